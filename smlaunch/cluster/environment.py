@@ -1,0 +1,35 @@
+"""Reading this machine once, at the edge: CPUs, GPUs, and whether it is a SageMaker host."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from smlaunch.cluster.plan import LocalEnvironment
+
+
+def sagemaker_base_dir() -> Path:
+    return Path(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"))
+
+
+def is_sagemaker_host() -> bool:
+    return (sagemaker_base_dir() / "input" / "config" / "resourceconfig.json").is_file()
+
+
+def detect_local_environment() -> LocalEnvironment:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return LocalEnvironment(cpus=cpus, gpus=count_gpus(), started=time.strftime("%Y%m%d-%H%M%S"))
+
+
+def count_gpus() -> int:
+    """GPUs `nvidia-smi -L` lists (the toolkit's method), 0 without a driver; bounded to 10 s."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))

@@ -1,0 +1,89 @@
+"""A simulated heterogeneous cluster on this machine: one real Ray node per planned host.
+
+Each host of the plan becomes a separate raylet with its own CPUs, GPUs and labels
+(`ray-subcluster`, `sm-host`, `sm-group`), so Ray schedules across them exactly as it would
+across SageMaker hosts. The cluster runs with token authentication (a fresh token per run, in
+this process's environment only) and without a dashboard.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+
+from smlaunch.cluster.plan import LaunchPlan
+
+log = logging.getLogger(__name__)
+
+OBJECT_STORE_BYTES = 256 * 2**20
+NODE_WAIT_S = 120
+
+
+class LocalCluster:
+    """Context manager: start every planned host as a Ray node, connect, and tear it all down."""
+
+    def __init__(self, plan: LaunchPlan, object_store_bytes: int = OBJECT_STORE_BYTES):
+        self.plan = plan
+        self.object_store_bytes = object_store_bytes
+        self.cluster = None
+        self._saved_env: dict[str, str | None] = {}
+
+    def __enter__(self) -> "LocalCluster":
+        # Before importing ray: it reads the auth mode when it loads.
+        self._set_env({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+                       "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": None,
+                       # Ray Train copies a worker's print() into its logger too: each line twice.
+                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"})
+        import ray
+        from ray.cluster_utils import Cluster
+
+        try:
+            head = self.plan.head_host
+            self.cluster = Cluster(initialize_head=True, connect=False, shutdown_at_exit=True,
+                                   head_node_args=self._node_args(head))
+            for host in self.plan.hosts:
+                if host.name != head.name:
+                    # All simulated nodes share one session log directory: one log monitor
+                    # (the head's) forwards every worker's output, once.
+                    self.cluster.add_node(wait=False, include_log_monitor=False, **self._node_args(host))
+            self.cluster.wait_for_nodes(timeout=NODE_WAIT_S)
+            ray.init(address=self.cluster.address, logging_level=logging.WARNING, log_to_driver=True,
+                     runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        log.info("local cluster up: %d nodes at %s", len(self.plan.hosts), self.cluster.address)
+        return self
+
+    def _node_args(self, host) -> dict:
+        return {"num_cpus": host.num_cpus, "num_gpus": host.num_gpus, "labels": dict(host.labels),
+                "include_dashboard": False, "object_store_memory": self.object_store_bytes}
+
+    def __exit__(self, *exc) -> None:
+        import ray
+
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            if self.cluster is not None:
+                self.cluster.shutdown()
+                self.cluster = None
+            self._restore_env()
+
+    def _set_env(self, values: dict[str, str | None]) -> None:
+        for key, value in values.items():
+            self._saved_env[key] = os.environ.get(key)
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()

@@ -1,0 +1,142 @@
+"""The launch plan: a pure function of the config and the machine it runs on.
+
+`build_plan` decides which host is the Ray head, what each host is labelled and offers to Ray,
+how many train workers there are and which hosts receive and read each channel. It starts nothing
+and touches no file, so `sm-launch plan` can print it in milliseconds and tests can check every
+decision without a cluster. Doing it lives in `cluster.local` and `launcher.run`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from smlaunch.cluster.instances import instance_spec
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import ConfigError
+
+SUBCLUSTER = "ray-subcluster"
+"""Ray Data sizes its budget per value of this exact label key (see ../shared/notes/ray.md §3)."""
+HOST_LABEL = "sm-host"
+GROUP_LABEL = "sm-group"
+
+
+@dataclass(frozen=True)
+class LocalEnvironment:
+    """What the plan needs to know about this machine, read once by `detect_local_environment`."""
+
+    cpus: int
+    gpus: int
+    started: str
+    """Timestamp naming a run directory when the config names none."""
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    group: str
+    instance_type: str
+    role: str  # "head" or "worker"
+    subcluster: str  # "train" or "data"
+    num_cpus: int
+    num_gpus: int
+    opt_ml: str
+    """This host's `/opt/ml` tree (a directory under the run dir when simulated)."""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChannelPlan:
+    name: str
+    input_mode: str
+    record_format: str
+    source: str
+    hosts: tuple[str, ...]
+    """Hosts that receive the channel under `/opt/ml/input/data/<name>`."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    job: str
+    run_dir: str
+    hosts: tuple[HostPlan, ...]
+    head: str
+    train_workers: int
+    use_gpu: bool
+    train_selector: dict[str, str]
+    data_selector: dict[str, str] | None
+    channels: tuple[ChannelPlan, ...]
+    notes: tuple[str, ...]
+
+    def host(self, name: str) -> HostPlan:
+        return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def head_host(self) -> HostPlan:
+        return self.host(self.head)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def natural_key(name: str) -> list:
+    """Sort key that puts algo-2 before algo-10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
+    """Turn the config into a plan for a simulated cluster on this machine."""
+    groups = cfg.cluster.instance_groups
+    train_group = cfg.cluster.train_group or next(
+        (g.name for g in groups if instance_spec(g.instance_type).gpus > 0), None)
+    if train_group is None:
+        raise ConfigError("cluster: no instance group has GPUs; add a GPU instance type "
+                          "(e.g. ml.g5.xlarge) or name the training group in cluster.train_group")
+    run_dir = Path(cfg.run.dir) / (cfg.run.name or f"{cfg.job}-{env.started}")
+    notes: list[str] = []
+
+    total_vcpus = sum(instance_spec(g.instance_type).vcpus * g.instance_count for g in groups)
+    scale = env.cpus / total_vcpus
+    gpus_left = env.gpus
+    hosts: list[HostPlan] = []
+    index = 1
+    for group in groups:
+        spec = instance_spec(group.instance_type)
+        subcluster = "train" if group.name == train_group else "data"
+        for _ in range(group.instance_count):
+            name = f"algo-{index}"
+            index += 1
+            gpus = min(spec.gpus, gpus_left) if subcluster == "train" else 0
+            gpus_left -= gpus
+            hosts.append(HostPlan(
+                name=name, group=group.name, instance_type=group.instance_type, role="worker",
+                subcluster=subcluster, num_cpus=max(1, round(spec.vcpus * scale)), num_gpus=gpus,
+                opt_ml=str(run_dir / "hosts" / name / "opt" / "ml"),
+                labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name}))
+    notes.append(f"CPUs scaled by {scale:.3f}: {env.cpus} on this machine for {total_vcpus} vCPUs in the config")
+
+    train_hosts = sorted((h for h in hosts if h.subcluster == "train"), key=lambda h: natural_key(h.name))
+    head = train_hosts[0].name
+    hosts = [HostPlan(**{**asdict(h), "role": "head"}) if h.name == head else h for h in hosts]
+    gpus = sum(h.num_gpus for h in train_hosts)
+    wanted = sum(instance_spec(h.instance_type).gpus for h in train_hosts)
+    if gpus < wanted:
+        notes.append(f"{wanted} GPU(s) in {train_group} but {env.gpus} on this machine: "
+                     f"{'one CPU train worker' if gpus == 0 else f'{gpus} GPU train worker(s)'}")
+
+    data_hosts = [h.name for h in hosts if h.subcluster == "data"]
+    if not data_hosts:
+        notes.append("no CPU-only group: preprocessing shares the train hosts' CPUs")
+    channels = []
+    for name, ch in cfg.channels.items():
+        receiving = ch.instance_groups or ([g.name for g in groups if g.name != train_group] or [train_group])
+        channels.append(ChannelPlan(
+            name=name, input_mode=ch.input_mode, record_format=ch.record_format, source=ch.source,
+            hosts=tuple(h.name for h in hosts if h.group in receiving)))
+    return LaunchPlan(
+        job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=head,
+        train_workers=max(gpus, 1), use_gpu=gpus > 0,
+        train_selector={SUBCLUSTER: "train"},
+        data_selector={SUBCLUSTER: "data"} if data_hosts else None,
+        channels=tuple(channels), notes=tuple(notes))

@@ -1,0 +1,132 @@
+"""YAML + `--set` overrides -> a validated `LaunchConfig`, with one-line errors.
+
+YAML is read with `safe_load` only: a config is data and can never run code. Pydantic's errors
+are rewritten to name the dotted field and, for an unknown key, the keys that are valid there.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import ConfigError
+from smlaunch.pipelines.op_specs import OP_NAMES
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LaunchConfig:
+    """Read `path`, apply `KEY=VALUE` overrides (dotted keys, list indices allowed), validate."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    for item in overrides:
+        apply_override(raw, item)
+    return validate_config(raw, source=str(path))
+
+
+def validate_config(raw: dict[str, Any], source: str = "config") -> LaunchConfig:
+    try:
+        return LaunchConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: " + "; ".join(_describe(e) for e in exc.errors())) from None
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply one `a.b.c=value` to the raw tree; the value is parsed as a YAML scalar or list."""
+    key, sep, value = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted KEY, e.g. trainer.steps=100")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {item!r}: value is not valid YAML") from None
+    node: Any = raw
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i]) or 'root'} is a list of "
+                                  f"{len(node)}; use an index 0..{len(node) - 1}")
+            index: Any = int(part)
+        elif isinstance(node, dict):
+            index = part
+            if not last and index not in node:
+                node[index] = {}
+        else:
+            raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i])} is a value, not a section")
+        if last:
+            node[index] = parsed
+        else:
+            node = node[index]
+
+
+def _describe(error: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in error["loc"] if not _is_union_tag(p))
+    if error["type"] == "extra_forbidden":
+        parent = _model_at(error["loc"][:-1])
+        valid = f"; valid keys: {', '.join(parent.model_fields)}" if parent else ""
+        return f"{loc}: unknown key{valid}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return f"{loc}: required field is missing"
+    shown = error.get("input")
+    got = f" (got {shown!r})" if isinstance(shown, (str, int, float, bool)) else ""
+    return f"{loc or 'config'}: {message}{got}"
+
+
+_OP_TAGS = frozenset(OP_NAMES)
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and part in _OP_TAGS
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that owns the mapping at `loc`, for listing its valid keys."""
+    current: Any = LaunchConfig
+    for part in loc:
+        current = _unwrap(current, part)
+        if current is None:
+            return None
+    current = _unwrap(current, None)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any, part: Any) -> Any:
+    """Step from `annotation` into `part` (a field name, list index, dict key or union tag)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if part is None:
+            return annotation
+        field = annotation.model_fields.get(part)
+        return field.annotation if field else None
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(args[0], part)
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                tag = arg.model_fields.get("op")
+                if tag is not None and typing.get_args(tag.annotation) == (part,):
+                    return arg
+        members = [a for a in args if a is not type(None)]
+        return _unwrap(members[0], part) if len(members) == 1 else None
+    if origin is list and isinstance(part, int):
+        return args[0]
+    if origin is dict and part is not None:
+        return args[1]
+    return annotation if part is None else None

@@ -1,0 +1,83 @@
+"""Carry out a plan on the local simulated cluster: data in, cluster up, train, report, tear down."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from smlaunch.cluster.plan import LaunchPlan
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import ConfigError
+
+
+def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
+    """Everything a train worker needs, as plain data (it travels to other processes)."""
+    crops = [op.size for op in cfg.pipeline.ops if op.op == "random_resized_crop"]
+    if not crops:
+        raise ConfigError("pipeline.ops: add a random_resized_crop so every image reaches the model at one size")
+    num_classes = cfg.model.num_classes or _builtin_classes(cfg)
+    trainer = cfg.trainer.model_dump()
+    train_rows = _builtin_rows(cfg, "train")
+    total = cfg.trainer.steps or (cfg.trainer.epochs * (train_rows // (cfg.trainer.batch_size * plan.train_workers))
+                                  if train_rows else None)
+    return {"model": cfg.model.name, "num_classes": num_classes, "image_size": crops[-1], "seed": cfg.seed,
+            "trainer": trainer, "total_steps": total, "host_names": [h.name for h in plan.hosts],
+            "model_dir": str(Path(plan.head_host.opt_ml, "model").resolve()),
+            "config_sha256": config_hash(cfg)}
+
+
+def config_hash(cfg: LaunchConfig) -> str:
+    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+def _builtin_classes(cfg: LaunchConfig) -> int:
+    if cfg.channels["train"].source.startswith("builtin:digits/"):
+        return 10
+    raise ConfigError("model.num_classes: required when the train channel is not a builtin dataset")
+
+
+def _builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
+    if cfg.channels[channel].source.startswith("builtin:digits/"):
+        from smlaunch.pipelines.digits import prepare_digits
+
+        manifest = json.loads((prepare_digits() / "manifest.json").read_text())
+        return manifest["splits"][channel.split("/")[-1] if channel != "train" else "train"]["records"]
+    return None
+
+
+def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print) -> dict:
+    """Run the whole job on this machine and return the report (also written to the head's output)."""
+    from smlaunch.cluster.host_tree import create_host_trees
+    from smlaunch.cluster.local import LocalCluster
+    from smlaunch.launcher.report import build_report, write_report
+    from smlaunch.pipelines.channels import deliver_file_channels
+    from smlaunch.trainers.model import check_model_name
+
+    started = time.perf_counter()
+    check_model_name(cfg.model.name)
+    config = loop_config(cfg, plan)
+    Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(plan.run_dir) / "resolved_config.yaml").write_text(
+        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    create_host_trees(plan)
+    deliver_file_channels(plan)
+    log(f"run directory: {plan.run_dir}")
+    log(f"starting {len(plan.hosts)} simulated hosts: " +
+        ", ".join(f"{h.name} ({h.group}, {h.labels['ray-subcluster']}, {h.num_cpus} CPU)" for h in plan.hosts))
+    with LocalCluster(plan):
+        cluster_up = time.perf_counter()
+        from smlaunch.pipelines.dataset import build_datasets
+        from smlaunch.trainers.fit import fit
+
+        result = fit(cfg, plan, build_datasets(cfg, plan), config)
+        trained = time.perf_counter()
+    timings = {"cluster_start_s": round(cluster_up - started, 2), "train_s": round(trained - cluster_up, 2),
+               "wall_s": round(time.perf_counter() - started, 2)}
+    report = build_report(plan, result, cfg.trainer.batch_size, timings)
+    path = write_report(report, Path(plan.head_host.opt_ml) / "output" / "data")
+    report["path"] = str(path)
+    return report

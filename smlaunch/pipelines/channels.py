@@ -1,0 +1,65 @@
+"""Input channels on the hosts: where a channel's data comes from and how a host sees it.
+
+In File mode SageMaker copies a channel to `/opt/ml/input/data/<channel>` on every host that
+receives it before the job starts; locally `deliver_file_channels` plays that part for the
+simulated hosts. Reading always goes through the host-local directory, as on SageMaker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from smlaunch.cluster.plan import ChannelPlan, LaunchPlan
+from smlaunch.errors import DataError
+
+
+def channel_dir(opt_ml: str | Path, channel: str) -> Path:
+    return Path(opt_ml) / "input" / "data" / channel
+
+
+def resolve_source(channel: ChannelPlan) -> Path:
+    """The local directory holding `channel`'s record files, preparing a builtin one if needed."""
+    if channel.source.startswith("builtin:digits/"):
+        from smlaunch.pipelines.digits import prepare_digits
+
+        return prepare_digits() / channel.source.split("/", 1)[1]
+    path = Path(channel.source).expanduser()
+    if not path.is_dir():
+        raise DataError(f"channel '{channel.name}': source {channel.source} is not a directory")
+    return path
+
+
+def list_record_files(directory: Path, channel: str) -> list[tuple[str, int]]:
+    """(relative path, size) of every data file under `directory`, sorted; hidden files skipped."""
+    if not directory.is_dir():
+        raise DataError(f"channel '{channel}': {directory} does not exist on this host")
+    files = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith("."):
+                path = Path(root) / name
+                files.append((str(path.relative_to(directory)), path.stat().st_size))
+    if not files:
+        raise DataError(f"channel '{channel}': no files in {directory}")
+    return files
+
+
+def deliver_file_channels(plan: LaunchPlan) -> None:
+    """Copy each File-mode channel to the hosts that receive it (hard links where possible)."""
+    for channel in plan.channels:
+        source = resolve_source(channel)
+        files = list_record_files(source, channel.name)
+        for host in channel.hosts:
+            target = channel_dir(plan.host(host).opt_ml, channel.name)
+            for rel, _ in files:
+                dest = target / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if dest.exists():
+                    dest.unlink()
+                try:
+                    os.link(source / rel, dest)
+                except OSError:
+                    shutil.copy2(source / rel, dest)

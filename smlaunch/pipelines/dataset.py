@@ -1,0 +1,45 @@
+"""Build each channel's Ray Dataset: read on the hosts holding it, preprocess on data hosts only.
+
+The data-host selector is set on the operators and on the `DataContext`; the trainer also sets it
+on `DataConfig`, because Ray Train replaces a Dataset's execution options when training starts
+(../shared/notes/ray.md §6.2).
+"""
+
+from __future__ import annotations
+
+from smlaunch.cluster.plan import LaunchPlan
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.pipelines.channels import channel_dir, list_record_files
+
+LIST_TIMEOUT_S = 60
+
+
+def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
+    import ray
+    import ray.data
+
+    from smlaunch.pipelines.datasource import ChannelDatasource
+    from smlaunch.pipelines.ops import Chain
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.label_selector = plan.data_selector
+    ctx.enable_progress_bars = False
+    host_names = [h.name for h in plan.hosts]
+    preprocess_cpus = sum(h.num_cpus for h in plan.hosts if h.labels.get("ray-subcluster") ==
+                          (plan.data_selector or plan.train_selector)["ray-subcluster"])
+    datasets = {}
+    for channel in plan.channels:
+        roots = {h: str(channel_dir(plan.host(h).opt_ml, channel.name)) for h in channel.hosts}
+        lister = ray.remote(list_record_files).options(
+            num_cpus=0, label_selector={"sm-host": channel.hosts[0]}, max_retries=0)
+        files = ray.get(lister.remote(channel_dir(plan.host(channel.hosts[0]).opt_ml, channel.name),
+                                      channel.name), timeout=LIST_TIMEOUT_S)
+        ds = ray.data.read_datasource(
+            ChannelDatasource(channel.name, files, roots),
+            label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
+        datasets[channel.name] = ds.map_batches(
+            Chain(cfg.pipeline.ops, host_names, train=channel.name == "train"),
+            batch_size=cfg.pipeline.batch_size, batch_format="numpy",
+            compute=ray.data.TaskPoolStrategy(size=preprocess_cpus), num_cpus=1,
+            label_selector=plan.data_selector)
+    return datasets

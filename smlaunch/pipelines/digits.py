@@ -1,0 +1,75 @@
+"""The embedded default dataset: scikit-learn's handwritten digits as JPEGs in TFRecord shards.
+
+scikit-learn ships the 1,797 8x8 UCI digits inside its wheel, so the default job needs no
+download. They are upscaled to 32x32, JPEG-encoded (so the data hosts really decode images) and
+written as `tf.train.Example` records (`image/encoded`, `image/class/label`, `id`), split 80/20
+stratified by a fixed seed. Prepared once into a cache directory, atomically, and reused.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+VERSION = "digits-v1"
+SIZE = 32
+SHARDS = {"train": 4, "validation": 2}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SMLAUNCH_CACHE", Path.home() / ".cache" / "smlaunch"))
+
+
+def prepare_digits(root: Path | None = None) -> Path:
+    """Return the dataset directory (with `train/` and `validation/`), building it on first use."""
+    target = (root or cache_root()) / VERSION
+    if (target / "manifest.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{VERSION}-", dir=target.parent))
+    try:
+        manifest = _write_splits(staging)
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished first; theirs is as good as ours
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        if staging.exists() and staging != target:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _write_splits(out: Path) -> dict:
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from smlaunch.pipelines.formats.example import encode_example
+    from smlaunch.pipelines.formats.tfrecord import write_records
+
+    digits = load_digits()
+    ids = np.arange(len(digits.target))
+    train_ids, val_ids = train_test_split(ids, test_size=0.2, random_state=0, stratify=digits.target)
+    manifest = {"version": VERSION, "classes": 10, "image_size": SIZE, "splits": {}}
+    for split, split_ids in (("train", train_ids), ("validation", val_ids)):
+        (out / split).mkdir(parents=True)
+        shards = np.array_split(np.sort(split_ids), SHARDS[split])
+        for n, shard in enumerate(shards):
+            records = []
+            for i in shard:
+                pixels = (digits.images[i] * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)
+                image = Image.fromarray(pixels, mode="L").resize((SIZE, SIZE), Image.BICUBIC)
+                buf = io.BytesIO()
+                image.save(buf, format="JPEG", quality=90)
+                records.append(encode_example({"image/encoded": buf.getvalue(),
+                                               "image/class/label": int(digits.target[i]),
+                                               "id": int(i)}))
+            write_records(out / split / f"part-{n:05d}.tfrecord", records)
+        manifest["splits"][split] = {"records": int(len(split_ids)), "shards": len(shards)}
+    return manifest

@@ -1,0 +1,149 @@
+"""NumPy implementations of the chain ops, and `Chain`, the Ray Data UDF that runs them.
+
+A batch is a dict of NumPy arrays: `image` (encoded bytes in, uint8 CHW out), `label`, `id`.
+Random ops draw from one generator per batch; with a seed it is derived from the seed and the
+batch's row ids, so a batch is reproducible wherever it runs. Validation runs the same chain in
+eval mode: random crops become a resize, flips are skipped, blurs still apply.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Callable
+
+import numpy as np
+
+from smlaunch.errors import DataError
+from smlaunch.pipelines import op_specs as specs
+
+Images = list[np.ndarray]  # HWC uint8, sizes may differ until a resize
+
+
+def decode_image(images, spec: specs.DecodeImage, rng, train: bool) -> Images:
+    from PIL import Image
+
+    out = []
+    for i, data in enumerate(images):
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                out.append(np.asarray(img.convert(spec.mode)).reshape(img.height, img.width, -1))
+        except Exception as exc:  # PIL raises several types for bad bytes
+            raise DataError(f"row {i} of the batch: undecodable image ({exc})") from None
+    return out
+
+
+def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, train: bool) -> Images:
+    from PIL import Image
+
+    out = []
+    for img in images:
+        h, w = img.shape[:2]
+        top, left, ch, cw = _crop_box(h, w, spec, rng) if train else (0, 0, h, w)
+        crop = np.ascontiguousarray(img[top:top + ch, left:left + cw])
+        pil = Image.fromarray(crop.squeeze(-1) if crop.shape[-1] == 1 else crop)
+        resized = np.asarray(pil.resize((spec.size, spec.size), Image.BILINEAR))
+        out.append(resized.reshape(spec.size, spec.size, -1))
+    return out
+
+
+def _crop_box(h: int, w: int, spec: specs.RandomResizedCrop, rng) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop sampling: 10 tries, then a centre crop."""
+    area = h * w
+    log_ratio = (math.log(spec.ratio[0]), math.log(spec.ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*spec.scale)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            return int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1)), ch, cw
+    ratio = w / h
+    if ratio < spec.ratio[0]:
+        cw, ch = w, round(w / spec.ratio[0])
+    elif ratio > spec.ratio[1]:
+        cw, ch = round(h * spec.ratio[1]), h
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def horizontal_flip(images: Images, spec: specs.HorizontalFlip, rng, train: bool) -> Images:
+    if not train:
+        return images
+    flips = rng.random(len(images)) < spec.p
+    return [img[:, ::-1] if flip else img for img, flip in zip(images, flips)]
+
+
+def gaussian_blur(images: Images, spec: specs.GaussianBlur, rng, train: bool) -> Images:
+    if spec.repeat == 0 or not images:
+        return images
+    radius = spec.kernel_size // 2
+    x = np.arange(-radius, radius + 1, dtype=np.float32)
+    kernel = np.exp(-(x * x) / (2 * spec.sigma * spec.sigma))
+    kernel /= kernel.sum()
+    out = []
+    for img in images:
+        work = img.astype(np.float32)
+        for _ in range(spec.repeat):
+            work = _convolve_axis(_convolve_axis(work, kernel, 0), kernel, 1)
+        out.append(np.clip(np.rint(work), 0, 255).astype(np.uint8))
+    return out
+
+
+def _convolve_axis(img: np.ndarray, kernel: np.ndarray, axis: int) -> np.ndarray:
+    radius = len(kernel) // 2
+    pad = [(0, 0)] * img.ndim
+    pad[axis] = (radius, radius)
+    padded = np.pad(img, pad, mode="reflect" if img.shape[axis] > radius else "edge")
+    out = np.zeros_like(img)
+    n = img.shape[axis]
+    for k, weight in enumerate(kernel):
+        out += weight * np.take(padded, np.arange(k, k + n), axis=axis)
+    return out
+
+
+def to_uint8_chw(images: Images, spec: specs.ToUint8CHW, rng, train: bool) -> np.ndarray:
+    shapes = {img.shape for img in images}
+    if len(shapes) > 1:
+        raise DataError(f"images of different sizes {sorted(shapes)} reach to_uint8_chw; add a "
+                        "random_resized_crop before it")
+    return np.stack([np.ascontiguousarray(img.transpose(2, 0, 1)) for img in images]).astype(np.uint8)
+
+
+OPS: dict[str, Callable] = {
+    "decode_image": decode_image,
+    "random_resized_crop": random_resized_crop,
+    "horizontal_flip": horizontal_flip,
+    "gaussian_blur": gaussian_blur,
+    "to_uint8_chw": to_uint8_chw,
+}
+
+
+class Chain:
+    """Callable applied by `Dataset.map_batches`: runs the ops and tags rows with their host.
+
+    It runs as a Ray task on a data node; `host` is looked up there, from the node's `sm-host`
+    label, so the trainer can count where every row was produced.
+    """
+
+    def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None):
+        self.ops = list(ops)
+        self.host_names = host_names
+        self.train = train
+        self.seed = seed
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ids = np.asarray(batch["id"], dtype=np.int64)
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
+        images = list(batch["image"])
+        for spec in self.ops:
+            images = OPS[spec.op](images, spec, rng, self.train)
+        return {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
+                "host": np.full(len(ids), self._host_index(), dtype=np.int16)}
+
+    def _host_index(self) -> int:
+        import ray
+
+        labels = ray.get_runtime_context().get_node_labels() if ray.is_initialized() else {}
+        name = labels.get("sm-host")
+        return self.host_names.index(name) if name in self.host_names else -1

@@ -1,0 +1,31 @@
+"""Driver side of training: a `TorchTrainer` sized to the plan, fed by the channel datasets."""
+
+from __future__ import annotations
+
+import os
+
+from smlaunch.cluster.plan import LaunchPlan
+from smlaunch.config.schema import LaunchConfig
+
+
+def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, loop_config: dict) -> dict:
+    """Train and return rank 0's result (per-step records, validation, rows per host)."""
+    from ray.data import ExecutionOptions
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from smlaunch.trainers.loop import train_loop
+
+    selector_options = {name: ExecutionOptions(label_selector=plan.data_selector) for name in datasets}
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config=loop_config,
+        scaling_config=ScalingConfig(num_workers=plan.train_workers, use_gpu=plan.use_gpu,
+                                     label_selector=plan.train_selector),
+        run_config=RunConfig(name="train", storage_path=os.path.abspath(os.path.join(plan.run_dir, "ray_results")),
+                             failure_config=FailureConfig(max_failures=0),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        datasets=datasets,
+        dataset_config=DataConfig(datasets_to_split="all", execution_options=selector_options),
+    )
+    return trainer.fit().return_value
