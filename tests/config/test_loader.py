@@ -1,0 +1,89 @@
+import pytest
+import yaml
+
+from smlaunch.config import load_config
+from smlaunch.errors import ConfigError
+
+
+def test_shipped_configs_load(configs):
+    cfg = load_config(configs / "hetero.yaml")
+    assert [g.instance_type for g in cfg.cluster.instance_groups] == ["ml.g5.xlarge", "ml.c5.4xlarge"]
+    assert [op.op for op in cfg.pipeline.ops] == [
+        "decode_image", "random_resized_crop", "horizontal_flip", "gaussian_blur", "to_uint8_chw"]
+    assert load_config(configs / "tiny.yaml").trainer.steps == 40
+
+
+def test_set_overrides_nested_fields_and_list_items(configs):
+    cfg = load_config(configs / "hetero.yaml", ["trainer.steps=7", "pipeline.ops.3.repeat=4",
+                                                 "cluster.instance_groups.1.instance_count=3"])
+    assert cfg.trainer.steps == 7
+    assert cfg.pipeline.ops[3].repeat == 4
+    assert cfg.cluster.instance_groups[1].instance_count == 3
+
+
+def test_unknown_key_lists_valid_keys(configs):
+    with pytest.raises(ConfigError) as err:
+        load_config(configs / "hetero.yaml", ["trainer.bacth_size=3"])
+    message = str(err.value)
+    assert "trainer.bacth_size: unknown key" in message
+    assert "valid keys: batch_size, steps, epochs" in message
+    assert "\n" not in message
+
+
+def test_unknown_key_inside_an_op_lists_that_ops_keys(configs):
+    with pytest.raises(ConfigError, match=r"pipeline\.ops\.3\.radius: unknown key; valid keys: op, kernel_size, sigma, repeat"):
+        load_config(configs / "hetero.yaml", ["pipeline.ops.3.radius=2"])
+
+
+def test_wrong_type_names_the_field(configs):
+    with pytest.raises(ConfigError, match=r"trainer\.learning_rate: .*valid number.*'fast'"):
+        load_config(configs / "hetero.yaml", ["trainer.learning_rate=fast"])
+
+
+def test_negative_batch_size_is_refused(configs):
+    with pytest.raises(ConfigError, match=r"trainer\.batch_size: Input should be greater than 0 \(got -8\)"):
+        load_config(configs / "hetero.yaml", ["trainer.batch_size=-8"])
+
+
+def test_unknown_op_lists_valid_ops(configs):
+    with pytest.raises(ConfigError, match=r"pipeline\.ops\.2: .*'sharpen'.*'decode_image', 'random_resized_crop'"):
+        load_config(configs / "hetero.yaml", ["pipeline.ops.2.op=sharpen"])
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("trainer.steps", "expected KEY=VALUE"),
+    ("=3", "expected KEY=VALUE"),
+    ("trainer..steps=3", "expected KEY=VALUE"),
+    ("pipeline.ops.9.repeat=1", "is a list of 5; use an index 0..4"),
+    ("trainer.steps.x=1", "trainer.steps is a value, not a section"),
+])
+def test_bad_set_is_refused(configs, item, expected):
+    with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
+        load_config(configs / "hetero.yaml", [item])
+
+
+def test_steps_and_epochs_are_exclusive(configs):
+    with pytest.raises(ConfigError, match="exactly one of trainer.steps or trainer.epochs"):
+        load_config(configs / "hetero.yaml", ["trainer.epochs=2"])
+
+
+def test_unknown_instance_type_and_group_routing(configs):
+    with pytest.raises(ConfigError, match="unknown instance type 'ml.z9.huge'"):
+        load_config(configs / "hetero.yaml", ["cluster.instance_groups.0.instance_type=ml.z9.huge"])
+    with pytest.raises(ConfigError, match="channels.train.instance_groups: no instance group 'gpu_grp'"):
+        load_config(configs / "hetero.yaml", ["channels.train.instance_groups=[gpu_grp]"])
+
+
+def test_yaml_cannot_construct_python_objects(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("job: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_missing_file_and_non_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text(yaml.safe_dump([1, 2]))
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(tmp_path / "list.yaml")

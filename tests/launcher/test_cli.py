@@ -1,0 +1,75 @@
+"""The CLI as a user meets it: a real `sm-launch` process, its output and exit status."""
+
+import subprocess
+import sys
+
+import pytest
+
+from smlaunch.launcher.cli import main
+
+
+def sm_launch(*args, cwd=None, env_extra=None):
+    import os
+
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd, env=env)
+
+
+def test_help_imports_neither_torch_nor_ray():
+    code = ("import sys\nfrom smlaunch.launcher.cli import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\nprint(sorted(m for m in ('torch', 'ray', 'timm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "usage: sm-launch" in out.stdout and out.stdout.strip().endswith("[]")
+
+
+def test_plan_prints_hosts_labels_and_channels_without_ray(configs, capsys):
+    assert main(["plan", str(configs / "hetero.yaml"), "--set", "trainer.steps=5"]) == 0
+    out = capsys.readouterr().out
+    assert "steps: 5" in out  # the resolved config
+    assert "head: algo-1 (train_group, ml.g5.xlarge)" in out
+    assert "labels=ray-subcluster=data,sm-host=algo-2,sm-group=data_group" in out
+    assert "train workers: 1" in out
+    assert "train: File tfrecord from builtin:digits/train -> /opt/ml/input/data/train on algo-2" in out
+    assert "ray" not in sys.modules or "ray._raylet" not in sys.modules
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["--set", "trainer.colour=red"], "trainer.colour: unknown key; valid keys: batch_size"),
+    (["--set", "trainer.batch_size=big"], "trainer.batch_size: Input should be a valid integer"),
+    (["--set", "trainer.batch_size=-1"], "trainer.batch_size: Input should be greater than 0"),
+    (["--set", "pipeline.ops.1.op=warp"], "pipeline.ops.1: Input tag 'warp'"),
+    (["--set", "nonsense"], "--set 'nonsense': expected KEY=VALUE"),
+])
+def test_bad_config_is_one_line_and_exit_2(configs, overrides, expected):
+    result = sm_launch("plan", str(configs / "hetero.yaml"), *overrides)
+    assert result.returncode == 2
+    assert result.stderr.startswith("sm-launch: error: ") and expected in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_unknown_model_fails_before_any_cluster(configs, tmp_path):
+    result = sm_launch(str(configs / "tiny.yaml"), "--set", "model.name=resnet_18", "--set",
+                       f"run.dir={tmp_path}", "--set", "run.name=r")
+    assert result.returncode == 2
+    assert result.stderr == ("sm-launch: error: model.name: timm has no model 'resnet_18'; close matches: "
+                             "resnet18, resnetv2_18, resnet18d, resnetv2_18d, skresnet18\n")
+    failure = tmp_path / "r" / "hosts" / "algo-1" / "opt" / "ml" / "output" / "failure"
+    assert failure.read_text().startswith("model.name: timm has no model")
+    assert not (tmp_path / "r" / "ray_results").exists()
+
+
+def test_missing_channel_data_names_the_channel(configs, tmp_path):
+    result = sm_launch(str(configs / "tiny.yaml"), "--set", f"channels.validation.source={tmp_path}/nowhere",
+                       "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}")
+    assert result.returncode == 1
+    assert result.stderr == (f"sm-launch: error: channel 'validation': source {tmp_path}/nowhere "
+                             "is not a directory\n")
+
+
+def test_empty_channel_names_the_channel(configs, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = sm_launch(str(configs / "tiny.yaml"), "--set", f"channels.train.source={tmp_path}/empty",
+                       "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}")
+    assert result.returncode == 1
+    assert f"channel 'train': no files in {tmp_path}/empty" in result.stderr

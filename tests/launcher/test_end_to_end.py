@@ -1,0 +1,46 @@
+"""`sm-launch` on a real 3-node local Ray cluster: one train host, two data hosts."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+@pytest.mark.ray
+def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"),
+         "--set", f"run.dir={tmp_path}", "--set", "run.name=e2e"],
+        capture_output=True, text=True, timeout=420)
+    assert result.returncode == 0, result.stderr[-3000:]
+    head = tmp_path / "e2e" / "hosts" / "algo-1" / "opt" / "ml"
+    report = json.loads((head / "output" / "data" / "report.json").read_text())
+    summary = report["summary"]
+
+    assert summary["steps"] == 40 and len(report["steps"]) == 40
+    assert {"loss", "step_time_s", "data_wait_s", "images_per_s"} <= set(report["steps"][0])
+    assert summary["validation_accuracy"] > 0.3  # chance is 0.1
+    assert report["validation"][-1]["rows"] == 360
+    # Every preprocessed row came from the two data hosts, none from the train host.
+    assert summary["data_node_row_fraction"] == 1.0
+    assert report["rows_by_host"]["algo-1"] == 0 and report["rows_by_host"]["unknown"] == 0
+    assert report["rows_by_host"]["algo-2"] + report["rows_by_host"]["algo-3"] >= 40 * 32 + 360
+    assert "step=40 loss=" in result.stdout + result.stderr
+
+    # The simulated hosts got SageMaker-shaped trees; only data hosts received the channels.
+    config = json.loads((tmp_path / "e2e/hosts/algo-2/opt/ml/input/config/resourceconfig.json").read_text())
+    assert config["current_host"] == "algo-2" and config["current_group_name"] == "cpu"
+    assert not (head / "input" / "data" / "train").exists()
+    assert len(list((tmp_path / "e2e/hosts/algo-3/opt/ml/input/data/train").iterdir())) == 4
+
+    # The final model reloads with timm + torch and its card describes it.
+    import timm
+
+    card = json.loads((head / "model" / "model.json").read_text())
+    assert card["model"] == "test_resnet" and card["num_classes"] == 10 and card["input_size"] == [3, 16, 16]
+    model = timm.create_model(card["model"], num_classes=card["num_classes"])
+    model.load_state_dict(torch.load(head / "model" / "model.pt"))
+    assert model.eval()(torch.zeros(1, 3, 16, 16)).shape == (1, 10)
+    assert not (head / "output" / "failure").exists()
