@@ -41,11 +41,12 @@ def _builtin_classes(cfg: LaunchConfig) -> int:
 
 
 def _builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
-    if cfg.channels[channel].source.startswith("builtin:digits/"):
+    source = cfg.channels[channel].source
+    if source.startswith("builtin:digits/"):
         from smlaunch.pipelines.digits import prepare_digits
 
         manifest = json.loads((prepare_digits() / "manifest.json").read_text())
-        return manifest["splits"][channel.split("/")[-1] if channel != "train" else "train"]["records"]
+        return manifest["splits"][source.split("/", 1)[1]]["records"]
     return None
 
 

@@ -23,7 +23,7 @@ def test_help_imports_neither_torch_nor_ray():
     assert "usage: sm-launch" in out.stdout and out.stdout.strip().endswith("[]")
 
 
-def test_plan_prints_hosts_labels_and_channels_without_ray(configs, capsys):
+def test_plan_prints_hosts_labels_and_channels(configs, capsys):
     assert main(["plan", str(configs / "hetero.yaml"), "--set", "trainer.steps=5"]) == 0
     out = capsys.readouterr().out
     assert "steps: 5" in out  # the resolved config
@@ -31,7 +31,14 @@ def test_plan_prints_hosts_labels_and_channels_without_ray(configs, capsys):
     assert "labels=ray-subcluster=data,sm-host=algo-2,sm-group=data_group" in out
     assert "train workers: 1" in out
     assert "train: File tfrecord from builtin:digits/train -> /opt/ml/input/data/train on algo-2" in out
-    assert "ray" not in sys.modules or "ray._raylet" not in sys.modules
+
+
+def test_plan_starts_no_ray_and_imports_no_torch(configs):
+    code = ("import sys\nfrom smlaunch.launcher.cli import main\n"
+            f"assert main(['plan', {str(configs / 'hetero.yaml')!r}]) == 0\n"
+            "print(sorted(m for m in ('torch', 'ray', 'timm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip().endswith("[]")
 
 
 @pytest.mark.parametrize("overrides, expected", [
