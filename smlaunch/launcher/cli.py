@@ -86,21 +86,33 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-_USER_ERROR = re.compile(r"smlaunch\.errors\.\w+Error: (.+)|\b(?:Data|Config|User)Error: (.+)")
+_RAISED = re.compile(r"(smlaunch(?:\.\w+)+)\.(\w+): (.+)")
 
 
 def user_error_in(exc: BaseException) -> str | None:
-    """The message of a `UserError` raised in a Ray task or train worker and wrapped by Ray."""
+    """The message of a `UserError` raised in a Ray task or train worker and wrapped by Ray.
+
+    Ray re-raises worker exceptions wrapped (RayTaskError, WorkerGroupError) and often only as
+    text, so the text is searched for `smlaunch.<module>.<Class>: message` and the class is
+    checked to be a `UserError` before its message is trusted.
+    """
+    import importlib
+
+    from smlaunch.errors import UserError
+
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        from smlaunch.errors import UserError
-
         if isinstance(exc, UserError):
             return str(exc)
-        match = _USER_ERROR.search(str(exc))
-        if match:
-            return (match.group(1) or match.group(2)).strip()
+        texts = [str(exc)] + [str(e) for e in getattr(exc, "worker_failures", {}).values()]
+        for match in _RAISED.finditer("\n".join(texts)):
+            try:
+                cls = getattr(importlib.import_module(match.group(1)), match.group(2), None)
+            except ImportError:
+                continue
+            if isinstance(cls, type) and issubclass(cls, UserError):
+                return match.group(3).strip()
         exc = exc.__cause__ or exc.__context__
     return None
 

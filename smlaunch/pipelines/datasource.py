@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from functools import partial
 
+import pyarrow as pa
+import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from smlaunch.errors import DataError
+from smlaunch.pipelines.formats.example import decode_example
+from smlaunch.pipelines.formats.tfrecord import RecordError, read_file
 
 BLOCK_ROWS = 256
 IMAGE_KEY, LABEL_KEY, ID_KEY = "image/encoded", "image/class/label", "id"
@@ -45,19 +49,18 @@ class ChannelDatasource(Datasource):
 
 
 def _read_files(channel: str, files: list[str], roots: dict[str, str]):
-    import pyarrow as pa
-    import ray
-
-    from smlaunch.pipelines.formats.example import decode_example
-    from smlaunch.pipelines.formats.tfrecord import read_file
-
     host = ray.get_runtime_context().get_node_labels().get("sm-host")
     if host not in roots:
         raise DataError(f"channel '{channel}': read task landed on host {host}, which does not "
                         f"receive the channel (hosts: {sorted(roots)})")
     for rel in files:
         path = f"{roots[host]}/{rel}"
-        rows: dict[str, list] = {"image": [], "label": [], "id": []}
+        yield from _read_one(channel, path)
+
+
+def _read_one(channel: str, path: str):
+    rows: dict[str, list] = {"image": [], "label": [], "id": []}
+    try:
         for n, record in enumerate(read_file(path)):
             try:
                 example = decode_example(record)
@@ -68,13 +71,15 @@ def _read_files(channel: str, files: list[str], roots: dict[str, str]):
                 raise DataError(f"channel '{channel}': {path} record {n}: {exc!s} "
                                 f"(need features {IMAGE_KEY}, {LABEL_KEY}, {ID_KEY})") from None
             if len(rows["id"]) == BLOCK_ROWS:
-                yield _table(pa, rows)
+                yield _table(rows)
                 rows = {"image": [], "label": [], "id": []}
-        if rows["id"]:
-            yield _table(pa, rows)
+    except RecordError as exc:
+        raise DataError(f"channel '{channel}': {exc}") from None
+    if rows["id"]:
+        yield _table(rows)
 
 
-def _table(pa, rows):
+def _table(rows):
     return pa.table({"image": pa.array(rows["image"], pa.binary()),
                      "label": pa.array(rows["label"], pa.int64()),
                      "id": pa.array(rows["id"], pa.int64())})

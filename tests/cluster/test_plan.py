@@ -62,5 +62,5 @@ def test_natural_host_order():
 
 def test_run_dir_comes_from_config_or_timestamp(configs):
     assert build_plan(load_config(configs / "hetero.yaml"), CPU_ONLY).run_dir == "runs/hetero-digits-t"
-    named = build_plan(load_config(configs / "hetero.yaml", ["run.name=exp1", "run.dir=/tmp/x"]), CPU_ONLY)
-    assert named.run_dir == "/tmp/x/exp1"
+    named = build_plan(load_config(configs / "hetero.yaml", ["run.name=exp1", "run.dir=elsewhere/x"]), CPU_ONLY)
+    assert named.run_dir == "elsewhere/x/exp1"

@@ -44,3 +44,27 @@ def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
     model.load_state_dict(torch.load(head / "model" / "model.pt"))
     assert model.eval()(torch.zeros(1, 3, 16, 16)).shape == (1, 10)
     assert not (head / "output" / "failure").exists()
+
+
+@pytest.mark.ray
+def test_corrupt_record_fails_with_one_line_naming_channel_file_and_offset(configs, tmp_path, dataset_cache):
+    from smlaunch.pipelines.digits import prepare_digits
+
+    bad = tmp_path / "corrupt-data"
+    bad.mkdir()
+    for shard in sorted((prepare_digits() / "train").iterdir()):
+        (bad / shard.name).write_bytes(shard.read_bytes())
+    damaged = bytearray((bad / "part-00002.tfrecord").read_bytes())
+    damaged[5000] ^= 0xFF  # inside the data of the record that starts at byte 4422
+    (bad / "part-00002.tfrecord").write_bytes(bytes(damaged))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"), "--set", f"channels.train.source={bad}",
+         "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}", "--set", "run.name=run"],
+        capture_output=True, text=True, timeout=420)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("sm-launch: error: channel 'train': ")
+    assert last.endswith("/input/data/train/part-00002.tfrecord: bad data CRC in record at byte 4422")
+    failure = tmp_path / "run" / "hosts" / "algo-1" / "opt" / "ml" / "output" / "failure"
+    assert failure.read_text().strip() == last.removeprefix("sm-launch: error: ")
