@@ -25,8 +25,8 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     ctx.execution_options.label_selector = plan.data_selector
     ctx.enable_progress_bars = False
     host_names = [h.name for h in plan.hosts]
-    preprocess_cpus = sum(h.num_cpus for h in plan.hosts if h.labels.get("ray-subcluster") ==
-                          (plan.data_selector or plan.train_selector)["ray-subcluster"])
+    preprocess_on = "data" if plan.data_selector else "train"
+    preprocess_cpus = sum(h.num_cpus for h in plan.hosts if h.subcluster == preprocess_on)
     datasets = {}
     for channel in plan.channels:
         roots = {h: str(channel_dir(plan.host(h).opt_ml, channel.name)) for h in channel.hosts}
