@@ -5,6 +5,10 @@ message as one line, without a traceback, and exits non-zero; anything else is a
 its traceback.
 """
 
+from __future__ import annotations
+
+import re
+
 
 class UserError(Exception):
     """Bad input: the message names the field, channel, file or host and says what is wrong."""
@@ -16,3 +20,41 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A channel's data is missing or malformed."""
+
+
+_RAISED = re.compile(r"(smlaunch(?:\.\w+)+)\.(\w+): (.+)")
+
+
+def user_error_in(exc: BaseException) -> str | None:
+    """The message of a `UserError` raised in a Ray task or train worker and wrapped by Ray.
+
+    Ray re-raises worker exceptions wrapped (RayTaskError, WorkerGroupError) and often only as
+    text, so the text is searched for `smlaunch.<module>.<Class>: message` and the class is
+    checked to be a `UserError` before its message is trusted.
+    """
+    import importlib
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, UserError):
+            return str(exc)
+        texts = [str(exc)] + [str(e) for e in getattr(exc, "worker_failures", {}).values()]
+        for match in _RAISED.finditer("\n".join(texts)):
+            try:
+                cls = getattr(importlib.import_module(match.group(1)), match.group(2), None)
+            except ImportError:
+                continue
+            if isinstance(cls, type) and issubclass(cls, UserError):
+                return match.group(3).strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for any exception: a UserError's message, else the type and first line."""
+    reason = user_error_in(exc)
+    if reason is not None:
+        return reason
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"internal error: {type(exc).__name__}: {first}"

@@ -1,4 +1,4 @@
-"""Reading this machine once, at the edge: CPUs, GPUs, and whether it is a SageMaker host."""
+"""Reading this machine once, at the edge: its CPUs and GPUs (SageMaker's job files: `sagemaker_env`)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,8 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 from smlaunch.cluster.plan import LocalEnvironment
-
-
-def sagemaker_base_dir() -> Path:
-    return Path(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"))
-
-
-def is_sagemaker_host() -> bool:
-    return (sagemaker_base_dir() / "input" / "config" / "resourceconfig.json").is_file()
 
 
 def detect_local_environment() -> LocalEnvironment:

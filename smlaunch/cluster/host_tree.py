@@ -1,8 +1,9 @@
-"""Each simulated host's `/opt/ml` tree, laid out and filled as SageMaker fills a real one.
+"""`/opt/ml` trees laid out and filled as SageMaker fills a real host's.
 
-A local run gets one tree per host under the run directory, with the config files SageMaker
-writes (`resourceconfig.json`, `inputdataconfig.json`, `hyperparameters.json`), so code that
-reads a real host's tree reads a simulated one the same way.
+A local run gets one tree per simulated host under the run directory, and tests and benchmarks
+of the multi-host path get one per fake host of a job layout (`simulate_job`), each with the
+files SageMaker writes (`resourceconfig.json`, `inputdataconfig.json`, `hyperparameters.json`),
+so the code that reads a real host's tree reads these the same way.
 """
 
 from __future__ import annotations
@@ -15,22 +16,48 @@ from smlaunch.cluster.plan import LaunchPlan
 SUBDIRS = ("input/config", "input/data", "model", "output/data", "checkpoints", "code")
 
 
+def write_host_tree(opt_ml: str | Path, current_host: str, groups: list[dict], channels: dict[str, str],
+                    interface: str = "lo", hyperparameters: dict | None = None) -> Path:
+    """One host's tree. `groups` are resourceconfig `instance_groups` entries (hosts as listed,
+    unsorted if you like); `channels` maps the channels this host receives to their input mode."""
+    root = Path(opt_ml)
+    for sub in SUBDIRS:
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    mine = next(g for g in groups if current_host in g["hosts"])
+    hosts = sorted(h for g in groups for h in g["hosts"])  # SageMaker sorts `hosts` as strings
+    resource = {"current_host": current_host, "current_instance_type": mine["instance_type"],
+                "current_group_name": mine["instance_group_name"], "hosts": hosts,
+                "instance_groups": groups, "network_interface_name": interface}
+    inputs = {name: {"TrainingInputMode": mode, "S3DistributionType": "FullyReplicated",
+                     "RecordWrapperType": "None"} for name, mode in channels.items()}
+    config = root / "input" / "config"
+    (config / "resourceconfig.json").write_text(json.dumps(resource, indent=2))
+    (config / "inputdataconfig.json").write_text(json.dumps(inputs, indent=2))
+    (config / "hyperparameters.json").write_text(json.dumps(
+        {k: json.dumps(v) for k, v in (hyperparameters or {}).items()}))
+    return root
+
+
+def simulate_job(root: str | Path, groups: list[dict], channel_groups: dict[str, list[str]]) -> dict[str, Path]:
+    """A tree per host of a job layout under `root/<host>/opt/ml`; returns host -> tree.
+
+    `channel_groups` maps each File-mode channel to the groups that receive it.
+    """
+    trees = {}
+    for group in groups:
+        for host in group["hosts"]:
+            channels = {c: "File" for c, gs in channel_groups.items() if group["instance_group_name"] in gs}
+            trees[host] = write_host_tree(Path(root) / host / "opt" / "ml", host, groups, channels)
+    return trees
+
+
 def create_host_trees(plan: LaunchPlan) -> None:
+    """The trees of a local run's simulated hosts."""
     groups: dict[str, dict] = {}
     for host in plan.hosts:
         group = groups.setdefault(host.group, {"instance_group_name": host.group,
                                                "instance_type": host.instance_type, "hosts": []})
         group["hosts"].append(host.name)
     for host in plan.hosts:
-        root = Path(host.opt_ml)
-        for sub in SUBDIRS:
-            (root / sub).mkdir(parents=True, exist_ok=True)
-        resource = {"current_host": host.name, "current_instance_type": host.instance_type,
-                    "current_group_name": host.group, "hosts": [h.name for h in plan.hosts],
-                    "instance_groups": list(groups.values()), "network_interface_name": "lo"}
-        channels = {c.name: {"TrainingInputMode": c.input_mode, "S3DistributionType": "FullyReplicated",
-                             "RecordWrapperType": "None"} for c in plan.channels if host.name in c.hosts}
-        config = root / "input" / "config"
-        (config / "resourceconfig.json").write_text(json.dumps(resource, indent=2))
-        (config / "inputdataconfig.json").write_text(json.dumps(channels, indent=2))
-        (config / "hyperparameters.json").write_text("{}")
+        channels = {c.name: c.input_mode for c in plan.channels if host.name in c.hosts}
+        write_host_tree(host.opt_ml, host.name, list(groups.values()), channels)

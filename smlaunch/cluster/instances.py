@@ -56,6 +56,25 @@ INSTANCE_TYPES: dict[str, InstanceSpec] = {
 }
 
 
+GPU_FAMILIES = ("ml.p", "ml.g")
+"""Families with NVIDIA GPUs (p2-p6, g4dn-g6e); trn/inf accelerators are not GPUs to Ray."""
+
+
 def instance_spec(instance_type: str) -> InstanceSpec:
     """The spec of `instance_type`; `KeyError` for a type not in the table."""
     return INSTANCE_TYPES[instance_type]
+
+
+def expected_gpus(instance_type: str) -> int:
+    """GPUs a host of this type should have: the table, else 1 for a GPU family, else 0.
+
+    A running job may use a type newer than the table; its family still says whether it trains.
+    """
+    if instance_type in INSTANCE_TYPES:
+        return INSTANCE_TYPES[instance_type].gpus
+    return 1 if instance_type.startswith(GPU_FAMILIES) and instance_type[4:5].isdigit() else 0
+
+
+def expected_vcpus(instance_type: str) -> int | None:
+    spec = INSTANCE_TYPES.get(instance_type)
+    return spec.vcpus if spec else None

@@ -41,8 +41,9 @@ class HostPlan:
     subcluster: str  # "train" or "data"
     num_cpus: int
     num_gpus: int
-    opt_ml: str
-    """This host's `/opt/ml` tree (a directory under the run dir when simulated)."""
+    opt_ml: str | None
+    """This host's `/opt/ml` tree (a directory under the run dir when simulated); None on a
+    SageMaker job for another host, whose tree is its own `SAGEMAKER_BASE_DIR`, known only there."""
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -68,6 +69,11 @@ class LaunchPlan:
     data_selector: dict[str, str] | None
     channels: tuple[ChannelPlan, ...]
     notes: tuple[str, ...]
+    mode: str = "local"
+    """"local" (every host simulated by this process) or "sagemaker" (this process is one host)."""
+    current_host: str | None = None
+    head_address: str = "local"
+    join_timeout_s: float = 300.0
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -139,4 +145,4 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
         train_workers=max(gpus, 1), use_gpu=gpus > 0,
         train_selector={SUBCLUSTER: "train"},
         data_selector={SUBCLUSTER: "data"} if data_hosts else None,
-        channels=tuple(channels), notes=tuple(notes))
+        channels=tuple(channels), notes=tuple(notes), join_timeout_s=cfg.cluster.join_timeout_s)

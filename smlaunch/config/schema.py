@@ -43,6 +43,12 @@ class ClusterConfig(_Strict):
     instance_groups: list[InstanceGroup] = Field(min_length=1, max_length=5)
     train_group: Optional[str] = None
     """Group that hosts the Ray head and the train workers; default: the group with GPUs."""
+    port: int = Field(default=6379, ge=1024, le=65535)
+    """Ray head (GCS) port on a multi-host job."""
+    join_timeout_s: float = Field(default=300, gt=0, le=3600)
+    """How long the head waits for every host to join, and a host waits for the head to appear."""
+    object_store_mb: Optional[int] = Field(default=None, ge=64)
+    """Ray object store per host on a SageMaker job; default: Ray's (30 % of memory)."""
 
     @model_validator(mode="after")
     def _groups(self):

@@ -9,26 +9,29 @@ status 2 (config) or 1 (anything else), with the reason also written to the head
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import traceback
 from pathlib import Path
 
-COMMANDS = ("run", "plan")
+COMMANDS = ("run", "plan", "check")
+HELP = {"run": "run the job (the default command)",
+        "plan": "print the resolved config and the launch plan; starts nothing",
+        "check": "bring the cluster up on every host, run one task per host, tear it down"}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sm-launch",
         description="Train a PyTorch model on a heterogeneous cluster: Ray Data preprocessing on the "
-                    "CPU hosts, Ray Train on the GPU hosts. Locally, the config's instance groups are "
-                    "simulated as separate Ray nodes on this machine.",
+                    "CPU hosts, Ray Train on the GPU hosts. On a SageMaker host (one with "
+                    "/opt/ml/input/config/resourceconfig.json) every host of the job runs the same "
+                    "command and takes its part; elsewhere the config's instance groups are simulated "
+                    "as separate Ray nodes on this machine.",
         epilog="examples:\n  sm-launch configs/hetero.yaml\n  sm-launch plan configs/hetero.yaml "
                "--set trainer.steps=50",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="{run,plan}")
-    for name, text in (("run", "run the job (the default command)"),
-                       ("plan", "print the resolved config and the launch plan; starts nothing")):
+    sub = parser.add_subparsers(dest="command", metavar="{run,plan,check}")
+    for name, text in HELP.items():
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("config", help="YAML job config, e.g. configs/hetero.yaml")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -44,86 +47,101 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return 2
-    from smlaunch.errors import ConfigError, UserError
+    from smlaunch.cluster.sagemaker_env import base_dir, is_sagemaker_host
+    from smlaunch.errors import ConfigError, UserError, describe_error
+    from smlaunch.launcher.stopping import StopRequest
 
-    plan = None
+    on_sagemaker = is_sagemaker_host()
+    failure_dir = str(base_dir()) if on_sagemaker else None
+    stop = StopRequest().install()
     try:
-        from smlaunch.cluster.environment import detect_local_environment, is_sagemaker_host
-        from smlaunch.cluster.plan import build_plan
+        from smlaunch.cluster.environment import detect_local_environment
         from smlaunch.config import load_config
 
         cfg = load_config(args.config, args.overrides)
-        if is_sagemaker_host():
-            raise UserError("this is a SageMaker host (/opt/ml/input/config/resourceconfig.json exists); "
-                            "multi-host SageMaker launch is not available yet, only the local simulation")
+        if on_sagemaker:
+            return _on_sagemaker(args.command, cfg, stop)
+        from smlaunch.cluster.plan import build_plan
+
         plan = build_plan(cfg, detect_local_environment())
+        failure_dir = plan.head_host.opt_ml
         if args.command == "plan":
             _print_plan(cfg, plan)
             return 0
-        from smlaunch.launcher.report import summary_lines
-        from smlaunch.launcher.run import run_local
-
-        report = run_local(cfg, plan)
-        for line in summary_lines(report):
-            print(line)
-        print(f"report: {report['path']}")
-        return 0
+        return _local(args.command, cfg, plan, stop)
     except KeyboardInterrupt:
-        _fail(plan, "interrupted")
+        _fail(failure_dir, "interrupted", keep_existing=on_sagemaker)
         return 130
     except ConfigError as exc:
-        _fail(plan, str(exc))
+        _fail(failure_dir, str(exc), keep_existing=on_sagemaker)
         return 2
     except UserError as exc:
-        _fail(plan, str(exc))
+        _fail(failure_dir, str(exc), keep_existing=on_sagemaker)
         return 1
     except Exception as exc:  # Ray wraps errors raised in tasks and workers
-        reason = user_error_in(exc)
-        if reason is None:
+        reason = describe_error(exc)
+        if reason.startswith("internal error"):
             traceback.print_exc()
-            reason = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        _fail(plan, reason)
+        _fail(failure_dir, reason, keep_existing=on_sagemaker)
         return 1
 
 
-_RAISED = re.compile(r"(smlaunch(?:\.\w+)+)\.(\w+): (.+)")
+def _local(command: str, cfg, plan, stop) -> int:
+    from smlaunch.launcher.report import summary_lines
+    from smlaunch.launcher.run import run_local
+
+    if command == "check":
+        from smlaunch.cluster.local import LocalCluster
+        from smlaunch.launcher.sagemaker_run import _check
+
+        with LocalCluster(plan):
+            answers = _check(plan)["hosts"]
+        print(f"all {len(answers)} simulated hosts ran a task: {', '.join(answers)}")
+        return 0
+    report = run_local(cfg, plan, stop=stop)
+    for line in summary_lines(report):
+        print(line)
+    print(f"report: {report['path']}")
+    return 143 if report["summary"].get("stopped_at_step") is not None else 0
 
 
-def user_error_in(exc: BaseException) -> str | None:
-    """The message of a `UserError` raised in a Ray task or train worker and wrapped by Ray.
+def _on_sagemaker(command: str, cfg, stop) -> int:
+    from smlaunch.cluster.environment import detect_local_environment
+    from smlaunch.cluster.sagemaker_env import read_sagemaker_environment
+    from smlaunch.cluster.sagemaker_plan import build_sagemaker_plan
+    from smlaunch.launcher.report import summary_lines
+    from smlaunch.launcher.sagemaker_run import run_host
 
-    Ray re-raises worker exceptions wrapped (RayTaskError, WorkerGroupError) and often only as
-    text, so the text is searched for `smlaunch.<module>.<Class>: message` and the class is
-    checked to be a `UserError` before its message is trusted.
+    sm = read_sagemaker_environment()
+    plan = build_sagemaker_plan(cfg, sm, detect_local_environment())
+    if command == "plan":
+        _print_plan(cfg, plan)
+        return 0
+    outcome = run_host(cfg, plan, sm, stop, check_only=command == "check")
+    if outcome.exit_code == 1:
+        _fail(sm.base_dir, outcome.message, keep_existing=True)
+        return 1
+    print(f"sm-launch: {plan.current_host}: {outcome.message}", flush=True)
+    if outcome.report and "summary" in outcome.report:
+        for line in summary_lines(outcome.report):
+            print(line)
+        print(f"report: {outcome.report['path']}")
+    return outcome.exit_code
+
+
+def _fail(failure_dir: str | None, reason: str, keep_existing: bool = False) -> None:
+    """One line on stderr and, on the head (local) or this host (SageMaker), `output/failure`.
+
+    SageMaker shows the first 1024 characters as the job's FailureReason; an existing file is
+    kept on SageMaker, as the training toolkit does, so the first failure wins.
     """
-    import importlib
-
-    from smlaunch.errors import UserError
-
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, UserError):
-            return str(exc)
-        texts = [str(exc)] + [str(e) for e in getattr(exc, "worker_failures", {}).values()]
-        for match in _RAISED.finditer("\n".join(texts)):
-            try:
-                cls = getattr(importlib.import_module(match.group(1)), match.group(2), None)
-            except ImportError:
-                continue
-            if isinstance(cls, type) and issubclass(cls, UserError):
-                return match.group(3).strip()
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def _fail(plan, reason: str) -> None:
     line = " ".join(reason.split())
-    print(f"sm-launch: error: {line}", file=sys.stderr)
-    if plan is not None:
-        failure = Path(plan.head_host.opt_ml) / "output" / "failure"
+    print(f"sm-launch: error: {line}", file=sys.stderr, flush=True)
+    if failure_dir is not None:
+        failure = Path(failure_dir) / "output" / "failure"
         failure.parent.mkdir(parents=True, exist_ok=True)
-        failure.write_text(line[:1024] + "\n")
+        if not (keep_existing and failure.exists()):
+            failure.write_text(line[:1024] + "\n")
 
 
 def _print_plan(cfg, plan) -> None:
@@ -132,20 +150,25 @@ def _print_plan(cfg, plan) -> None:
     print("# resolved config")
     print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
     print("\n# plan")
-    print(f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type})")
+    if plan.mode == "sagemaker":
+        me = plan.host(plan.current_host)
+        print(f"SageMaker job: this host is {me.name} ({me.role}, {me.group})")
+        print(f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type}) at {plan.head_address}")
+    else:
+        print(f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type})")
     print(f"train workers: {plan.train_workers} ({'GPU' if plan.use_gpu else 'CPU'}), "
           f"selector {plan.train_selector}")
     print(f"preprocessing selector: {plan.data_selector or 'none (no CPU-only group)'}")
     print("hosts:")
     for h in plan.hosts:
         labels = ",".join(f"{k}={v}" for k, v in h.labels.items())
-        print(f"  {h.name:8} {h.role:6} group={h.group} type={h.instance_type} cpus={h.num_cpus} "
+        print(f"  {h.name:8} {h.role:6} group={h.group} type={h.instance_type} cpus={h.num_cpus or '?'} "
               f"gpus={h.num_gpus} labels={labels}")
     print("channels:")
     for c in plan.channels:
         print(f"  {c.name}: {c.input_mode} {c.record_format} from {c.source} -> "
               f"/opt/ml/input/data/{c.name} on {', '.join(c.hosts)}")
-    print(f"run directory: {plan.run_dir}")
+    print(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
     for note in plan.notes:
         print(f"note: {note}")
 

@@ -32,6 +32,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict)
             "validation_accuracy": final.get("accuracy"),
             "data_node_row_fraction": round(data_rows / total_rows, 5) if total_rows else 0.0,
             "train_workers": plan.train_workers,
+            "stopped_at_step": result.get("stopped_at_step"),
             **timings,
         },
         "rows_by_host": rows,
@@ -51,7 +52,9 @@ def write_report(report: dict, output_dir: str | Path) -> Path:
 def summary_lines(report: dict) -> list[str]:
     s = report["summary"]
     acc = s["validation_accuracy"]
-    return [
+    lines = [f"stopped early at step {s['stopped_at_step']} on request (SIGTERM); the last checkpoint "
+             "holds the state"] if s.get("stopped_at_step") is not None else []
+    return lines + [
         f"steps={s['steps']} epochs={s['epochs']} train_workers={s['train_workers']}",
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",

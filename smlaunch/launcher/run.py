@@ -26,7 +26,7 @@ def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
                                   if train_rows else None)
     return {"model": cfg.model.name, "num_classes": num_classes, "image_size": crops[-1], "seed": cfg.seed,
             "trainer": trainer, "total_steps": total, "host_names": [h.name for h in plan.hosts],
-            "model_dir": str(Path(plan.head_host.opt_ml, "model").resolve()),
+            "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
             "config_sha256": config_hash(cfg)}
 
 
@@ -50,35 +50,62 @@ def _builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
     return None
 
 
-def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print) -> dict:
-    """Run the whole job on this machine and return the report (also written to the head's output)."""
-    from smlaunch.cluster.host_tree import create_host_trees
-    from smlaunch.cluster.local import LocalCluster
-    from smlaunch.launcher.report import build_report, write_report
-    from smlaunch.pipelines.channels import deliver_file_channels
+def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
+    """Checks that need no cluster (model name, crop size), the resolved config file, the loop config."""
     from smlaunch.trainers.model import check_model_name
 
-    started = time.perf_counter()
     check_model_name(cfg.model.name)
     config = loop_config(cfg, plan)
     Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(plan.run_dir) / "resolved_config.yaml").write_text(
         yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return config
+
+
+def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, config: dict, timings: dict) -> dict:
+    """Datasets, trainer, report, on the Ray cluster this process is connected to."""
+    from smlaunch.launcher.report import build_report, write_report
+    from smlaunch.pipelines.dataset import build_datasets
+    from smlaunch.trainers.fit import fit
+
+    started = time.perf_counter()
+    result = fit(cfg, plan, build_datasets(cfg, plan), config)
+    timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
+    report = build_report(plan, result, cfg.trainer.batch_size, timings)
+    path = write_report(report, Path(host_opt_ml(plan.head_host)) / "output" / "data")
+    report["path"] = str(path)
+    return report
+
+
+def host_opt_ml(host) -> str:
+    """A host's /opt/ml tree; on a SageMaker job only this host's is known (`SAGEMAKER_BASE_DIR`)."""
+    from smlaunch.cluster.sagemaker_env import base_dir
+
+    return host.opt_ml if host.opt_ml is not None else str(base_dir())
+
+
+def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print, stop=None) -> dict:
+    """Run the whole job on this machine and return the report (also written to the head's output)."""
+    from smlaunch.cluster.host_tree import create_host_trees
+    from smlaunch.cluster.local import LocalCluster
+    from smlaunch.launcher.stopping import forward_stop_to_trainer
+    from smlaunch.pipelines.channels import deliver_file_channels
+
+    started = time.perf_counter()
+    config = prepare_job(cfg, plan)
     create_host_trees(plan)
     deliver_file_channels(plan)
     log(f"run directory: {plan.run_dir}")
     log(f"starting {len(plan.hosts)} simulated hosts: " +
         ", ".join(f"{h.name} ({h.group}, {h.labels['ray-subcluster']}, {h.num_cpus} CPU)" for h in plan.hosts))
     with LocalCluster(plan):
-        cluster_up = time.perf_counter()
-        from smlaunch.pipelines.dataset import build_datasets
-        from smlaunch.trainers.fit import fit
+        if stop is not None:
+            stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
+        timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
+        with forward_stop_to_trainer(stop):
+            report = train_on_cluster(cfg, plan, config, timings)
+    report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
+    from smlaunch.launcher.report import write_report
 
-        result = fit(cfg, plan, build_datasets(cfg, plan), config)
-        trained = time.perf_counter()
-    timings = {"cluster_start_s": round(cluster_up - started, 2), "train_s": round(trained - cluster_up, 2),
-               "wall_s": round(time.perf_counter() - started, 2)}
-    report = build_report(plan, result, cfg.trainer.batch_size, timings)
-    path = write_report(report, Path(plan.head_host.opt_ml) / "output" / "data")
-    report["path"] = str(path)
+    write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
     return report

@@ -15,7 +15,13 @@ from smlaunch.cluster.plan import ChannelPlan, LaunchPlan
 from smlaunch.errors import DataError
 
 
-def channel_dir(opt_ml: str | Path, channel: str) -> Path:
+def channel_dir(opt_ml: str | Path | None, channel: str) -> Path:
+    """`<opt_ml>/input/data/<channel>`; `opt_ml` None means this host's own tree (SAGEMAKER_BASE_DIR),
+    so a task resolves it on the host it runs on."""
+    if opt_ml is None:
+        from smlaunch.cluster.sagemaker_env import base_dir
+
+        opt_ml = base_dir()
     return Path(opt_ml) / "input" / "data" / channel
 
 
@@ -29,6 +35,11 @@ def resolve_source(channel: ChannelPlan) -> Path:
     if not path.is_dir():
         raise DataError(f"channel '{channel.name}': source {channel.source} is not a directory")
     return path
+
+
+def list_host_channel(opt_ml: str | None, channel: str) -> list[tuple[str, int]]:
+    """`list_record_files` of a channel as the host running this sees it."""
+    return list_record_files(channel_dir(opt_ml, channel), channel)
 
 
 def list_record_files(directory: Path, channel: str) -> list[tuple[str, int]]:

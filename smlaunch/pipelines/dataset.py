@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
-from smlaunch.pipelines.channels import channel_dir, list_record_files
+from smlaunch.pipelines.channels import list_host_channel
 
 LIST_TIMEOUT_S = 60
 
@@ -29,11 +29,10 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     preprocess_cpus = sum(h.num_cpus for h in plan.hosts if h.subcluster == preprocess_on)
     datasets = {}
     for channel in plan.channels:
-        roots = {h: str(channel_dir(plan.host(h).opt_ml, channel.name)) for h in channel.hosts}
-        lister = ray.remote(list_record_files).options(
+        roots = {h: plan.host(h).opt_ml for h in channel.hosts}
+        lister = ray.remote(list_host_channel).options(
             num_cpus=0, label_selector={"sm-host": channel.hosts[0]}, max_retries=0)
-        files = ray.get(lister.remote(channel_dir(plan.host(channel.hosts[0]).opt_ml, channel.name),
-                                      channel.name), timeout=LIST_TIMEOUT_S)
+        files = ray.get(lister.remote(roots[channel.hosts[0]], channel.name), timeout=LIST_TIMEOUT_S)
         ds = ray.data.read_datasource(
             ChannelDatasource(channel.name, files, roots),
             label_selector={"sm-host": f"in({','.join(channel.hosts)})"})

@@ -15,6 +15,7 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from smlaunch.errors import DataError
+from smlaunch.pipelines.channels import channel_dir
 from smlaunch.pipelines.formats.example import decode_example
 from smlaunch.pipelines.formats.tfrecord import RecordError, read_file
 
@@ -25,10 +26,10 @@ IMAGE_KEY, LABEL_KEY, ID_KEY = "image/encoded", "image/class/label", "id"
 class ChannelDatasource(Datasource):
     """TFRecord files of `tf.train.Example` images; rows are `image` bytes, `label`, `id`."""
 
-    def __init__(self, channel: str, files: list[tuple[str, int]], roots: dict[str, str]):
+    def __init__(self, channel: str, files: list[tuple[str, int]], roots: dict[str, str | None]):
         self.channel = channel
         self.files = files
-        self.roots = roots  # host name -> that host's channel directory
+        self.roots = roots  # host name -> that host's /opt/ml (None: the running host's own)
 
     def get_name(self) -> str:
         return f"Channel[{self.channel}]"
@@ -53,8 +54,9 @@ def _read_files(channel: str, files: list[str], roots: dict[str, str]):
     if host not in roots:
         raise DataError(f"channel '{channel}': read task landed on host {host}, which does not "
                         f"receive the channel (hosts: {sorted(roots)})")
+    directory = channel_dir(roots[host], channel)
     for rel in files:
-        path = f"{roots[host]}/{rel}"
+        path = f"{directory}/{rel}"
         yield from _read_one(channel, path)
 
 

@@ -20,6 +20,7 @@ def train_loop(config: dict) -> dict:
     import ray.train.torch
 
     from smlaunch.trainers.model import create_model
+    from smlaunch.trainers.stop_poll import StopPoll
 
     t = config["trainer"]
     torch.manual_seed(config["seed"])
@@ -35,8 +36,10 @@ def train_loop(config: dict) -> dict:
     steps: list[dict] = []
     validation: list[dict] = []
     step = epoch = 0
+    stop = StopPoll(world, device)
+    stopped = False
     shard = ray.train.get_dataset_shard("train")
-    while not _done(t, step, epoch):
+    while not stopped and not _done(t, step, epoch):
         epoch += 1
         batches = iter(shard.iter_torch_batches(batch_size=t["batch_size"], drop_last=True, prefetch_batches=2))
         model.train()
@@ -64,16 +67,23 @@ def train_loop(config: dict) -> dict:
             if rank == 0 and (step % t["log_every"] == 0 or step == 1):
                 print(f"step={step} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
                       f"data_wait_pct={100 * waited / elapsed:.1f}", flush=True)
+            if stop.requested():
+                # Issue 6 (trainer) makes this checkpoint resumable; here it is the hook.
+                _checkpoint(model, optimizer, step, epoch, rank)
+                if rank == 0:
+                    print(f"stopped at step={step} on request; checkpoint reported", flush=True)
+                stopped = True
+                break
             if t["checkpoint_interval"] and step % t["checkpoint_interval"] == 0:
                 _checkpoint(model, optimizer, step, epoch, rank)
-        if t["epochs"]:
+        if t["epochs"] and not stopped:
             validation.append(_validate(model, device, host_rows, step, epoch, world))
-    if not t["epochs"]:
+    if not t["epochs"] and not stopped:
         validation.append(_validate(model, device, host_rows, step, epoch, world))
     host_rows = _all_reduce(host_rows, world)
-    if rank == 0:
+    if rank == 0 and not stopped:
         _save_model(model, config, step, validation[-1])
-    return {"steps": steps, "validation": validation, "epochs": epoch,
+    return {"steps": steps, "validation": validation, "epochs": epoch, "stopped_at_step": step if stopped else None,
             "host_rows": {name: int(n) for name, n in zip(hosts + ["unknown"], host_rows.tolist())}}
 
 

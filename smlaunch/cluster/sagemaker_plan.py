@@ -1,0 +1,140 @@
+"""The launch plan of one host of a real SageMaker job: pure, from the config and the job files.
+
+Every host of a job runs the same command and must reach the same decisions without talking to
+the others first, so everything here is a function of `resourceconfig.json` (same on every host
+but for `current_*`) and the config. The head is the first host, in natural order, of the
+training group: never simply `algo-1`, which is often a CPU host, and never the first of an
+unsorted group list (../shared/notes/sagemaker.md §2.3, §11).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from smlaunch.cluster.instances import expected_gpus, expected_vcpus
+from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, ChannelPlan, HostPlan,
+                                   LaunchPlan, LocalEnvironment, natural_key)
+from smlaunch.cluster.sagemaker_env import HOMOGENEOUS_GROUP, GroupInfo, SageMakerEnvironment
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import ConfigError
+
+
+def job_groups(sm: SageMakerEnvironment) -> dict[str, GroupInfo]:
+    """The job's groups; a job without `instance_groups` is one group of all hosts."""
+    if sm.groups:
+        return dict(sm.groups)
+    return {HOMOGENEOUS_GROUP: GroupInfo(HOMOGENEOUS_GROUP, sm.current_instance_type, sm.hosts)}
+
+
+def choose_train_group(groups: dict[str, GroupInfo], configured: str | None) -> tuple[str, str]:
+    """(group, why): the configured group, else the one whose instance type has GPUs."""
+    if len(groups) == 1:
+        name = next(iter(groups))
+        return name, f"the job's only group ({name})"
+    if configured is not None:
+        if configured not in groups:
+            raise ConfigError(f"cluster.train_group: {configured!r} is not a group of this job; "
+                              f"groups: {', '.join(groups)}")
+        return configured, f"cluster.train_group names {configured}"
+    with_gpus = [g for g in groups.values() if expected_gpus(g.instance_type) > 0]
+    if not with_gpus:
+        described = ", ".join(f"{g.name}={g.instance_type}" for g in groups.values())
+        raise ConfigError(f"cluster: no instance group of this job has GPUs ({described}); "
+                          "name the training group in cluster.train_group")
+    chosen = with_gpus[0]
+    why = f"{chosen.name} has GPUs ({chosen.instance_type})"
+    if len(with_gpus) > 1:
+        why += f"; also GPU groups {', '.join(g.name for g in with_gpus[1:])}: set cluster.train_group to choose"
+    return chosen.name, why
+
+
+def choose_head(group: GroupInfo) -> str:
+    return sorted(group.hosts, key=natural_key)[0]
+
+
+def _config_group_names(cfg: LaunchConfig, groups: dict[str, GroupInfo]) -> dict[str, str]:
+    """Config group name -> job group name; the names must match, except a one-group job."""
+    configured = [g.name for g in cfg.cluster.instance_groups]
+    if len(groups) == 1 and len(configured) == 1:
+        return {configured[0]: next(iter(groups))}
+    if set(configured) != set(groups):
+        raise ConfigError(f"cluster.instance_groups: the config names groups {configured} but this job has "
+                          f"{list(groups)} (resourceconfig.json); use the job's group names")
+    return {name: name for name in configured}
+
+
+def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: LocalEnvironment) -> LaunchPlan:
+    groups = job_groups(sm)
+    names = _config_group_names(cfg, groups)
+    train_group, why = choose_train_group(
+        groups, names.get(cfg.cluster.train_group) if cfg.cluster.train_group else None)
+    head = choose_head(groups[train_group])
+    notes = [f"head {head}: first host in natural order of {train_group} {list(groups[train_group].hosts)}; "
+             f"training group because {why}"]
+
+    hosts: list[HostPlan] = []
+    for group in groups.values():
+        subcluster = "train" if group.name == train_group else "data"
+        for name in sorted(group.hosts, key=natural_key):
+            here = name == sm.current_host
+            hosts.append(HostPlan(
+                name=name, group=group.name, instance_type=group.instance_type,
+                role="head" if name == head else "worker", subcluster=subcluster,
+                num_cpus=local.cpus if here else (expected_vcpus(group.instance_type) or 0),
+                num_gpus=(local.gpus if here else expected_gpus(group.instance_type)) if subcluster == "train" else 0,
+                opt_ml=sm.base_dir if here else None,
+                labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name}))
+    hosts.sort(key=lambda h: natural_key(h.name))
+    if sm.current_host not in {h.name for h in hosts}:
+        raise ConfigError(f"resourceconfig.json: current_host {sm.current_host!r} is in no instance group")
+    me = next(h for h in hosts if h.name == sm.current_host)
+    if me.subcluster == "train" and local.gpus < expected_gpus(me.instance_type):
+        notes.append(f"{me.instance_type} should have {expected_gpus(me.instance_type)} GPU(s) but this host "
+                     f"has {local.gpus}")
+
+    data_groups = [g for g in groups if g != train_group]
+    channels = []
+    for name, ch in cfg.channels.items():
+        receiving = [names[g] for g in ch.instance_groups] if ch.instance_groups else (data_groups or [train_group])
+        if me.group in receiving:
+            _check_received(name, ch.input_mode, me, sm)
+        channels.append(ChannelPlan(name=name, input_mode=ch.input_mode, record_format=ch.record_format,
+                                    source=ch.source,
+                                    hosts=tuple(h.name for h in hosts if h.group in receiving)))
+    train_hosts = [h for h in hosts if h.subcluster == "train"]
+    gpus = sum(h.num_gpus for h in train_hosts)
+    if not data_groups:
+        notes.append("no CPU-only group: preprocessing shares the train hosts' CPUs")
+    return LaunchPlan(
+        job=cfg.job, run_dir=str(Path(sm.base_dir) / "checkpoints" / "smlaunch" / cfg.job),
+        hosts=tuple(hosts), head=head, train_workers=max(gpus, 1), use_gpu=gpus > 0,
+        train_selector={SUBCLUSTER: "train"},
+        data_selector={SUBCLUSTER: "data"} if data_groups else None,
+        channels=tuple(channels), notes=tuple(notes), mode="sagemaker", current_host=sm.current_host,
+        head_address=f"{head}:{cfg.cluster.port}", join_timeout_s=cfg.cluster.join_timeout_s)
+
+
+def _check_received(channel: str, mode: str, me: HostPlan, sm: SageMakerEnvironment) -> None:
+    if channel not in sm.channels:
+        raise ConfigError(f"channels.{channel}: routed to group {me.group}, but this host ({me.name}) did not "
+                          f"receive it; inputdataconfig.json lists {sorted(sm.channels) or 'no channels'}")
+    if sm.channels[channel] != mode:
+        raise ConfigError(f"channels.{channel}.input_mode: the config says {mode} but the job delivers it in "
+                          f"{sm.channels[channel]} mode")
+
+
+def with_joined_resources(plan: LaunchPlan, nodes: list[dict]) -> LaunchPlan:
+    """The plan with each host's CPUs and GPUs as its Ray node reported them after joining.
+
+    Only the head knows every host's real size, and only once they joined; the train worker count
+    is then the GPUs the train hosts actually have (one CPU worker when they have none).
+    """
+    from dataclasses import replace
+
+    by_host = {n["labels"].get(HOST_LABEL): n["resources"] for n in nodes}
+    hosts = []
+    for h in plan.hosts:
+        res = by_host.get(h.name)
+        hosts.append(h if res is None else replace(h, num_cpus=int(res.get("CPU", 0)), num_gpus=int(res.get("GPU", 0))))
+    gpus = sum(h.num_gpus for h in hosts if h.subcluster == "train")
+    return replace(plan, hosts=tuple(hosts), train_workers=max(gpus, 1), use_gpu=gpus > 0)

@@ -1,0 +1,98 @@
+"""The multi-host path with real processes: one `sm-launch` per fake SageMaker host, one real Ray
+cluster across them. algo-1 is the CPU host; the GPU group lists algo-3 before algo-2."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from sagemaker_job import FakeJob
+
+HOSTS = ("algo-1", "algo-2", "algo-3")
+
+
+@pytest.fixture
+def job(tmp_path):
+    fake = FakeJob(tmp_path)
+    yield fake
+    fake.cleanup()
+
+
+@pytest.mark.ray
+def test_three_hosts_join_train_and_all_exit_zero(job):
+    for host in HOSTS:
+        job.start(host)
+    codes = job.wait(300)
+    assert codes == {h: 0 for h in HOSTS}, {h: job.log(h)[-2000:] for h in HOSTS}
+
+    head_log = job.log("algo-2")
+    assert "head algo-2 at " in head_log and "hosts_joined=3 " in head_log
+    for worker in ("algo-1", "algo-3"):
+        assert f"{worker} joining head algo-2" in job.log(worker)
+        assert "head algo-2 finished the job" in job.log(worker)
+        # Workers leave within 10 s of the head (which exits last, after its own teardown).
+        assert abs(job.exited["algo-2"] - job.exited[worker]) < 10
+    report = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())
+    assert report["summary"]["steps"] == 20
+    assert report["rows_by_host"]["algo-1"] > 0 and report["summary"]["data_node_row_fraction"] == 1.0
+    assert report["plan"]["head"] == "algo-2" and report["plan"]["head_address"] == f"algo-2:{job.port}"
+    assert (job.trees["algo-2"] / "model/model.pt").exists()
+    assert not any(job.failure(h) for h in HOSTS)
+
+
+@pytest.mark.ray
+def test_killing_the_head_makes_workers_exit_nonzero_within_30s(job):
+    for host in HOSTS:
+        job.start(host)
+    job.wait_for_text("algo-2", "step=2 ", 240)
+    os.kill(job.procs["algo-2"].pid, signal.SIGKILL)
+    killed = time.monotonic()
+    codes = job.wait(60)
+    for worker in ("algo-1", "algo-3"):
+        assert codes[worker] == 1, job.log(worker)[-2000:]
+        assert job.exited[worker] - killed < 30
+        assert "lost the head algo-2" in job.failure(worker)
+
+
+@pytest.mark.ray
+def test_a_host_that_never_starts_is_named_by_the_head_within_its_deadline(tmp_path):
+    job = FakeJob(tmp_path, join_timeout_s=20)
+    try:
+        started = time.monotonic()
+        job.start("algo-2")
+        job.start("algo-3")
+        codes = job.wait(90)
+        assert codes == {"algo-2": 1, "algo-3": 1}
+        assert job.exited["algo-2"] - started < 20 + 30  # the deadline plus start-up and teardown
+        assert "algo-1 did not join" in job.failure("algo-2")
+        assert "sm-launch: error: host(s) algo-1 did not join" in job.log("algo-2")
+        assert "job failed on head algo-2: host(s) algo-1 did not join" in job.failure("algo-3")
+    finally:
+        job.cleanup()
+
+
+@pytest.mark.ray
+def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_every_host_leaves(tmp_path):
+    job = FakeJob(tmp_path, steps=400)
+    try:
+        for host in HOSTS:
+            job.start(host)
+        job.wait_for_text("algo-2", "step=4 ", 240)
+        signalled = time.monotonic()
+        for host in HOSTS:  # SageMaker signals every container
+            os.kill(job.procs[host].pid, signal.SIGTERM)
+        codes = job.wait(120)
+        assert codes == {h: 143 for h in HOSTS}, {h: job.log(h)[-2000:] for h in HOSTS}
+        assert max(job.exited.values()) - signalled < 60  # well inside SageMaker's 120 s
+        head = job.log("algo-2")
+        assert "stopped at step=" in head and "stopped early at step" in head
+        report = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())
+        stopped = report["summary"]["stopped_at_step"]
+        assert 4 <= stopped < 400 and len(report["steps"]) == stopped
+        checkpoints = list((job.trees["algo-2"] / "checkpoints").rglob("state.pt"))
+        assert checkpoints, "no checkpoint written on stop"
+        assert not any(job.failure(h) for h in HOSTS)
+    finally:
+        job.cleanup()
