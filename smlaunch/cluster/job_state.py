@@ -22,6 +22,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from smlaunch.errors import UserError
+
 NAMESPACE = b"smlaunch"
 HEARTBEAT, STOP, OUTCOME = b"heartbeat", b"stop", b"outcome"
 CALL_TIMEOUT_S = 3.0
@@ -54,6 +56,9 @@ class JobState:
         except FutureTimeout:
             raise StoreUnavailable(f"GCS at {self.address} did not answer within {timeout_s:.0f} s") from None
         except Exception as exc:  # RpcError and friends: the GCS is gone or refuses us
+            if type(exc).__name__ == "AuthenticationError":
+                raise UserError(f"the Ray head at {self.address} refused this host's token: every host of the "
+                                "job needs the same SMLAUNCH_RAY_TOKEN") from None
             raise StoreUnavailable(f"GCS at {self.address}: {exc}") from None
 
     def put(self, key: bytes, value: bytes, timeout_s: float = CALL_TIMEOUT_S) -> None:

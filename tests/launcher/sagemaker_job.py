@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,12 +60,15 @@ class FakeJob:
         self.config = root / "job.yaml"
         self.config.write_text(yaml.safe_dump(cfg))
         self.token = secrets.token_hex(32)
+        # Each host's Ray temp dir goes here (short: Ray's socket paths must fit in 107 bytes).
+        self.tmp = Path(tempfile.mkdtemp(prefix="smj", dir="/tmp"))
         self.procs: dict[str, subprocess.Popen] = {}
         self.exited: dict[str, float] = {}
 
-    def start(self, host: str, command: str = "run") -> subprocess.Popen:
+    def start(self, host: str, command: str = "run", **overrides: str) -> subprocess.Popen:
         env = {**os.environ, "SAGEMAKER_BASE_DIR": str(self.trees[host]), "SMLAUNCH_HOSTS_FILE": str(self.hosts_file),
-               "SMLAUNCH_RAY_TOKEN": self.token, "TRAINING_JOB_NAME": "fake-job", "PYTHONUNBUFFERED": "1"}
+               "SMLAUNCH_RAY_TOKEN": self.token, "TRAINING_JOB_NAME": "fake-job", "PYTHONUNBUFFERED": "1",
+               "TMPDIR": str(self.tmp), **overrides}
         env.pop("RAY_ADDRESS", None)
         log = open(self.root / f"{host}.log", "w")
         self.procs[host] = subprocess.Popen(
@@ -103,3 +108,4 @@ class FakeJob:
                 except ProcessLookupError:
                     pass
                 proc.wait(10)
+        shutil.rmtree(self.tmp, ignore_errors=True)

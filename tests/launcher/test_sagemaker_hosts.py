@@ -40,6 +40,9 @@ def test_three_hosts_join_train_and_all_exit_zero(job):
     assert report["plan"]["head"] == "algo-2" and report["plan"]["head_address"] == f"algo-2:{job.port}"
     assert (job.trees["algo-2"] / "model/model.pt").exists()
     assert not any(job.failure(h) for h in HOSTS)
+    # The shared token authenticates every host and is printed nowhere.
+    node_logs = [(job.trees[h] / "output/data/smlaunch/ray-node.log").read_text() for h in HOSTS]
+    assert not any(job.token in text for text in node_logs + [job.log(h) for h in HOSTS])
 
 
 @pytest.mark.ray
@@ -69,6 +72,22 @@ def test_a_host_that_never_starts_is_named_by_the_head_within_its_deadline(tmp_p
         assert "algo-1 did not join" in job.failure("algo-2")
         assert "sm-launch: error: host(s) algo-1 did not join" in job.log("algo-2")
         assert "job failed on head algo-2: host(s) algo-1 did not join" in job.failure("algo-3")
+    finally:
+        job.cleanup()
+
+
+@pytest.mark.ray
+def test_a_host_without_the_job_token_cannot_join(tmp_path):
+    job = FakeJob(tmp_path, join_timeout_s=25)
+    try:
+        job.start("algo-2", "check")
+        job.start("algo-3", "check")
+        job.start("algo-1", "check", SMLAUNCH_RAY_TOKEN="0" * 64)
+        codes = job.wait(120)
+        assert codes == {"algo-1": 1, "algo-2": 1, "algo-3": 1}
+        assert "refused this host's token: every host of the job needs the same SMLAUNCH_RAY_TOKEN" \
+            in job.failure("algo-1")
+        assert "algo-1 did not join" in job.failure("algo-2")
     finally:
         job.cleanup()
 
