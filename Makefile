@@ -25,6 +25,7 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/local_default.py
+	$(VENV)/bin/python bench/bringup.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
