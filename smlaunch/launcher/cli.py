@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # CloudWatch and pipes see each line as it happens
     if args.command is None:
         _parser().print_help()
         return 2
@@ -92,10 +93,10 @@ def _local(command: str, cfg, plan, stop) -> int:
 
     if command == "check":
         from smlaunch.cluster.local import LocalCluster
-        from smlaunch.launcher.sagemaker_run import _check
+        from smlaunch.launcher.sagemaker_run import check_hosts
 
         with LocalCluster(plan):
-            answers = _check(plan)["hosts"]
+            answers = check_hosts(plan)["hosts"]
         print(f"all {len(answers)} simulated hosts ran a task: {', '.join(answers)}")
         return 0
     report = run_local(cfg, plan, stop=stop)

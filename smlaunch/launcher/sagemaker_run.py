@@ -107,7 +107,7 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
                  runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
         stop.install()  # ray.init replaces the SIGTERM handler with one that exits at once
         if check_only:
-            report, outcome = _check(plan), b"ok"
+            report, outcome = check_hosts(plan), b"ok"
         else:
             report = _train(cfg, plan, config, stop, started)
             stopped = report["summary"].get("stopped_at_step")
@@ -167,7 +167,7 @@ def _train(cfg, plan, config, stop, started) -> dict:
     return report
 
 
-def _check(plan: LaunchPlan) -> dict:
+def check_hosts(plan: LaunchPlan) -> dict:
     """One task per host, placed by its `sm-host` label: labels route work where the plan says."""
     import ray
 

@@ -115,3 +115,28 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_every_host_leave
         assert not any(job.failure(h) for h in HOSTS)
     finally:
         job.cleanup()
+
+
+@pytest.mark.ray
+def test_a_one_host_homogeneous_job_needs_no_token_and_checks_itself(tmp_path, configs):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from smlaunch.cluster.host_tree import write_host_tree
+    from sagemaker_job import free_port
+
+    tree = write_host_tree(tmp_path / "opt/ml", "algo-1", [{"instance_group_name": "homogeneousCluster",
+                                                            "instance_type": "ml.g5.xlarge", "hosts": ["algo-1"]}],
+                           {"train": "File", "validation": "File"})
+    cfg = yaml.safe_load((configs / "tiny.yaml").read_text())
+    cfg["cluster"] = {"instance_groups": [cfg["cluster"]["instance_groups"][0]], "port": free_port(),
+                      "object_store_mb": 160}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if k not in ("SMLAUNCH_RAY_TOKEN", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    env.update(SAGEMAKER_BASE_DIR=str(tree), TMPDIR="/tmp")
+    out = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "check", str(tmp_path / "job.yaml")],
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "hosts_joined=1 " in out.stdout and "sm-launch: algo-1: ok" in out.stdout
