@@ -13,7 +13,8 @@ import sys
 import traceback
 from pathlib import Path
 
-COMMANDS = ("run", "plan", "check")
+COMMANDS = ("run", "plan", "check", "inspect")
+RECORD_FORMATS = ("tfrecord", "recordio", "text", "whole")  # = pipelines.formats.FORMATS, without importing it
 HELP = {"run": "run the job (the default command)",
         "plan": "print the resolved config and the launch plan; starts nothing",
         "check": "bring the cluster up on every host, run one task per host, tear it down"}
@@ -30,12 +31,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n  sm-launch configs/hetero.yaml\n  sm-launch plan configs/hetero.yaml "
                "--set trainer.steps=50",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="{run,plan,check}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,plan,check,inspect}")
     for name, text in HELP.items():
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("config", help="YAML job config, e.g. configs/hetero.yaml")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config field by dotted path (repeatable), e.g. trainer.steps=50")
+    text = "count the records of a data file and show their sizes; stops at the first corrupt byte"
+    cmd = sub.add_parser("inspect", help=text, description=text)
+    cmd.add_argument("path", help="a record file (or a FIFO)")
+    cmd.add_argument("--format", required=True, choices=RECORD_FORMATS)
     return parser
 
 
@@ -52,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     from smlaunch.errors import ConfigError, UserError, describe_error
     from smlaunch.launcher.stopping import StopRequest
 
+    if args.command == "inspect":
+        return _inspect(args.path, args.format)
     on_sagemaker = is_sagemaker_host()
     failure_dir = str(base_dir()) if on_sagemaker else None
     stop = StopRequest().install()
@@ -85,6 +92,21 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _fail(failure_dir, reason, keep_existing=on_sagemaker)
         return 1
+
+
+def _inspect(path: str, format: str) -> int:
+    from smlaunch.errors import UserError
+    from smlaunch.launcher.inspect_cmd import inspect_path
+
+    try:
+        inspect_path(path, format)
+        return 0
+    except OSError as exc:
+        reason = f"{path}: {exc.strerror or exc}"
+    except UserError as exc:
+        reason = str(exc)
+    print(f"sm-launch: error: {reason}", file=sys.stderr)
+    return 1
 
 
 def _local(command: str, cfg, plan, stop) -> int:

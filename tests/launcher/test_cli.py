@@ -80,3 +80,22 @@ def test_empty_channel_names_the_channel(configs, tmp_path):
                        "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}")
     assert result.returncode == 1
     assert f"channel 'train': no files in {tmp_path}/empty" in result.stderr
+
+
+def test_inspect_counts_records_and_names_the_corrupt_offset(tmp_path):
+    from smlaunch.launcher.cli import RECORD_FORMATS
+    from smlaunch.pipelines.formats import FORMATS, recordio
+
+    assert RECORD_FORMATS == FORMATS
+    path = tmp_path / "part.rec"
+    recordio.write_records(path, [b"a" * 10, b"b" * 3, b"c"])
+    out = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "inspect", str(path), "--format", "recordio"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"{path}: 3 recordio records, 14 payload bytes" in out.stdout
+    assert "first record sizes: 10, 3, 1" in out.stdout
+    path.write_bytes(path.read_bytes()[:-3])
+    out = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "inspect", str(path), "--format", "recordio"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"sm-launch: error: {path}: record at byte 32 claims 1 bytes (4 with padding), more than the 1 left"

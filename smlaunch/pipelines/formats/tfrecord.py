@@ -9,24 +9,18 @@ length field larger than what is left of a file is refused before anything is al
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 from typing import BinaryIO, Iterator
 
 import google_crc32c
 
-from smlaunch.errors import DataError
+from smlaunch.pipelines.formats.framing import (MAX_RECORD_BYTES, RecordError, read_exact, size_left,
+                                                write_encoded)
 
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
-MAX_RECORD_BYTES = 1 << 31
-"""Upper bound on one record when the stream's size is unknown (a FIFO): 2 GiB."""
-
-
-class RecordError(DataError):
-    """A record is corrupt or truncated; the message names the source and byte offset."""
 
 
 def masked_crc(data: bytes | memoryview) -> int:
@@ -41,17 +35,12 @@ def encode_record(data: bytes) -> bytes:
 
 def write_records(path: str | os.PathLike, records) -> int:
     """Write `records` (bytes) to `path`; returns the number written."""
-    count = 0
-    with open(path, "wb") as f:
-        for record in records:
-            f.write(encode_record(record))
-            count += 1
-    return count
+    return write_encoded(path, records, encode_record)
 
 
 def read_records(stream: BinaryIO, source: str = "<stream>") -> Iterator[bytes]:
     """Yield each record's data from `stream`, verifying both CRCs."""
-    remaining = _size_left(stream)
+    remaining = size_left(stream)
     offset = 0
     while True:
         header = stream.read(_HEADER.size)
@@ -66,7 +55,7 @@ def read_records(stream: BinaryIO, source: str = "<stream>") -> Iterator[bytes]:
         if length > limit:
             raise RecordError(f"{source}: record at byte {offset} claims {length} bytes, "
                               f"more than the {max(limit, 0)} left")
-        data = stream.read(length)
+        data = read_exact(stream, length)
         footer = stream.read(4)
         if len(data) < length or len(footer) < 4:
             raise RecordError(f"{source}: truncated record at byte {offset}")
@@ -79,10 +68,3 @@ def read_records(stream: BinaryIO, source: str = "<stream>") -> Iterator[bytes]:
 def read_file(path: str | os.PathLike) -> Iterator[bytes]:
     with open(path, "rb") as f:
         yield from read_records(f, source=str(path))
-
-
-def _size_left(stream: BinaryIO) -> int | None:
-    try:
-        return os.fstat(stream.fileno()).st_size - stream.tell() if stream.seekable() else None
-    except (OSError, io.UnsupportedOperation, AttributeError):
-        return None
