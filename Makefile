@@ -26,6 +26,7 @@ test: setup
 bench: setup
 	$(VENV)/bin/python bench/local_default.py
 	$(VENV)/bin/python bench/bringup.py
+	$(VENV)/bin/python bench/record_readers.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

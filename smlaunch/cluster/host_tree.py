@@ -17,9 +17,11 @@ SUBDIRS = ("input/config", "input/data", "model", "output/data", "checkpoints", 
 
 
 def write_host_tree(opt_ml: str | Path, current_host: str, groups: list[dict], channels: dict[str, str],
-                    interface: str = "lo", hyperparameters: dict | None = None) -> Path:
+                    interface: str = "lo", hyperparameters: dict | None = None,
+                    distributions: dict[str, str] | None = None) -> Path:
     """One host's tree. `groups` are resourceconfig `instance_groups` entries (hosts as listed,
-    unsorted if you like); `channels` maps the channels this host receives to their input mode."""
+    unsorted if you like); `channels` maps the channels this host receives to their input mode,
+    `distributions` to their S3DistributionType (default FullyReplicated)."""
     root = Path(opt_ml)
     for sub in SUBDIRS:
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -28,7 +30,8 @@ def write_host_tree(opt_ml: str | Path, current_host: str, groups: list[dict], c
     resource = {"current_host": current_host, "current_instance_type": mine["instance_type"],
                 "current_group_name": mine["instance_group_name"], "hosts": hosts,
                 "instance_groups": groups, "network_interface_name": interface}
-    inputs = {name: {"TrainingInputMode": mode, "S3DistributionType": "FullyReplicated",
+    inputs = {name: {"TrainingInputMode": mode,
+                     "S3DistributionType": (distributions or {}).get(name, "FullyReplicated"),
                      "RecordWrapperType": "None"} for name, mode in channels.items()}
     config = root / "input" / "config"
     (config / "resourceconfig.json").write_text(json.dumps(resource, indent=2))
@@ -60,4 +63,5 @@ def create_host_trees(plan: LaunchPlan) -> None:
         group["hosts"].append(host.name)
     for host in plan.hosts:
         channels = {c.name: c.input_mode for c in plan.channels if host.name in c.hosts}
-        write_host_tree(host.opt_ml, host.name, list(groups.values()), channels)
+        write_host_tree(host.opt_ml, host.name, list(groups.values()), channels,
+                        distributions={c.name: c.distribution for c in plan.channels})

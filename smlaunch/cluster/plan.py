@@ -55,6 +55,7 @@ class ChannelPlan:
     source: str
     hosts: tuple[str, ...]
     """Hosts that receive the channel under `/opt/ml/input/data/<name>`."""
+    distribution: str = "FullyReplicated"
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
         receiving = ch.instance_groups or ([g.name for g in groups if g.name != train_group] or [train_group])
         channels.append(ChannelPlan(
             name=name, input_mode=ch.input_mode, record_format=ch.record_format, source=ch.source,
-            hosts=tuple(h.name for h in hosts if h.group in receiving)))
+            hosts=tuple(h.name for h in hosts if h.group in receiving), distribution=ch.s3_distribution))
     return LaunchPlan(
         job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=head,
         train_workers=max(gpus, 1), use_gpu=gpus > 0,

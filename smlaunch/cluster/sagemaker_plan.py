@@ -99,7 +99,7 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
         if me.group in receiving:
             _check_received(name, ch.input_mode, me, sm)
         channels.append(ChannelPlan(name=name, input_mode=ch.input_mode, record_format=ch.record_format,
-                                    source=ch.source,
+                                    source=ch.source, distribution=ch.s3_distribution,
                                     hosts=tuple(h.name for h in hosts if h.group in receiving)))
     train_hosts = [h for h in hosts if h.subcluster == "train"]
     gpus = sum(h.num_gpus for h in train_hosts)

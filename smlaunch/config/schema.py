@@ -63,12 +63,23 @@ class ClusterConfig(_Strict):
 class ChannelConfig(_Strict):
     """A SageMaker input channel: where its data comes from and how the hosts see it."""
 
-    input_mode: Literal["File"] = "File"
-    record_format: Literal["tfrecord"] = "tfrecord"
+    input_mode: Literal["File", "Pipe"] = "File"
+    """File: copied to each receiving host before the job; Pipe: streamed, one FIFO per epoch."""
+    record_format: Literal["tfrecord", "recordio"] = "tfrecord"
+    """Framing of the `tf.train.Example` records in the channel's files or stream."""
+    s3_distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
+    """Every receiving host gets all objects, or host i of n every n-th (SageMaker's S3DistributionType)."""
     source: str
     """`builtin:digits/<split>` (the embedded dataset) or a local directory of record files."""
     instance_groups: Optional[list[str]] = None
     """Groups that receive the channel (SageMaker's InstanceGroupNames); default: the data groups."""
+
+    @model_validator(mode="after")
+    def _sharding(self):
+        if self.input_mode == "File" and self.s3_distribution == "ShardedByS3Key":
+            raise ValueError("s3_distribution ShardedByS3Key is supported in Pipe mode only so far; "
+                             "use input_mode: Pipe, or FullyReplicated")
+        return self
 
     @field_validator("source")
     @classmethod

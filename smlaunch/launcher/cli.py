@@ -13,7 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
-COMMANDS = ("run", "plan", "check", "inspect")
+COMMANDS = ("run", "plan", "check", "inspect", "agent")
 RECORD_FORMATS = ("tfrecord", "recordio", "text", "whole")  # = pipelines.formats.FORMATS, without importing it
 HELP = {"run": "run the job (the default command)",
         "plan": "print the resolved config and the launch plan; starts nothing",
@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n  sm-launch configs/hetero.yaml\n  sm-launch plan configs/hetero.yaml "
                "--set trainer.steps=50",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="{run,plan,check,inspect}")
+    sub = parser.add_subparsers(dest="command", metavar="{run,plan,check,inspect,agent}")
     for name, text in HELP.items():
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("config", help="YAML job config, e.g. configs/hetero.yaml")
@@ -41,6 +41,18 @@ def _parser() -> argparse.ArgumentParser:
     cmd = sub.add_parser("inspect", help=text, description=text)
     cmd.add_argument("path", help="a record file (or a FIFO)")
     cmd.add_argument("--format", required=True, choices=RECORD_FORMATS)
+    text = "play SageMaker's Pipe-mode agent for one channel: a FIFO <channel>_<epoch> per epoch"
+    cmd = sub.add_parser("agent", help=text, description=text + ", fed from a folder or s3://bucket/prefix "
+                         "(set AWS_ENDPOINT_URL for a local S3 server); any Pipe-mode program can read them")
+    cmd.add_argument("--channel", required=True)
+    cmd.add_argument("--source", required=True, help="a folder, or s3://bucket/prefix")
+    cmd.add_argument("--data-dir", default="/opt/ml/input/data", help="where the FIFOs go (default %(default)s)")
+    cmd.add_argument("--epochs", type=int, default=1)
+    cmd.add_argument("--seed", type=int, help="shuffle the objects per epoch with this seed (ShuffleConfig)")
+    cmd.add_argument("--record-wrapper", choices=("None", "RecordIO"), default="None")
+    cmd.add_argument("--shard", metavar="I/N", help="ShardedByS3Key: this host's share, host I of N (0-based)")
+    cmd.add_argument("--reader-wait", type=float, default=120.0, metavar="S",
+                     help="seconds to wait for a reader to open each FIFO (default %(default)s)")
     return parser
 
 
@@ -59,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "inspect":
         return _inspect(args.path, args.format)
+    if args.command == "agent":
+        return _agent(args)
     on_sagemaker = is_sagemaker_host()
     failure_dir = str(base_dir()) if on_sagemaker else None
     stop = StopRequest().install()
@@ -107,6 +121,31 @@ def _inspect(path: str, format: str) -> int:
         reason = str(exc)
     print(f"sm-launch: error: {reason}", file=sys.stderr)
     return 1
+
+
+def _agent(args) -> int:
+    from smlaunch.errors import UserError
+    from smlaunch.pipelines.agent import PipeAgent, local_objects, objects_for_host, s3_objects
+
+    try:
+        objects = s3_objects(args.source) if args.source.startswith("s3://") else local_objects(args.source)
+        if args.shard:
+            index, _, count = args.shard.partition("/")
+            if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+                raise UserError(f"--shard {args.shard}: expected I/N with 0 <= I < N, e.g. 0/2")
+            objects = objects_for_host(objects, "ShardedByS3Key", int(index), int(count))
+        print(f"agent: {len(objects)} objects for channel '{args.channel}', {args.epochs} epoch(s) into "
+              f"{args.data_dir}/{args.channel}_<epoch>", flush=True)
+        agent = PipeAgent(args.data_dir, args.channel, objects, args.epochs, seed=args.seed,
+                          record_wrapper=args.record_wrapper, reader_wait_s=args.reader_wait)
+        agent.run()
+        print(f"agent: done, {agent.bytes_written} bytes written", flush=True)
+        return 0
+    except UserError as exc:
+        print(f"sm-launch: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 def _local(command: str, cfg, plan, stop) -> int:

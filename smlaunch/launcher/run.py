@@ -89,7 +89,7 @@ def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print, stop=None) -> dict
     from smlaunch.cluster.host_tree import create_host_trees
     from smlaunch.cluster.local import LocalCluster
     from smlaunch.launcher.stopping import forward_stop_to_trainer
-    from smlaunch.pipelines.channels import deliver_file_channels
+    from smlaunch.pipelines.channels import deliver_file_channels, start_pipe_agents
 
     started = time.perf_counter()
     config = prepare_job(cfg, plan)
@@ -98,12 +98,17 @@ def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print, stop=None) -> dict
     log(f"run directory: {plan.run_dir}")
     log(f"starting {len(plan.hosts)} simulated hosts: " +
         ", ".join(f"{h.name} ({h.group}, {h.labels['ray-subcluster']}, {h.num_cpus} CPU)" for h in plan.hosts))
-    with LocalCluster(plan):
-        if stop is not None:
-            stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
-        timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
-        with forward_stop_to_trainer(stop):
-            report = train_on_cluster(cfg, plan, config, timings)
+    agents = start_pipe_agents(plan, cfg.seed)
+    try:
+        with LocalCluster(plan):
+            if stop is not None:
+                stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
+            timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
+            with forward_stop_to_trainer(stop):
+                report = train_on_cluster(cfg, plan, config, timings)
+    finally:
+        for agent in agents:
+            agent.stop()
     report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
     from smlaunch.launcher.report import write_report
 

@@ -58,9 +58,34 @@ def list_record_files(directory: Path, channel: str) -> list[tuple[str, int]]:
     return files
 
 
+PIPE_EPOCHS_LIMIT = 100_000
+"""Local Pipe agents offer this many epochs; the run stops them when training ends."""
+LOCAL_READER_WAIT_S = 24 * 3600.0
+"""A local agent waits for the trainer's next epoch as long as the run lasts (the run stops it)."""
+
+
+def start_pipe_agents(plan: LaunchPlan, seed: int) -> list:
+    """Play SageMaker's part for each Pipe-mode channel: an agent per receiving host feeding its FIFOs."""
+    from smlaunch.pipelines.agent import PipeAgent, local_objects, objects_for_host
+
+    agents = []
+    for channel in plan.channels:
+        if channel.input_mode != "Pipe":
+            continue
+        objects = local_objects(resolve_source(channel))
+        for i, host in enumerate(channel.hosts):
+            mine = objects_for_host(objects, channel.distribution, i, len(channel.hosts))
+            agents.append(PipeAgent(channel_dir(plan.host(host).opt_ml, channel.name).parent, channel.name, mine,
+                                    epochs=PIPE_EPOCHS_LIMIT, seed=seed + i,
+                                    reader_wait_s=LOCAL_READER_WAIT_S).start())
+    return agents
+
+
 def deliver_file_channels(plan: LaunchPlan) -> None:
     """Copy each File-mode channel to the hosts that receive it (hard links where possible)."""
     for channel in plan.channels:
+        if channel.input_mode != "File":
+            continue
         source = resolve_source(channel)
         files = list_record_files(source, channel.name)
         for host in channel.hosts:

@@ -19,6 +19,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     import ray.data
 
     from smlaunch.pipelines.datasource import ChannelDatasource
+    from smlaunch.pipelines.pipe_source import PipeChannelDatasource
     from smlaunch.pipelines.ops import Chain
 
     ctx = ray.data.DataContext.get_current()
@@ -30,12 +31,14 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     datasets = {}
     for channel in plan.channels:
         roots = {h: plan.host(h).opt_ml for h in channel.hosts}
-        lister = ray.remote(list_host_channel).options(
-            num_cpus=0, label_selector={"sm-host": channel.hosts[0]}, max_retries=0)
-        files = ray.get(lister.remote(roots[channel.hosts[0]], channel.name), timeout=LIST_TIMEOUT_S)
-        ds = ray.data.read_datasource(
-            ChannelDatasource(channel.name, files, roots),
-            label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
+        if channel.input_mode == "Pipe":
+            source = PipeChannelDatasource(channel.name, roots, channel.record_format, channel.distribution)
+        else:
+            lister = ray.remote(list_host_channel).options(
+                num_cpus=0, label_selector={"sm-host": channel.hosts[0]}, max_retries=0)
+            files = ray.get(lister.remote(roots[channel.hosts[0]], channel.name), timeout=LIST_TIMEOUT_S)
+            source = ChannelDatasource(channel.name, files, roots, channel.record_format)
+        ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
         datasets[channel.name] = ds.map_batches(
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train"),
             batch_size=cfg.pipeline.batch_size, batch_format="numpy",

@@ -99,3 +99,21 @@ def test_inspect_counts_records_and_names_the_corrupt_offset(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert out.stderr.strip() == f"sm-launch: error: {path}: record at byte 32 claims 1 bytes (4 with padding), more than the 1 left"
+
+
+def test_agent_command_feeds_fifos_any_reader_can_use(tmp_path):
+    from smlaunch.pipelines.formats import iter_records, tfrecord
+    from smlaunch.pipelines.pipe import PipeEpochs
+
+    (tmp_path / "src").mkdir()
+    for n in range(3):
+        tfrecord.write_records(tmp_path / "src" / f"part-{n}", [b"%d-%d" % (n, i) for i in range(4)])
+    agent = subprocess.Popen([sys.executable, "-m", "smlaunch.launcher.cli", "agent", "--channel", "train",
+                              "--source", str(tmp_path / "src"), "--data-dir", str(tmp_path / "data"),
+                              "--epochs", "2", "--shard", "1/2"], stdout=subprocess.PIPE, text=True)
+    reader = PipeEpochs(tmp_path / "data", "train", timeout_s=60)
+    for _ in range(2):
+        with reader.next() as stream:
+            assert list(iter_records(stream, "tfrecord")) == [b"1-%d" % i for i in range(4)]  # host 1 of 2: part-1
+    assert agent.wait(30) == 0
+    assert "agent: 1 objects for channel 'train', 2 epoch(s)" in agent.stdout.read()

@@ -68,3 +68,23 @@ def test_corrupt_record_fails_with_one_line_naming_channel_file_and_offset(confi
     assert last.endswith("/input/data/train/part-00002.tfrecord: bad data CRC in record at byte 4422")
     failure = tmp_path / "run" / "hosts" / "algo-1" / "opt" / "ml" / "output" / "failure"
     assert failure.read_text().strip() == last.removeprefix("sm-launch: error: ")
+
+
+@pytest.mark.ray
+def test_pipe_mode_channels_stream_through_fifos_each_sample_once(configs, tmp_path):
+    """Both channels in Pipe mode fed by the local agent; train sharded by S3 key over the two data hosts."""
+    result = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"),
+         "--set", f"run.dir={tmp_path}", "--set", "run.name=pipe", "--set", "trainer.steps=20",
+         "--set", "channels.train.input_mode=Pipe", "--set", "channels.train.s3_distribution=ShardedByS3Key",
+         "--set", "channels.validation.input_mode=Pipe"],
+        capture_output=True, text=True, timeout=420)
+    assert result.returncode == 0, result.stderr[-3000:]
+    hosts = tmp_path / "pipe" / "hosts"
+    report = json.loads((hosts / "algo-1/opt/ml/output/data/report.json").read_text())
+    assert report["summary"]["steps"] == 20
+    assert report["validation"][-1]["rows"] == 360  # every validation sample exactly once
+    config = json.loads((hosts / "algo-2/opt/ml/input/config/inputdataconfig.json").read_text())
+    assert config["train"] == {"TrainingInputMode": "Pipe", "S3DistributionType": "ShardedByS3Key",
+                               "RecordWrapperType": "None"}
+    assert not list((hosts / "algo-2/opt/ml/input/data").iterdir())  # the FIFOs are gone after the run
