@@ -45,12 +45,12 @@ def pipe_ours(tmp: Path, data: Path, epoch: int) -> float:
     os.mkfifo(fifo)
     writer = feed(fifo, data)
     started = time.perf_counter()
-    batch, batches = [], 0
+    batch = []
     with open_epoch(tmp, "train", epoch, timeout_s=30) as stream:
         for record in iter_records(stream, "tfrecord"):
             batch.append(record)
-            if len(batch) == 64:
-                batches, batch = batches + 1, []
+            if len(batch) == 64:  # a consumer would hand the batch on here
+                batch = []
     took = time.perf_counter() - started
     writer.wait()
     fifo.unlink()

@@ -41,13 +41,15 @@ class JobState:
         self.address = address
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="smlaunch-gcs")
         self._client = None
+        self._client_lock = threading.Lock()
 
     def _call(self, fn, timeout_s: float = CALL_TIMEOUT_S):
         def run():
-            if self._client is None:
-                from ray._raylet import GcsClient
+            with self._client_lock:  # both pool threads may ask first; build one client
+                if self._client is None:
+                    from ray._raylet import GcsClient
 
-                self._client = GcsClient(address=self.address)
+                    self._client = GcsClient(address=self.address)
             return fn(self._client)
 
         future = self._pool.submit(run)
