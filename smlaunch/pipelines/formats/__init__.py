@@ -7,13 +7,15 @@
 Formats: `tfrecord` (both CRCs verified), `recordio` (dmlc framing, multipart records joined),
 `text` (one record per line, newline removed, a final unterminated line kept, as the TF
 extension's TextLine reader does) and `whole` (the whole file is one record: folders of JPEGs in
-File or FastFile mode). Corruption raises `RecordError` naming the source and byte offset.
+File or FastFile mode). Corruption raises `RecordError` naming the source and byte offset, unless
+the caller chose to skip it (`max_corrupted`, `on_corrupt`): a large dataset with one bad record
+should not have to stop a long job.
 """
 
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from smlaunch.pipelines.formats import recordio, tfrecord
 from smlaunch.pipelines.formats.tfrecord import RecordError
@@ -23,21 +25,45 @@ FORMATS = ("tfrecord", "recordio", "text", "whole")
 __all__ = ["FORMATS", "RecordError", "iter_records"]
 
 
-def iter_records(source: str | os.PathLike | BinaryIO, format: str, name: str | None = None) -> Iterator[bytes]:
-    """Each record of a file path or an open binary stream (a FIFO works), in `format`."""
+def iter_records(source: str | os.PathLike | BinaryIO, format: str, name: str | None = None, *,
+                 max_corrupted: int = 0, on_corrupt: Callable[[RecordError], bool] | None = None
+                 ) -> Iterator[bytes]:
+    """Each record of a file path or an open binary stream (a FIFO works), in `format`.
+
+    A damaged region (a bad CRC or magic, a part out of sequence, a truncated tail) raises its
+    `RecordError`, unless `on_corrupt(error)` returns True: then it is skipped and reading goes
+    on. `max_corrupted=N` skips up to N regions and raises on the next. `text` and `whole` have
+    no framing to damage and ignore both. Arguments are checked here, before the first record.
+    """
     if format not in FORMATS:
         raise ValueError(f"unknown record format {format!r}; formats: {', '.join(FORMATS)}")
+    if not isinstance(max_corrupted, int) or max_corrupted < 0:
+        raise ValueError(f"max_corrupted must be a count >= 0, not {max_corrupted!r}")
+    if max_corrupted and on_corrupt is not None:
+        raise ValueError("give max_corrupted or on_corrupt, not both")
+    if max_corrupted:
+        allowed = [max_corrupted]
+
+        def on_corrupt(error: RecordError) -> bool:
+            allowed[0] -= 1
+            return allowed[0] >= 0
+
+    return _records(source, format, name, on_corrupt)
+
+
+def _records(source, format: str, name: str | None, on_corrupt) -> Iterator[bytes]:
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as stream:
-            yield from iter_records(stream, format, str(source))
-        return
-    label = name or getattr(source, "name", "<stream>")
-    if format == "tfrecord":
-        yield from tfrecord.read_records(source, str(label))
-    elif format == "recordio":
-        yield from recordio.read_records(source, str(label))
-    elif format == "text":
-        for line in source:
-            yield line[:-1] if line.endswith(b"\n") else line
+            yield from _read(stream, format, str(name or source), on_corrupt)
     else:
-        yield source.read()
+        yield from _read(source, format, str(name or getattr(source, "name", "<stream>")), on_corrupt)
+
+
+def _read(stream: BinaryIO, format: str, label: str, on_corrupt) -> Iterator[bytes]:
+    if format == "tfrecord":
+        return tfrecord.read_records(stream, label, on_corrupt)
+    if format == "recordio":
+        return recordio.read_records(stream, label, on_corrupt)
+    if format == "text":
+        return (line[:-1] if line.endswith(b"\n") else line for line in stream)
+    return iter([stream.read()])

@@ -9,6 +9,10 @@ for byte (../shared/notes/sagemaker.md §5.3; the TF extension's newer reader do
 which we do not follow). Little-endian, as on every SageMaker host. A bad magic, a part out of
 sequence, a truncated record or a length larger than what is left raises `RecordError` naming the
 source and byte offset, before anything is allocated.
+
+With `on_corrupt`, damage is skipped instead. A bad magic or a part out of sequence drops the
+record in progress and resynchronises on the next aligned magic that starts a record, as dmlc's
+reader does; a truncated or oversized record ends the stream, as nothing after it can be trusted.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ import os
 import struct
 from typing import BinaryIO, Iterator
 
-from smlaunch.pipelines.formats.framing import MAX_RECORD_BYTES, RecordError, read_exact, size_left, write_encoded
+from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
+
+__all__ = ["FIRST", "LAST", "MAGIC", "MIDDLE", "RecordError", "WHOLE", "encode_record", "read_file",
+           "read_records", "write_records"]
 
 MAGIC = 0xCED7230A
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
@@ -51,54 +58,111 @@ def write_records(path: str | os.PathLike, records) -> int:
     return write_encoded(path, records, encode_record)
 
 
-def read_records(stream: BinaryIO, source: str = "<stream>") -> Iterator[bytes]:
-    """Yield each logical record of `stream`, multipart records joined with their magic restored."""
-    remaining = size_left(stream)
-    offset = 0
+def read_records(stream: BinaryIO, source: str = "<stream>",
+                 on_corrupt: OnCorrupt | None = None) -> Iterator[bytes]:
+    """Yield each logical record of `stream`, multipart records joined with their magic restored.
+    `on_corrupt(error)` returning true skips a damaged region (one call per region) instead of
+    raising."""
+    reader = _Reader(stream, source, on_corrupt)
+    buf, view, header = reader.buf, reader.view, _HEADER.unpack_from
+    while True:
+        pos, end = reader.pos, reader.end
+        if reader.pending is None:
+            # The hot loop: whole (single-part) records wholly in the buffer. An lrecord above
+            # _LENGTH_MASK has a non-zero cflag; that, a bad magic or a record not all read yet
+            # goes to the slow path.
+            while pos + 8 <= end:
+                magic, lrecord = header(buf, pos)
+                stop = pos + 8 + lrecord
+                after = stop + (-lrecord & 3)
+                if magic != MAGIC or lrecord > _LENGTH_MASK or after > end:
+                    break
+                yield view[pos + 8:stop].tobytes()
+                pos = after
+        reader.pos = pos
+        data = reader.slow()
+        if data is END:
+            return
+        if data is not None:
+            yield data
+
+
+class _Reader(Chunks):
     pending: list[bytes] | None = None
     record_start = 0
-    while True:
-        header = stream.read(_HEADER.size)
-        if not header:
-            if pending is not None:
-                raise RecordError(f"{source}: multipart record at byte {record_start} has no last part")
-            return
-        if len(header) < _HEADER.size:
-            raise RecordError(f"{source}: truncated record header at byte {offset}")
-        magic, lrecord = _HEADER.unpack(header)
+
+    def slow(self):
+        """The part at `pos`: a record's data once complete, None after a part of a record still
+        pending or a damaged region skipped, END when the stream ends."""
+        offset = self.offset
+        have = self.fill(_HEADER.size)
+        if have < _HEADER.size:
+            if have:
+                self.corrupt(f"truncated record header at byte {offset}")
+            elif self.pending is not None:
+                self.corrupt(f"multipart record at byte {self.record_start} has no last part")
+            return END
+        magic, lrecord = _HEADER.unpack_from(self.buf, self.pos)
         if magic != MAGIC:
-            raise RecordError(f"{source}: byte {offset} does not start with the RecordIO magic "
-                              f"0x{MAGIC:08X} (found 0x{magic:08X})")
+            self.corrupt(f"byte {offset} does not start with the RecordIO magic 0x{MAGIC:08X} "
+                         f"(found 0x{magic:08X})")
+            return self.resync(4)
         cflag, length = lrecord >> 29, lrecord & _LENGTH_MASK
+        if (cflag in (WHOLE, FIRST)) == (self.pending is not None):
+            if cflag in (WHOLE, FIRST):  # this part is sound: the damage is the record left pending
+                self.corrupt(f"part at byte {offset} starts a record before the one at byte "
+                             f"{self.record_start} ended")
+                self.pending = None
+                return None
+            self.corrupt(f"{'middle' if cflag == MIDDLE else 'last'} part at byte {offset} without a first part")
+            return self.resync(4)
         padded = length + (-length % 4)
-        limit = (remaining - offset - _HEADER.size) if remaining is not None else MAX_RECORD_BYTES
+        limit = self.left(offset + _HEADER.size)
         if padded > limit:
             padding = f" ({padded} with padding)" if padded != length else ""
-            raise RecordError(f"{source}: record at byte {offset} claims {length} bytes{padding}, more than "
-                              f"the {max(limit, 0)} left")
-        body = read_exact(stream, padded)
-        if len(body) < padded:
-            raise RecordError(f"{source}: truncated record at byte {offset}")
-        data = body[:length]
-        if cflag == WHOLE or cflag == FIRST:
-            if pending is not None:
-                raise RecordError(f"{source}: part at byte {offset} starts a record before the one at "
-                                  f"byte {record_start} ended")
-            if cflag == WHOLE:
-                yield data
-            else:
-                pending, record_start = [data], offset
-        else:
-            if pending is None:
-                raise RecordError(f"{source}: {'middle' if cflag == MIDDLE else 'last'} part at byte {offset} "
-                                  "without a first part")
-            pending.append(data)
-            if cflag == LAST:
-                yield _MAGIC_BYTES.join(pending)
-                pending = None
-        offset += _HEADER.size + padded
+            self.corrupt(f"record at byte {offset} claims {length} bytes{padding}, more than the {limit} left")
+            return END
+        self.pos += _HEADER.size
+        data = self.take(length)
+        if len(data) < length or self.fill(padded - length) < padded - length:
+            self.corrupt(f"truncated record at byte {offset}")
+            return END
+        self.pos += padded - length
+        if cflag == WHOLE:
+            return data
+        if cflag == FIRST:
+            self.pending, self.record_start = [data], offset
+            return None
+        self.pending.append(data)
+        if cflag == MIDDLE:
+            return None
+        data, self.pending = _MAGIC_BYTES.join(self.pending), None
+        return data
+
+    def resync(self, skip: int):
+        """Drop the pending record and move `pos` to the next part that starts a record (magic,
+        then flag whole or first) a multiple of 4 bytes after the damage, as dmlc-core's
+        FindNextRecordIOHead does: payloads hold no aligned magic, so that is the next header.
+        None once there, END when the stream ends first."""
+        self.pending = None
+        start = self.pos + skip
+        while True:
+            last = self.end - _HEADER.size  # the last offset with a whole header in the buffer
+            found = self.buf.find(_MAGIC_BYTES, start, last + 4)
+            while found >= 0:
+                if (found - start) % 4 == 0 and _HEADER.unpack_from(self.buf, found)[1] >> 29 in (WHOLE, FIRST):
+                    self.pos = found
+                    return None
+                found = self.buf.find(_MAGIC_BYTES, found + 1, last + 4)
+            # the aligned offsets not tried yet: keep them, read on
+            self.pos = start if last < start else start + ((last - start) // 4 + 1) * 4
+            have = self.end - self.pos
+            if self.fill(have + 1) <= have:
+                self.pos = self.end
+                return END
+            start = self.pos
 
 
-def read_file(path: str | os.PathLike) -> Iterator[bytes]:
+def read_file(path: str | os.PathLike, on_corrupt: OnCorrupt | None = None) -> Iterator[bytes]:
     with open(path, "rb") as f:
-        yield from read_records(f, source=str(path))
+        yield from read_records(f, source=str(path), on_corrupt=on_corrupt)
