@@ -18,10 +18,11 @@ SUBDIRS = ("input/config", "input/data", "model", "output/data", "checkpoints", 
 
 def write_host_tree(opt_ml: str | Path, current_host: str, groups: list[dict], channels: dict[str, str],
                     interface: str = "lo", hyperparameters: dict | None = None,
-                    distributions: dict[str, str] | None = None) -> Path:
+                    distributions: dict[str, str] | None = None, wrappers: dict[str, str] | None = None) -> Path:
     """One host's tree. `groups` are resourceconfig `instance_groups` entries (hosts as listed,
     unsorted if you like); `channels` maps the channels this host receives to their input mode,
-    `distributions` to their S3DistributionType (default FullyReplicated)."""
+    `distributions` to their S3DistributionType (default FullyReplicated), `wrappers` to their
+    RecordWrapperType (default None)."""
     root = Path(opt_ml)
     for sub in SUBDIRS:
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -32,7 +33,7 @@ def write_host_tree(opt_ml: str | Path, current_host: str, groups: list[dict], c
                 "instance_groups": groups, "network_interface_name": interface}
     inputs = {name: {"TrainingInputMode": mode,
                      "S3DistributionType": (distributions or {}).get(name, "FullyReplicated"),
-                     "RecordWrapperType": "None"} for name, mode in channels.items()}
+                     "RecordWrapperType": (wrappers or {}).get(name, "None")} for name, mode in channels.items()}
     config = root / "input" / "config"
     (config / "resourceconfig.json").write_text(json.dumps(resource, indent=2))
     (config / "inputdataconfig.json").write_text(json.dumps(inputs, indent=2))
@@ -64,4 +65,5 @@ def create_host_trees(plan: LaunchPlan) -> None:
     for host in plan.hosts:
         channels = {c.name: c.input_mode for c in plan.channels if host.name in c.hosts}
         write_host_tree(host.opt_ml, host.name, list(groups.values()), channels,
-                        distributions={c.name: c.distribution for c in plan.channels})
+                        distributions={c.name: c.distribution for c in plan.channels},
+                        wrappers={c.name: "RecordIO" for c in plan.channels if c.attribute_names})

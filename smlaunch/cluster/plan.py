@@ -56,6 +56,16 @@ class ChannelPlan:
     hosts: tuple[str, ...]
     """Hosts that receive the channel under `/opt/ml/input/data/<name>`."""
     distribution: str = "FullyReplicated"
+    max_corrupted_records: int = 0
+    attribute_names: tuple[str, ...] | None = None
+    """An augmented manifest's AttributeNames (image, label[, id]), regrouped from the stream."""
+
+
+def channel_plan(name: str, ch, hosts: tuple[str, ...]) -> ChannelPlan:
+    """A channel of the config, received by `hosts`."""
+    return ChannelPlan(name=name, input_mode=ch.input_mode, record_format=ch.record_format, source=ch.source,
+                       hosts=hosts, distribution=ch.s3_distribution, max_corrupted_records=ch.max_corrupted_records,
+                       attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None)
 
 
 @dataclass(frozen=True)
@@ -138,9 +148,7 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     channels = []
     for name, ch in cfg.channels.items():
         receiving = ch.instance_groups or ([g.name for g in groups if g.name != train_group] or [train_group])
-        channels.append(ChannelPlan(
-            name=name, input_mode=ch.input_mode, record_format=ch.record_format, source=ch.source,
-            hosts=tuple(h.name for h in hosts if h.group in receiving), distribution=ch.s3_distribution))
+        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving)))
     return LaunchPlan(
         job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=head,
         train_workers=max(gpus, 1), use_gpu=gpus > 0,

@@ -48,6 +48,8 @@ class SageMakerEnvironment:
     hyperparameters: dict = field(default_factory=dict)
     """JSON-decoded values, without the toolkit's `sagemaker_*` keys."""
     job_name: str | None = None
+    channel_specs: dict[str, dict] = field(default_factory=dict)
+    """Channel name -> its inputdataconfig.json entry (S3DistributionType, RecordWrapperType, ...)."""
 
     @property
     def is_hetero(self) -> bool:
@@ -100,7 +102,8 @@ def read_sagemaker_environment(environ: Mapping[str, str] = os.environ) -> SageM
         current_group_hosts=groups[current_group].hosts if current_group in groups else (),
         groups=groups, network_interface_name=resource.get("network_interface_name", "eth0"),
         channels=channels, hyperparameters={k: v for k, v in hyper.items() if not k.startswith("sagemaker_")},
-        job_name=environ.get("TRAINING_JOB_NAME"))
+        job_name=environ.get("TRAINING_JOB_NAME"),
+        channel_specs={name: dict(spec) for name, spec in input_data.items() if isinstance(spec, dict)})
 
 
 def _read(path: Path, environ: Mapping[str, str], variable: str):

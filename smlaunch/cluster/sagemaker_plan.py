@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from smlaunch.cluster.instances import expected_gpus, expected_vcpus
-from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, ChannelPlan, HostPlan,
+from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, HostPlan, channel_plan,
                                    LaunchPlan, LocalEnvironment, natural_key)
 from smlaunch.cluster.sagemaker_env import HOMOGENEOUS_GROUP, GroupInfo, SageMakerEnvironment
 from smlaunch.config.schema import LaunchConfig
@@ -97,10 +97,8 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
     for name, ch in cfg.channels.items():
         receiving = [names[g] for g in ch.instance_groups] if ch.instance_groups else (data_groups or [train_group])
         if me.group in receiving:
-            _check_received(name, ch.input_mode, me, sm)
-        channels.append(ChannelPlan(name=name, input_mode=ch.input_mode, record_format=ch.record_format,
-                                    source=ch.source, distribution=ch.s3_distribution,
-                                    hosts=tuple(h.name for h in hosts if h.group in receiving)))
+            _check_received(name, ch, me, sm)
+        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving)))
     train_hosts = [h for h in hosts if h.subcluster == "train"]
     gpus = sum(h.num_gpus for h in train_hosts)
     if not data_groups:
@@ -114,13 +112,23 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
         head_address=f"{head}:{cfg.cluster.port}", join_timeout_s=cfg.cluster.join_timeout_s)
 
 
-def _check_received(channel: str, mode: str, me: HostPlan, sm: SageMakerEnvironment) -> None:
+def _check_received(channel: str, ch, me: HostPlan, sm: SageMakerEnvironment) -> None:
+    """The job must deliver a channel as the config declares it: every host plans from the same config
+    (the head may not receive the channel at all), so a difference is an error, not a guess."""
     if channel not in sm.channels:
         raise ConfigError(f"channels.{channel}: routed to group {me.group}, but this host ({me.name}) did not "
                           f"receive it; inputdataconfig.json lists {sorted(sm.channels) or 'no channels'}")
-    if sm.channels[channel] != mode:
-        raise ConfigError(f"channels.{channel}.input_mode: the config says {mode} but the job delivers it in "
-                          f"{sm.channels[channel]} mode")
+    if sm.channels[channel] != ch.input_mode:
+        raise ConfigError(f"channels.{channel}.input_mode: the config says {ch.input_mode} but the job delivers "
+                          f"it in {sm.channels[channel]} mode")
+    spec = sm.channel_specs.get(channel, {})
+    distribution = spec.get("S3DistributionType", "FullyReplicated")
+    if distribution != ch.s3_distribution:
+        raise ConfigError(f"channels.{channel}.s3_distribution: the config says {ch.s3_distribution} but the job "
+                          f"delivers it {distribution}")
+    if spec.get("RecordWrapperType", "None") == "RecordIO" and ch.record_format != "recordio":
+        raise ConfigError(f"channels.{channel}.record_format: the job wraps each object in RecordIO "
+                          f"(RecordWrapperType), so the config must say recordio, not {ch.record_format}")
 
 
 def with_joined_resources(plan: LaunchPlan, nodes: list[dict]) -> LaunchPlan:

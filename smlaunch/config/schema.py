@@ -63,22 +63,30 @@ class ClusterConfig(_Strict):
 class ChannelConfig(_Strict):
     """A SageMaker input channel: where its data comes from and how the hosts see it."""
 
-    input_mode: Literal["File", "Pipe"] = "File"
-    """File: copied to each receiving host before the job; Pipe: streamed, one FIFO per epoch."""
+    input_mode: Literal["File", "FastFile", "Pipe"] = "File"
+    """File: copied to each receiving host before the job; FastFile: listed at start, bytes read on
+    demand; Pipe: streamed, one FIFO per epoch."""
     record_format: Literal["tfrecord", "recordio"] = "tfrecord"
-    """Framing of the `tf.train.Example` records in the channel's files or stream."""
+    """Framing of the `tf.train.Example` records in the channel's files or stream (RecordIO also
+    frames an augmented manifest stream, see `attribute_names`)."""
     s3_distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
     """Every receiving host gets all objects, or host i of n every n-th (SageMaker's S3DistributionType)."""
     source: str
-    """`builtin:digits/<split>` (the embedded dataset) or a local directory of record files."""
+    """`builtin:digits/<split>` (the embedded dataset), a local directory, or `s3://bucket/prefix`
+    (an augmented manifest: a JSON Lines file, local or `s3://`)."""
     instance_groups: Optional[list[str]] = None
     """Groups that receive the channel (SageMaker's InstanceGroupNames); default: the data groups."""
+    max_corrupted_records: int = Field(default=0, ge=0)
+    """Corrupt records to skip (and count in the report) before failing; 0: fail on the first."""
+    attribute_names: Optional[list[str]] = Field(default=None, min_length=2, max_length=3)
+    """An augmented manifest's AttributeNames: the image (a `-ref` attribute), the integer label,
+    and optionally an integer sample id. Needs Pipe mode and record_format recordio."""
 
     @model_validator(mode="after")
-    def _sharding(self):
-        if self.input_mode == "File" and self.s3_distribution == "ShardedByS3Key":
-            raise ValueError("s3_distribution ShardedByS3Key is supported in Pipe mode only so far; "
-                             "use input_mode: Pipe, or FullyReplicated")
+    def _manifest(self):
+        if self.attribute_names is not None and (self.input_mode != "Pipe" or self.record_format != "recordio"):
+            raise ValueError("attribute_names (an augmented manifest) needs input_mode: Pipe and "
+                             "record_format: recordio, as SageMaker delivers one RecordIO record per attribute")
         return self
 
     @field_validator("source")
@@ -90,6 +98,7 @@ class ChannelConfig(_Strict):
 
 
 BUILTIN_SOURCES = ["builtin:digits/train", "builtin:digits/validation"]
+BUILTIN_SEEDS = ["builtin:digits"]
 
 
 class PipelineConfig(_Strict):
@@ -139,11 +148,30 @@ class TrainerConfig(_Strict):
 
 
 class RunConfig(_Strict):
-    """Where a local run keeps its simulated hosts, outputs and Ray state."""
+    """Where a local run keeps its simulated hosts, outputs and Ray state, and which S3 it uses."""
 
     dir: str = "runs"
     name: Optional[str] = None
     """Run directory name under `dir`; default: job name plus a timestamp."""
+    s3_endpoint: Optional[str] = None
+    """For `s3://` channel sources in a local run: None starts a local S3 server (moto) on
+    127.0.0.1 seeded from `s3_seed`; `aws` uses boto3's own endpoint and credentials; an
+    http(s) URL uses that endpoint."""
+    s3_seed: dict[str, str] = {}
+    """`s3://bucket/prefix` -> local folder (or `builtin:digits`) uploaded to the local S3 server."""
+
+    @model_validator(mode="after")
+    def _s3(self):
+        if self.s3_endpoint not in (None, "aws") and not re.match(r"https?://", self.s3_endpoint or ""):
+            raise ValueError(f"s3_endpoint {self.s3_endpoint!r}: expected aws or an http(s) URL")
+        for uri, folder in self.s3_seed.items():
+            if self.s3_endpoint is not None:
+                raise ValueError("s3_seed fills the local S3 server; it needs s3_endpoint unset")
+            if not uri.startswith("s3://") or len(uri) < 6:
+                raise ValueError(f"s3_seed key {uri!r}: expected s3://bucket/prefix")
+            if folder.startswith("builtin:") and folder not in BUILTIN_SEEDS:
+                raise ValueError(f"s3_seed {uri}: unknown builtin {folder!r}; builtins: {', '.join(BUILTIN_SEEDS)}")
+        return self
 
 
 class LaunchConfig(_Strict):

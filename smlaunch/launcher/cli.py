@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("--seed", type=int, help="shuffle the objects per epoch with this seed (ShuffleConfig)")
     cmd.add_argument("--record-wrapper", choices=("None", "RecordIO"), default="None")
     cmd.add_argument("--shard", metavar="I/N", help="ShardedByS3Key: this host's share, host I of N (0-based)")
+    cmd.add_argument("--attribute-names", metavar="A,B", help="--source is an augmented manifest (JSON Lines): "
+                     "stream one RecordIO record per named attribute per line, `-ref` ones as the object's bytes")
     cmd.add_argument("--reader-wait", type=float, default=120.0, metavar="S",
                      help="seconds to wait for a reader to open each FIFO (default %(default)s)")
     return parser
@@ -125,10 +127,17 @@ def _inspect(path: str, format: str) -> int:
 
 def _agent(args) -> int:
     from smlaunch.errors import UserError
-    from smlaunch.pipelines.agent import PipeAgent, local_objects, objects_for_host, s3_objects
+    from smlaunch.pipelines.agent import PipeAgent
+    from smlaunch.pipelines.objects import local_objects, objects_for_host, s3_objects
 
     try:
-        objects = s3_objects(args.source) if args.source.startswith("s3://") else local_objects(args.source)
+        if args.attribute_names:
+            from smlaunch.pipelines.manifest import manifest_objects
+            from smlaunch.pipelines.objects import ObjectSource
+
+            objects = manifest_objects(ObjectSource(args.source), args.attribute_names.split(","))
+        else:
+            objects = s3_objects(args.source) if args.source.startswith("s3://") else local_objects(args.source)
         if args.shard:
             index, _, count = args.shard.partition("/")
             if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
@@ -228,8 +237,11 @@ def _print_plan(cfg, plan) -> None:
               f"gpus={h.num_gpus} labels={labels}")
     print("channels:")
     for c in plan.channels:
-        print(f"  {c.name}: {c.input_mode} {c.record_format} from {c.source} -> "
-              f"/opt/ml/input/data/{c.name} on {', '.join(c.hosts)}")
+        extras = [c.distribution] + ([f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else []) + (
+            [f"skip up to {c.max_corrupted_records} corrupt"] if c.max_corrupted_records else [])
+        where = f"/opt/ml/input/data/{c.name}" + ("_<epoch>" if c.input_mode == "Pipe" else "")
+        print(f"  {c.name}: {c.input_mode} {c.record_format} ({', '.join(extras)}) from {c.source} -> "
+              f"{where} on {', '.join(c.hosts)}")
     print(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
     for note in plan.notes:
         print(f"note: {note}")

@@ -33,9 +33,11 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict)
             "data_node_row_fraction": round(data_rows / total_rows, 5) if total_rows else 0.0,
             "train_workers": plan.train_workers,
             "stopped_at_step": result.get("stopped_at_step"),
+            "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
             **timings,
         },
         "rows_by_host": rows,
+        "corrupt_records": result.get("corrupt_records", {}),
         "validation": result["validation"],
         "steps": steps,
         "plan": plan.to_dict(),
@@ -59,4 +61,5 @@ def summary_lines(report: dict) -> list[str]:
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
-    ]
+    ] + [f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
+         for name, c in report.get("corrupt_records", {}).items()]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -71,6 +73,9 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, config: dict, timings:
     started = time.perf_counter()
     result = fit(cfg, plan, build_datasets(cfg, plan), config)
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
+    from smlaunch.pipelines.corrupt import corrupt_summary
+
+    result["corrupt_records"] = corrupt_summary()
     report = build_report(plan, result, cfg.trainer.batch_size, timings)
     path = write_report(report, Path(host_opt_ml(plan.head_host)) / "output" / "data")
     report["path"] = str(path)
@@ -87,30 +92,69 @@ def host_opt_ml(host) -> str:
 def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print, stop=None) -> dict:
     """Run the whole job on this machine and return the report (also written to the head's output)."""
     from smlaunch.cluster.host_tree import create_host_trees
-    from smlaunch.cluster.local import LocalCluster
-    from smlaunch.launcher.stopping import forward_stop_to_trainer
-    from smlaunch.pipelines.channels import deliver_file_channels, start_pipe_agents
+    from smlaunch.pipelines.channels import deliver_channels, start_pipe_agents
 
     started = time.perf_counter()
     config = prepare_job(cfg, plan)
     create_host_trees(plan)
-    deliver_file_channels(plan)
-    log(f"run directory: {plan.run_dir}")
-    log(f"starting {len(plan.hosts)} simulated hosts: " +
-        ", ".join(f"{h.name} ({h.group}, {h.labels['ray-subcluster']}, {h.num_cpus} CPU)" for h in plan.hosts))
-    agents = start_pipe_agents(plan, cfg.seed)
+    with local_s3(cfg, plan, log) as s3_endpoint:
+        deliver_channels(plan, s3_endpoint)
+        log(f"run directory: {plan.run_dir}")
+        log(f"starting {len(plan.hosts)} simulated hosts: " +
+            ", ".join(f"{h.name} ({h.group}, {h.labels['ray-subcluster']}, {h.num_cpus} CPU)" for h in plan.hosts))
+        agents = start_pipe_agents(plan, cfg.seed, s3_endpoint)
+        report = _train_locally(cfg, plan, config, agents, started, stop)
+    report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
+    from smlaunch.launcher.report import write_report
+
+    write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
+    return report
+
+
+@contextlib.contextmanager
+def local_s3(cfg: LaunchConfig, plan: LaunchPlan, log=print):
+    """The S3 endpoint of a local run's `s3://` channels: a local S3 server seeded from `run.s3_seed`
+    (the default), boto3's own (`aws`), or a given URL. Yields None when no channel uses S3."""
+    if not any(c.source.startswith("s3://") for c in plan.channels):
+        yield None
+        return
+    if cfg.run.s3_endpoint is not None:
+        yield None if cfg.run.s3_endpoint == "aws" else cfg.run.s3_endpoint
+        return
+    from smlaunch.pipelines.digits import prepare_digits
+    from smlaunch.pipelines.local_s3 import LocalS3
+
+    seeds = {uri: prepare_digits() if folder == "builtin:digits" else Path(folder).expanduser()
+             for uri, folder in cfg.run.s3_seed.items()}
+    saved = {key: os.environ.get(key) for key in LocalS3.environment()}
+    with LocalS3(seeds) as server:
+        log(f"local S3 server at {server.endpoint_url}" + (f", seeded: {', '.join(seeds)}" if seeds else ""))
+        _set_env(LocalS3.environment())  # simulated hosts inherit it: requests are signed with throwaway keys
+        try:
+            yield server.endpoint_url
+        finally:
+            _set_env(saved)
+
+
+def _set_env(values: dict) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _train_locally(cfg, plan, config, agents, started, stop) -> dict:
+    from smlaunch.cluster.local import LocalCluster
+    from smlaunch.launcher.stopping import forward_stop_to_trainer
+
     try:
         with LocalCluster(plan):
             if stop is not None:
                 stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
             timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
             with forward_stop_to_trainer(stop):
-                report = train_on_cluster(cfg, plan, config, timings)
+                return train_on_cluster(cfg, plan, config, timings)
     finally:
         for agent in agents:
             agent.stop()
-    report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
-    from smlaunch.launcher.report import write_report
-
-    write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
-    return report

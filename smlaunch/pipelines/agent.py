@@ -18,69 +18,14 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats.recordio import encode_record
-from smlaunch.pipelines.pipe import fifo_path
+from smlaunch.pipelines.objects import ChannelObject
+from smlaunch.pipelines.pipe import POLL_FIRST_S, POLL_MAX_S, fifo_path
 
-CHUNK = 1 << 20
 READER_WAIT_S = 120.0
-
-
-@dataclass(frozen=True)
-class ChannelObject:
-    key: str
-    size: int
-    read: Callable[[], Iterator[bytes]]
-    """Yields the object's bytes in chunks."""
-
-
-def local_objects(folder: str | os.PathLike) -> list[ChannelObject]:
-    root = Path(folder)
-    if not root.is_dir():
-        raise DataError(f"agent: source {folder} is not a directory")
-    paths = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
-
-    def reader(path: Path):
-        def read():
-            with open(path, "rb") as f:
-                while chunk := f.read(CHUNK):
-                    yield chunk
-        return read
-
-    return [ChannelObject(str(p.relative_to(root)), p.stat().st_size, reader(p)) for p in paths]
-
-
-def s3_objects(uri: str, client=None) -> list[ChannelObject]:
-    """Objects under `s3://bucket/prefix`; `client` defaults to boto3's (honours AWS_ENDPOINT_URL)."""
-    import boto3
-
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    client = client or boto3.client("s3")
-    objects = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            if not item["Key"].endswith("/"):
-                objects.append((item["Key"], item["Size"]))
-
-    def reader(key: str):
-        def read():
-            body = client.get_object(Bucket=bucket, Key=key)["Body"]
-            yield from body.iter_chunks(CHUNK)
-        return read
-
-    return [ChannelObject(key, size, reader(key)) for key, size in sorted(objects)]
-
-
-def objects_for_host(objects: list[ChannelObject], distribution: str, host_index: int, host_count: int):
-    if distribution == "ShardedByS3Key":
-        return objects[host_index::host_count]
-    if distribution != "FullyReplicated":
-        raise ValueError(f"S3DistributionType {distribution!r}; expected FullyReplicated or ShardedByS3Key")
-    return list(objects)
 
 
 class PipeAgent:
@@ -142,6 +87,7 @@ class PipeAgent:
     def _open_writer(self, path: Path, epoch: int) -> int | None:
         """Wait (bounded) for the reader; a FIFO's non-blocking write-open fails until one exists."""
         deadline = time.monotonic() + self.reader_wait_s
+        pause = POLL_FIRST_S
         while not self._stop.is_set():
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
@@ -153,7 +99,8 @@ class PipeAgent:
             if time.monotonic() >= deadline:
                 raise DataError(f"agent: no reader opened {path} (channel '{self.channel}', epoch {epoch}) within "
                                 f"{self.reader_wait_s:.0f} s")
-            time.sleep(0.02)
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
         return None
 
     def start(self) -> "PipeAgent":

@@ -1,18 +1,21 @@
 """Input channels on the hosts: where a channel's data comes from and how a host sees it.
 
 In File mode SageMaker copies a channel to `/opt/ml/input/data/<channel>` on every host that
-receives it before the job starts; locally `deliver_file_channels` plays that part for the
-simulated hosts. Reading always goes through the host-local directory, as on SageMaker.
+receives it before the job starts, in FastFile mode it mounts it there, and in Pipe mode it
+streams it into FIFOs beside it; locally `deliver_channels` and `start_pipe_agents` play those
+parts for the simulated hosts. Reading always goes through the host-local directory, as on
+SageMaker, so the readers cannot tell a simulated host from a real one.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from smlaunch.cluster.plan import ChannelPlan, LaunchPlan
 from smlaunch.errors import DataError
+from smlaunch.pipelines.fastfile import read_view, write_view
+from smlaunch.pipelines.objects import ObjectSource, objects_for_host
 
 
 def channel_dir(opt_ml: str | Path | None, channel: str) -> Path:
@@ -25,16 +28,18 @@ def channel_dir(opt_ml: str | Path | None, channel: str) -> Path:
     return Path(opt_ml) / "input" / "data" / channel
 
 
-def resolve_source(channel: ChannelPlan) -> Path:
-    """The local directory holding `channel`'s record files, preparing a builtin one if needed."""
+def channel_source(channel: ChannelPlan, s3_endpoint: str | None = None) -> ObjectSource:
+    """Where `channel`'s objects come from, preparing a builtin dataset if needed."""
     if channel.source.startswith("builtin:digits/"):
         from smlaunch.pipelines.digits import prepare_digits
 
-        return prepare_digits() / channel.source.split("/", 1)[1]
+        return ObjectSource(str(prepare_digits() / channel.source.split("/", 1)[1]))
+    if channel.source.startswith("s3://"):
+        return ObjectSource(channel.source, s3_endpoint)
     path = Path(channel.source).expanduser()
-    if not path.is_dir():
+    if channel.attribute_names is None and not path.is_dir():
         raise DataError(f"channel '{channel.name}': source {channel.source} is not a directory")
-    return path
+    return ObjectSource(str(path))
 
 
 def list_host_channel(opt_ml: str | None, channel: str) -> list[tuple[str, int]]:
@@ -43,16 +48,21 @@ def list_host_channel(opt_ml: str | None, channel: str) -> list[tuple[str, int]]
 
 
 def list_record_files(directory: Path, channel: str) -> list[tuple[str, int]]:
-    """(relative path, size) of every data file under `directory`, sorted; hidden files skipped."""
+    """(relative path, size) of every data file under `directory` (a FastFile view's objects), sorted;
+    hidden files skipped."""
     if not directory.is_dir():
         raise DataError(f"channel '{channel}': {directory} does not exist on this host")
-    files = []
-    for root, dirs, names in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            if not name.startswith("."):
-                path = Path(root) / name
-                files.append((str(path.relative_to(directory)), path.stat().st_size))
+    view = read_view(directory)
+    if view is not None:
+        files = view[1]
+    else:
+        files = []
+        for root, dirs, names in os.walk(directory):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(names):
+                if not name.startswith("."):
+                    path = Path(root) / name
+                    files.append((str(path.relative_to(directory)), path.stat().st_size))
     if not files:
         raise DataError(f"channel '{channel}': no files in {directory}")
     return files
@@ -64,15 +74,18 @@ LOCAL_READER_WAIT_S = 24 * 3600.0
 """A local agent waits for the trainer's next epoch as long as the run lasts (the run stops it)."""
 
 
-def start_pipe_agents(plan: LaunchPlan, seed: int) -> list:
+def start_pipe_agents(plan: LaunchPlan, seed: int, s3_endpoint: str | None = None) -> list:
     """Play SageMaker's part for each Pipe-mode channel: an agent per receiving host feeding its FIFOs."""
-    from smlaunch.pipelines.agent import PipeAgent, local_objects, objects_for_host
+    from smlaunch.pipelines.agent import PipeAgent
+    from smlaunch.pipelines.manifest import manifest_objects
 
     agents = []
     for channel in plan.channels:
         if channel.input_mode != "Pipe":
             continue
-        objects = local_objects(resolve_source(channel))
+        source = channel_source(channel, s3_endpoint)
+        objects = (manifest_objects(source, channel.attribute_names) if channel.attribute_names
+                   else source.objects())
         for i, host in enumerate(channel.hosts):
             mine = objects_for_host(objects, channel.distribution, i, len(channel.hosts))
             agents.append(PipeAgent(channel_dir(plan.host(host).opt_ml, channel.name).parent, channel.name, mine,
@@ -81,21 +94,41 @@ def start_pipe_agents(plan: LaunchPlan, seed: int) -> list:
     return agents
 
 
-def deliver_file_channels(plan: LaunchPlan) -> None:
-    """Copy each File-mode channel to the hosts that receive it (hard links where possible)."""
+def deliver_channels(plan: LaunchPlan, s3_endpoint: str | None = None) -> None:
+    """Before the job starts, as SageMaker does: copy each File-mode channel to the hosts that receive
+    it (hard links from a local folder where possible), and expose each FastFile channel as a view
+    that fetches nothing yet. With ShardedByS3Key host i of n receives every n-th object."""
     for channel in plan.channels:
-        if channel.input_mode != "File":
+        if channel.input_mode not in ("File", "FastFile"):
             continue
-        source = resolve_source(channel)
-        files = list_record_files(source, channel.name)
-        for host in channel.hosts:
+        source = channel_source(channel, s3_endpoint)
+        objects = source.list()
+        if not objects:
+            raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
+        for i, host in enumerate(channel.hosts):
             target = channel_dir(plan.host(host).opt_ml, channel.name)
-            for rel, _ in files:
-                dest = target / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if dest.exists():
-                    dest.unlink()
-                try:
-                    os.link(source / rel, dest)
-                except OSError:
-                    shutil.copy2(source / rel, dest)
+            mine = objects_for_host(objects, channel.distribution, i, len(channel.hosts))
+            if channel.input_mode == "FastFile":
+                write_view(target, source, mine)
+            else:
+                copy_objects(source, mine, target)
+
+
+def copy_objects(source: ObjectSource, objects: list[tuple[str, int]], target: Path, link: bool = True) -> None:
+    """Download `objects` into `target` (each through a temporary name, so a half-copied file is
+    never read); from a local folder, hard links when `link` and the filesystem allow."""
+    for rel, _ in objects:
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.unlink(missing_ok=True)
+        if link and not source.is_s3:
+            try:
+                os.link(Path(source.uri).expanduser() / rel, dest)
+                continue
+            except OSError:
+                pass
+        tmp = dest.with_name(f".{dest.name}.part")
+        with open(tmp, "wb") as f:
+            for chunk in source.read(rel):
+                f.write(chunk)
+        tmp.replace(dest)

@@ -24,6 +24,8 @@ from smlaunch.errors import DataError
 
 DEFAULT_TIMEOUT_S = 120.0
 READ_BUFFER = 1 << 20
+POLL_FIRST_S, POLL_MAX_S = 0.001, 0.05
+"""Waiting for a FIFO: poll fast at first (it usually appears within milliseconds), then back off."""
 
 
 def fifo_path(data_dir: str | os.PathLike, channel: str, epoch: int) -> Path:
@@ -36,11 +38,13 @@ def open_epoch(data_dir: str | os.PathLike, channel: str, epoch: int,
     """The epoch's FIFO opened for reading, once a writer is connected; closed on exit."""
     path = fifo_path(data_dir, channel, epoch)
     deadline = time.monotonic() + timeout_s
+    pause = POLL_FIRST_S
     while not path.exists():
         if time.monotonic() >= deadline:
             raise DataError(f"channel '{channel}': Pipe-mode FIFO {path} for epoch {epoch} did not appear "
                             f"within {timeout_s:.0f} s")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 2, POLL_MAX_S)
     if not stat.S_ISFIFO(path.stat().st_mode):
         raise DataError(f"channel '{channel}': {path} is not a FIFO; is the channel in File mode rather than Pipe?")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

@@ -21,22 +21,20 @@ import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.pipelines.channels import channel_dir
-from smlaunch.pipelines.datasource import example_blocks
-from smlaunch.pipelines.formats import iter_records
 from smlaunch.pipelines.pipe import DEFAULT_TIMEOUT_S, PipeEpochs
+from smlaunch.pipelines.rows import channel_records, row_blocks
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class PipeHostReader:
     """This host's side of one Pipe channel: the epoch counter and the open FIFO."""
 
-    def __init__(self, channel: str, opt_ml: str | None, record_format: str, keep: tuple[int, int] | None,
-                 timeout_s: float):
+    def __init__(self, channel: ChannelPlan, opt_ml: str | None, keep: tuple[int, int] | None, timeout_s: float):
         self.channel = channel
-        self.format = record_format
         self.keep = keep
-        self.epochs = PipeEpochs(channel_dir(opt_ml, channel).parent, channel, timeout_s=timeout_s)
+        self.epochs = PipeEpochs(channel_dir(opt_ml, channel.name).parent, channel.name, timeout_s=timeout_s)
         self._context = None
         self._blocks = None
 
@@ -45,11 +43,11 @@ class PipeHostReader:
         epoch = self.epochs.next_epoch
         self._context = self.epochs.next()
         stream = self._context.__enter__()
-        records = iter_records(stream, self.format, f"{stream.name} (epoch {epoch})")
+        source = f"{stream.name} (epoch {epoch})"
+        records = channel_records(self.channel, stream, source)
         if self.keep is not None:
-            index, count = self.keep
-            records = (r for r in records if google_crc32c.value(r) % count == index)
-        self._blocks = example_blocks(self.channel, f"{self.channel}_{epoch}", records)
+            records = _keep_share(records, *self.keep, len(self.channel.attribute_names or ()) or 1)
+        self._blocks = row_blocks(self.channel, source, records)
         return epoch
 
     def next_block(self):
@@ -69,17 +67,27 @@ class PipeHostReader:
             context.__exit__(None, None, None)
 
 
+def _keep_share(records, index: int, count: int, group: int):
+    """This host's share of a replicated stream: the units (a record, or a manifest line's `group`
+    records) whose first record's CRC-32C is `index` modulo `count`."""
+    unit: list[bytes] = []
+    for record in records:
+        unit.append(record)
+        if len(unit) == group:
+            if google_crc32c.value(unit[0]) % count == index:
+                yield from unit
+            unit = []
+    yield from unit  # an incomplete tail: let the reader report it
+
+
 class PipeChannelDatasource(Datasource):
-    def __init__(self, channel: str, roots: dict[str, str | None], record_format: str, distribution: str,
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, channel: ChannelPlan, roots: dict[str, str | None], timeout_s: float = DEFAULT_TIMEOUT_S):
         self.channel = channel
         self.roots = roots  # host -> its /opt/ml (None: the host's own)
-        self.format = record_format
-        self.distribution = distribution
         self.timeout_s = timeout_s
 
     def get_name(self) -> str:
-        return f"Pipe[{self.channel}]"
+        return f"Pipe[{self.channel.name}]"
 
     def estimate_inmemory_data_size(self) -> None:
         return None  # a stream: unknown until read
@@ -88,17 +96,18 @@ class PipeChannelDatasource(Datasource):
         hosts = sorted(self.roots)
         tasks = []
         for i, host in enumerate(hosts):
-            keep = (i, len(hosts)) if self.distribution == "FullyReplicated" and len(hosts) > 1 else None
+            replicated = self.channel.distribution == "FullyReplicated" and len(hosts) > 1
+            keep = (i, len(hosts)) if replicated else None
             meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
-            tasks.append(ReadTask(partial(_read_host, self.channel, host, self.roots[host], self.format, keep,
-                                          self.timeout_s), meta, per_task_row_limit=per_task_row_limit))
+            tasks.append(ReadTask(partial(_read_host, self.channel, host, self.roots[host], keep, self.timeout_s),
+                                  meta, per_task_row_limit=per_task_row_limit))
         return tasks
 
 
-def _read_host(channel, host, opt_ml, record_format, keep, timeout_s):
+def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s):
     reader = PipeHostReader.options(
-        name=f"smlaunch-pipe-{channel}-{host}", namespace="smlaunch", get_if_exists=True, lifetime="detached",
-        label_selector={"sm-host": host}).remote(channel, opt_ml, record_format, keep, timeout_s)
+        name=f"smlaunch-pipe-{channel.name}-{host}", namespace="smlaunch", get_if_exists=True, lifetime="detached",
+        label_selector={"sm-host": host}).remote(channel, opt_ml, keep, timeout_s)
     ray.get(reader.start_epoch.remote())
     pending = reader.next_block.remote()
     while True:

@@ -76,6 +76,15 @@ def test_config_and_job_must_agree(configs, tmp_path):
     with pytest.raises(ConfigError, match="channels.train.input_mode: the config says File but the job delivers "
                                           "it in Pipe mode"):
         build_sagemaker_plan(cfg, sm_env(tmp_path, "algo-1", channels={"train": "Pipe", "validation": "File"}), HERE)
+    both = {"train": "File", "validation": "File"}
+    tree = write_host_tree(tmp_path / "sharded", "algo-1", LAYOUT, both, distributions={"train": "ShardedByS3Key"})
+    with pytest.raises(ConfigError, match="channels.train.s3_distribution: the config says FullyReplicated but the "
+                                          "job delivers it ShardedByS3Key"):
+        build_sagemaker_plan(cfg, read_sagemaker_environment({"SAGEMAKER_BASE_DIR": str(tree)}), HERE)
+    tree = write_host_tree(tmp_path / "wrapped", "algo-1", LAYOUT, both, wrappers={"validation": "RecordIO"})
+    with pytest.raises(ConfigError, match="channels.validation.record_format: the job wraps each object in "
+                                          "RecordIO .RecordWrapperType., so the config must say recordio, not tfrecord"):
+        build_sagemaker_plan(cfg, read_sagemaker_environment({"SAGEMAKER_BASE_DIR": str(tree)}), HERE)
     # A GPU host does not receive the data channels, so its plan does not need them.
     assert build_sagemaker_plan(cfg, sm_env(tmp_path, "algo-2", channels={}), HERE).head == "algo-2"
 

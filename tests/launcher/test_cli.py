@@ -1,5 +1,6 @@
 """The CLI as a user meets it: a real `sm-launch` process, its output and exit status."""
 
+import json
 import subprocess
 import sys
 
@@ -30,7 +31,7 @@ def test_plan_prints_hosts_labels_and_channels(configs, capsys):
     assert "head: algo-1 (train_group, ml.g5.xlarge)" in out
     assert "labels=ray-subcluster=data,sm-host=algo-2,sm-group=data_group" in out
     assert "train workers: 1" in out
-    assert "train: File tfrecord from builtin:digits/train -> /opt/ml/input/data/train on algo-2" in out
+    assert "train: File tfrecord (FullyReplicated) from builtin:digits/train -> /opt/ml/input/data/train on algo-2" in out
 
 
 def test_plan_starts_no_ray_and_imports_no_torch(configs):
@@ -47,6 +48,13 @@ def test_plan_starts_no_ray_and_imports_no_torch(configs):
     (["--set", "trainer.batch_size=-1"], "trainer.batch_size: Input should be greater than 0"),
     (["--set", "pipeline.ops.1.op=warp"], "pipeline.ops.1: Input tag 'warp'"),
     (["--set", "nonsense"], "--set 'nonsense': expected KEY=VALUE"),
+    (["--set", "channels.train.attribute_names=[source-ref, class]"],
+     "channels.train: attribute_names (an augmented manifest) needs input_mode: Pipe"),
+    (["--set", "channels.train.input_mode=Tape"], "channels.train.input_mode: Input should be 'File', 'FastFile' or"),
+    (["--set", "channels.train.max_corrupted_records=-1"], "channels.train.max_corrupted_records: Input should be"),
+    (["--set", "run.s3_endpoint=aws", "--set", "run.s3_seed={s3://b/p/: data}"],
+     "run: s3_seed fills the local S3 server; it needs s3_endpoint unset"),
+    (["--set", "run.s3_endpoint=ftp://x"], "run: s3_endpoint 'ftp://x': expected aws or an http(s) URL"),
 ])
 def test_bad_config_is_one_line_and_exit_2(configs, overrides, expected):
     result = sm_launch("plan", str(configs / "hetero.yaml"), *overrides)
@@ -79,7 +87,7 @@ def test_empty_channel_names_the_channel(configs, tmp_path):
     result = sm_launch(str(configs / "tiny.yaml"), "--set", f"channels.train.source={tmp_path}/empty",
                        "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}")
     assert result.returncode == 1
-    assert f"channel 'train': no files in {tmp_path}/empty" in result.stderr
+    assert f"channel 'train': no objects under {tmp_path}/empty" in result.stderr
 
 
 def test_inspect_counts_records_and_names_the_corrupt_offset(tmp_path):
@@ -117,3 +125,21 @@ def test_agent_command_feeds_fifos_any_reader_can_use(tmp_path):
             assert list(iter_records(stream, "tfrecord")) == [b"1-%d" % i for i in range(4)]  # host 1 of 2: part-1
     assert agent.wait(30) == 0
     assert "agent: 1 objects for channel 'train', 2 epoch(s)" in agent.stdout.read()
+
+
+def test_agent_streams_an_augmented_manifest_as_one_recordio_record_per_attribute(tmp_path):
+    from smlaunch.pipelines.formats import iter_records
+    from smlaunch.pipelines.pipe import PipeEpochs
+
+    (tmp_path / "img").mkdir()
+    lines = []
+    for i in range(3):
+        (tmp_path / "img" / f"{i}.jpg").write_bytes(b"jpeg-%d" % i)
+        lines.append(json.dumps({"source-ref": f"img/{i}.jpg", "class": i, "note": "not delivered"}))
+    (tmp_path / "train.manifest").write_text("\n".join(lines) + "\n")
+    agent = subprocess.Popen([sys.executable, "-m", "smlaunch.launcher.cli", "agent", "--channel", "train",
+                              "--source", str(tmp_path / "train.manifest"), "--data-dir", str(tmp_path / "data"),
+                              "--attribute-names", "source-ref,class"], stdout=subprocess.PIPE, text=True)
+    with PipeEpochs(tmp_path / "data", "train", timeout_s=60).next() as stream:
+        assert list(iter_records(stream, "recordio")) == [b"jpeg-0", b"0", b"jpeg-1", b"1", b"jpeg-2", b"2"]
+    assert agent.wait(30) == 0

@@ -88,3 +88,36 @@ def test_pipe_mode_channels_stream_through_fifos_each_sample_once(configs, tmp_p
     assert config["train"] == {"TrainingInputMode": "Pipe", "S3DistributionType": "ShardedByS3Key",
                                "RecordWrapperType": "None"}
     assert not list((hosts / "algo-2/opt/ml/input/data").iterdir())  # the FIFOs are gone after the run
+
+
+@pytest.mark.ray
+def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp_path, dataset_cache):
+    """configs/s3-fastfile.yaml: a local S3 server started by the run and seeded from folders; train
+    is FastFile (views, nothing downloaded) sharded over the data hosts, with one damaged record
+    that `max_corrupted_records: 1` skips and the report counts; validation streams through Pipe."""
+    from smlaunch.pipelines.digits import prepare_digits
+
+    bad = tmp_path / "bad-train"
+    bad.mkdir()
+    shard = prepare_digits() / "train" / "part-00002.tfrecord"
+    damaged = bytearray(shard.read_bytes())
+    damaged[5000] ^= 0xFF  # inside the data of the record that starts at byte 4422
+    (bad / shard.name).write_bytes(bytes(damaged))
+    seeds = f"{{s3://smlaunch-digits/: builtin:digits, s3://smlaunch-digits/train/: {bad}}}"
+    result = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "s3-fastfile.yaml"),
+         "--set", f"run.dir={tmp_path}", "--set", "run.name=s3", "--set", "trainer.steps=20",
+         "--set", "channels.train.max_corrupted_records=1", "--set", f"run.s3_seed={seeds}"],
+        capture_output=True, text=True, timeout=420)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "local S3 server at http://127.0.0.1:" in result.stdout
+    hosts = tmp_path / "s3" / "hosts"
+    report = json.loads((hosts / "algo-1/opt/ml/output/data/report.json").read_text())
+    assert report["summary"]["corrupt_records_skipped"] == 1
+    assert "part-00002.tfrecord: bad data CRC in record at byte 4422" in report["corrupt_records"]["train"]["first"][0]
+    assert report["validation"][-1]["rows"] == 360
+    for host, shards in (("algo-2", ["part-00000.tfrecord", "part-00002.tfrecord"]),
+                         ("algo-3", ["part-00001.tfrecord", "part-00003.tfrecord"])):
+        view = hosts / host / "opt/ml/input/data/train" / ".smlaunch-fastfile.json"
+        assert [name for name, _ in json.loads(view.read_text())["objects"]] == shards
+        assert [p.name for p in view.parent.iterdir()] == [view.name]  # nothing was downloaded

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from smlaunch.errors import DataError
-from smlaunch.pipelines.agent import PipeAgent, local_objects, objects_for_host, s3_objects
+from smlaunch.pipelines.agent import PipeAgent
+from smlaunch.pipelines.objects import local_objects, objects_for_host, s3_objects
 from smlaunch.pipelines.formats import iter_records, recordio, tfrecord
 from smlaunch.pipelines.pipe import PipeEpochs, fifo_path, open_epoch
 
@@ -83,7 +84,7 @@ def test_s3_objects_stream_into_the_fifo_sharded_and_wrapped_in_recordio(tmp_pat
         s3.put_object(Bucket="data", Key=f"train/part-{i}.bin", Body=f"object-{i}".encode() * (i + 1))
     s3.put_object(Bucket="data", Key="other/ignored.bin", Body=b"no")
     objects = s3_objects("s3://data/train/")
-    assert [o.key for o in objects] == [f"train/part-{i}.bin" for i in range(5)]
+    assert [o.key for o in objects] == [f"part-{i}.bin" for i in range(5)]
     received = []
     for host in range(2):
         mine = objects_for_host(objects, "ShardedByS3Key", host, 2)

@@ -1,41 +1,15 @@
 """Ray Data over Pipe-mode channels: two simulated data hosts, each reading its own FIFOs through the
 local agent, every sample exactly once per epoch under both S3 distribution types."""
 
-import os
-
 import pytest
 
-from smlaunch.pipelines.agent import PipeAgent, local_objects, objects_for_host
+from smlaunch.cluster.plan import ChannelPlan
+from smlaunch.pipelines.agent import PipeAgent
+from smlaunch.pipelines.objects import local_objects, objects_for_host
 from smlaunch.pipelines.formats import recordio
 from smlaunch.pipelines.formats.example import encode_example
 
 HOSTS = ("algo-2", "algo-3")
-
-
-@pytest.fixture(scope="module")
-def data_cluster():
-    saved = {k: os.environ.get(k) for k in ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE")}
-    os.environ.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, connect=False, head_node_args=dict(
-        num_cpus=1, labels={"ray-subcluster": "train", "sm-host": "algo-1"}, include_dashboard=False,
-        object_store_memory=100 * 2**20))
-    for host in HOSTS:
-        cluster.add_node(num_cpus=1, labels={"ray-subcluster": "data", "sm-host": host},
-                         object_store_memory=100 * 2**20, include_log_monitor=False)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="smlaunch-test")
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    yield ray
-    ray.shutdown()
-    cluster.shutdown()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def write_shards(folder, count, per_shard):
@@ -60,10 +34,57 @@ def test_each_sample_exactly_once_per_epoch_across_two_hosts(data_cluster, tmp_p
     agents = [PipeAgent(tmp_path / h / "opt/ml/input/data", channel,
                         objects_for_host(objects, distribution, i, len(HOSTS)), epochs=2, seed=i).start()
               for i, h in enumerate(HOSTS)]
-    ds = ray.data.read_datasource(PipeChannelDatasource(channel, roots, "recordio", distribution, timeout_s=30),
+    plan = ChannelPlan(name=channel, input_mode="Pipe", record_format="recordio", source="", hosts=HOSTS,
+                       distribution=distribution)
+    ds = ray.data.read_datasource(PipeChannelDatasource(plan, roots, timeout_s=30),
                                   label_selector={"sm-host": "in(algo-2,algo-3)"})
     for epoch in range(2):
         ids = [int(i) for batch in ds.iter_batches(batch_size=None) for i in batch["id"]]
         assert sorted(ids) == list(range(300)), f"epoch {epoch}: {len(ids)} rows, {len(set(ids))} distinct"
     for agent in agents:
         agent.stop()
+
+
+@pytest.mark.ray
+def test_augmented_manifest_rows_regrouped_from_attribute_records_exactly_once(data_cluster, tmp_path, s3):
+    """A Ground Truth style manifest: images in S3 (`source-ref`), labels inline; SageMaker's stream of
+    one RecordIO record per attribute, replicated to both hosts, comes back as whole rows, once each."""
+    import json
+
+    from smlaunch.pipelines.manifest import manifest_objects
+    from smlaunch.pipelines.objects import ObjectSource
+    from smlaunch.pipelines.pipe_source import PipeChannelDatasource
+
+    ray = data_cluster
+    s3.create_bucket(Bucket="labelled")
+    lines = []
+    for i in range(60):
+        s3.put_object(Bucket="labelled", Key=f"img/{i}.jpg", Body=b"jpeg-%d" % i)
+        lines.append(json.dumps({"source-ref": f"s3://labelled/img/{i}.jpg", "class": i % 10, "sample": str(i),
+                                 "other": "dropped"}))
+    s3.put_object(Bucket="labelled", Key="train.manifest", Body="\n".join(lines).encode())
+    names = ("source-ref", "class", "sample")
+    objects = manifest_objects(ObjectSource("s3://labelled/train.manifest", s3.meta.endpoint_url), names)
+    roots = {h: str(tmp_path / h / "opt/ml") for h in HOSTS}
+    agents = [PipeAgent(tmp_path / h / "opt/ml/input/data", "labelled", objects, epochs=1, seed=i).start()
+              for i, h in enumerate(HOSTS)]
+    plan = ChannelPlan(name="labelled", input_mode="Pipe", record_format="recordio", source="", hosts=HOSTS,
+                       attribute_names=names)
+    ds = ray.data.read_datasource(PipeChannelDatasource(plan, roots, timeout_s=30),
+                                  label_selector={"sm-host": "in(algo-2,algo-3)"})
+    rows = sorted((int(r["id"]), bytes(r["image"]), int(r["label"])) for r in ds.iter_rows())
+    assert rows == [(i, b"jpeg-%d" % i, i % 10) for i in range(60)]
+    for agent in agents:
+        agent.stop()
+
+
+def test_a_manifest_line_without_an_attribute_names_the_line(tmp_path):
+    from smlaunch.errors import DataError
+    from smlaunch.pipelines.manifest import group_attributes, manifest_objects
+    from smlaunch.pipelines.objects import ObjectSource
+
+    (tmp_path / "m.jsonl").write_text('{"source-ref": "a.jpg", "class": 1}\n{"source-ref": "b.jpg"}\n')
+    with pytest.raises(DataError, match=r"m.jsonl line 2: no attribute class \(AttributeNames: source-ref, class\)"):
+        manifest_objects(ObjectSource(str(tmp_path / "m.jsonl")), ["source-ref", "class"])
+    with pytest.raises(DataError, match="stream ended inside row 1 after 1 of 2 attributes"):
+        list(group_attributes([b"img", b"1", b"img"], 2, "train_0"))
