@@ -113,8 +113,12 @@ class PipelineConfig(_Strict):
         names = [o.op for o in self.ops]
         if names[0] != "decode_image":
             raise ValueError("the chain must start with decode_image")
-        if names[-1] != "to_uint8_chw":
-            raise ValueError("the chain must end with to_uint8_chw")
+        body = names[:-1] if names[-1] == "normalize" else names
+        if not body or body[-1] != "to_uint8_chw":
+            raise ValueError("the chain must end with to_uint8_chw (optionally followed by normalize, "
+                             "which runs on the trainer's device)")
+        if "normalize" in body or body.count("to_uint8_chw") > 1:
+            raise ValueError("normalize may only come last, right after the one to_uint8_chw")
         return self
 
 

@@ -29,7 +29,15 @@ def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     return {"model": cfg.model.name, "num_classes": num_classes, "image_size": crops[-1], "seed": cfg.seed,
             "trainer": trainer, "total_steps": total, "host_names": [h.name for h in plan.hosts],
             "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
-            "config_sha256": config_hash(cfg)}
+            "config_sha256": config_hash(cfg), "normalize": _normalize(cfg)}
+
+
+def _normalize(cfg: LaunchConfig) -> dict:
+    """The chain's trailing `normalize` (mean and std per channel), else (x / 127.5 - 1)."""
+    last = cfg.pipeline.ops[-1]
+    if last.op == "normalize":
+        return {"mean": list(last.mean), "std": list(last.std)}
+    return {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
 
 
 def config_hash(cfg: LaunchConfig) -> str:
@@ -57,6 +65,11 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     from smlaunch.trainers.model import check_model_name
 
     check_model_name(cfg.model.name)
+    from smlaunch.pipelines.ops import resolve_user_op
+
+    for op in cfg.pipeline.ops:  # a missing user op fails here, before any cluster starts
+        if op.op == "user":
+            resolve_user_op(op.function)
     config = loop_config(cfg, plan)
     Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(plan.run_dir) / "resolved_config.yaml").write_text(

@@ -62,16 +62,64 @@ class GaussianBlur(_Op):
         return self
 
 
+class Resize(_Op):
+    """Resize so the shorter side is `size`, keeping the aspect ratio (torchvision's Resize(int))."""
+
+    op: Literal["resize"]
+    size: int = Field(gt=0)
+
+
+class CenterCrop(_Op):
+    """The central `size` x `size` square (images smaller than that are padded with zeros)."""
+
+    op: Literal["center_crop"]
+    size: int = Field(gt=0)
+
+
+class ColorJitter(_Op):
+    """Random brightness, contrast and saturation factors in [1 - x, 1 + x] (training only)."""
+
+    op: Literal["color_jitter"]
+    brightness: float = Field(default=0.0, ge=0)
+    contrast: float = Field(default=0.0, ge=0)
+    saturation: float = Field(default=0.0, ge=0)
+
+
+class UserOp(_Op):
+    """Your own op, `package.module:function`, imported (never evaluated) on the data hosts and
+    called as `function(images, rng, train, **params)` with a list of HWC uint8 arrays."""
+
+    op: Literal["user"]
+    function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    params: dict = {}
+
+
 class ToUint8CHW(_Op):
     """HWC uint8 -> CHW uint8, the wire format to the trainer (normalised there, on its device)."""
 
     op: Literal["to_uint8_chw"]
 
 
+class Normalize(_Op):
+    """(x / 255 - mean) / std per channel. It runs on the trainer's device, after the uint8 CHW
+    batch arrived: a quarter of the bytes of float32 travel between hosts."""
+
+    op: Literal["normalize"]
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if min(self.std) <= 0:
+            raise ValueError("std must be positive")
+        return self
+
+
 OpSpec = Annotated[
-    Union[DecodeImage, RandomResizedCrop, HorizontalFlip, GaussianBlur, ToUint8CHW],
+    Union[DecodeImage, Resize, RandomResizedCrop, CenterCrop, HorizontalFlip, GaussianBlur, ColorJitter, UserOp,
+          ToUint8CHW, Normalize],
     Field(discriminator="op"),
 ]
 
-OP_NAMES = ["decode_image", "random_resized_crop", "horizontal_flip", "gaussian_blur",
-            "to_uint8_chw"]
+OP_NAMES = ["decode_image", "resize", "random_resized_crop", "center_crop", "horizontal_flip", "gaussian_blur",
+            "color_jitter", "user", "to_uint8_chw", "normalize"]

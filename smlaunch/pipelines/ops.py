@@ -67,6 +67,79 @@ def _crop_box(h: int, w: int, spec: specs.RandomResizedCrop, rng) -> tuple[int, 
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
+def resize(images: Images, spec: specs.Resize, rng, train: bool) -> Images:
+    from PIL import Image
+
+    out = []
+    for img in images:
+        h, w = img.shape[:2]
+        scale = spec.size / min(h, w)
+        size = (max(1, round(w * scale)), max(1, round(h * scale)))
+        pil = Image.fromarray(img.squeeze(-1) if img.shape[-1] == 1 else img)
+        out.append(np.asarray(pil.resize(size, Image.BILINEAR)).reshape(size[1], size[0], -1))
+    return out
+
+
+def center_crop(images: Images, spec: specs.CenterCrop, rng, train: bool) -> Images:
+    out = []
+    for img in images:
+        h, w = img.shape[:2]
+        if h < spec.size or w < spec.size:
+            pad_h, pad_w = max(0, spec.size - h), max(0, spec.size - w)
+            img = np.pad(img, ((pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
+            h, w = img.shape[:2]
+        top, left = (h - spec.size) // 2, (w - spec.size) // 2
+        out.append(np.ascontiguousarray(img[top:top + spec.size, left:left + spec.size]))
+    return out
+
+
+def color_jitter(images: Images, spec: specs.ColorJitter, rng, train: bool) -> Images:
+    """torchvision's order (brightness, contrast, saturation) with one factor per image and kind."""
+    if not train:
+        return images
+    out = []
+    for img in images:
+        work = img.astype(np.float32)
+        if spec.brightness:
+            work *= rng.uniform(max(0.0, 1 - spec.brightness), 1 + spec.brightness)
+        gray = work @ np.array([0.299, 0.587, 0.114], np.float32) if work.shape[-1] == 3 else work[..., 0]
+        if spec.contrast:
+            factor = rng.uniform(max(0.0, 1 - spec.contrast), 1 + spec.contrast)
+            work = work * factor + (1 - factor) * float(np.clip(gray, 0, 255).mean())
+        if spec.saturation and work.shape[-1] == 3:
+            factor = rng.uniform(max(0.0, 1 - spec.saturation), 1 + spec.saturation)
+            gray = work @ np.array([0.299, 0.587, 0.114], np.float32)
+            work = work * factor + (1 - factor) * gray[..., None]
+        out.append(np.clip(np.rint(work), 0, 255).astype(np.uint8))
+    return out
+
+
+def user(images: Images, spec: specs.UserOp, rng, train: bool) -> Images:
+    function = resolve_user_op(spec.function)
+    out = function(images, rng, train, **spec.params)
+    if not isinstance(out, list) or any(not isinstance(i, np.ndarray) or i.dtype != np.uint8 or i.ndim != 3
+                                        for i in out):
+        raise DataError(f"user op {spec.function} must return a list of HWC uint8 arrays")
+    return out
+
+
+def resolve_user_op(path: str) -> Callable:
+    """`package.module:function` by import (never eval); a ConfigError names what is missing."""
+    import importlib
+
+    from smlaunch.errors import ConfigError
+
+    module_name, _, name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"pipeline user op {path}: cannot import {module_name} ({exc})") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ConfigError(f"pipeline user op {path}: {module_name} has no function {name}")
+    return function
+
+
 def horizontal_flip(images: Images, spec: specs.HorizontalFlip, rng, train: bool) -> Images:
     if not train:
         return images
@@ -112,6 +185,10 @@ def to_uint8_chw(images: Images, spec: specs.ToUint8CHW, rng, train: bool) -> np
 
 OPS: dict[str, Callable] = {
     "decode_image": decode_image,
+    "resize": resize,
+    "center_crop": center_crop,
+    "color_jitter": color_jitter,
+    "user": user,
     "random_resized_crop": random_resized_crop,
     "horizontal_flip": horizontal_flip,
     "gaussian_blur": gaussian_blur,
@@ -137,7 +214,8 @@ class Chain:
         rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
         images = list(batch["image"])
         for spec in self.ops:
-            images = OPS[spec.op](images, spec, rng, self.train)
+            if spec.op != "normalize":  # the trainer applies it on its device
+                images = OPS[spec.op](images, spec, rng, self.train)
         return {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
                 "host": np.full(len(ids), self._host_index(), dtype=np.int16)}
 

@@ -50,7 +50,7 @@ def train_loop(config: dict) -> dict:
             if batch is None:
                 break
             _count_hosts(host_rows, batch["host"])
-            images = _normalise(batch["image"], device)
+            images = _normalise(batch["image"], device, config["normalize"])
             loss = torch.nn.functional.cross_entropy(model(images), batch["label"].to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -77,9 +77,9 @@ def train_loop(config: dict) -> dict:
             if t["checkpoint_interval"] and step % t["checkpoint_interval"] == 0:
                 _checkpoint(model, optimizer, step, epoch, rank)
         if t["epochs"] and not stopped:
-            validation.append(_validate(model, device, host_rows, step, epoch, world))
+            validation.append(_validate(model, device, host_rows, step, epoch, world, config["normalize"]))
     if not t["epochs"] and not stopped:
-        validation.append(_validate(model, device, host_rows, step, epoch, world))
+        validation.append(_validate(model, device, host_rows, step, epoch, world, config["normalize"]))
     host_rows = _all_reduce(host_rows, world)
     if rank == 0 and not stopped:
         _save_model(model, config, step, validation[-1])
@@ -102,8 +102,13 @@ def _done(t: dict, step: int, epoch: int) -> bool:
     return step >= t["steps"] if t["steps"] else epoch >= t["epochs"]
 
 
-def _normalise(images, device):
-    return images.to(device, non_blocking=True).float().div_(127.5).sub_(1.0)
+def _normalise(images, device, norm: dict):
+    """uint8 CHW -> (x / 255 - mean) / std on the device: the wire carries a quarter of float32's bytes."""
+    import torch
+
+    mean = torch.tensor(norm["mean"], device=device).view(1, -1, 1, 1) * 255.0
+    std = torch.tensor(norm["std"], device=device).view(1, -1, 1, 1) * 255.0
+    return images.to(device, non_blocking=True).float().sub_(mean).div_(std)
 
 
 def _count_hosts(host_rows, host_column) -> None:
@@ -114,7 +119,7 @@ def _count_hosts(host_rows, host_column) -> None:
     host_rows += torch.bincount(index, minlength=len(host_rows))
 
 
-def _validate(model, device, host_rows, step: int, epoch: int, world: int) -> dict:
+def _validate(model, device, host_rows, step: int, epoch: int, world: int, norm: dict) -> dict:
     import torch
     import ray.train
 
@@ -123,7 +128,7 @@ def _validate(model, device, host_rows, step: int, epoch: int, world: int) -> di
     with torch.no_grad():
         for batch in ray.train.get_dataset_shard("validation").iter_torch_batches(batch_size=256):
             _count_hosts(host_rows, batch["host"])
-            logits = model(_normalise(batch["image"], device))
+            logits = model(_normalise(batch["image"], device, norm))
             labels = batch["label"].to(device)
             totals += torch.tensor([(logits.argmax(1) == labels).sum().item(), len(labels),
                                     torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()],
@@ -172,7 +177,8 @@ def _save_model(model, config: dict, step: int, final: dict) -> None:
     torch.save(_unwrap(model).state_dict(), os.path.join(model_dir, "model.pt"))
     card = {"model": config["model"], "num_classes": config["num_classes"],
             "input_size": [3, config["image_size"], config["image_size"]],
-            "normalisation": "x / 127.5 - 1 on uint8 CHW", "steps": step,
+            "normalisation": {"input": "uint8 CHW", "x": "(x / 255 - mean) / std", **config["normalize"]},
+            "steps": step,
             "final_validation": final, "config_sha256": config["config_sha256"],
             "load": f"timm.create_model({config['model']!r}, num_classes={config['num_classes']}); "
                     "model.load_state_dict(torch.load('model.pt'))"}

@@ -63,3 +63,61 @@ def test_undecodable_image_is_a_data_error(configs):
     batch["image"][1] = b"not an image"
     with pytest.raises(DataError, match="row 1 of the batch: undecodable image"):
         Chain(_ops(configs), [], seed=0)(batch)
+
+
+def test_resize_center_crop_and_color_jitter(configs):
+    from smlaunch.pipelines import op_specs as specs
+    from smlaunch.pipelines.ops import center_crop, color_jitter, resize
+
+    rng = np.random.default_rng(0)
+    images = [np.full((40, 60, 3), 100, np.uint8), np.full((10, 8, 3), 7, np.uint8)]
+    resized = resize(images, specs.Resize(op="resize", size=20), rng, True)
+    assert [i.shape for i in resized] == [(20, 30, 3), (25, 20, 3)]  # shorter side 20, aspect kept
+    cropped = center_crop(images, specs.CenterCrop(op="center_crop", size=16), rng, True)
+    assert [i.shape for i in cropped] == [(16, 16, 3), (16, 16, 3)]
+    assert cropped[0].min() == 100 and cropped[1][0, 0, 0] == 0 and cropped[1][8, 8, 0] == 7  # small: padded
+    jitter = specs.ColorJitter(op="color_jitter", brightness=0.4, contrast=0.4, saturation=0.4)
+    varied = [np.arange(48, dtype=np.uint8).reshape(4, 4, 3) * 5]
+    first = color_jitter(varied, jitter, np.random.default_rng(1), True)
+    assert np.array_equal(first[0], color_jitter(varied, jitter, np.random.default_rng(1), True)[0])
+    assert not np.array_equal(first[0], varied[0]) and first[0].dtype == np.uint8
+    assert color_jitter(varied, jitter, rng, False)[0] is varied[0]  # validation: unchanged
+
+
+def test_a_user_op_by_module_path_and_its_errors(configs):
+    from smlaunch.errors import ConfigError, DataError
+    from smlaunch.pipelines.ops import resolve_user_op
+
+    ops = _ops(configs, "pipeline.ops.3={op: user, function: 'sample_user_ops:invert', params: {amount: 200}}")
+    assert ops[3].op == "user" and ops[3].params == {"amount": 200}
+    plain = Chain(_ops(configs, "pipeline.ops.2.p=0", "pipeline.ops.3.repeat=0"), ["h"], seed=1)(_batch())
+    ops = _ops(configs, "pipeline.ops.2.p=0",
+               "pipeline.ops.3={op: user, function: 'sample_user_ops:invert', params: {amount: 200}}")
+    inverted = Chain(ops, ["h"], seed=1)(_batch())
+    assert np.array_equal(inverted["image"], (200 - plain["image"].astype(np.int16)).clip(0, 255).astype(np.uint8))
+    with pytest.raises(ConfigError, match="cannot import no_such_module"):
+        resolve_user_op("no_such_module:f")
+    with pytest.raises(ConfigError, match="sample_user_ops has no function nope"):
+        resolve_user_op("sample_user_ops:nope")
+    broken = _ops(configs, "pipeline.ops.3={op: user, function: 'sample_user_ops:broken'}")
+    with pytest.raises(DataError, match="must return a list of HWC uint8 arrays"):
+        Chain(broken, ["h"], seed=1)(_batch())
+
+
+def test_unknown_op_and_misplaced_normalize_list_what_is_valid(configs):
+    from smlaunch.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="expected tags: 'decode_image', 'resize', 'random_resized_crop', "
+                                          "'center_crop'"):
+        _ops(configs, "pipeline.ops.1.op=warp")
+    with pytest.raises(ConfigError, match="normalize may only come last"):
+        _ops(configs, "pipeline.ops.2={op: normalize}")
+    import yaml
+
+    from smlaunch.config.loader import validate_config
+
+    raw = yaml.safe_load((configs / "hetero.yaml").read_text())
+    raw["pipeline"]["ops"].append({"op": "normalize", "mean": [0.4, 0.4, 0.4], "std": [0.2, 0.2, 0.2]})
+    ops = validate_config(raw).pipeline.ops
+    assert ops[-1].op == "normalize" and ops[-1].std == (0.2, 0.2, 0.2)
+    assert Chain(ops, ["h"], seed=1)(_batch())["image"].dtype == np.uint8  # left to the trainer

@@ -1,0 +1,11 @@
+"""A user op for the tests, named in a config as `sample_user_ops:invert`."""
+
+import numpy as np
+
+
+def invert(images, rng, train, amount=255):
+    return [(amount - img.astype(np.int16)).clip(0, 255).astype(np.uint8) for img in images]
+
+
+def broken(images, rng, train):
+    return [img.astype(np.float32) for img in images]
