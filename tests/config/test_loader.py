@@ -46,7 +46,7 @@ def test_negative_batch_size_is_refused(configs):
 
 
 def test_unknown_op_lists_valid_ops(configs):
-    with pytest.raises(ConfigError, match=r"pipeline\.ops\.2: .*'sharpen'.*'decode_image', 'random_resized_crop'"):
+    with pytest.raises(ConfigError, match=r"pipeline\.ops\.2: .*'sharpen'.*'decode_image', 'resize', 'random_resized_crop'"):
         load_config(configs / "hetero.yaml", ["pipeline.ops.2.op=sharpen"])
 
 
