@@ -22,7 +22,7 @@ _PR_SET_PDEATHSIG = 1
 RAY_CLI = "from ray.scripts.scripts import main; main()"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except OSError:  # not Linux: the launcher's own cleanup still stops the node
@@ -66,7 +66,7 @@ class RayNode:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", RAY_CLI, *self.args], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
+                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True, preexec_fn=die_with_parent)
         return self
 
     def exit_code(self) -> int | None:

@@ -9,23 +9,18 @@ throwaway credentials that `environment()` provides, so real AWS credentials are
 
 from __future__ import annotations
 
-import ctypes
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from smlaunch.cluster.node import die_with_parent
 from smlaunch.errors import UserError
 
 START_TIMEOUT_S = 30.0
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "smlaunch-local", "AWS_SECRET_ACCESS_KEY": "smlaunch-local",
                "AWS_SESSION_TOKEN": None, "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -52,7 +47,7 @@ class LocalS3:
         port = free_port()
         self._server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent)
+                                        preexec_fn=die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
