@@ -28,6 +28,7 @@ bench: setup
 	$(VENV)/bin/python bench/bringup.py
 	$(VENV)/bin/python bench/record_readers.py
 	$(VENV)/bin/python bench/first_record.py
+	$(VENV)/bin/python bench/offload_vs_dataloader.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -59,13 +59,17 @@ class ChannelPlan:
     max_corrupted_records: int = 0
     attribute_names: tuple[str, ...] | None = None
     """An augmented manifest's AttributeNames (image, label[, id]), regrouped from the stream."""
+    block_rows: int = 256
+    """Rows per block read: the chain's batch size, so one preprocessing task handles one batch and
+    the first batch reaches the trainer after one batch's work, not a whole file's."""
 
 
-def channel_plan(name: str, ch, hosts: tuple[str, ...]) -> ChannelPlan:
+def channel_plan(name: str, ch, hosts: tuple[str, ...], block_rows: int = 256) -> ChannelPlan:
     """A channel of the config, received by `hosts`."""
     return ChannelPlan(name=name, input_mode=ch.input_mode, record_format=ch.record_format, source=ch.source,
                        hosts=hosts, distribution=ch.s3_distribution, max_corrupted_records=ch.max_corrupted_records,
-                       attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None)
+                       attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None,
+                       block_rows=block_rows)
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,8 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     channels = []
     for name, ch in cfg.channels.items():
         receiving = ch.instance_groups or ([g.name for g in groups if g.name != train_group] or [train_group])
-        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving)))
+        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving),
+                                     cfg.pipeline.batch_size))
     return LaunchPlan(
         job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=head,
         train_workers=max(gpus, 1), use_gpu=gpus > 0,

@@ -98,7 +98,8 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
         receiving = [names[g] for g in ch.instance_groups] if ch.instance_groups else (data_groups or [train_group])
         if me.group in receiving:
             _check_received(name, ch, me, sm)
-        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving)))
+        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving),
+                                     cfg.pipeline.batch_size))
     train_hosts = [h for h in hosts if h.subcluster == "train"]
     gpus = sum(h.num_gpus for h in train_hosts)
     if not data_groups:

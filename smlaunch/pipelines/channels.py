@@ -30,10 +30,11 @@ def channel_dir(opt_ml: str | Path | None, channel: str) -> Path:
 
 def channel_source(channel: ChannelPlan, s3_endpoint: str | None = None) -> ObjectSource:
     """Where `channel`'s objects come from, preparing a builtin dataset if needed."""
-    if channel.source.startswith("builtin:digits/"):
-        from smlaunch.pipelines.digits import prepare_digits
+    if channel.source.startswith("builtin:"):
+        from smlaunch.pipelines.builtin import prepare_builtin, split_source
 
-        return ObjectSource(str(prepare_digits() / channel.source.split("/", 1)[1]))
+        name, split = split_source(channel.source)
+        return ObjectSource(str(prepare_builtin(name) / split))
     if channel.source.startswith("s3://"):
         return ObjectSource(channel.source, s3_endpoint)
     path = Path(channel.source).expanduser()

@@ -21,7 +21,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     from smlaunch.pipelines.corrupt import start_counter
     from smlaunch.pipelines.datasource import ChannelDatasource
     from smlaunch.pipelines.pipe_source import PipeChannelDatasource
-    from smlaunch.pipelines.ops import Chain
+    from smlaunch.pipelines.chain import Chain
 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.label_selector = plan.data_selector

@@ -3,16 +3,12 @@
 scikit-learn ships the 1,797 8x8 UCI digits inside its wheel, so the default job needs no
 download. They are upscaled to 32x32, JPEG-encoded (so the data hosts really decode images) and
 written as `tf.train.Example` records (`image/encoded`, `image/class/label`, `id`), split 80/20
-stratified by a fixed seed. Prepared once into a cache directory, atomically, and reused.
+stratified by a fixed seed. Prepared once into the builtin cache (`builtin.prepare_cached`) and reused.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 VERSION = "digits-v1"
@@ -20,31 +16,14 @@ SIZE = 32
 SHARDS = {"train": 4, "validation": 2}
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("SMLAUNCH_CACHE", Path.home() / ".cache" / "smlaunch"))
-
-
 def prepare_digits(root: Path | None = None) -> Path:
     """Return the dataset directory (with `train/` and `validation/`), building it on first use."""
-    target = (root or cache_root()) / VERSION
-    if (target / "manifest.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{VERSION}-", dir=target.parent))
-    try:
-        manifest = _write_splits(staging)
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished first; theirs is as good as ours
-            shutil.rmtree(staging, ignore_errors=True)
-    finally:
-        if staging.exists() and staging != target:
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    from smlaunch.pipelines.builtin import prepare_cached
+
+    return prepare_cached(VERSION, write_splits, root)
 
 
-def _write_splits(out: Path) -> dict:
+def write_splits(out: Path) -> dict:
     import numpy as np
     from PIL import Image
     from sklearn.datasets import load_digits

@@ -1,9 +1,8 @@
-"""NumPy implementations of the chain ops, and `Chain`, the Ray Data UDF that runs them.
+"""NumPy implementations of the chain ops, one function per op name.
 
-A batch is a dict of NumPy arrays: `image` (encoded bytes in, uint8 CHW out), `label`, `id`.
-Random ops draw from one generator per batch; with a seed it is derived from the seed and the
-batch's row ids, so a batch is reproducible wherever it runs. Validation runs the same chain in
-eval mode: random crops become a resize, flips are skipped, blurs still apply.
+Each takes the batch's images (a list of HWC uint8 arrays; encoded bytes for `decode_image`), its
+spec, the batch's random generator and whether this is training: in eval mode random crops become
+a resize and flips and jitter are skipped, blurs still apply. `chain.Chain` strings them together.
 """
 
 from __future__ import annotations
@@ -21,16 +20,42 @@ Images = list[np.ndarray]  # HWC uint8, sizes may differ until a resize
 
 
 def decode_image(images, spec: specs.DecodeImage, rng, train: bool) -> Images:
+    """torchvision.io's decoder, with PIL for the formats it lacks (BMP, TIFF, ...).
+
+    Measured on one core (BENCHMARKS.md, "decoders"): torchvision.io 1.6x PIL on 224 px JPEGs and
+    2x on 32 px ones, and ahead of TorchCodec 0.17 (which torchvision 0.29 points to, deprecating
+    its own decoders), so it is kept while it exists; without it every image goes through PIL.
+    Grayscale from a colour JPEG is libjpeg's luma plane, within a few levels of PIL's convert("L").
+    """
+    import warnings
+
+    try:
+        import torch
+        from torchvision.io import ImageReadMode
+        from torchvision.io import decode_image as tv_decode
+    except ImportError:
+        return [_decode_pil(data, spec.mode, i) for i, data in enumerate(images)]
+    read_mode = ImageReadMode.RGB if spec.mode == "RGB" else ImageReadMode.GRAY
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for i, data in enumerate(images):
+            try:
+                chw = tv_decode(torch.from_numpy(np.frombuffer(data, np.uint8).copy()), mode=read_mode)
+                out.append(chw.permute(1, 2, 0).contiguous().numpy())
+            except RuntimeError:
+                out.append(_decode_pil(data, spec.mode, i))
+    return out
+
+
+def _decode_pil(data: bytes, mode: str, row: int) -> np.ndarray:
     from PIL import Image
 
-    out = []
-    for i, data in enumerate(images):
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                out.append(np.asarray(img.convert(spec.mode)).reshape(img.height, img.width, -1))
-        except Exception as exc:  # PIL raises several types for bad bytes
-            raise DataError(f"row {i} of the batch: undecodable image ({exc})") from None
-    return out
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return np.asarray(img.convert(mode)).reshape(img.height, img.width, -1)
+    except Exception as exc:  # PIL raises several types for bad bytes
+        raise DataError(f"row {row} of the batch: undecodable image ({exc})") from None
 
 
 def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, train: bool) -> Images:
@@ -148,19 +173,25 @@ def horizontal_flip(images: Images, spec: specs.HorizontalFlip, rng, train: bool
 
 
 def gaussian_blur(images: Images, spec: specs.GaussianBlur, rng, train: bool) -> Images:
-    if spec.repeat == 0 or not images:
-        return images
-    radius = spec.kernel_size // 2
+    return [blur_image(img, spec) for img in images]
+
+
+def blur_image(img: np.ndarray, spec: specs.GaussianBlur) -> np.ndarray:
+    """`repeat` separable passes in float32 with reflected borders, rounded back to uint8 once."""
+    if spec.repeat == 0:
+        return img
+    kernel = _gaussian_kernel(spec.kernel_size, spec.sigma)
+    work = img.astype(np.float32)
+    for _ in range(spec.repeat):
+        work = _convolve_axis(_convolve_axis(work, kernel, 0), kernel, 1)
+    return np.clip(np.rint(work), 0, 255).astype(np.uint8)
+
+
+def _gaussian_kernel(size: int, sigma: float) -> np.ndarray:
+    radius = size // 2
     x = np.arange(-radius, radius + 1, dtype=np.float32)
-    kernel = np.exp(-(x * x) / (2 * spec.sigma * spec.sigma))
-    kernel /= kernel.sum()
-    out = []
-    for img in images:
-        work = img.astype(np.float32)
-        for _ in range(spec.repeat):
-            work = _convolve_axis(_convolve_axis(work, kernel, 0), kernel, 1)
-        out.append(np.clip(np.rint(work), 0, 255).astype(np.uint8))
-    return out
+    kernel = np.exp(-(x * x) / (2 * sigma * sigma))
+    return kernel / kernel.sum()
 
 
 def _convolve_axis(img: np.ndarray, kernel: np.ndarray, axis: int) -> np.ndarray:
@@ -168,10 +199,12 @@ def _convolve_axis(img: np.ndarray, kernel: np.ndarray, axis: int) -> np.ndarray
     pad = [(0, 0)] * img.ndim
     pad[axis] = (radius, radius)
     padded = np.pad(img, pad, mode="reflect" if img.shape[axis] > radius else "edge")
-    out = np.zeros_like(img)
     n = img.shape[axis]
+    window = [slice(None)] * img.ndim
+    out = np.zeros_like(img)
     for k, weight in enumerate(kernel):
-        out += weight * np.take(padded, np.arange(k, k + n), axis=axis)
+        window[axis] = slice(k, k + n)
+        out += weight * padded[tuple(window)]
     return out
 
 
@@ -194,34 +227,3 @@ OPS: dict[str, Callable] = {
     "gaussian_blur": gaussian_blur,
     "to_uint8_chw": to_uint8_chw,
 }
-
-
-class Chain:
-    """Callable applied by `Dataset.map_batches`: runs the ops and tags rows with their host.
-
-    It runs as a Ray task on a data node; `host` is looked up there, from the node's `sm-host`
-    label, so the trainer can count where every row was produced.
-    """
-
-    def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None):
-        self.ops = list(ops)
-        self.host_names = host_names
-        self.train = train
-        self.seed = seed
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        ids = np.asarray(batch["id"], dtype=np.int64)
-        rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
-        images = list(batch["image"])
-        for spec in self.ops:
-            if spec.op != "normalize":  # the trainer applies it on its device
-                images = OPS[spec.op](images, spec, rng, self.train)
-        return {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
-                "host": np.full(len(ids), self._host_index(), dtype=np.int16)}
-
-    def _host_index(self) -> int:
-        import ray
-
-        labels = ray.get_runtime_context().get_node_labels() if ray.is_initialized() else {}
-        name = labels.get("sm-host")
-        return self.host_names.index(name) if name in self.host_names else -1

@@ -4,7 +4,8 @@ Two layouts arrive as records: a `tf.train.Example` per record (`image/encoded`,
 `image/class/label`, `id`), or an augmented manifest's attributes, one record each, regrouped by
 the channel's `attribute_names` (image, label, and an optional id; without one the id is the
 CRC-32C of the image, so it still names the sample in the report). Rows leave in Arrow blocks of
-`BLOCK_ROWS`, so a stream is never held whole. Corrupt records go to the channel's skip policy.
+`channel.block_rows` (the chain's batch size), so a stream is never held whole. Corrupt records
+go to the channel's skip policy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from smlaunch.pipelines.formats import RecordError, iter_records
 from smlaunch.pipelines.formats.example import decode_example
 from smlaunch.pipelines.manifest import group_attributes
 
-BLOCK_ROWS = 256
 IMAGE_KEY, LABEL_KEY, ID_KEY = "image/encoded", "image/class/label", "id"
 
 
@@ -48,7 +48,7 @@ def row_blocks(channel: ChannelPlan, source: str, records: Iterable[bytes]) -> I
             rows["image"].append(image)
             rows["label"].append(label)
             rows["id"].append(sample)
-            if len(rows["id"]) == BLOCK_ROWS:
+            if len(rows["id"]) == channel.block_rows:
                 yield _table(rows)
                 rows = {"image": [], "label": [], "id": []}
     except RecordError as exc:

@@ -87,3 +87,19 @@ def test_missing_file_and_non_mapping(tmp_path):
     (tmp_path / "list.yaml").write_text(yaml.safe_dump([1, 2]))
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_config(tmp_path / "list.yaml")
+
+
+def test_every_shipped_config_loads_and_plans(configs):
+    from smlaunch.cluster.plan import LocalEnvironment, build_plan
+
+    for path in sorted(configs.glob("*.yaml")):
+        plan = build_plan(load_config(path), LocalEnvironment(cpus=2, gpus=0, started="t"))
+        assert plan.train_workers == 1 and plan.hosts, path.name
+
+
+def test_seed_workload_is_the_classic_example(configs):
+    cfg = load_config(configs / "seed-vit-blur.yaml")
+    assert [g.instance_type for g in cfg.cluster.instance_groups] == ["ml.g5.xlarge", "ml.c5.4xlarge"]
+    blur = next(op for op in cfg.pipeline.ops if op.op == "gaussian_blur")
+    assert (blur.kernel_size, blur.repeat) == (11, 10) and cfg.model.name.startswith("vit_")
+    assert cfg.channels["train"].source == "builtin:synthetic/train"

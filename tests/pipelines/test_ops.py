@@ -6,7 +6,7 @@ from PIL import Image
 
 from smlaunch.config import load_config
 from smlaunch.errors import DataError
-from smlaunch.pipelines.ops import Chain
+from smlaunch.pipelines.chain import Chain
 
 
 def _jpeg(h: int, w: int, seed: int) -> bytes:
@@ -121,3 +121,61 @@ def test_unknown_op_and_misplaced_normalize_list_what_is_valid(configs):
     ops = validate_config(raw).pipeline.ops
     assert ops[-1].op == "normalize" and ops[-1].std == (0.2, 0.2, 0.2)
     assert Chain(ops, ["h"], seed=1)(_batch())["image"].dtype == np.uint8  # left to the trainer
+
+
+def test_blur_then_center_crop_is_fused_and_gives_the_same_bytes():
+    from smlaunch.pipelines import op_specs as specs
+    from smlaunch.pipelines.chain import plan_steps
+    from smlaunch.pipelines.ops import OPS
+
+    blurs = [specs.GaussianBlur(op="gaussian_blur", kernel_size=11, sigma=2.0, repeat=3),
+             specs.GaussianBlur(op="gaussian_blur", kernel_size=5, sigma=1.0, repeat=2)]
+    rng = np.random.default_rng(7)
+    # off-centre crops, crops touching one edge, images smaller than the crop (padded), tiny crops
+    shapes = [(64, 48), (41, 40), (40, 40), (30, 50), (120, 37), (20, 20)]
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in shapes]
+    for size in (36, 4):
+        crop = specs.CenterCrop(op="center_crop", size=size)
+        fused = plan_steps([*blurs, crop])
+        assert len(fused) == 1  # one step: crop with a margin, blur, trim
+        plain = images
+        for spec in [*blurs, crop]:
+            plain = OPS[spec.op](plain, spec, None, True)
+        out = fused[0](images, None, True)
+        for a, b in zip(out, plain):
+            assert a.shape == b.shape and np.array_equal(a, b)
+    assert len(plan_steps([blurs[0], specs.HorizontalFlip(op="horizontal_flip"), crop])) == 3  # not adjacent
+
+
+def test_fused_blur_crop_is_cheaper():
+    """Work, not time: the fused step blurs only the crop plus its margin."""
+    from smlaunch.pipelines import op_specs as specs
+    from smlaunch.pipelines import chain
+
+    seen = []
+    original = chain.blur_image
+    chain.blur_image = lambda img, spec: (seen.append(img.shape[:2]), original(img, spec))[1]
+    try:
+        blur = specs.GaussianBlur(op="gaussian_blur", kernel_size=5, sigma=1.0, repeat=2)
+        chain.plan_steps([blur, specs.CenterCrop(op="center_crop", size=32)])[0](
+            [np.zeros((256, 256, 3), np.uint8)], None, True)
+    finally:
+        chain.blur_image = original
+    assert seen == [(40, 40)]  # 32 + 2 x (2 passes x radius 2)
+
+
+def test_torchvision_decode_matches_pil_and_falls_back_for_other_formats():
+    from smlaunch.pipelines import op_specs as specs
+    from smlaunch.pipelines.ops import _decode_pil, decode_image
+
+    jpeg = _jpeg(37, 53, 4)
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (9, 7, 3), dtype=np.uint8)).save(buf, format="BMP")
+    for mode, channels in (("RGB", 3), ("L", 1)):
+        spec = specs.DecodeImage(op="decode_image", mode=mode)
+        out = decode_image([jpeg, buf.getvalue()], spec, None, True)
+        assert out[0].shape == (37, 53, channels) and out[0].dtype == np.uint8
+        difference = np.abs(out[0].astype(int) - _decode_pil(jpeg, mode, 0))
+        # RGB: the same libjpeg-turbo; L: libjpeg's luma plane vs PIL's convert("L") of the RGB
+        assert difference.max() <= 1 if mode == "RGB" else difference.mean() < 2
+        assert np.array_equal(out[1], _decode_pil(buf.getvalue(), mode, 1))  # BMP: PIL's path
