@@ -29,6 +29,7 @@ bench: setup
 	$(VENV)/bin/python bench/record_readers.py
 	$(VENV)/bin/python bench/first_record.py
 	$(VENV)/bin/python bench/offload_vs_dataloader.py
+	$(VENV)/bin/python bench/train_overhead.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

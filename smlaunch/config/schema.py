@@ -72,7 +72,8 @@ class ChannelConfig(_Strict):
     s3_distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
     """Every receiving host gets all objects, or host i of n every n-th (SageMaker's S3DistributionType)."""
     source: str
-    """`builtin:digits/<split>` (the embedded dataset), a local directory, or `s3://bucket/prefix`
+    """`builtin:digits/<split>` or `builtin:synthetic/<split>` (embedded datasets: 32 px digits,
+    224 px gratings), a local directory, or `s3://bucket/prefix`
     (an augmented manifest: a JSON Lines file, local or `s3://`)."""
     instance_groups: Optional[list[str]] = None
     """Groups that receive the channel (SageMaker's InstanceGroupNames); default: the data groups."""
@@ -97,8 +98,8 @@ class ChannelConfig(_Strict):
         return value
 
 
-BUILTIN_SOURCES = ["builtin:digits/train", "builtin:digits/validation"]
-BUILTIN_SEEDS = ["builtin:digits"]
+BUILTIN_SEEDS = ["builtin:digits", "builtin:synthetic"]
+BUILTIN_SOURCES = [f"{seed}/{split}" for seed in BUILTIN_SEEDS for split in ("train", "validation")]
 
 
 class PipelineConfig(_Strict):
@@ -133,16 +134,37 @@ class ModelConfig(_Strict):
 
 
 class TrainerConfig(_Strict):
-    """Optimisation settings; exactly one of `steps` or `epochs`."""
+    """Optimisation, checkpointing and recovery; exactly one of `steps` or `epochs`."""
 
     batch_size: int = Field(default=64, gt=0)
+    """Rows per micro-batch on each train worker."""
     steps: Optional[int] = Field(default=None, gt=0)
+    """Optimizer steps to train (each takes `grad_accum_steps` micro-batches)."""
     epochs: Optional[int] = Field(default=None, gt=0)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
     learning_rate: float = Field(default=1e-3, gt=0)
     weight_decay: float = Field(default=0.05, ge=0)
+    momentum: float = Field(default=0.9, ge=0, lt=1)
+    """SGD only."""
+    warmup_steps: Optional[int] = Field(default=None, ge=0)
+    """Linear warmup before the cosine decay; default a tenth of the run, at most 100."""
+    grad_accum_steps: int = Field(default=1, gt=0)
+    """Micro-batches whose gradients add up to one optimizer step."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """auto: bf16 autocast on GPU, fp32 on CPU."""
     checkpoint_interval: int = Field(default=0, ge=0)
-    """Steps between checkpoints; 0 = only at the end."""
+    """Steps between checkpoints; 0 = only at the end (and on SIGTERM)."""
+    checkpoint_dir: Optional[str] = None
+    """Default: the head's `/opt/ml/checkpoints` (SageMaker syncs it to the job's checkpoint S3 URI)."""
+    resume: bool = True
+    """Start from the newest complete checkpoint in `checkpoint_dir`, if there is one."""
+    max_failures: int = Field(default=2, ge=0)
+    """Times the train worker group restarts from the last checkpoint after a worker dies."""
+    validation_every_epochs: int = Field(default=1, ge=0)
+    """With `steps`: validate every N epochs (0: only at the end). With `epochs`: every epoch."""
     log_every: int = Field(default=10, gt=0)
+    prefetch_batches: int = Field(default=4, ge=0)
+    """Batches Ray Data prepares ahead of the train step (pinned and copied to the GPU ahead, on GPU)."""
 
     @model_validator(mode="after")
     def _length(self):

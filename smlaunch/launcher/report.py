@@ -15,7 +15,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict)
     steps = result["steps"]
     steady = steps[WARMUP_STEPS:] if len(steps) > 2 * WARMUP_STEPS else steps
     step_time = sum(s["step_time_s"] for s in steady)
-    images = batch_size * plan.train_workers * len(steady)
+    images = sum(s["images_per_s"] * s["step_time_s"] for s in steady)  # all micro-batches, all ranks
     rows = result["host_rows"]
     data_hosts = {h.name for h in plan.hosts if h.subcluster == "data"}
     total_rows = sum(rows.values())
@@ -24,7 +24,10 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict)
     return {
         "job": plan.job,
         "summary": {
-            "steps": len(steps),
+            "steps": result.get("final_step", len(steps)),
+            "steps_this_run": len(steps),
+            "resumed_at_step": result.get("resumed_at_step"),
+            "resumed_from": result.get("resumed_from"),
             "epochs": result["epochs"],
             "images_per_s": round(images / step_time, 2) if step_time else 0.0,
             "data_wait_pct": round(100 * sum(s["data_wait_s"] for s in steady) / step_time, 2) if step_time else 0.0,
@@ -56,6 +59,8 @@ def summary_lines(report: dict) -> list[str]:
     acc = s["validation_accuracy"]
     lines = [f"stopped early at step {s['stopped_at_step']} on request (SIGTERM); the last checkpoint "
              "holds the state"] if s.get("stopped_at_step") is not None else []
+    if s.get("resumed_at_step") is not None:
+        lines.append(f"resumed at step {s['resumed_at_step']} from {s['resumed_from']}")
     return lines + [
         f"steps={s['steps']} epochs={s['epochs']} train_workers={s['train_workers']}",
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",

@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -18,18 +19,26 @@ from smlaunch.errors import ConfigError
 
 def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     """Everything a train worker needs, as plain data (it travels to other processes)."""
-    crops = [op.size for op in cfg.pipeline.ops if op.op == "random_resized_crop"]
+    crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
     if not crops:
-        raise ConfigError("pipeline.ops: add a random_resized_crop so every image reaches the model at one size")
+        raise ConfigError("pipeline.ops: add a random_resized_crop or center_crop so every image reaches the "
+                          "model at one size")
     num_classes = cfg.model.num_classes or _builtin_classes(cfg)
     trainer = cfg.trainer.model_dump()
     train_rows = _builtin_rows(cfg, "train")
-    total = cfg.trainer.steps or (cfg.trainer.epochs * (train_rows // (cfg.trainer.batch_size * plan.train_workers))
-                                  if train_rows else None)
+    per_step = cfg.trainer.batch_size * cfg.trainer.grad_accum_steps * plan.train_workers
+    total = cfg.trainer.steps or (cfg.trainer.epochs * (train_rows // per_step) if train_rows else None)
     return {"model": cfg.model.name, "num_classes": num_classes, "image_size": crops[-1], "seed": cfg.seed,
             "trainer": trainer, "total_steps": total, "host_names": [h.name for h in plan.hosts],
             "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
-            "config_sha256": config_hash(cfg), "normalize": _normalize(cfg)}
+            "config_sha256": config_hash(cfg), "normalize": _normalize(cfg),
+            "checkpoint_dir": checkpoint_dir(cfg, plan), "progress": sys.stdout.isatty()}
+
+
+def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
+    """`trainer.checkpoint_dir`, else the head's `/opt/ml/checkpoints` (absolute: Ray Train needs it)."""
+    return str(Path(cfg.trainer.checkpoint_dir or Path(host_opt_ml(plan.head_host)) / "checkpoints")
+               .expanduser().resolve())
 
 
 def _normalize(cfg: LaunchConfig) -> dict:
@@ -45,19 +54,20 @@ def config_hash(cfg: LaunchConfig) -> str:
 
 
 def _builtin_classes(cfg: LaunchConfig) -> int:
-    if cfg.channels["train"].source.startswith("builtin:digits/"):
-        return 10
+    from smlaunch.pipelines.builtin import builtin_manifest
+
+    manifest = builtin_manifest(cfg.channels["train"].source)
+    if manifest is not None:
+        return manifest["classes"]
     raise ConfigError("model.num_classes: required when the train channel is not a builtin dataset")
 
 
 def _builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
-    source = cfg.channels[channel].source
-    if source.startswith("builtin:digits/"):
-        from smlaunch.pipelines.digits import prepare_digits
+    from smlaunch.pipelines.builtin import builtin_manifest, split_source
 
-        manifest = json.loads((prepare_digits() / "manifest.json").read_text())
-        return manifest["splits"][source.split("/", 1)[1]]["records"]
-    return None
+    source = cfg.channels[channel].source
+    manifest = builtin_manifest(source)
+    return None if manifest is None else manifest["splits"][split_source(source)[1]]["records"]
 
 
 def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
@@ -71,6 +81,13 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
         if op.op == "user":
             resolve_user_op(op.function)
     config = loop_config(cfg, plan)
+    if cfg.trainer.resume:
+        from smlaunch.trainers.checkpoints import latest_complete
+
+        found = latest_complete(config["checkpoint_dir"])
+        config["resume_from"] = str(found) if found else None
+        if found:
+            print(f"resuming from checkpoint {found}", flush=True)
     Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(plan.run_dir) / "resolved_config.yaml").write_text(
         yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
@@ -134,10 +151,10 @@ def local_s3(cfg: LaunchConfig, plan: LaunchPlan, log=print):
     if cfg.run.s3_endpoint is not None:
         yield None if cfg.run.s3_endpoint == "aws" else cfg.run.s3_endpoint
         return
-    from smlaunch.pipelines.digits import prepare_digits
+    from smlaunch.pipelines.builtin import prepare_builtin
     from smlaunch.pipelines.local_s3 import LocalS3
 
-    seeds = {uri: prepare_digits() if folder == "builtin:digits" else Path(folder).expanduser()
+    seeds = {uri: prepare_builtin(folder[len("builtin:"):]) if folder.startswith("builtin:") else Path(folder).expanduser()
              for uri, folder in cfg.run.s3_seed.items()}
     saved = {key: os.environ.get(key) for key in LocalS3.environment()}
     with LocalS3(seeds) as server:

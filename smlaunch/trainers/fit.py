@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
@@ -22,8 +23,11 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, loop_config: dict) 
         train_loop_config=loop_config,
         scaling_config=ScalingConfig(num_workers=plan.train_workers, use_gpu=plan.use_gpu,
                                      label_selector=plan.train_selector),
-        run_config=RunConfig(name="train", storage_path=os.path.abspath(os.path.join(plan.run_dir, "ray_results")),
-                             failure_config=FailureConfig(max_failures=0),
+        # A run name of its own per launch: Ray Train would otherwise resume silently from whatever
+        # run of the same name it finds; resuming is ours (`resume_from`, complete checkpoints only).
+        run_config=RunConfig(name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                             storage_path=loop_config["checkpoint_dir"],
+                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
         datasets=datasets,
         dataset_config=DataConfig(datasets_to_split="all", execution_options=selector_options),

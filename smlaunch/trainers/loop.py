@@ -1,16 +1,20 @@
-"""The per-worker training loop run by Ray Train, with honest step timing.
+"""The per-worker training loop run by Ray Train, with honest step timing and resumable state.
 
-Each step is timed in two parts: waiting for the next batch from Ray Data, and computing
-(forward, backward, optimizer; synchronised on GPU so the clock sees the work). Their ratio is
-what says whether the GPU starves. Images arrive as uint8 CHW and are normalised here, on the
-worker's device.
+Each optimizer step is timed in two parts: waiting for the next batch(es) from Ray Data, and
+computing (forward, backward, optimizer; synchronised on GPU so the clock sees the work). Their
+ratio is what says whether the GPU starves. Images arrive as uint8 CHW and are normalised here,
+on the worker's device.
+
+State resumes from, in order: the checkpoint Ray Train hands a restarted worker group (a worker
+crashed; `FailureConfig`), or the newest complete checkpoint of an earlier run found by the
+driver (`config["resume_from"]`). The data position is the epoch and the batches already taken
+from it; on resume those batches are drawn and skipped, so the epoch keeps its length.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
+import contextlib
+import tempfile
 import time
 
 
@@ -19,7 +23,9 @@ def train_loop(config: dict) -> dict:
     import ray.train
     import ray.train.torch
 
+    from smlaunch.trainers.evaluate import all_reduce, count_hosts, normalise, validate
     from smlaunch.trainers.model import create_model
+    from smlaunch.trainers.optim import build_optimizer, build_schedule
     from smlaunch.trainers.stop_poll import StopPoll
 
     t = config["trainer"]
@@ -27,160 +33,165 @@ def train_loop(config: dict) -> dict:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
-    model = ray.train.torch.prepare_model(
-        create_model(config["model"], config["num_classes"], config["image_size"]))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t["learning_rate"], weight_decay=t["weight_decay"])
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_cosine(config["total_steps"]))
+    raw_model = create_model(config["model"], config["num_classes"], config["image_size"])
+    optimizer = build_optimizer(raw_model, t)
+    schedule = build_schedule(optimizer, t, config["total_steps"])
+    state, resumed = _resume_state(config)
+    step = epochs_done = position = 0
+    if state is not None:
+        raw_model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["scheduler"])
+        step, epochs_done, position = state["step"], state["epochs_done"], state["position"]
+        if rank == 0:
+            print(f"resumed from {resumed} at step={step} epoch={epochs_done + 1} batch={position}", flush=True)
+    model = ray.train.torch.prepare_model(raw_model)
+    autocast = _autocast(t["precision"], device)
+    accum = t["grad_accum_steps"]
     hosts = config["host_names"]
-    host_rows = torch.zeros(len(hosts) + 1, dtype=torch.long)  # last slot: unknown host
+    host_rows = torch.zeros(len(hosts) + 1, dtype=torch.long, device=device)  # last slot: unknown host
     steps: list[dict] = []
     validation: list[dict] = []
-    step = epoch = 0
     stop = StopPoll(world, device)
     stopped = False
+    progress = _progress(config, rank, step)
     shard = ray.train.get_dataset_shard("train")
-    while not stopped and not _done(t, step, epoch):
-        epoch += 1
-        batches = iter(shard.iter_torch_batches(batch_size=t["batch_size"], drop_last=True, prefetch_batches=2))
+    save = _Saver(config, rank, raw_model, optimizer, schedule)
+    while not stopped and not _done(t, step, epochs_done):
+        # On GPU, batches are pinned and copied to the device while the previous step computes.
+        batches = iter(shard.iter_torch_batches(batch_size=t["batch_size"], drop_last=True, device=device,
+                                                prefetch_batches=t["prefetch_batches"],
+                                                pin_memory=device.type == "cuda"))
+        for _ in range(position):  # the data position of a resumed epoch
+            next(batches, None)
         model.train()
-        while not (t["steps"] and step >= t["steps"]):
+        exhausted = False
+        while not exhausted and not (t["steps"] and step >= t["steps"]):
             start = time.perf_counter()
-            batch = next(batches, None)
-            waited = time.perf_counter() - start
-            if batch is None:
+            waited, images_seen, losses = 0.0, 0, []
+            for micro in range(accum):
+                before = time.perf_counter()
+                batch = next(batches, None)
+                waited += time.perf_counter() - before
+                if batch is None:
+                    exhausted = True
+                    break
+                position += 1
+                count_hosts(host_rows, batch["host"])
+                sync = micro == accum - 1 or world == 1
+                with (contextlib.nullcontext() if sync else model.no_sync()), autocast():
+                    loss = torch.nn.functional.cross_entropy(
+                        model(normalise(batch["image"], device, config["normalize"])).float(),
+                        batch["label"].to(device))
+                (loss / accum).backward()
+                losses.append(loss.detach())
+                images_seen += len(batch["label"])
+            if exhausted:  # a partial accumulation at the epoch's end is dropped, on every rank alike
+                optimizer.zero_grad(set_to_none=True)
                 break
-            _count_hosts(host_rows, batch["host"])
-            images = _normalise(batch["image"], device, config["normalize"])
-            loss = torch.nn.functional.cross_entropy(model(images), batch["label"].to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
             optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
             schedule.step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             elapsed = time.perf_counter() - start
             step += 1
-            record = {"step": step, "epoch": epoch, "loss": round(loss.item(), 5),
+            loss_value = torch.stack(losses).mean().item()
+            record = {"step": step, "epoch": epochs_done + 1, "loss": round(loss_value, 5),
                       "step_time_s": round(elapsed, 5), "data_wait_s": round(waited, 5),
-                      "images_per_s": round(len(images) * world / elapsed, 2)}
+                      "images_per_s": round(images_seen * world / elapsed, 2)}
             steps.append(record)
+            progress(record)
             if rank == 0 and (step % t["log_every"] == 0 or step == 1):
                 print(f"step={step} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
                       f"data_wait_pct={100 * waited / elapsed:.1f}", flush=True)
             if stop.requested():
-                # Issue 6 (trainer) makes this checkpoint resumable; here it is the hook.
-                _checkpoint(model, optimizer, step, epoch, rank)
+                save(step, epochs_done, position, record)
                 if rank == 0:
-                    print(f"stopped at step={step} on request; checkpoint reported", flush=True)
+                    print(f"stopped at step={step} on request; checkpoint written", flush=True)
                 stopped = True
                 break
             if t["checkpoint_interval"] and step % t["checkpoint_interval"] == 0:
-                _checkpoint(model, optimizer, step, epoch, rank)
-        if t["epochs"] and not stopped:
-            validation.append(_validate(model, device, host_rows, step, epoch, world, config["normalize"]))
-    if not t["epochs"] and not stopped:
-        validation.append(_validate(model, device, host_rows, step, epoch, world, config["normalize"]))
-    host_rows = _all_reduce(host_rows, world)
-    if rank == 0 and not stopped:
-        _save_model(model, config, step, validation[-1])
-    return {"steps": steps, "validation": validation, "epochs": epoch, "stopped_at_step": step if stopped else None,
+                save(step, epochs_done, position, record)
+        if exhausted:
+            epochs_done, position = epochs_done + 1, 0
+            if t["epochs"] or t["validation_every_epochs"] and epochs_done % t["validation_every_epochs"] == 0:
+                validation.append(validate(model, device, host_rows, step, epochs_done, world,
+                                           config["normalize"], autocast))
+    if not stopped:
+        if not validation or validation[-1]["step"] != step:
+            validation.append(validate(model, device, host_rows, step, epochs_done + (position > 0), world,
+                                       config["normalize"], autocast))
+        if not t["checkpoint_interval"] or step % t["checkpoint_interval"]:
+            save(step, epochs_done, position, steps[-1] if steps else {})
+        if rank == 0:
+            from smlaunch.trainers.export import save_model
+
+            save_model(raw_model, config, step, {"loss": steps[-1]["loss"] if steps else None,
+                                                 "validation": validation[-1]})
+    host_rows = all_reduce(host_rows, world)
+    return {"steps": steps, "validation": validation, "epochs": epochs_done, "final_step": step,
+            "stopped_at_step": step if stopped else None, "resumed_from": resumed,
+            "resumed_at_step": state["step"] if state is not None else None,
             "host_rows": {name: int(n) for name, n in zip(hosts + ["unknown"], host_rows.tolist())}}
 
 
-def _warmup_cosine(total: int | None):
-    """LR factor per step: linear warmup, then cosine to zero over `total` (constant if unknown)."""
-    warmup = max(1, min(100, (total or 1000) // 10))
-
-    def factor(s: int) -> float:
-        ramp = min(1.0, (s + 1) / warmup)
-        return ramp if not total else ramp * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))
-
-    return factor
-
-
-def _done(t: dict, step: int, epoch: int) -> bool:
-    return step >= t["steps"] if t["steps"] else epoch >= t["epochs"]
-
-
-def _normalise(images, device, norm: dict):
-    """uint8 CHW -> (x / 255 - mean) / std on the device: the wire carries a quarter of float32's bytes."""
-    import torch
-
-    mean = torch.tensor(norm["mean"], device=device).view(1, -1, 1, 1) * 255.0
-    std = torch.tensor(norm["std"], device=device).view(1, -1, 1, 1) * 255.0
-    return images.to(device, non_blocking=True).float().sub_(mean).div_(std)
-
-
-def _count_hosts(host_rows, host_column) -> None:
-    import torch
-
-    index = host_column.long()
-    index[index < 0] = len(host_rows) - 1
-    host_rows += torch.bincount(index, minlength=len(host_rows))
-
-
-def _validate(model, device, host_rows, step: int, epoch: int, world: int, norm: dict) -> dict:
-    import torch
+def _resume_state(config: dict) -> tuple[dict | None, str | None]:
     import ray.train
 
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64)  # correct, rows, summed loss
-    with torch.no_grad():
-        for batch in ray.train.get_dataset_shard("validation").iter_torch_batches(batch_size=256):
-            _count_hosts(host_rows, batch["host"])
-            logits = model(_normalise(batch["image"], device, norm))
-            labels = batch["label"].to(device)
-            totals += torch.tensor([(logits.argmax(1) == labels).sum().item(), len(labels),
-                                    torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()],
-                                   dtype=torch.float64)
-    model.train()
-    correct, rows, loss = _all_reduce(totals, world).tolist()
-    result = {"step": step, "epoch": epoch, "accuracy": round(correct / max(rows, 1), 5),
-              "loss": round(loss / max(rows, 1), 5), "rows": int(rows)}
-    print(f"validation step={step} accuracy={result['accuracy']:.4f} loss={result['loss']:.4f}", flush=True)
-    return result
+    from smlaunch.trainers.checkpoints import load_state
+
+    restarted = ray.train.get_checkpoint()  # this fit restarted after a worker failed
+    if restarted is not None:
+        with restarted.as_directory() as directory:
+            return load_state(directory), f"the last checkpoint of this run ({restarted.path})"
+    if config.get("resume_from"):
+        return load_state(config["resume_from"]), config["resume_from"]
+    return None, None
 
 
-def _all_reduce(tensor, world: int):
-    if world > 1:
-        import torch.distributed as dist
+class _Saver:
+    """Report a checkpoint: every rank calls `ray.train.report` (a barrier), rank 0 writes the files."""
 
-        dist.all_reduce(tensor)
-    return tensor
+    def __init__(self, config, rank, model, optimizer, schedule):
+        self.config, self.rank = config, rank
+        self.model, self.optimizer, self.schedule = model, optimizer, schedule
 
+    def __call__(self, step: int, epochs_done: int, position: int, record: dict) -> None:
+        import ray.train
 
-def _unwrap(model):
-    return getattr(model, "module", model)
+        from smlaunch.trainers.checkpoints import checkpoint_name, write_state
 
-
-def _checkpoint(model, optimizer, step: int, epoch: int, rank: int) -> None:
-    """Report a checkpoint; every rank calls `report` (a barrier), rank 0 writes the files."""
-    import tempfile
-
-    import torch
-    import ray.train
-
-    with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = None
-        if rank == 0:
-            torch.save({"model": _unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-                        "step": step, "epoch": epoch}, os.path.join(tmp, "state.pt"))
-            checkpoint = ray.train.Checkpoint.from_directory(tmp)
-        ray.train.report({"step": step}, checkpoint=checkpoint)
+        metrics = {"step": step, "loss": record.get("loss")}
+        with tempfile.TemporaryDirectory() as tmp:
+            checkpoint = None
+            if self.rank == 0:
+                write_state(tmp, {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                                  "scheduler": self.schedule.state_dict(), "step": step, "epoch": epochs_done + 1,
+                                  "epochs_done": epochs_done, "position": position,
+                                  "config_sha256": self.config["config_sha256"]})
+                checkpoint = ray.train.Checkpoint.from_directory(tmp)
+            ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=checkpoint_name(step))
 
 
-def _save_model(model, config: dict, step: int, final: dict) -> None:
+def _autocast(precision: str, device):
+    """bf16 autocast on GPU ('auto' or 'bf16'); plain fp32 otherwise."""
     import torch
 
-    model_dir = config["model_dir"]
-    os.makedirs(model_dir, exist_ok=True)
-    torch.save(_unwrap(model).state_dict(), os.path.join(model_dir, "model.pt"))
-    card = {"model": config["model"], "num_classes": config["num_classes"],
-            "input_size": [3, config["image_size"], config["image_size"]],
-            "normalisation": {"input": "uint8 CHW", "x": "(x / 255 - mean) / std", **config["normalize"]},
-            "steps": step,
-            "final_validation": final, "config_sha256": config["config_sha256"],
-            "load": f"timm.create_model({config['model']!r}, num_classes={config['num_classes']}); "
-                    "model.load_state_dict(torch.load('model.pt'))"}
-    with open(os.path.join(model_dir, "model.json"), "w") as f:
-        json.dump(card, f, indent=2)
+    if device.type == "cuda" and precision in ("auto", "bf16"):
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def _progress(config: dict, rank: int, step: int):
+    """A progress bar on the driver's terminal (Ray's tqdm, drawn by the driver) for rank 0."""
+    if rank != 0 or not config.get("progress") or not config["total_steps"]:
+        return lambda record: None
+    from ray.experimental.tqdm_ray import tqdm
+
+    bar = tqdm(total=config["total_steps"], desc="train", initial=step)
+    return lambda record: (bar.update(1), bar.set_description(f"train loss={record['loss']:.3f}"))
+
+
+def _done(t: dict, step: int, epochs_done: int) -> bool:
+    return step >= t["steps"] if t["steps"] else epochs_done >= t["epochs"]

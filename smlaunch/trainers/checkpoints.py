@@ -1,0 +1,70 @@
+"""Checkpoints that survive spot interruptions: written by rank 0, found again by a new run.
+
+A checkpoint is a directory `<checkpoint dir>/<run>/step-<NNNNNNNN>/` holding `state.pt` (model,
+optimizer, scheduler, step, data position) and `meta.json` (the step and the SHA-256 and size of
+`state.pt`). Ray Train copies the directory into the checkpoint dir; on SageMaker that is
+`/opt/ml/checkpoints`, which SageMaker syncs to S3 and restores into a new job. Each launch writes
+under a run name of its own and only rank 0 writes, so names never collide between runs, ranks or
+hosts. A copy cut short (the host was reclaimed mid-write) lacks `meta.json` or fails its hash,
+and `latest_complete` passes over it: a half-written checkpoint is never resumed from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+STATE = "state.pt"
+META = "meta.json"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def write_state(directory: str, state: dict) -> None:
+    """`state.pt` and, last, the `meta.json` that vouches for it."""
+    import torch
+
+    path = Path(directory) / STATE
+    torch.save(state, path)
+    meta = {"step": state["step"], "epoch": state["epoch"], "size": path.stat().st_size, "sha256": _sha256(path)}
+    (Path(directory) / META).write_text(json.dumps(meta))
+
+
+def is_complete(directory: Path) -> bool:
+    try:
+        meta = json.loads((directory / META).read_text())
+        state = directory / STATE
+        return state.stat().st_size == meta["size"] and _sha256(state) == meta["sha256"]
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def latest_complete(root: str | os.PathLike, log=print) -> Path | None:
+    """The complete checkpoint with the highest step under `root` (any run), or None."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = sorted(root.glob("*/step-*"), key=lambda p: (p.name, p.stat().st_mtime), reverse=True)
+    for directory in found:
+        if is_complete(directory):
+            return directory
+        log(f"checkpoint {directory} is incomplete (cut short while written); skipping it")
+    return None
+
+
+def load_state(directory: str | os.PathLike) -> dict:
+    import torch
+
+    return torch.load(Path(directory) / STATE, map_location="cpu", weights_only=False)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

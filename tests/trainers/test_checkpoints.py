@@ -1,0 +1,48 @@
+"""Checkpoint files: complete ones are found by step across runs, cut-short ones never are."""
+
+import json
+
+import torch
+
+from smlaunch.trainers.checkpoints import is_complete, latest_complete, load_state, write_state
+from smlaunch.trainers.optim import warmup_cosine
+
+
+def _write(root, run, step):
+    directory = root / run / f"step-{step:08d}"
+    directory.mkdir(parents=True)
+    write_state(str(directory), {"step": step, "epoch": 1, "weights": torch.arange(1000.0) * step})
+    return directory
+
+
+def test_the_highest_complete_step_wins_across_runs(tmp_path):
+    _write(tmp_path, "run-a", 10)
+    best = _write(tmp_path, "run-b", 30)
+    _write(tmp_path, "run-a", 20)
+    assert latest_complete(tmp_path) == best and is_complete(best)
+    assert load_state(best)["step"] == 30
+    assert latest_complete(tmp_path / "missing") is None
+
+
+def test_a_checkpoint_cut_short_is_skipped(tmp_path):
+    good = _write(tmp_path, "run-a", 10)
+    truncated = _write(tmp_path, "run-b", 40)
+    data = (truncated / "state.pt").read_bytes()
+    (truncated / "state.pt").write_bytes(data[: len(data) // 2])  # the host went away mid-copy
+    no_meta = _write(tmp_path, "run-b", 50)
+    (no_meta / "meta.json").unlink()  # meta.json is written last: not there, not vouched for
+    flipped = _write(tmp_path, "run-c", 60)
+    raw = bytearray((flipped / "state.pt").read_bytes())
+    raw[-20] ^= 0xFF  # same size, different bytes
+    (flipped / "state.pt").write_bytes(bytes(raw))
+    skipped = []
+    assert latest_complete(tmp_path, log=skipped.append) == good
+    assert len(skipped) == 3 and all("incomplete" in line for line in skipped)
+    assert json.loads((good / "meta.json").read_text())["step"] == 10
+
+
+def test_warmup_then_cosine_to_zero():
+    factor = warmup_cosine(total=100, warmup=10)
+    assert factor(0) == 0.1 and abs(factor(9) - 1.0) < 0.03
+    assert factor(50) < factor(20) and factor(100) < 1e-9
+    assert warmup_cosine(None, 5)(1000) == 1.0  # length unknown: constant after warmup
