@@ -37,13 +37,34 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             source = PipeChannelDatasource(channel, roots)
         else:
             source = ChannelDatasource(channel, list_channel_files(channel, roots), roots)
-        ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
+        on_hosts = {"sm-host": f"in({','.join(channel.hosts)})"}
+        if _fuse_read_and_chain(plan, channel, source, preprocess_on, preprocess_cpus):
+            # One task reads a block and runs the chain on it: no read task holds a CPU slot while
+            # the chain waits for one, and no block crosses the object store between the two.
+            # Ray fuses a read only into whole-block batches; the reader's blocks already hold
+            # `pipeline.batch_size` rows (`ChannelPlan.block_rows`).
+            pool = ray.data.TaskPoolStrategy(size=preprocess_cpus)
+            ds = ray.data.read_datasource(source, compute=pool, label_selector=on_hosts)
+            chain_args = {"compute": pool, "batch_size": None}
+        else:
+            ds = ray.data.read_datasource(source, label_selector=on_hosts)
+            chain_args = {"compute": ray.data.TaskPoolStrategy(size=preprocess_cpus),
+                          "label_selector": plan.data_selector, "batch_size": cfg.pipeline.batch_size}
         datasets[channel.name] = ds.map_batches(
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train"),
-            batch_size=cfg.pipeline.batch_size, batch_format="numpy",
-            compute=ray.data.TaskPoolStrategy(size=preprocess_cpus), num_cpus=1,
-            label_selector=plan.data_selector)
+            batch_format="numpy", num_cpus=1, **chain_args)
     return datasets
+
+
+def _fuse_read_and_chain(plan, channel, source, preprocess_on: str, preprocess_cpus: int) -> bool:
+    """Read and chain run as one task when every receiving host preprocesses (reads then land
+    only where the chain may run) and there are enough read tasks to keep every preprocessing CPU
+    busy: a File or FastFile channel with at least as many files as those CPUs. Otherwise the read
+    stays a task of its own and the chain spreads its blocks over all the preprocessing CPUs."""
+    if any(plan.host(h).subcluster != preprocess_on for h in channel.hosts):
+        return False
+    files = getattr(source, "files", None)
+    return files is not None and sum(len(f) for f in source._shares().values()) >= preprocess_cpus
 
 
 def list_channel_files(channel, roots: dict[str, str | None]) -> dict[str, list[tuple[str, int]]]:
