@@ -43,8 +43,10 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             # the chain waits for one, and no block crosses the object store between the two.
             # Ray fuses a read only into whole-block batches; the reader's blocks already hold
             # `pipeline.batch_size` rows (`ChannelPlan.block_rows`).
+            # One read task per file, so Ray does not split the reads' output (which forbids fusing).
             pool = ray.data.TaskPoolStrategy(size=preprocess_cpus)
-            ds = ray.data.read_datasource(source, compute=pool, label_selector=on_hosts)
+            files = sum(len(f) for f in source.shares().values())
+            ds = ray.data.read_datasource(source, compute=pool, label_selector=on_hosts, override_num_blocks=files)
             chain_args = {"compute": pool, "batch_size": None}
         else:
             ds = ray.data.read_datasource(source, label_selector=on_hosts)
@@ -64,7 +66,7 @@ def _fuse_read_and_chain(plan, channel, source, preprocess_on: str, preprocess_c
     if any(plan.host(h).subcluster != preprocess_on for h in channel.hosts):
         return False
     files = getattr(source, "files", None)
-    return files is not None and sum(len(f) for f in source._shares().values()) >= preprocess_cpus
+    return files is not None and sum(len(f) for f in source.shares().values()) >= preprocess_cpus
 
 
 def list_channel_files(channel, roots: dict[str, str | None]) -> dict[str, list[tuple[str, int]]]:

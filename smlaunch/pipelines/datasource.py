@@ -44,16 +44,16 @@ class ChannelDatasource(Datasource):
         return f"Channel[{self.channel.name}]"
 
     def estimate_inmemory_data_size(self) -> int:
-        return sum(size for files in self._shares().values() for _, size in files)
+        return sum(size for files in self.shares().values() for _, size in files)
 
-    def _shares(self) -> dict[str | None, Files]:
+    def shares(self) -> dict[str | None, Files]:
         """Files to read once, by the host that must read them (None: any receiving host)."""
         if self.channel.distribution == "ShardedByS3Key":
             return dict(self.files)
         return {None: next(iter(self.files.values()))}
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
-        shares = self._shares()
+        shares = self.shares()
         tasks = []
         for host, files in shares.items():
             groups = max(1, min(max(1, parallelism // len(shares)), len(files)))
