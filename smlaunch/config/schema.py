@@ -200,6 +200,37 @@ class RunConfig(_Strict):
         return self
 
 
+class MonitorConfig(_Strict):
+    """Utilisation sampling on every host, and the offload advisor's inputs."""
+
+    sample_interval_s: float = Field(default=0.5, ge=0.05, le=60)
+    """Seconds between samples of CPU, memory, IO wait, network and GPU on each host (0.5 s, as
+    SageMaker Debugger's system monitor)."""
+    prices: dict[str, float] = {}
+    """USD per instance-hour by `ml.*` type, over the built-in table (approximate us-east-1
+    on-demand; see `sm-launch report`'s note)."""
+    cpu_instance_types: Optional[list[str]] = None
+    """CPU types the advisor may recommend; default: c5 and m5, xlarge to 9xlarge."""
+    max_data_hosts: int = Field(default=8, ge=1, le=64)
+    """Largest count of data hosts the advisor's table predicts for."""
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, price in value.items():
+            if name not in INSTANCE_TYPES or price < 0:
+                raise ValueError(f"monitor.prices.{name}: expected a known ml.* type and a price >= 0")
+        return value
+
+    @field_validator("cpu_instance_types")
+    @classmethod
+    def _candidates(cls, value):
+        for name in value or []:
+            if name not in INSTANCE_TYPES or INSTANCE_TYPES[name].gpus:
+                raise ValueError(f"monitor.cpu_instance_types: {name!r} is not a known CPU-only ml.* type")
+        return value
+
+
 class LaunchConfig(_Strict):
     """The whole job."""
 
@@ -211,6 +242,7 @@ class LaunchConfig(_Strict):
     model: ModelConfig
     trainer: TrainerConfig
     run: RunConfig = RunConfig()
+    monitor: MonitorConfig = MonitorConfig()
 
     @model_validator(mode="after")
     def _cross(self):

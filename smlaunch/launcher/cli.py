@@ -13,7 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
-COMMANDS = ("run", "plan", "check", "inspect", "agent")
+COMMANDS = ("run", "plan", "check", "inspect", "agent", "report")
 RECORD_FORMATS = ("tfrecord", "recordio", "text", "whole")  # = pipelines.formats.FORMATS, without importing it
 HELP = {"run": "run the job (the default command)",
         "plan": "print the resolved config and the launch plan; starts nothing",
@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n  sm-launch configs/hetero.yaml\n  sm-launch plan configs/hetero.yaml "
                "--set trainer.steps=50",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="{run,plan,check,inspect,agent}")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, text in HELP.items():
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("config", help="YAML job config, e.g. configs/hetero.yaml")
@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
                      "stream one RecordIO record per named attribute per line, `-ref` ones as the object's bytes")
     cmd.add_argument("--reader-wait", type=float, default=120.0, metavar="S",
                      help="seconds to wait for a reader to open each FIFO (default %(default)s)")
+    text = "draw a run's report again (Markdown, PNG plots, TensorBoard) and recompute the verdict and advisor"
+    cmd = sub.add_parser("report", help=text, description=text)
+    cmd.add_argument("run_dir", help="a run directory, an output/data folder, or a report.json")
+    cmd.add_argument("--price", action="append", default=[], metavar="TYPE=USD",
+                     help="USD per instance-hour for an ml.* type, over the run's prices (repeatable)")
     return parser
 
 
@@ -75,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         return _inspect(args.path, args.format)
     if args.command == "agent":
         return _agent(args)
+    if args.command == "report":
+        return _report(args)
     on_sagemaker = is_sagemaker_host()
     failure_dir = str(base_dir()) if on_sagemaker else None
     stop = StopRequest().install()
@@ -123,6 +130,22 @@ def _inspect(path: str, format: str) -> int:
         reason = str(exc)
     print(f"sm-launch: error: {reason}", file=sys.stderr)
     return 1
+
+
+def _report(args) -> int:
+    from smlaunch.errors import UserError
+    from smlaunch.launcher.report import summary_lines
+    from smlaunch.launcher.report_cmd import rerender
+
+    try:
+        path, report = rerender(args.run_dir, args.price)
+    except UserError as exc:
+        print(f"sm-launch: error: {exc}", file=sys.stderr)
+        return 1
+    for line in summary_lines(report):
+        print(line)
+    print(f"report: {path} (summary.md, throughput.png, data_wait.png, utilisation.png, tensorboard/ beside it)")
+    return 0
 
 
 def _agent(args) -> int:

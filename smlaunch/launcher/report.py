@@ -11,9 +11,10 @@ WARMUP_STEPS = 5
 """Steps left out of throughput figures: the first ones pay for pipeline start-up."""
 
 
-def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict) -> dict:
+def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
+                 samples: dict | None = None, monitor: dict | None = None, epoch_images: int | None = None) -> dict:
     steps = result["steps"]
-    steady = steps[WARMUP_STEPS:] if len(steps) > 2 * WARMUP_STEPS else steps
+    steady = steady_steps(steps)
     step_time = sum(s["step_time_s"] for s in steady)
     images = sum(s["images_per_s"] * s["step_time_s"] for s in steady)  # all micro-batches, all ranks
     rows = result["host_rows"]
@@ -21,7 +22,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict)
     total_rows = sum(rows.values())
     data_rows = sum(n for host, n in rows.items() if host in data_hosts)
     final = result["validation"][-1] if result["validation"] else {}
-    return {
+    report = {
         "job": plan.job,
         "summary": {
             "steps": result.get("final_step", len(steps)),
@@ -40,17 +41,72 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict)
             **timings,
         },
         "rows_by_host": rows,
+        "chain_by_host": result.get("chain_by_host", {}),
         "corrupt_records": result.get("corrupt_records", {}),
         "validation": result["validation"],
         "steps": steps,
         "plan": plan.to_dict(),
+        "utilisation": utilisation_summary(plan.to_dict(), samples or {}, steps),
+        "samples": samples or {},
     }
+    add_analysis(report, monitor or {}, epoch_images)
+    return report
+
+
+def steady_steps(steps: list[dict]) -> list[dict]:
+    return steps[WARMUP_STEPS:] if len(steps) > 2 * WARMUP_STEPS else steps
+
+
+def add_analysis(report: dict, monitor: dict, epoch_images: int | None) -> None:
+    """The rates, the verdict and the advisor, from what the report already holds (also used by
+    `sm-launch report` to recompute them, e.g. with other prices)."""
+    from smlaunch.cluster.prices import PRICES_DATED, price_table
+    from smlaunch.launcher.advisor import advise, measured_rates, verdict
+
+    report["rates"] = measured_rates(steady_steps(report["steps"]), report.get("chain_by_host", {}))
+    report["advisor"] = advise(report, monitor, price_table(monitor.get("prices")), epoch_images, PRICES_DATED)
+    report["verdict"] = verdict(report["summary"], report["utilisation"], report["advisor"])
+    report["monitor"] = {**monitor, "epoch_images": epoch_images}
+
+
+def utilisation_summary(plan: dict, samples: dict, steps: list[dict]) -> dict:
+    """Mean utilisation per host over the training window, and per role (data CPUs, train GPUs)."""
+    start = steps[0]["t"] - steps[0]["step_time_s"] if steps and "t" in steps[0] else None
+    end = steps[-1]["t"] if steps and "t" in steps[-1] else None
+    roles = {h["name"]: h["subcluster"] for h in plan["hosts"]}
+    per_host: dict[str, dict] = {}
+    for host, series in samples.items():
+        window = [x for x in series.get("samples", [])
+                  if start is None or start <= x["t"] <= end] or series.get("samples", [])
+        if not window:
+            continue
+        gpu = [g for x in window for g in x.get("gpu_pct", []) if g is not None]
+        per_host[host] = {"cpu_pct": _mean(x["cpu_pct"] for x in window),
+                          "host_cpu_pct": _mean(x["host_cpu_pct"] for x in window),
+                          "iowait_pct": _mean(x["iowait_pct"] for x in window),
+                          "gpu_pct": _mean(gpu) if gpu else None, "samples": len(window)}
+
+    def role_mean(role: str, key: str):
+        values = [v[key] for h, v in per_host.items() if roles.get(h) == role and v[key] is not None]
+        return _mean(values) if values else None
+
+    return {"hosts": per_host, "data_cpu_pct": role_mean("data", "cpu_pct"),
+            "train_cpu_pct": role_mean("train", "cpu_pct"), "train_gpu_pct": role_mean("train", "gpu_pct")}
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return round(sum(values) / len(values), 1) if values else 0.0
 
 
 def write_report(report: dict, output_dir: str | Path) -> Path:
+    """report.json, summary.md, the PNG plots and TensorBoard scalars, in `output_dir`."""
+    from smlaunch.launcher.render import render_outputs
+
     path = Path(output_dir) / "report.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
+    path.write_text(json.dumps({k: v for k, v in report.items() if k != "path"}, indent=2))
+    render_outputs(report, path.parent)
     return path
 
 
@@ -67,4 +123,13 @@ def summary_lines(report: dict) -> list[str]:
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
     ] + [f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
-         for name, c in report.get("corrupt_records", {}).items()]
+         for name, c in report.get("corrupt_records", {}).items()] + _analysis_lines(report)
+
+
+def _analysis_lines(report: dict) -> list[str]:
+    from smlaunch.launcher.advisor import advice_lines
+
+    if "verdict" not in report:
+        return []
+    v = report["verdict"]
+    return [f"verdict: {v['verdict']} ({'; '.join(v['evidence'])}): {v['advice']}"] + advice_lines(report["advisor"])

@@ -100,13 +100,20 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, config: dict, timings:
     from smlaunch.pipelines.dataset import build_datasets
     from smlaunch.trainers.fit import fit
 
+    from smlaunch.cluster.sampler import Samplers
+
+    samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
-    result = fit(cfg, plan, build_datasets(cfg, plan), config)
+    try:
+        result = fit(cfg, plan, build_datasets(cfg, plan), config)
+    finally:
+        samples = samplers.gather()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
     from smlaunch.pipelines.corrupt import corrupt_summary
 
     result["corrupt_records"] = corrupt_summary()
-    report = build_report(plan, result, cfg.trainer.batch_size, timings)
+    report = build_report(plan, result, cfg.trainer.batch_size, timings, samples,
+                          cfg.monitor.model_dump(), _builtin_rows(cfg, "train"))
     path = write_report(report, Path(host_opt_ml(plan.head_host)) / "output" / "data")
     report["path"] = str(path)
     return report

@@ -13,12 +13,17 @@ the reflected border is the same) for a fraction of the work. Tests check the eq
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
 
 from smlaunch.pipelines import op_specs as specs
 from smlaunch.pipelines.ops import OPS, Images, blur_image, center_crop
+
+
+_PROCESS_WARM = False
+"""Whether this worker process has run a batch already (its imports are done)."""
 
 
 def plan_steps(ops: list) -> list[Callable]:
@@ -72,7 +77,8 @@ def _blur_then_crop_one(img: np.ndarray, blurs, crop: specs.CenterCrop, reach: i
 
 
 class Chain:
-    """Callable applied by `Dataset.map_batches`: runs the ops and tags rows with their host.
+    """Callable applied by `Dataset.map_batches`: runs the ops and tags rows with their host and
+    the chain's time per row.
 
     It runs as a Ray task on a data node; `host` is looked up there, from the node's `sm-host`
     label, so the trainer can count where every row was produced.
@@ -90,11 +96,20 @@ class Chain:
             self._steps = plan_steps(self.ops)
         ids = np.asarray(batch["id"], dtype=np.int64)
         rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
+        started = time.perf_counter()
         images = list(batch["image"])
         for step in self._steps:
             images = step(images, rng, self.train)
+        # Each row carries its share of the batch's chain time: summed per host by the trainer,
+        # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
+        # worker process's first batch pays for its imports (torchvision: seconds) and is marked
+        # -1, not counted.
+        global _PROCESS_WARM
+        seconds = (time.perf_counter() - started) / max(len(ids), 1) if _PROCESS_WARM else -1.0
+        _PROCESS_WARM = True
         return {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
-                "host": np.full(len(ids), self._host_index(), dtype=np.int16)}
+                "host": np.full(len(ids), self._host_index(), dtype=np.int16),
+                "prep_s": np.full(len(ids), seconds, dtype=np.float32)}
 
     def _host_index(self) -> int:
         import ray

@@ -13,13 +13,19 @@ def normalise(images, device, norm: dict):
     return images.to(device, non_blocking=True).float().sub_(mean).div_(std)
 
 
-def count_hosts(host_rows, host_column) -> None:
-    """Add a batch's rows to `host_rows` by the host that produced them (last slot: unknown)."""
+def count_hosts(host_rows, batch, host_prep=None) -> None:
+    """Add a batch's rows to the per-host totals by the host that produced them (last slot:
+    unknown); with `host_prep`, only the rows whose chain time was measured, and that time."""
     import torch
 
-    index = host_column.to(host_rows.device).long()
+    index = batch["host"].to(host_rows.device).long()
     index[index < 0] = len(host_rows) - 1
     host_rows += torch.bincount(index, minlength=len(host_rows))
+    if host_prep is not None and "prep_s" in batch:
+        seconds = batch["prep_s"].to(host_prep.device, dtype=host_prep.dtype)
+        timed = seconds >= 0  # a worker's first batch (imports) is marked -1
+        host_rows -= torch.bincount(index[~timed], minlength=len(host_rows))
+        host_prep.index_add_(0, index[timed], seconds[timed])
 
 
 def all_reduce(tensor, world: int):
@@ -40,7 +46,7 @@ def validate(model, device, host_rows, step: int, epoch: int, world: int, norm: 
     with torch.no_grad():
         for batch in ray.train.get_dataset_shard("validation").iter_torch_batches(
                 batch_size=256, device=device, pin_memory=device.type == "cuda"):
-            count_hosts(host_rows, batch["host"])
+            count_hosts(host_rows, batch)
             with autocast():
                 logits = model(normalise(batch["image"], device, norm)).float()
             labels = batch["label"].to(device)

@@ -50,6 +50,8 @@ def train_loop(config: dict) -> dict:
     accum = t["grad_accum_steps"]
     hosts = config["host_names"]
     host_rows = torch.zeros(len(hosts) + 1, dtype=torch.long, device=device)  # last slot: unknown host
+    train_rows = torch.zeros_like(host_rows)
+    train_prep = torch.zeros(len(hosts) + 1, dtype=torch.float64, device=device)  # chain seconds, train rows
     steps: list[dict] = []
     validation: list[dict] = []
     stop = StopPoll(world, device)
@@ -77,7 +79,8 @@ def train_loop(config: dict) -> dict:
                     exhausted = True
                     break
                 position += 1
-                count_hosts(host_rows, batch["host"])
+                count_hosts(host_rows, batch)
+                count_hosts(train_rows, batch, train_prep)
                 sync = micro == accum - 1 or world == 1
                 with (contextlib.nullcontext() if sync else model.no_sync()), autocast():
                     loss = torch.nn.functional.cross_entropy(
@@ -97,7 +100,7 @@ def train_loop(config: dict) -> dict:
             elapsed = time.perf_counter() - start
             step += 1
             loss_value = torch.stack(losses).mean().item()
-            record = {"step": step, "epoch": epochs_done + 1, "loss": round(loss_value, 5),
+            record = {"step": step, "t": round(time.time(), 3), "epoch": epochs_done + 1, "loss": round(loss_value, 5),
                       "step_time_s": round(elapsed, 5), "data_wait_s": round(waited, 5),
                       "images_per_s": round(images_seen * world / elapsed, 2)}
             steps.append(record)
@@ -129,11 +132,14 @@ def train_loop(config: dict) -> dict:
 
             save_model(raw_model, config, step, {"loss": steps[-1]["loss"] if steps else None,
                                                  "validation": validation[-1]})
-    host_rows = all_reduce(host_rows, world)
+    host_rows, train_rows, train_prep = (all_reduce(x, world) for x in (host_rows, train_rows, train_prep))
     return {"steps": steps, "validation": validation, "epochs": epochs_done, "final_step": step,
             "stopped_at_step": step if stopped else None, "resumed_from": resumed,
             "resumed_at_step": state["step"] if state is not None else None,
-            "host_rows": {name: int(n) for name, n in zip(hosts + ["unknown"], host_rows.tolist())}}
+            "host_rows": {name: int(n) for name, n in zip(hosts + ["unknown"], host_rows.tolist())},
+            "chain_by_host": {name: {"train_rows": int(n), "chain_s": round(sec, 4)}
+                              for name, n, sec in zip(hosts + ["unknown"], train_rows.tolist(), train_prep.tolist())
+                              if n}}
 
 
 def _resume_state(config: dict) -> tuple[dict | None, str | None]:

@@ -29,6 +29,18 @@ def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
     assert report["rows_by_host"]["algo-2"] + report["rows_by_host"]["algo-3"] >= 40 * 32 + 360
     assert "step=40 loss=" in result.stdout + result.stderr
 
+    # Utilisation was sampled on all three hosts, and the report was rendered for people.
+    assert sorted(report["samples"]) == ["algo-1", "algo-2", "algo-3"]
+    assert all(len(s["samples"]) >= 4 for s in report["samples"].values())
+    assert report["verdict"]["verdict"] in ("input-bound", "compute-bound", "balanced")
+    assert report["advisor"]["rates"]["per_slot_images_per_s"] > 0
+    assert set(report["chain_by_host"]) <= {"algo-2", "algo-3"}
+    out = head / "output" / "data"
+    for name in ("summary.md", "throughput.png", "data_wait.png", "utilisation.png"):
+        assert (out / name).stat().st_size > 1000, name
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert "verdict: " in result.stdout and "advisor: recommend" in result.stdout
+
     # The simulated hosts got SageMaker-shaped trees; only data hosts received the channels.
     config = json.loads((tmp_path / "e2e/hosts/algo-2/opt/ml/input/config/resourceconfig.json").read_text())
     assert config["current_host"] == "algo-2" and config["current_group_name"] == "cpu"

@@ -1,0 +1,173 @@
+"""Per-host utilisation sampling: one small actor pinned to every host, gathered on the head.
+
+SageMaker Debugger's lesson was that a CPU/GPU heat map sampled about twice a second is enough
+to see a GPU idling while the data loader's CPUs sit at 100 %. Each host runs a `HostSampler`
+(zero CPUs, so it never takes a slot from the pipeline or the trainer) that samples on its own
+thread every `interval_s` and keeps the series until the head asks for it at the end of the run.
+
+What a sample holds:
+* `cpu_pct`: CPU time of this Ray node's processes (its raylet and every worker under it) as a
+  percentage of the CPUs the node offers Ray. On a SageMaker host that is the host's Ray work;
+  in a local simulation, where every "host" shares this machine, it is still that host's share.
+* `host_cpu_pct`, `iowait_pct`, `mem_pct`, `net_sent_bps`, `net_recv_bps`: the machine's, from
+  psutil (on a simulated cluster every host reports the same machine).
+* `gpu_pct`, `gpu_mem_pct`: per-GPU lists from NVML (`nvidia-ml-py`) where a driver is present.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+MAX_SAMPLES = 20_000
+"""Per host; past it every other sample is dropped and the interval doubles (hours of run stay bounded)."""
+
+
+class HostSampler:
+    """Ray actor body: `start()` begins sampling, `samples()` returns and keeps the series."""
+
+    def __init__(self, host: str, node_cpus: float | None, interval_s: float):
+        self.host, self.interval_s = host, interval_s
+        self.node_cpus = max(node_cpus or _node_cpus(), 1e-9)
+        self.series: list[dict] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> str:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="smlaunch-sampler", daemon=True)
+            self._thread.start()
+        return self.host
+
+    def samples(self) -> dict:
+        return {"host": self.host, "interval_s": self.interval_s, "samples": list(self.series)}
+
+    def stop(self) -> dict:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return self.samples()
+
+    def _run(self) -> None:
+        import psutil
+
+        node = _node_root()
+        gpus = _nvml_handles()
+        psutil.cpu_percent()
+        cpu_times = psutil.cpu_times()
+        net = psutil.net_io_counters()
+        tree = _tree_cpu_seconds(node)
+        last = time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            now = time.monotonic()
+            elapsed = max(now - last, 1e-6)
+            tree_now, times_now, net_now = _tree_cpu_seconds(node), psutil.cpu_times(), psutil.net_io_counters()
+            busy = sum(times_now) - sum(cpu_times)
+            sample = {
+                "t": round(time.time(), 3),
+                "cpu_pct": round(100 * max(tree_now - tree, 0.0) / (elapsed * self.node_cpus), 1),
+                "host_cpu_pct": psutil.cpu_percent(),
+                "iowait_pct": round(100 * (getattr(times_now, "iowait", 0.0) - getattr(cpu_times, "iowait", 0.0))
+                                    / busy, 1) if busy > 0 else 0.0,
+                "mem_pct": psutil.virtual_memory().percent,
+                "net_sent_bps": round((net_now.bytes_sent - net.bytes_sent) / elapsed),
+                "net_recv_bps": round((net_now.bytes_recv - net.bytes_recv) / elapsed),
+            }
+            if gpus:
+                sample.update(_gpu_sample(gpus))
+            self.series.append(sample)
+            if len(self.series) >= MAX_SAMPLES:
+                self.series = self.series[::2]
+                self.interval_s *= 2
+            tree, cpu_times, net, last = tree_now, times_now, net_now, now
+
+
+def _node_cpus() -> float:
+    """CPUs this Ray node offers (a SageMaker plan knows only its own host's count)."""
+    import ray
+
+    me = ray.get_runtime_context().get_node_id()
+    node = next((n for n in ray.nodes() if n["NodeID"] == me), None)
+    return float(node["Resources"].get("CPU", 0)) if node else float(os.cpu_count() or 1)
+
+
+def _node_root():
+    """The raylet that started this worker: every task and actor of the node runs under it."""
+    import psutil
+
+    me = psutil.Process(os.getpid())
+    parent = me.parent()
+    return parent if parent is not None and "raylet" in " ".join(parent.cmdline()[:1] + [parent.name()]) else me
+
+
+def _tree_cpu_seconds(root) -> float:
+    import psutil
+
+    total = 0.0
+    try:
+        processes = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    for proc in processes:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:  # a worker that exited between the listing and the read
+            continue
+    return total
+
+
+def _nvml_handles() -> list:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:  # no package, no driver, no GPU: the host is sampled without GPU fields
+        return []
+
+
+def _gpu_sample(handles: list) -> dict:
+    import pynvml
+
+    util, mem = [], []
+    for handle in handles:
+        try:
+            util.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            mem.append(round(100 * info.used / max(info.total, 1), 1))
+        except pynvml.NVMLError:
+            util.append(None)
+            mem.append(None)
+    return {"gpu_pct": util, "gpu_mem_pct": mem}
+
+
+class Samplers:
+    """The head's handle on every host's sampler: started before training, gathered after."""
+
+    def __init__(self, plan, interval_s: float):
+        import ray
+
+        actor = ray.remote(HostSampler)
+        self.actors = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector={"sm-host": h.name},
+                                             name=None).remote(h.name, h.num_cpus, interval_s)
+                       for h in plan.hosts}
+        self.started = ray.get([a.start.remote() for a in self.actors.values()], timeout=60)
+
+    def gather(self, timeout_s: float = 30) -> dict[str, dict]:
+        """Every host's series; a host that does not answer in time is reported empty, not waited for."""
+        import ray
+
+        refs = {name: actor.stop.remote() for name, actor in self.actors.items()}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        out = {}
+        for name, ref in refs.items():
+            try:
+                out[name] = ray.get(ref, timeout=0) if ref in ready else {"host": name, "samples": [],
+                                                                           "error": "no answer"}
+            except Exception as exc:  # a lost host's actor died with it
+                out[name] = {"host": name, "samples": [], "error": type(exc).__name__}
+        for actor in self.actors.values():
+            ray.kill(actor, no_restart=True)
+        return out

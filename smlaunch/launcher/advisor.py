@@ -1,0 +1,163 @@
+"""The bottleneck verdict and the offload advisor: from one run's measurements, how many CPU
+hosts of which type the next run should add, at what predicted speed and cost.
+
+Three rates are measured in every run (pure arithmetic on the report here; nothing runs):
+
+* **GPU-bound rate**: images per second of trainer compute alone (step time minus the time spent
+  waiting for the batch), i.e. what the trainer would reach if data were free.
+* **Per-slot chain rate**: images per second one CPU slot of the preprocessing chain delivers
+  (rows over chain seconds, summed per host by the trainer from each row's `prep_s`).
+* **Measured rate**: images per second the run actually trained at.
+
+A host's pipeline rate is its CPU slots times the per-slot rate (its vCPUs; scaled like the
+simulated cluster on a local run). The prediction for k data hosts is FastFlow's model,
+min(GPU-bound rate, pipeline rate), times the efficiency this run showed against the same model
+(Ray's scheduling and transfer losses). With no data hosts (k = 0) the pipeline gets the GPU
+host's own CPUs less one per train worker. FastFlow's rule says offloading pays when the
+GPU-bound rate exceeds 1.3x the GPU host's own pipeline rate.
+"""
+
+from __future__ import annotations
+
+import math
+
+INPUT_BOUND_WAIT_PCT = 15.0
+COMPUTE_BOUND_WAIT_PCT = 5.0
+OFFLOAD_RATIO = 1.3
+"""FastFlow (Um et al., VLDB 2023): offload when the GPU-bound rate over the local pipeline's exceeds this."""
+GOOD_ENOUGH = 0.9
+"""The recommendation is the cheapest option per epoch among those within this fraction of the fastest."""
+
+
+def verdict(summary: dict, utilisation: dict, advisor: dict | None = None) -> dict:
+    """input-bound / compute-bound / balanced, with the numbers that decided it.
+
+    The data wait decides; the advisor's capacity figures are added as evidence, and flag a run
+    whose pipeline could not keep up but never showed it because its head start (blocks made
+    while the trainer started) lasted the whole run."""
+    wait = summary.get("data_wait_pct", 0.0)
+    data_cpu = utilisation.get("data_cpu_pct")
+    train_gpu = utilisation.get("train_gpu_pct")
+    evidence = [f"the trainer waited for data {wait:.1f} % of its step time"]
+    if data_cpu is not None:
+        evidence.append(f"data hosts' CPUs averaged {data_cpu:.0f} % busy")
+    if train_gpu is not None:
+        evidence.append(f"train hosts' GPUs averaged {train_gpu:.0f} % busy")
+    capacity, gpu_bound = (advisor or {}).get("pipeline_images_per_s"), (advisor or {}).get("rates", {}).get(
+        "gpu_bound_images_per_s")
+    if capacity and gpu_bound:
+        evidence.append(f"the pipeline can make {capacity:.0f} images/s, the trainer take {gpu_bound:.0f}")
+    if wait >= INPUT_BOUND_WAIT_PCT:
+        kind, advice = "input-bound", "add CPU hosts or make the chain cheaper (see the advisor's table)"
+    elif wait <= COMPUTE_BOUND_WAIT_PCT:
+        kind, advice = "compute-bound", "the trainer is the limit: more CPU hosts will not speed this run up"
+        if capacity and gpu_bound and capacity < GOOD_ENOUGH * gpu_bound:
+            advice = ("the trainer never waited, but only because the run ended before the pipeline's head "
+                      "start ran out: a longer run will be input-bound (see the advisor's table)")
+    else:
+        kind, advice = "balanced", "the pipeline just keeps up: one more CPU host buys headroom, not speed"
+    return {"verdict": kind, "evidence": evidence, "advice": advice,
+            "thresholds": {"input_bound_wait_pct": INPUT_BOUND_WAIT_PCT,
+                           "compute_bound_wait_pct": COMPUTE_BOUND_WAIT_PCT}}
+
+
+def measured_rates(steps: list[dict], chain_by_host: dict) -> dict:
+    """The three rates of the module docstring, from the steady steps of the run."""
+    images = sum(s["images_per_s"] * s["step_time_s"] for s in steps)
+    step_s = sum(s["step_time_s"] for s in steps)
+    compute_s = sum(s["step_time_s"] - s["data_wait_s"] for s in steps)
+    rows = sum(v["train_rows"] for v in chain_by_host.values())
+    chain_s = sum(v["chain_s"] for v in chain_by_host.values())
+    return {"measured_images_per_s": images / step_s if step_s else 0.0,
+            "gpu_bound_images_per_s": images / compute_s if compute_s > 0 else math.inf,
+            "per_slot_images_per_s": rows / chain_s if chain_s > 0 else None}
+
+
+def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, dated: str) -> dict:
+    """Predicted images/s and cost per epoch for k = 0..N data hosts, and the recommendation."""
+    from smlaunch.cluster.instances import INSTANCE_TYPES
+    from smlaunch.cluster.prices import CPU_CANDIDATES
+
+    hosts = report["plan"]["hosts"]
+    train = [h for h in hosts if h["subcluster"] == "train"]
+    data = [h for h in hosts if h["subcluster"] == "data"]
+    rates = report["rates"]
+    per_slot, gpu_bound = rates["per_slot_images_per_s"], rates["gpu_bound_images_per_s"]
+    if not per_slot:
+        return {"error": "no chain timings in this run (no train rows were counted)"}
+    scale = _slot_scale(data or train)
+    workers = report["plan"]["train_workers"]
+    local_rate = max(sum(h["num_cpus"] for h in train) - workers, 1) * per_slot
+    now_rate = sum(h["num_cpus"] for h in data) * per_slot if data else local_rate
+    modelled = min(gpu_bound, now_rate)
+    efficiency = min(1.0, max(0.3, rates["measured_images_per_s"] / modelled)) if modelled else 1.0
+    gpu_price = sum(prices.get(h["instance_type"], math.nan) for h in train)
+    images = epoch_images or 100_000
+
+    def option(cpu_type: str | None, k: int) -> dict:
+        pipeline = local_rate if k == 0 else k * INSTANCE_TYPES[cpu_type].vcpus * scale * per_slot
+        rate = efficiency * min(gpu_bound, pipeline)
+        hourly = gpu_price + (k * prices.get(cpu_type, math.nan) if k else 0.0)
+        return {"instance_type": cpu_type if k else None, "hosts": k, "images_per_s": round(rate, 2),
+                "bound": "trainer" if gpu_bound <= pipeline else "pipeline",
+                "cost_per_hour": _money(hourly), "cost_per_epoch": _money(hourly * images / rate / 3600)}
+
+    current = data[0]["instance_type"] if data else None
+    table_type = current or CPU_CANDIDATES[2]
+    n = monitor.get("max_data_hosts", 8)
+    table = [option(table_type, k) for k in range(n + 1)]
+    candidates = list(dict.fromkeys([*(monitor.get("cpu_instance_types") or CPU_CANDIDATES), table_type]))
+    options = [option(t, k) for t in candidates for k in range(1, n + 1)]
+    best = _pick(options)
+    same_type = _pick([o for o in table if o["hosts"] > 0])
+    return {
+        "rates": {k: round(v, 2) if v is not None and math.isfinite(v) else v for k, v in rates.items()},
+        "local_pipeline_images_per_s": round(local_rate, 2), "pipeline_images_per_s": round(now_rate, 2),
+        "efficiency": round(efficiency, 3),
+        "offload_pays": gpu_bound > OFFLOAD_RATIO * local_rate,
+        "epoch_images": images, "epoch_images_assumed": epoch_images is None,
+        "table_instance_type": table_type, "table": table,
+        "recommended": best, "recommended_same_type": same_type,
+        "prices_dated": dated, "unpriced": sorted({t for t in [*candidates, *(h["instance_type"] for h in train)]
+                                                     if t not in prices}),
+    }
+
+
+def _slot_scale(hosts: list[dict]) -> float:
+    """CPU slots per vCPU: 1 on SageMaker, the simulation's scaling on a local run."""
+    from smlaunch.cluster.instances import INSTANCE_TYPES
+
+    host = hosts[0]
+    return host["num_cpus"] / INSTANCE_TYPES[host["instance_type"]].vcpus
+
+
+def _pick(options: list[dict]) -> dict:
+    fastest = max(o["images_per_s"] for o in options)
+    good = [o for o in options if o["images_per_s"] >= GOOD_ENOUGH * fastest]
+    return min(good, key=lambda o: (o["cost_per_epoch"] if o["cost_per_epoch"] is not None else math.inf,
+                                    o["hosts"], -o["images_per_s"]))
+
+
+def _money(value: float) -> float | None:
+    return None if math.isnan(value) or math.isinf(value) else round(value, 4)
+
+
+def advice_lines(advisor: dict) -> list[str]:
+    """The advisor's answer in a few sentences, for the console and the Markdown summary."""
+    if "error" in advisor:
+        return [f"advisor: {advisor['error']}"]
+    r, best, same = advisor["rates"], advisor["recommended"], advisor["recommended_same_type"]
+    lines = [f"advisor: GPU-bound {r['gpu_bound_images_per_s']} images/s, one chain slot "
+             f"{r['per_slot_images_per_s']} images/s, GPU host alone {advisor['local_pipeline_images_per_s']} "
+             f"images/s, measured {r['measured_images_per_s']} images/s (efficiency {advisor['efficiency']})"]
+    if not advisor["offload_pays"]:
+        lines.append("advisor: the GPU host's own CPUs nearly keep up (GPU-bound rate < 1.3x theirs): "
+                     "CPU hosts add little")
+    cost = f"${best['cost_per_epoch']}/epoch" if best["cost_per_epoch"] is not None else "cost unknown (no price)"
+    lines.append(f"advisor: recommend {best['hosts']} x {best['instance_type']}: predicted "
+                 f"{best['images_per_s']} images/s, {cost} ({advisor['epoch_images']} images"
+                 f"{', assumed' if advisor['epoch_images_assumed'] else ''}; prices {advisor['prices_dated']})")
+    if same["instance_type"] != best["instance_type"]:
+        lines.append(f"advisor: with {same['instance_type']} (this run's type): {same['hosts']} hosts, "
+                     f"predicted {same['images_per_s']} images/s")
+    return lines

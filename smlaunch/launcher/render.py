@@ -1,0 +1,186 @@
+"""The run report for people: a Markdown summary, PNG plots and TensorBoard scalars.
+
+Everything here is derived from `report.json` alone, so `sm-launch report RUN_DIR` can draw it
+again (after a crash, with other prices, or on a laptop from a job's downloaded output). Plots:
+
+* `throughput.png`: images/s per step over wall time, with the data wait % on a second axis;
+* `data_wait.png`: the share of each step spent waiting for the batch;
+* `utilisation.png`: a heat map of CPU % (and GPU % where there are GPUs) per host over time,
+  SageMaker Debugger's view: a GPU row going pale while the data rows glow is an input-bound run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PLOTS = ("throughput.png", "data_wait.png", "utilisation.png")
+
+
+def render_outputs(report: dict, out_dir: Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    written = [_write_markdown(report, out_dir / "summary.md")]
+    written += _plots(report, out_dir)
+    written.append(_tensorboard(report, out_dir / "tensorboard"))
+    return written
+
+
+def _write_markdown(report: dict, path: Path) -> Path:
+    from smlaunch.launcher.advisor import advice_lines
+
+    s = report["summary"]
+    lines = [f"# Run report: {report['job']}", "",
+             f"- steps: {s['steps']} ({s['steps_this_run']} this run), epochs: {s['epochs']}, "
+             f"train workers: {s['train_workers']}",
+             f"- throughput: **{s['images_per_s']} images/s**, data wait **{s['data_wait_pct']} %** of step time",
+             f"- validation accuracy: {s['validation_accuracy']}, final loss: {s['final_loss']}",
+             f"- rows produced on data hosts: {100 * s['data_node_row_fraction']:.1f} %", ""]
+    if "verdict" in report:
+        v = report["verdict"]
+        lines += [f"## Verdict: {v['verdict']}", "", *[f"- {e}" for e in v["evidence"]], f"- {v['advice']}", ""]
+    util = report.get("utilisation", {}).get("hosts", {})
+    if util:
+        lines += ["## Utilisation (mean over training)", "", "| host | role | CPU % of its slots | machine CPU % |"
+                  " IO wait % | GPU % |", "|---|---|---|---|---|---|"]
+        roles = {h["name"]: h["subcluster"] for h in report["plan"]["hosts"]}
+        for host, u in util.items():
+            lines.append(f"| {host} | {roles.get(host, '?')} | {u['cpu_pct']} | {u['host_cpu_pct']} | "
+                         f"{u['iowait_pct']} | {u['gpu_pct'] if u['gpu_pct'] is not None else '-'} |")
+        lines.append("")
+    advisor = report.get("advisor")
+    if advisor:
+        lines += ["## Advisor", "", *[f"- {line.removeprefix('advisor: ')}" for line in advice_lines(advisor)], ""]
+        if "table" in advisor:
+            lines += [f"Predicted for k hosts of {advisor['table_instance_type']} (k = 0: the GPU host's own CPUs):",
+                      "", "| k | images/s | bound by | $/hour | $/epoch |", "|---|---|---|---|---|"]
+            lines += [f"| {o['hosts']} | {o['images_per_s']} | {o['bound']} | {_cost(o['cost_per_hour'])} | "
+                      f"{_cost(o['cost_per_epoch'])} |" for o in advisor["table"]]
+            if advisor.get("unpriced"):
+                lines += ["", f"No price for: {', '.join(advisor['unpriced'])} (set monitor.prices)."]
+            lines.append("")
+    lines += ["Plots: " + ", ".join(f"[{p}]({p})" for p in PLOTS) + "; TensorBoard: `tensorboard --logdir tensorboard`", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _cost(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _plots(report: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = report["steps"]
+    t0 = _t0(report)
+    written = []
+    fig, ax = plt.subplots(figsize=(9, 4))
+    xs = [s.get("t", t0) - t0 for s in steps] if steps and "t" in steps[0] else [s["step"] for s in steps]
+    ax.plot(xs, [s["images_per_s"] for s in steps], color="tab:blue", lw=1, label="images/s")
+    ax.set_xlabel("seconds since the first step began" if steps and "t" in steps[0] else "step")
+    ax.set_ylabel("images/s", color="tab:blue")
+    twin = ax.twinx()
+    twin.plot(xs, [_wait_pct(s) for s in steps], color="tab:red", lw=0.8, alpha=0.6)
+    twin.set_ylabel("data wait % of step", color="tab:red")
+    twin.set_ylim(0, 100)
+    ax.set_title(f"{report['job']}: throughput ({report['summary']['images_per_s']} images/s steady)")
+    written.append(_save(fig, out_dir / "throughput.png"))
+
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.bar([s["step"] for s in steps], [_wait_pct(s) for s in steps], width=1.0, color="tab:red")
+    ax.set_xlabel("step")
+    ax.set_ylabel("data wait % of step time")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"data wait per step (steady mean {report['summary']['data_wait_pct']} %)")
+    written.append(_save(fig, out_dir / "data_wait.png"))
+    written.append(_heat_map(report, out_dir / "utilisation.png", t0, plt))
+    return written
+
+
+def _heat_map(report: dict, path: Path, t0: float, plt) -> Path:
+    """One row per host (CPU %) and per GPU (GPU %), one column per sampling interval."""
+    import numpy as np
+
+    samples = report.get("samples", {})
+    roles = {h["name"]: h["subcluster"] for h in report["plan"]["hosts"]}
+    rows, labels = [], []
+    end = max((x["t"] for s in samples.values() for x in s.get("samples", [])), default=t0 + 1)
+    width = max(max((s.get("interval_s") or 0.5) for s in samples.values()) if samples else 0.5, 1e-3)
+    bins = max(1, min(600, int((end - t0) / width) + 1))
+    for host, series in samples.items():
+        data = series.get("samples", [])
+        rows.append(_binned(data, "cpu_pct", t0, end, bins))
+        labels.append(f"{host} ({roles.get(host, '?')}) CPU")
+        gpus = max((len(x.get("gpu_pct", [])) for x in data), default=0)
+        for g in range(gpus):
+            rows.append(_binned([{**x, "g": x["gpu_pct"][g]} for x in data if len(x.get("gpu_pct", [])) > g
+                                 and x["gpu_pct"][g] is not None], "g", t0, end, bins))
+            labels.append(f"{host} GPU{g}")
+    fig, ax = plt.subplots(figsize=(10, 1 + 0.45 * max(len(rows), 1)))
+    grid = np.array(rows, dtype=float) if rows else np.full((1, bins), np.nan)
+    image = ax.imshow(grid, aspect="auto", cmap="inferno", vmin=0, vmax=100, interpolation="nearest",
+                      extent=(0, end - t0, len(rows) - 0.5 if rows else 0.5, -0.5))
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("seconds since the first step began")
+    ax.set_title("utilisation per host (%)" + ("" if rows else ": no samples"))
+    fig.colorbar(image, ax=ax, label="%")
+    return _save(fig, path)
+
+
+def _binned(data: list[dict], key: str, t0: float, end: float, bins: int) -> list[float]:
+    import math
+
+    sums, counts = [0.0] * bins, [0] * bins
+    span = max(end - t0, 1e-9)
+    for x in data:
+        i = min(bins - 1, max(0, int((x["t"] - t0) / span * bins)))
+        sums[i] += x[key]
+        counts[i] += 1
+    return [s / c if c else math.nan for s, c in zip(sums, counts)]
+
+
+def _t0(report: dict) -> float:
+    steps = report["steps"]
+    if steps and "t" in steps[0]:
+        return steps[0]["t"] - steps[0]["step_time_s"]
+    starts = [x["t"] for s in report.get("samples", {}).values() for x in s.get("samples", [])[:1]]
+    return min(starts, default=0.0)
+
+
+def _wait_pct(step: dict) -> float:
+    return 100 * step["data_wait_s"] / step["step_time_s"] if step["step_time_s"] else 0.0
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _tensorboard(report: dict, directory: Path) -> Path:
+    """Scalars per step (loss, images/s, data wait %) and per sample (CPU/GPU % per host)."""
+    import shutil
+
+    from tensorboardX import SummaryWriter
+
+    shutil.rmtree(directory, ignore_errors=True)  # re-rendering replaces, never duplicates, the events
+    t0 = _t0(report)
+    with SummaryWriter(str(directory)) as writer:
+        for s in report["steps"]:
+            for name, value in (("train/loss", s["loss"]), ("train/images_per_s", s["images_per_s"]),
+                                ("train/data_wait_pct", _wait_pct(s))):
+                writer.add_scalar(name, value, s["step"], walltime=s.get("t"))
+        for v in report.get("validation", []):
+            writer.add_scalar("validation/accuracy", v["accuracy"], v["step"])
+        for host, series in report.get("samples", {}).items():
+            for x in series.get("samples", []):
+                tick = int(round((x["t"] - t0) * 10))  # tenths of a second since the first step
+                writer.add_scalar(f"hosts/{host}/cpu_pct", x["cpu_pct"], tick, walltime=x["t"])
+                for g, value in enumerate(x.get("gpu_pct", [])):
+                    if value is not None:
+                        writer.add_scalar(f"hosts/{host}/gpu{g}_pct", value, tick, walltime=x["t"])
+    return directory

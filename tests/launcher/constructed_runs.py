@@ -1,0 +1,26 @@
+"""Reports of constructed runs, for the advisor and rendering tests: no cluster, no training."""
+
+from __future__ import annotations
+
+from smlaunch.cluster.plan import LocalEnvironment, build_plan
+from smlaunch.config import load_config
+from smlaunch.launcher.report import build_report
+
+
+def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, chain_s_per_row: float, steps: int = 60):
+    """A report of `steps` steps of 32 images: each `compute_s` of trainer work plus `wait_s` waiting
+    for data; the chain took `chain_s_per_row` per image on each of the two 1-CPU data hosts."""
+    cfg = load_config(configs / "tiny.yaml", [f"run.dir={tmp_path}"])
+    plan = build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
+    step_time = compute_s + wait_s
+    records = [{"step": n, "t": 1000.0 + n * step_time, "epoch": 1, "loss": 1.0, "step_time_s": step_time,
+                "data_wait_s": wait_s, "images_per_s": 32 / step_time} for n in range(1, steps + 1)]
+    rows = steps * 32 // 2
+    result = {"steps": records, "validation": [], "epochs": 1, "final_step": steps,
+              "host_rows": {"algo-1": 0, "algo-2": rows, "algo-3": rows, "unknown": 0},
+              "chain_by_host": {h: {"train_rows": rows, "chain_s": rows * chain_s_per_row} for h in ("algo-2", "algo-3")}}
+    samples = {h.name: {"host": h.name, "interval_s": 0.5, "samples": [
+        {"t": 1000.0 + i * 0.5, "cpu_pct": 95.0 if h.subcluster == "data" else 30.0, "host_cpu_pct": 90.0,
+         "iowait_pct": 0.0, "mem_pct": 20.0, "net_sent_bps": 0, "net_recv_bps": 0} for i in range(int(steps * step_time * 2))]}
+        for h in plan.hosts}
+    return build_report(plan, result, 32, {}, samples, cfg.monitor.model_dump(), epoch_images=1437), plan

@@ -1,0 +1,66 @@
+"""The verdict and the advisor on constructed runs: a slow chain, a slow trainer."""
+
+from __future__ import annotations
+
+import pytest
+
+from constructed_runs import constructed_report as _run
+
+from smlaunch.config import load_config
+
+
+def test_slow_chain_is_input_bound_and_more_hosts_are_predicted_faster(configs, tmp_path):
+    # The trainer could take 32 images in 0.02 s (1600/s); two chain slots make 2 x 100/s.
+    report, plan = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)
+    assert report["verdict"]["verdict"] == "input-bound"
+    assert any("waited for data 87.5 %" in e for e in report["verdict"]["evidence"])
+    advisor = report["advisor"]
+    assert advisor["rates"]["gpu_bound_images_per_s"] == pytest.approx(1600)
+    assert advisor["rates"]["per_slot_images_per_s"] == pytest.approx(100)
+    assert advisor["pipeline_images_per_s"] == pytest.approx(200)
+    assert advisor["offload_pays"]
+    table = advisor["table"]
+    assert [o["hosts"] for o in table] == list(range(9))
+    # Measured 200/s against a modelled min(1600, 2 x 100): efficiency 1, so k hosts of one slot each
+    # are predicted at k x 100/s until the trainer's 1600/s caps them.
+    assert [o["images_per_s"] for o in table[1:4]] == pytest.approx([100, 200, 300])
+    assert all(o["bound"] == "pipeline" for o in table[1:])
+    same = advisor["recommended_same_type"]
+    assert same["hosts"] == 8 and same["images_per_s"] == pytest.approx(800)
+    best = advisor["recommended"]
+    assert best["images_per_s"] >= 0.9 * max(o["images_per_s"] for o in table)
+    assert best["cost_per_epoch"] is not None and best["cost_per_epoch"] < table[2]["cost_per_epoch"]
+
+
+def test_slow_trainer_is_compute_bound_and_no_host_is_added(configs, tmp_path):
+    # The trainer needs 0.5 s a step (64/s); the two slots make 2 x 1000/s.
+    report, _ = _run(configs, tmp_path, compute_s=0.5, wait_s=0.005, chain_s_per_row=0.001)
+    assert report["verdict"]["verdict"] == "compute-bound"
+    assert "more CPU hosts will not speed" in report["verdict"]["advice"]
+    advisor = report["advisor"]
+    assert not advisor["offload_pays"]  # the GPU host's own CPUs (2 left of 3) already beat the trainer
+    assert all(o["bound"] == "trainer" for o in advisor["table"])
+    assert advisor["recommended_same_type"]["hosts"] == 1  # the cheapest that keeps the trainer fed
+
+
+def test_balanced_and_head_start_cases(configs, tmp_path):
+    report, _ = _run(configs, tmp_path, compute_s=0.1, wait_s=0.01, chain_s_per_row=0.001)
+    assert report["verdict"]["verdict"] == "balanced"
+    # Never waited, but the pipeline (2 x 10/s) is far slower than the trainer: the run was too short.
+    report, _ = _run(configs, tmp_path, compute_s=0.1, wait_s=0.0, chain_s_per_row=0.1)
+    assert report["verdict"]["verdict"] == "compute-bound"
+    assert "head start" in report["verdict"]["advice"]
+
+
+def test_prices_come_from_the_config_and_unpriced_types_are_named(configs, tmp_path):
+    cfg = load_config(configs / "tiny.yaml", ["monitor.prices={ml.c5.xlarge: 10.0}"])
+    assert cfg.monitor.prices == {"ml.c5.xlarge": 10.0}
+    with pytest.raises(Exception, match="monitor.prices"):
+        load_config(configs / "tiny.yaml", ["monitor.prices={ml.nope.xlarge: 1.0}"])
+    report, _ = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)
+    expensive = dict(report["monitor"], prices={"ml.c5.xlarge": 10.0})
+    from smlaunch.launcher.report import add_analysis
+
+    cheap_cost = report["advisor"]["table"][1]["cost_per_hour"]
+    add_analysis(report, expensive, 1437)
+    assert report["advisor"]["table"][1]["cost_per_hour"] == pytest.approx(cheap_cost - 0.204 + 10.0)
