@@ -196,22 +196,51 @@ def test_toolkit_submit_runs_the_entry_script_under_the_training_toolkit(aws, ca
     assert request["EnableManagedSpotTraining"] is True
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 14400}
 
-    # What a PyTorch training image does with `train`: the toolkit reads /opt/ml, downloads the
-    # submit directory from S3, exports SM_* and runs sagemaker_program.
     tree, group = fake_host(tmp_path, request, "algo-2")
     assert group == "data_group"
+    ran = run_toolkit(aws, request, tree)
+    assert (tree / "code" / "smlaunch_entry.py").is_file()  # unpacked by the toolkit
+    assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
+    assert "head: algo-1 (train_group, ml.g5.xlarge) at algo-1:6379" in ran.stdout
+
+
+def run_toolkit(aws, request: dict, tree: Path) -> subprocess.CompletedProcess:
+    """What a PyTorch training image does with `train`: the toolkit reads /opt/ml, downloads the
+    submit directory from S3, exports SM_* and runs sagemaker_program with the hyperparameters as arguments."""
     toolkit = ("from sagemaker_training import entry_point, environment\n"
                "env = environment.Environment()\n"
                "entry_point.run(uri=env.module_dir, user_entry_point=env.user_entry_point, "
                "args=env.to_cmd_args(), env_vars=env.to_env_vars())\n")
     env = host_env(request, tree, S3_ENDPOINT_URL=aws.endpoint, AWS_REGION="us-east-1", SM_STUDIO_LOCAL_MODE="true",
-                   TRAINING_JOB_NAME="kit-1")
+                   TRAINING_JOB_NAME=request["TrainingJobName"])
     ran = subprocess.run([sys.executable, "-c", toolkit], env=env, capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
+                         cwd=tree.parent)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
-    assert (tree / "code" / "smlaunch_entry.py").is_file()  # unpacked by the toolkit
+    return ran
+
+
+def test_the_readme_sdk_layout_runs_under_the_toolkit(aws, tmp_path):
+    """The README's SageMaker Python SDK example: a source dir staged from the checkout,
+    entry_point smlaunch/launcher/sm_entry.py, hyperparameter config=configs/hetero.yaml."""
+    pytest.importorskip("sagemaker_training")
+    with tarfile.open(tmp_path / "sourcedir.tar.gz", "w:gz") as tar:
+        for name in ("smlaunch", "pyproject.toml", "README.md", "configs"):
+            tar.add(ROOT / name, name, filter=lambda i: None if "__pycache__" in i.name else i)
+    aws.s3.upload_file(str(tmp_path / "sourcedir.tar.gz"), aws.bucket, "sdk/sourcedir.tar.gz")
+    hp = {"config": "configs/hetero.yaml", "sagemaker_program": "smlaunch/launcher/sm_entry.py",
+          "sagemaker_submit_directory": f"s3://{aws.bucket}/sdk/sourcedir.tar.gz", "sagemaker_region": "us-east-1"}
+    request = {"TrainingJobName": "sdk-1", "HyperParameters": {k: json.dumps(v) for k, v in hp.items()},
+               "Environment": {"SMLAUNCH_RAY_TOKEN": "r" * 43, "SMLAUNCH_PIP_INSTALL": "0", "SMLAUNCH_COMMAND": "plan"},
+               "ResourceConfig": {"InstanceGroups": [
+                   {"InstanceGroupName": "train_group", "InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+                   {"InstanceGroupName": "data_group", "InstanceType": "ml.c5.4xlarge", "InstanceCount": 1}]},
+               "InputDataConfig": [{"ChannelName": c, "InputMode": "File",
+                                    "DataSource": {"S3DataSource": {"InstanceGroupNames": ["data_group"]}}}
+                                   for c in ("train", "validation")]}
+    tree, _ = fake_host(tmp_path, request, "algo-2")
+    ran = run_toolkit(aws, request, tree)
+    assert "exec sm-launch plan " + str(tree / "code" / "configs" / "hetero.yaml") in ran.stdout
     assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
-    assert "head: algo-1 (train_group, ml.g5.xlarge) at algo-1:6379" in ran.stdout
 
 
 SIX_GROUPS = "[" + ", ".join(f"{{name: g{i}, instance_type: ml.g5.xlarge}}" for i in range(6)) + "]"
