@@ -2,9 +2,11 @@
 
 `sourcedir.tar.gz` holds `smlaunch/` (Python files only), `pyproject.toml` and `README.md` (so
 `pip install` of the folder works), the entry script as `smlaunch_entry.py` and the job's config
-as `smlaunch-config.yaml`. The config shipped is the resolved one: overrides applied, channel
-sources replaced by the S3 URIs the job reads, and `model.num_classes` filled in where a builtin
-dataset declared it, so a host needs nothing but the tarball and its channels. The archive is
+as `smlaunch-config.yaml`. The config shipped is the resolved one: overrides applied and local
+folder sources replaced by the S3 URIs they were uploaded to. A `builtin:` source stays as it is:
+hosts read every channel from `/opt/ml/input/data`, and the builtin name is what gives the class
+count and the rows per epoch (hence the LR schedule of an `epochs` job), so the job trains exactly
+as the same config does locally. The archive is
 deterministic (sorted, zero times and owners), so the same inputs give the same bytes.
 """
 
@@ -26,13 +28,12 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ("pyproject.toml", "README.md")
 
 
-def resolved_config(cfg: LaunchConfig, uris: dict[str, str], num_classes: int | None = None) -> dict:
-    """The config as the hosts should read it: sources are the channels' S3 URIs."""
+def resolved_config(cfg: LaunchConfig, uris: dict[str, str]) -> dict:
+    """The config as the hosts should read it: local folder sources become their channels' S3 URIs."""
     data = cfg.model_dump(mode="json", exclude_none=True)
     for name, uri in uris.items():
-        data["channels"][name]["source"] = uri
-    if cfg.model.num_classes is None and num_classes is not None:
-        data["model"]["num_classes"] = num_classes
+        if not data["channels"][name]["source"].startswith("builtin:"):
+            data["channels"][name]["source"] = uri
     return data
 
 

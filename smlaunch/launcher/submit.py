@@ -42,7 +42,8 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     region = sm.region or _default_region()
     if region is None and not dry_run:
         raise ConfigError("sagemaker.region: not set, and boto3 has no default region (AWS_REGION, ~/.aws/config)")
-    request = build_training_job_request(cfg, name, secrets.token_urlsafe(32), region)
+    token = secrets.token_urlsafe(32)
+    request = build_training_job_request(cfg, name, token, region)
     errors = validate_request(request)
     if errors:
         raise UserError(f"the CreateTrainingJob request for {name} is invalid: " + "; ".join(errors))
@@ -56,19 +57,17 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     session = boto3.session.Session(region_name=region)
     s3 = session.client("s3")
     uris = channel_uris(cfg, name)
-    num_classes = None
     for channel, ch in cfg.channels.items():
         if ch.source.startswith("s3://"):
             continue
-        folder, classes = _local_folder(ch.source)
-        num_classes = classes if channel == "train" else num_classes
+        folder = _local_folder(ch.source)
         count = _upload_folder(s3, folder, uris[channel])
         log(f"submit: channel {channel}: {count} files from {ch.source} -> {uris[channel]}")
     from smlaunch.launcher.sourcedir import pack_sourcedir, resolved_config
 
     with tempfile.TemporaryDirectory(prefix="smlaunch-submit-") as tmp:
         tarball = Path(tmp) / "sourcedir.tar.gz"
-        members = pack_sourcedir(resolved_config(cfg, uris, num_classes), tarball)
+        members = pack_sourcedir(resolved_config(cfg, uris), tarball)
         _upload_file(s3, tarball, sourcedir_uri(cfg, name))
     log(f"submit: source tarball ({len(members)} files, config {CONFIG_NAME}) -> {sourcedir_uri(cfg, name)}")
     from botocore.exceptions import BotoCoreError, ClientError
@@ -76,7 +75,9 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     try:
         answer = session.client("sagemaker").create_training_job(**request)
     except (BotoCoreError, ClientError) as exc:
-        raise UserError(f"CreateTrainingJob {name}: {' '.join(str(exc).split())}") from None
+        # a service message may quote the request back; the token must not reach the terminal
+        reason = " ".join(str(exc).replace(token, "<SMLAUNCH_RAY_TOKEN>").split())
+        raise UserError(f"CreateTrainingJob {name}: {reason}") from None
     log(f"submit: created training job {name} ({answer.get('TrainingJobArn', 'no ARN returned')}), "
         f"{sm.entry} entry, hosts run sm-launch {sm.command}")
     return shown
@@ -88,15 +89,14 @@ def _default_region() -> str | None:
     return boto3.session.Session().region_name
 
 
-def _local_folder(source: str) -> tuple[Path, int | None]:
-    """The folder to upload for a local or builtin source (building a builtin dataset), and the class
-    count a builtin dataset declares."""
+def _local_folder(source: str) -> Path:
+    """The folder to upload for a local or builtin source (building a builtin dataset first)."""
     if source.startswith("builtin:"):
-        from smlaunch.pipelines.builtin import builtin_manifest, prepare_builtin, split_source
+        from smlaunch.pipelines.builtin import prepare_builtin, split_source
 
         dataset, split = split_source(source)
-        return prepare_builtin(dataset) / split, builtin_manifest(source)["classes"]
-    return Path(source).expanduser(), None
+        return prepare_builtin(dataset) / split
+    return Path(source).expanduser()
 
 
 def _split(uri: str) -> tuple[str, str]:

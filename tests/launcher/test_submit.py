@@ -168,8 +168,8 @@ def test_container_submit_uploads_creates_the_job_and_its_entrypoint_runs(aws, c
         shipped = yaml.safe_load(tar.extractfile("smlaunch-config.yaml").read())
     assert {"pyproject.toml", "README.md", "smlaunch_entry.py", "smlaunch/launcher/cli.py"} <= set(names)
     assert not any("__pycache__" in n for n in names)
-    assert shipped["channels"]["train"]["source"] == f"s3://{aws.bucket}/smlaunch/box-1/data/train/"
-    assert shipped["model"]["num_classes"] == 10 and shipped["trainer"]["steps"] == 300
+    assert shipped["channels"]["train"]["source"] == "builtin:digits/train"  # classes and rows, as locally
+    assert shipped["trainer"]["steps"] == 300 and shipped["sagemaker"]["command"] == "plan"
 
     argv = request["AlgorithmSpecification"]["ContainerEntrypoint"] + request["AlgorithmSpecification"].get(
         "ContainerArguments", [])
@@ -177,7 +177,8 @@ def test_container_submit_uploads_creates_the_job_and_its_entrypoint_runs(aws, c
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert (tree / "code" / "smlaunch" / "launcher" / "cli.py").is_file()
     assert "SageMaker job: this host is algo-1 (head, train_group)" in ran.stdout
-    assert f"train: File tfrecord (FullyReplicated) from s3://{aws.bucket}/smlaunch/box-1/data/train/" in ran.stdout
+    assert "train: File tfrecord (FullyReplicated) from builtin:digits/train -> /opt/ml/input/data/train on algo-2" \
+        in ran.stdout
     assert token not in ran.stdout + ran.stderr
 
 
@@ -279,6 +280,25 @@ def test_bad_config_is_refused_in_one_line_before_anything_is_sent(aws, capsys, 
     assert len(lines) == 1 and lines[0].startswith("sm-launch: error: "), err
     assert expected.replace("Value error, ", "") in lines[0]
     assert aws.recorded() == [] and out == ""
+
+
+def test_a_local_folder_channel_is_uploaded_and_the_shipped_config_points_at_it(aws, capsys, tmp_path):
+    folder = tmp_path / "shards"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.tfrecord").write_bytes(b"a" * 10)
+    (folder / "sub" / "b.tfrecord").write_bytes(b"b" * 20)
+    code, out, err = submit(aws, capsys, "--set", f"channels.validation.source={folder}", job="dir-1")
+    assert code == 0, err
+    prefix = "smlaunch/dir-1/data/validation/"
+    assert sorted(aws.keys(prefix)) == [prefix + "a.tfrecord", prefix + "sub/b.tfrecord"]
+    (request,) = aws.create_requests()
+    assert request["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{aws.bucket}/{prefix}"
+    tarball = tmp_path / "sourcedir.tar.gz"
+    aws.s3.download_file(aws.bucket, "smlaunch/dir-1/code/sourcedir.tar.gz", str(tarball))
+    with tarfile.open(tarball) as tar:
+        shipped = yaml.safe_load(tar.extractfile("smlaunch-config.yaml").read())
+    assert shipped["channels"]["validation"]["source"] == f"s3://{aws.bucket}/{prefix}"
+    assert f"channel validation: 2 files from {folder}" in out
 
 
 def test_validate_request_names_each_problem_on_its_own_line(configs):
