@@ -301,6 +301,15 @@ def test_a_local_folder_channel_is_uploaded_and_the_shipped_config_points_at_it(
     assert f"channel validation: 2 files from {folder}" in out
 
 
+def test_a_missing_bucket_is_one_line_and_exit_1(aws, capsys):
+    code = main(["submit", HETERO, "--job-name", "gone-1", "--set", "sagemaker.bucket=no-such-bucket-here"])
+    err = capsys.readouterr().err
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert line.startswith("sm-launch: error: upload to s3://no-such-bucket-here/smlaunch/gone-1/data/train/")
+    assert "NoSuchBucket" in line and aws.create_requests() == []
+
+
 def test_validate_request_names_each_problem_on_its_own_line(configs):
     from smlaunch.config import load_config
     from smlaunch.launcher.training_job import build_training_job_request
