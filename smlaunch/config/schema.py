@@ -14,6 +14,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from smlaunch.cluster.instances import INSTANCE_TYPES
+from smlaunch.config.sagemaker import SageMakerConfig
 from smlaunch.pipelines.op_specs import OpSpec
 
 
@@ -83,8 +84,19 @@ class ChannelConfig(_Strict):
     """An augmented manifest's AttributeNames: the image (a `-ref` attribute), the integer label,
     and optionally an integer sample id. Needs Pipe mode and record_format recordio."""
 
+    @property
+    def is_manifest(self) -> bool:
+        """An augmented manifest: `attribute_names` set, or a `.manifest` / `.jsonl` source."""
+        return self.attribute_names is not None or self.source.lower().endswith(MANIFEST_SUFFIXES)
+
     @model_validator(mode="after")
     def _manifest(self):
+        if self.input_mode == "FastFile" and self.is_manifest:
+            raise ValueError(f"input_mode: FastFile reads an S3 prefix only, but source {self.source} is an "
+                             "augmented manifest; use Pipe")
+        if self.attribute_names is None and self.is_manifest:
+            raise ValueError(f"attribute_names: source {self.source} is an augmented manifest (a .manifest or "
+                             ".jsonl file); name its attributes (image -ref, label[, id])")
         if self.attribute_names is not None and (self.input_mode != "Pipe" or self.record_format != "recordio"):
             raise ValueError("attribute_names (an augmented manifest) needs input_mode: Pipe and "
                              "record_format: recordio, as SageMaker delivers one RecordIO record per attribute")
@@ -98,6 +110,8 @@ class ChannelConfig(_Strict):
         return value
 
 
+MANIFEST_SUFFIXES = (".manifest", ".jsonl")
+"""A channel source ending so is an augmented manifest (JSON Lines), not a folder or prefix."""
 BUILTIN_SEEDS = ["builtin:digits", "builtin:synthetic"]
 BUILTIN_SOURCES = [f"{seed}/{split}" for seed in BUILTIN_SEEDS for split in ("train", "validation")]
 
@@ -243,6 +257,8 @@ class LaunchConfig(_Strict):
     trainer: TrainerConfig
     run: RunConfig = RunConfig()
     monitor: MonitorConfig = MonitorConfig()
+    sagemaker: Optional[SageMakerConfig] = None
+    """How `sm-launch submit` creates the training job; only submit reads it."""
 
     @model_validator(mode="after")
     def _cross(self):

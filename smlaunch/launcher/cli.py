@@ -1,4 +1,5 @@
-"""`sm-launch`: run a job (`sm-launch CONFIG`) or print its plan (`sm-launch plan CONFIG`).
+"""`sm-launch`: run a job (`sm-launch CONFIG`), print its plan (`sm-launch plan CONFIG`) or submit it
+to SageMaker (`sm-launch submit CONFIG [--dry-run]`).
 
 Only argparse, yaml and pydantic are imported before a command is chosen, so `--help` answers at
 once; torch and ray load when a job runs. Bad input ends in one `sm-launch: error:` line and exit
@@ -13,11 +14,12 @@ import sys
 import traceback
 from pathlib import Path
 
-COMMANDS = ("run", "plan", "check", "inspect", "agent", "report")
+COMMANDS = ("run", "plan", "check", "submit", "inspect", "agent", "report")
 RECORD_FORMATS = ("tfrecord", "recordio", "text", "whole")  # = pipelines.formats.FORMATS, without importing it
 HELP = {"run": "run the job (the default command)",
         "plan": "print the resolved config and the launch plan; starts nothing",
-        "check": "bring the cluster up on every host, run one task per host, tear it down"}
+        "check": "bring the cluster up on every host, run one task per host, tear it down",
+        "submit": "create the SageMaker training job (uploads the code, local channels); --dry-run prints it"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
                     "command and takes its part; elsewhere the config's instance groups are simulated "
                     "as separate Ray nodes on this machine.",
         epilog="examples:\n  sm-launch configs/hetero.yaml\n  sm-launch plan configs/hetero.yaml "
-               "--set trainer.steps=50",
+               "--set trainer.steps=50\n  sm-launch submit configs/hetero.yaml --dry-run",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     for name, text in HELP.items():
@@ -37,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("config", help="YAML job config, e.g. configs/hetero.yaml")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config field by dotted path (repeatable), e.g. trainer.steps=50")
+        if name == "submit":
+            cmd.add_argument("--dry-run", action="store_true",
+                             help="print the CreateTrainingJob request as JSON; upload and create nothing")
+            cmd.add_argument("--job-name", help="training job name (default: <job>-<UTC timestamp>)")
     text = "count the records of a data file and show their sizes; stops at the first corrupt byte"
     cmd = sub.add_parser("inspect", help=text, description=text)
     cmd.add_argument("path", help="a record file (or a FIFO)")
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return _agent(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "submit":
+        return _submit(args)
     on_sagemaker = is_sagemaker_host()
     failure_dir = str(base_dir()) if on_sagemaker else None
     stop = StopRequest().install()
@@ -115,6 +123,25 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _fail(failure_dir, reason, keep_existing=on_sagemaker)
         return 1
+
+
+def _submit(args) -> int:
+    """Runs on the user's machine, never on a host: errors go to stderr only (no failure file)."""
+    from smlaunch.config import load_config
+    from smlaunch.errors import ConfigError, UserError
+    from smlaunch.launcher.submit import submit
+
+    try:
+        submit(load_config(args.config, args.overrides), dry_run=args.dry_run, job_name=args.job_name)
+        return 0
+    except ConfigError as exc:
+        _fail(None, str(exc))
+        return 2
+    except UserError as exc:
+        _fail(None, str(exc))
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 def _inspect(path: str, format: str) -> int:

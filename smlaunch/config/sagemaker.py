@@ -1,0 +1,99 @@
+"""The `sagemaker:` section: what `sm-launch submit` needs to create the training job.
+
+Only `submit` reads it; a run on a SageMaker host or a local run ignores it, so the section is
+optional and a job without it fails at submit with one line naming the fields to set. Values the
+service checks only once the job is created (a role, an image) are checked here for shape, so a
+typo fails before anything is uploaded. The base class repeats `schema._Strict` (two lines)
+because `schema` imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+RESERVED_ENV = ("SMLAUNCH_RAY_TOKEN", "SMLAUNCH_COMMAND", "SMLAUNCH_PIP_INSTALL")
+"""Environment variables `submit` sets itself (the Ray token is generated per job, never configured)."""
+MAX_RUN_LIMIT_S = 28 * 24 * 3600
+"""MaxRuntimeInSeconds may not exceed 28 days (API `StoppingCondition`)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SageMakerConfig(_Strict):
+    """How the job is created: image, role, where code and data go in S3, limits, spot, entry."""
+
+    image_uri: str = Field(min_length=1, max_length=255)
+    """A PyTorch training image (e.g. an AWS Deep Learning Container) with Python 3.10+ and pip."""
+    role_arn: str = Field(pattern=r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
+    """The execution role the job runs as (reads the inputs, writes output and checkpoints)."""
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+    """S3 bucket for the source tarball, uploaded channels, output and checkpoints; must exist."""
+    prefix: str = Field(default="smlaunch", pattern=r"^$|^[^/](.*[^/])?$")
+    """Key prefix in `bucket`, without leading or trailing `/`; each job goes under `<prefix>/<job name>/`."""
+    region: Optional[str] = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
+    """Default: boto3's (AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config)."""
+    entry: Literal["container", "toolkit"] = "container"
+    """container: `ContainerEntrypoint` execs sm-launch as PID 1 (it gets SIGTERM); toolkit: the image's
+    training toolkit runs the entry script as `sagemaker_program` (it does not forward SIGTERM)."""
+    command: Literal["run", "check", "plan"] = "run"
+    """What every host runs: `run` trains; `check` only brings the Ray cluster up and down; `plan` prints
+    each host's plan."""
+    install_package: bool = True
+    """pip-install the shipped package (and its dependencies, from PyPI) on each host before starting;
+    false for an image that already has the dependencies (the shipped code is then put on PYTHONPATH)."""
+    max_run_s: int = Field(default=86400, ge=1, le=MAX_RUN_LIMIT_S)
+    """MaxRuntimeInSeconds: SageMaker sends SIGTERM after this long (and kills 120 s later)."""
+    spot: bool = False
+    """Managed spot training (EnableManagedSpotTraining); resumes from the synced checkpoints."""
+    max_wait_s: Optional[int] = Field(default=None, ge=1)
+    """MaxWaitTimeInSeconds, spot only, >= max_run_s; default with spot: twice max_run_s."""
+    checkpoint_s3_uri: Optional[str] = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    """Where /opt/ml/checkpoints is synced; default `s3://<bucket>/<prefix>/<job name>/checkpoints/`
+    (per job: set a fixed URI to resume across jobs)."""
+    output_s3_uri: Optional[str] = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    """S3OutputPath (SageMaker adds `<job name>/output/model.tar.gz`); default `s3://<bucket>/<prefix>/output/`."""
+    volume_size_gb: int = Field(default=30, ge=1, le=16384)
+    """EBS volume per host (File-mode channels are copied there; NVMe types use their instance store)."""
+    environment: dict[str, str] = {}
+    """Extra variables for every host (e.g. NCCL settings); at most 100 with the ones submit sets."""
+    tags: dict[str, str] = {}
+    """Tags on the training job."""
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by sm-launch submit (the Ray token is generated per job)")
+            if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key.lower().startswith("aws:") or not 1 <= len(key) <= 128:
+                raise ValueError(f"tag key {key!r}: 1-128 characters, not starting with aws:")
+        return value
+
+    @model_validator(mode="after")
+    def _spot(self):
+        if self.max_wait_s is not None:
+            if not self.spot:
+                raise ValueError("max_wait_s (MaxWaitTimeInSeconds) is for spot jobs only; set spot: true or remove it")
+            if self.max_wait_s < self.max_run_s:
+                raise ValueError(f"max_wait_s ({self.max_wait_s}) must be >= max_run_s ({self.max_run_s}): it "
+                                 "counts the time waiting for spot capacity plus the run")
+        return self
+
+    @property
+    def wait_s(self) -> Optional[int]:
+        """MaxWaitTimeInSeconds to request: None without spot."""
+        if not self.spot:
+            return None
+        return self.max_wait_s or 2 * self.max_run_s

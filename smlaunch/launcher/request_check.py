@@ -1,0 +1,167 @@
+"""Offline checks of a CreateTrainingJob request, and of a config before anything is uploaded.
+
+Three layers, each returning one line per problem:
+1. botocore's own `ParamValidator` against the SageMaker service model shipped with botocore
+   (required members, types, minimum lengths and values): what boto3 would refuse client-side.
+2. What that validator leaves to the service but the same model states: enums (instance types,
+   modes), maximum lengths and sizes, and patterns (job name, role ARN, S3 URIs, variable names).
+3. Rules the model cannot express (../shared/notes/sagemaker.md §6, §8): at most 5 instance groups,
+   InstanceGroupNames on every channel or on none and only naming the job's groups, spot's
+   MaxWaitTimeInSeconds >= MaxRuntimeInSeconds and only with spot, FastFile only for S3Prefix,
+   AttributeNames for an AugmentedManifestFile, unique names.
+`config_problems` applies what depends on the service to the config, naming config fields.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from smlaunch.config.schema import LaunchConfig
+
+MAX_GROUPS = 5
+
+
+@functools.lru_cache(maxsize=1)
+def _operation():
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob")
+
+
+def training_instance_types() -> tuple[str, ...]:
+    """The InstanceType values the service model accepts for training."""
+    return tuple(_operation().input_shape.members["ResourceConfig"].members["InstanceType"].enum)
+
+
+def validate_request(request: dict) -> list[str]:
+    """Every problem with `request`, one line each; empty when it may be sent."""
+    from botocore.validate import ParamValidator
+
+    shape = _operation().input_shape
+    report = ParamValidator().validate(request, shape)
+    errors = [line.strip() for line in report.generate_report().splitlines() if line.strip()] \
+        if report.has_errors() else []
+    _walk(request, shape, "", errors)
+    errors.extend(service_rule_errors(request))
+    return errors
+
+
+def _walk(value, shape, path: str, errors: list[str]) -> None:
+    kind = shape.type_name
+    meta = shape.metadata
+    if kind == "structure" and isinstance(value, dict):
+        for key, item in value.items():
+            if key in shape.members:
+                _walk(item, shape.members[key], f"{path}.{key}" if path else key, errors)
+    elif kind == "list" and isinstance(value, list):
+        if "max" in meta and len(value) > meta["max"]:
+            errors.append(f"{path}: {len(value)} items, the service allows at most {meta['max']}")
+        for i, item in enumerate(value):
+            _walk(item, shape.member, f"{path}[{i}]", errors)
+    elif kind == "map" and isinstance(value, dict):
+        if "max" in meta and len(value) > meta["max"]:
+            errors.append(f"{path}: {len(value)} entries, the service allows at most {meta['max']}")
+        for key, item in value.items():
+            _walk(key, shape.key, f"{path} key {key!r}", errors)
+            _walk(item, shape.value, f"{path}.{key}", errors)
+    elif kind == "string" and isinstance(value, str):
+        if shape.enum and value not in shape.enum:
+            shown = ", ".join(shape.enum[:6]) + (", ..." if len(shape.enum) > 6 else "")
+            errors.append(f"{path}: {value!r} is not one of the service's values ({shown})")
+        elif "max" in meta and len(value) > meta["max"]:
+            errors.append(f"{path}: {len(value)} characters, the service allows at most {meta['max']}")
+        elif "pattern" in meta and not _matches(meta["pattern"], value):
+            errors.append(f"{path}: {value!r} does not match the service's pattern {meta['pattern']}")
+    elif kind in ("integer", "long") and isinstance(value, int) and "max" in meta and value > meta["max"]:
+        errors.append(f"{path}: {value} is above the service's maximum {meta['max']}")
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(pattern: str):
+    try:
+        return re.compile(pattern, re.DOTALL)
+    except re.error:  # Java-only syntax such as \p{L}: left to the service
+        return None
+
+
+def _matches(pattern: str, value: str) -> bool:
+    compiled = _pattern(pattern)
+    return compiled is None or compiled.fullmatch(value) is not None
+
+
+def service_rule_errors(request: dict) -> list[str]:
+    errors = []
+    resources = request.get("ResourceConfig") or {}
+    groups = [g.get("InstanceGroupName") for g in resources.get("InstanceGroups") or []]
+    if len(groups) > MAX_GROUPS:
+        errors.append(f"ResourceConfig.InstanceGroups: {len(groups)} groups, a job may have at most {MAX_GROUPS}")
+    if groups and ("InstanceType" in resources or "InstanceCount" in resources):
+        errors.append("ResourceConfig: InstanceGroups excludes InstanceType and InstanceCount")
+    if len(set(groups)) != len(groups):
+        errors.append(f"ResourceConfig.InstanceGroups: group names must be unique, got {groups}")
+    channels = request.get("InputDataConfig") or []
+    names = [c.get("ChannelName") for c in channels]
+    if len(set(names)) != len(names):
+        errors.append(f"InputDataConfig: channel names must be unique, got {names}")
+    routed, unrouted = [], []
+    for channel in channels:
+        name = channel.get("ChannelName")
+        s3 = (channel.get("DataSource") or {}).get("S3DataSource") or {}
+        (routed if s3.get("InstanceGroupNames") else unrouted).append(name)
+        for group in s3.get("InstanceGroupNames") or []:
+            if group not in groups:
+                errors.append(f"InputDataConfig {name}: InstanceGroupNames names {group!r}, not a group of the "
+                              f"job ({', '.join(map(str, groups)) or 'no InstanceGroups'})")
+        mode = channel.get("InputMode") or (request.get("AlgorithmSpecification") or {}).get("TrainingInputMode")
+        if mode == "FastFile" and s3.get("S3DataType", "S3Prefix") != "S3Prefix":
+            errors.append(f"InputDataConfig {name}: FastFile needs S3DataType S3Prefix, not {s3.get('S3DataType')}")
+        if s3.get("S3DataType") == "AugmentedManifestFile" and not s3.get("AttributeNames"):
+            errors.append(f"InputDataConfig {name}: an AugmentedManifestFile needs AttributeNames")
+    if routed and unrouted:
+        errors.append(f"InputDataConfig: InstanceGroupNames must be on every channel or none; channels "
+                      f"{', '.join(routed)} have them, {', '.join(unrouted)} do not")
+    stopping = request.get("StoppingCondition") or {}
+    wait, run = stopping.get("MaxWaitTimeInSeconds"), stopping.get("MaxRuntimeInSeconds", 86400)
+    if request.get("EnableManagedSpotTraining"):
+        if wait is None:
+            errors.append("StoppingCondition.MaxWaitTimeInSeconds: required with EnableManagedSpotTraining")
+        elif isinstance(wait, int) and isinstance(run, int) and wait < run:
+            errors.append(f"StoppingCondition: MaxWaitTimeInSeconds ({wait}) must be >= MaxRuntimeInSeconds ({run})")
+    elif wait is not None:
+        errors.append("StoppingCondition.MaxWaitTimeInSeconds: only valid with EnableManagedSpotTraining")
+    for tag in request.get("Tags") or []:
+        if str(tag.get("Key", "")).lower().startswith("aws:"):
+            errors.append(f"Tags: key {tag.get('Key')!r} uses the reserved aws: prefix")
+    return errors
+
+
+def config_problems(cfg: LaunchConfig, entry: str) -> list[str]:
+    """What the config asks that the service would refuse, naming the config field; checked before
+    any upload. (Group count, routing, manifests and instance counts are already refused at load.)"""
+    problems = []
+    valid = set(training_instance_types())
+    for i, group in enumerate(cfg.cluster.instance_groups):
+        if group.instance_type not in valid:
+            problems.append(f"cluster.instance_groups.{i}.instance_type: {group.instance_type} is not a SageMaker "
+                            "training instance type (botocore's service model)")
+    if len(cfg.cluster.instance_groups) > MAX_GROUPS:
+        problems.append(f"cluster.instance_groups: {len(cfg.cluster.instance_groups)} groups, a job may have at "
+                        f"most {MAX_GROUPS}")
+    from smlaunch.launcher.training_job import CODE_CHANNEL
+
+    for name, ch in cfg.channels.items():
+        if entry == "container" and name == CODE_CHANNEL:
+            problems.append(f"channels.{name}: the name is taken by the source channel of sagemaker.entry: container")
+        if ch.is_manifest and not ch.source.startswith("s3://"):
+            problems.append(f"channels.{name}.source: a local augmented manifest cannot be submitted (its -ref "
+                            "attributes must name S3 objects); upload it and give its s3:// URI")
+        elif not ch.source.startswith(("s3://", "builtin:")):
+            from pathlib import Path
+
+            if not Path(ch.source).expanduser().is_dir():
+                problems.append(f"channels.{name}.source: {ch.source} is not a local folder to upload")
+    if len(cfg.channels) + (entry == "container") > 20:
+        problems.append(f"channels: {len(cfg.channels)} channels, a job may have at most 20 "
+                        "(one is taken by the source in container entry mode)")
+    return problems

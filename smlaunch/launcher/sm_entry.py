@@ -1,0 +1,69 @@
+"""The entry script of a submitted job, shipped as `smlaunch_entry.py` at the top of its source tarball.
+
+Runs on every host, in either entry way: exec'd by the container entrypoint line (container mode,
+so it is PID 1) or started by the SageMaker training toolkit as `sagemaker_program` (toolkit
+mode). It installs the shipped package (and its dependencies) unless `SMLAUNCH_PIP_INSTALL=0`,
+in which case the shipped code goes first on PYTHONPATH, and then *replaces itself* with
+`python -m smlaunch.launcher.cli <SMLAUNCH_COMMAND> <config>`, so the launcher keeps the PID and
+receives SIGTERM directly. Standard library only: nothing else is installed yet.
+
+The project is the nearest folder at or above this file holding `pyproject.toml`, so the same
+script also serves a source dir staged by hand for the SageMaker Python SDK
+(`entry_point="smlaunch/launcher/sm_entry.py"`); the config is `--config PATH` (a hyperparameter
+`config`, which the toolkit passes as arguments) or `SMLAUNCH_CONFIG`, relative to the project,
+default `smlaunch-config.yaml` (what `sm-launch submit` ships).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROJECT = next((p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file()), HERE)
+COMMANDS = ("run", "check", "plan")
+
+
+def _fail(reason: str) -> int:
+    """One line on stderr and in SageMaker's failure file (its first 1024 characters become FailureReason)."""
+    print(f"sm-launch: error: {reason}", file=sys.stderr, flush=True)
+    failure = Path(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")) / "output" / "failure"
+    try:
+        failure.parent.mkdir(parents=True, exist_ok=True)
+        if not failure.exists():
+            failure.write_text(reason[:1024] + "\n")
+    except OSError:
+        pass
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="smlaunch_entry")
+    parser.add_argument("--config", default=os.environ.get("SMLAUNCH_CONFIG", "smlaunch-config.yaml"))
+    args, ignored = parser.parse_known_args(argv)
+    if ignored:
+        print(f"smlaunch_entry: ignoring arguments {ignored} (hyperparameters other than config)", flush=True)
+    config = PROJECT / args.config
+    if not config.is_file():
+        return _fail(f"config {config} does not exist (--config / SMLAUNCH_CONFIG are relative to {PROJECT})")
+    command = os.environ.get("SMLAUNCH_COMMAND", "run")
+    if command not in COMMANDS:
+        return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
+    env = dict(os.environ)
+    if env.get("SMLAUNCH_PIP_INSTALL", "1") != "0":
+        print(f"smlaunch_entry: pip install {PROJECT}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+                               "--quiet", str(PROJECT)], check=False)
+        if done.returncode != 0:
+            return _fail(f"pip install of the shipped smlaunch package failed (exit {done.returncode}); does the "
+                         "job reach PyPI, or set sagemaker.install_package: false for an image that has the dependencies")
+    else:
+        env["PYTHONPATH"] = os.pathsep.join([str(PROJECT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    print(f"smlaunch_entry: exec sm-launch {command} {config}", flush=True)
+    os.execve(sys.executable, [sys.executable, "-m", "smlaunch.launcher.cli", command, str(config)], env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

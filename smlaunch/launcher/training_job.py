@@ -1,0 +1,171 @@
+"""The CreateTrainingJob request of a config: a pure function, no network, no uploads.
+
+`sm-launch submit --dry-run` prints exactly what `build_training_job_request` returns (the Ray
+token masked), and a real submit sends it after the uploads it names have happened, so the
+printed request is the one sent. Every host of the job runs the same `sm-launch` command from
+the shipped config and must find its channels where that config expects them, so routing here
+follows `cluster.sagemaker_plan`: a channel without `instance_groups` goes to the data groups.
+
+Two entry ways (../shared/notes/sagemaker.md §7, §8): `container` (the default) sets
+`ContainerEntrypoint`, a `/bin/sh -c` line that unpacks the source tarball (delivered by a
+File-mode channel routed to every group) and `exec`s the entry script, which `exec`s sm-launch:
+sm-launch ends up PID 1 and receives SageMaker's SIGTERM itself. `toolkit` leaves the image's
+own entry (`train`) in place and names the entry script in the `sagemaker_program` and
+`sagemaker_submit_directory` hyperparameters, as the SageMaker Python SDK does; the toolkit
+then downloads the tarball itself but does not forward SIGTERM (toolkit issue #125).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from smlaunch.cluster.instances import expected_gpus
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import ConfigError
+
+ENTRY_SCRIPT = "smlaunch_entry.py"
+CONFIG_NAME = "smlaunch-config.yaml"
+TARBALL = "sourcedir.tar.gz"
+CODE_CHANNEL = "smlaunch-code"
+"""The File-mode channel that carries the tarball in container mode (not a name a data channel may use)."""
+TOKEN_ENV = "SMLAUNCH_RAY_TOKEN"  # = launcher.sagemaker_run.TOKEN_ENV, without importing it
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+CONTAINER_SCRIPT = ('set -e; ml="${SAGEMAKER_BASE_DIR:-/opt/ml}"; mkdir -p "$ml/code"; '
+                    f'tar -xzf "$ml/input/data/{CODE_CHANNEL}/{TARBALL}" -C "$ml/code"; '
+                    f'exec python3 "$ml/code/{ENTRY_SCRIPT}"')
+"""Unpack the code channel's tarball into /opt/ml/code and exec the entry script (each exec keeps
+the PID, so sm-launch becomes PID 1). Honours SAGEMAKER_BASE_DIR like the rest of sm-launch, so
+tests run the very same line against a fake /opt/ml."""
+
+METRIC_DEFINITIONS = [
+    # trainers/loop.py: "step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x>" (Ray may prefix the
+    # line with "(RayTrainWorker pid=...) ", so nothing is anchored); evaluate.py: "validation step=..."
+    {"Name": "train:step", "Regex": r"step=(\d+) loss=\S+ images_per_sec="},
+    {"Name": "train:loss", "Regex": r"step=\d+ loss=([-+0-9.eE]+|nan|inf) images_per_sec="},
+    {"Name": "train:images_per_sec", "Regex": r"images_per_sec=([0-9.]+)"},
+    {"Name": "train:data_wait_pct", "Regex": r"data_wait_pct=([0-9.]+)"},
+    {"Name": "validation:accuracy", "Regex": r"validation step=\d+ epoch=\d+ accuracy=([0-9.]+)"},
+    {"Name": "validation:loss", "Regex": r"validation step=\d+ epoch=\d+ accuracy=\S+ loss=([-+0-9.eE]+|nan|inf)"},
+]
+
+
+def sagemaker_section(cfg: LaunchConfig):
+    if cfg.sagemaker is None:
+        raise ConfigError("sagemaker: section missing; submit needs sagemaker.image_uri, sagemaker.role_arn and "
+                          "sagemaker.bucket (see the example in configs/hetero.yaml)")
+    return cfg.sagemaker
+
+
+def default_job_name(cfg: LaunchConfig, now: float | None = None) -> str:
+    """`<job>-<YYYYmmdd-HHMMSS>`, within the 63 characters a training job name may have."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    return f"{cfg.job[:63 - len(stamp) - 1].rstrip('-')}-{stamp}"
+
+
+def job_prefix(cfg: LaunchConfig, job_name: str) -> str:
+    """`s3://<bucket>/<prefix>/<job name>`: everything this submission uploads goes under it."""
+    sm = sagemaker_section(cfg)
+    return "/".join(p for p in (f"s3://{sm.bucket}", sm.prefix, job_name) if p)
+
+
+def sourcedir_uri(cfg: LaunchConfig, job_name: str) -> str:
+    return f"{job_prefix(cfg, job_name)}/code/{TARBALL}"
+
+
+def channel_uris(cfg: LaunchConfig, job_name: str) -> dict[str, str]:
+    """Each channel's S3Uri: its `s3://` source as given, else where submit uploads the local folder
+    or builtin dataset (`<job prefix>/data/<channel>/`)."""
+    return {name: ch.source if ch.source.startswith("s3://") else f"{job_prefix(cfg, job_name)}/data/{name}/"
+            for name, ch in cfg.channels.items()}
+
+
+def train_group(cfg: LaunchConfig) -> str:
+    """`cluster.train_group`, else the first group whose type has GPUs (as `sagemaker_plan` chooses)."""
+    groups = cfg.cluster.instance_groups
+    if cfg.cluster.train_group:
+        return cfg.cluster.train_group
+    with_gpus = [g.name for g in groups if expected_gpus(g.instance_type) > 0]
+    if len(groups) > 1 and not with_gpus:
+        raise ConfigError("cluster: no instance group has GPUs; name the training group in cluster.train_group")
+    return with_gpus[0] if with_gpus else groups[0].name
+
+
+def receiving_groups(cfg: LaunchConfig) -> dict[str, list[str]]:
+    """Channel -> InstanceGroupNames: the channel's `instance_groups`, else every group but the train
+    group (the train group itself when it is the only one)."""
+    trainer = train_group(cfg)
+    data = [g.name for g in cfg.cluster.instance_groups if g.name != trainer] or [trainer]
+    return {name: list(ch.instance_groups or data) for name, ch in cfg.channels.items()}
+
+
+def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
+                               region: str | None = None) -> dict:
+    """The CreateTrainingJob parameters (boto3 `create_training_job(**request)`) for `cfg`."""
+    sm = sagemaker_section(cfg)
+    prefix = job_prefix(cfg, job_name)
+    groups = [g.name for g in cfg.cluster.instance_groups]
+    uris = channel_uris(cfg, job_name)
+    inputs = []
+    for name, routed in receiving_groups(cfg).items():
+        ch = cfg.channels[name]
+        s3 = {"S3DataType": "AugmentedManifestFile" if ch.is_manifest else "S3Prefix", "S3Uri": uris[name],
+              "S3DataDistributionType": ch.s3_distribution, "InstanceGroupNames": routed}
+        if ch.attribute_names:
+            s3["AttributeNames"] = list(ch.attribute_names)
+        inputs.append({"ChannelName": name, "DataSource": {"S3DataSource": s3}, "InputMode": ch.input_mode,
+                       # a manifest streams one record per attribute, which needs RecordIO framing
+                       "RecordWrapperType": "RecordIO" if ch.attribute_names else "None"})
+    algorithm: dict = {"TrainingImage": sm.image_uri, "TrainingInputMode": "File",
+                       "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS]}
+    hyperparameters: dict[str, str] = {}
+    if sm.entry == "container":
+        algorithm["ContainerEntrypoint"] = ["/bin/sh", "-c", CONTAINER_SCRIPT]
+        # The service wants InstanceGroupNames on every channel or none: the code goes to every group.
+        inputs.append({"ChannelName": CODE_CHANNEL, "InputMode": "File", "RecordWrapperType": "None",
+                       "DataSource": {"S3DataSource": {
+                           "S3DataType": "S3Prefix", "S3Uri": sourcedir_uri(cfg, job_name),
+                           "S3DataDistributionType": "FullyReplicated", "InstanceGroupNames": groups}}})
+    else:
+        toolkit = {"sagemaker_program": ENTRY_SCRIPT, "sagemaker_submit_directory": sourcedir_uri(cfg, job_name),
+                   "sagemaker_container_log_level": 20, "sagemaker_job_name": job_name}
+        if region:
+            toolkit["sagemaker_region"] = region
+        # JSON-encoded values, as the SageMaker Python SDK writes them and the toolkit decodes them
+        hyperparameters = {k: json.dumps(v) for k, v in toolkit.items()}
+    environment = {**sm.environment, TOKEN_ENV: ray_token, "SMLAUNCH_COMMAND": sm.command,
+                   "SMLAUNCH_PIP_INSTALL": "1" if sm.install_package else "0", "PYTHONUNBUFFERED": "1"}
+    stopping = {"MaxRuntimeInSeconds": sm.max_run_s}
+    if sm.wait_s is not None:
+        stopping["MaxWaitTimeInSeconds"] = sm.wait_s
+    request = {
+        "TrainingJobName": job_name,
+        "RoleArn": sm.role_arn,
+        "AlgorithmSpecification": algorithm,
+        "InputDataConfig": inputs,
+        "OutputDataConfig": {"S3OutputPath": sm.output_s3_uri or "/".join(
+            p for p in (f"s3://{sm.bucket}", sm.prefix, "output/") if p)},
+        "ResourceConfig": {"InstanceGroups": [{"InstanceGroupName": g.name, "InstanceType": g.instance_type,
+                                               "InstanceCount": g.instance_count}
+                                              for g in cfg.cluster.instance_groups],
+                           "VolumeSizeInGB": sm.volume_size_gb},
+        "StoppingCondition": stopping,
+        "EnableManagedSpotTraining": sm.spot,
+        "CheckpointConfig": {"S3Uri": sm.checkpoint_s3_uri or f"{prefix}/checkpoints/",
+                             "LocalPath": CHECKPOINT_LOCAL_PATH},
+        "Environment": environment,
+    }
+    if hyperparameters:
+        request["HyperParameters"] = hyperparameters
+    if sm.tags:
+        request["Tags"] = [{"Key": k, "Value": v} for k, v in sm.tags.items()]
+    return request
+
+
+def masked(request: dict) -> dict:
+    """A copy safe to print or log: the Ray token replaced by its length."""
+    out = json.loads(json.dumps(request))
+    token = out.get("Environment", {}).get(TOKEN_ENV)
+    if token is not None:
+        out["Environment"][TOKEN_ENV] = f"<generated, {len(token)} chars>"
+    return out

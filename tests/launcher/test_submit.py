@@ -1,0 +1,382 @@
+"""`sm-launch submit` against a real HTTP endpoint: moto's server on 127.0.0.1 plays S3 and SageMaker.
+
+Moto's recorder keeps the raw body of every request the server receives, so the tests check the
+CreateTrainingJob request as it went over the wire, that the tarball and data landed in S3, and
+that a refused config or a --dry-run sent nothing at all. The shipped entry is then run for real
+against a fake /opt/ml: the container entrypoint line as is, and the entry script under the
+sagemaker-training toolkit (which downloads the tarball from the same server). No Ray, no GPU.
+"""
+
+import ast
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from smlaunch.cluster.host_tree import write_host_tree
+from smlaunch.launcher.cli import main
+from smlaunch.launcher.request_check import validate_request
+from smlaunch.launcher.training_job import CODE_CHANNEL, METRIC_DEFINITIONS
+from smlaunch.pipelines.local_s3 import LocalS3
+
+ROOT = Path(__file__).resolve().parents[2]
+HETERO = str(ROOT / "configs" / "hetero.yaml")
+
+
+@pytest.fixture(scope="module")
+def moto_server(tmp_path_factory):
+    saved = os.environ.get("MOTO_RECORDER_FILEPATH")
+    os.environ["MOTO_RECORDER_FILEPATH"] = str(tmp_path_factory.mktemp("moto") / "recording.jsonl")
+    try:
+        with LocalS3() as server:
+            yield server
+    finally:
+        if saved is None:
+            os.environ.pop("MOTO_RECORDER_FILEPATH", None)
+        else:
+            os.environ["MOTO_RECORDER_FILEPATH"] = saved
+
+
+class Aws:
+    def __init__(self, server: LocalS3):
+        self.endpoint = server.endpoint_url
+        self.s3 = server.client()
+        self.bucket = f"submit-{uuid.uuid4().hex[:12]}"
+        self.s3.create_bucket(Bucket=self.bucket)
+
+    def recorded(self) -> list[dict]:
+        text = requests.get(f"{self.endpoint}/moto-api/recorder/download-recording", timeout=10).text
+        entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+        for entry in entries:
+            body = entry.get("body") or ""
+            entry["body"] = base64.b64decode(body) if entry.get("body_encoded") else body.encode()
+        return entries
+
+    def create_requests(self) -> list[dict]:
+        return [json.loads(e["body"]) for e in self.recorded()
+                if {k.lower(): v for k, v in e["headers"].items()}.get("x-amz-target") == "SageMaker.CreateTrainingJob"]
+
+    def keys(self, prefix: str = "") -> list[str]:
+        return [o["Key"] for o in self.s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix).get("Contents", [])]
+
+
+@pytest.fixture
+def aws(moto_server, monkeypatch):
+    for key, value in LocalS3.environment().items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint_url)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    handle = Aws(moto_server)
+    requests.post(f"{handle.endpoint}/moto-api/recorder/reset-recording", timeout=10)
+    requests.post(f"{handle.endpoint}/moto-api/recorder/start-recording", timeout=10)
+    yield handle
+    requests.post(f"{handle.endpoint}/moto-api/recorder/stop-recording", timeout=10)
+
+
+def submit(aws, capsys, *extra: str, job: str) -> tuple[int, str, str]:
+    code = main(["submit", HETERO, "--job-name", job, "--set", f"sagemaker.bucket={aws.bucket}", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def fake_host(root: Path, request: dict, host: str) -> tuple[Path, str]:
+    """The /opt/ml tree SageMaker would give `host` for this request (hosts numbered group by group)."""
+    groups, n = [], 0
+    for g in request["ResourceConfig"]["InstanceGroups"]:
+        hosts = [f"algo-{n + i + 1}" for i in range(g["InstanceCount"])]
+        n += len(hosts)
+        groups.append({"instance_group_name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
+                       "hosts": hosts})
+    group = next(g["instance_group_name"] for g in groups if host in g["hosts"])
+    channels = {c["ChannelName"]: c["InputMode"] for c in request["InputDataConfig"]
+                if group in c["DataSource"]["S3DataSource"]["InstanceGroupNames"]}
+    tree = write_host_tree(root / host / "opt" / "ml", host, groups, channels)
+    (tree / "input" / "config" / "hyperparameters.json").write_text(json.dumps(request.get("HyperParameters", {})))
+    return tree, group
+
+
+def host_env(request: dict, tree: Path, **extra: str) -> dict:
+    """The job's Environment on a host; PYTHONPATH dropped so only the shipped code can be imported."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(request["Environment"], SAGEMAKER_BASE_DIR=str(tree),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra)
+    return env
+
+
+def test_dry_run_prints_the_request_as_json_and_sends_nothing(aws, capsys):
+    code, out, err = submit(aws, capsys, "--dry-run", job="dry-1")
+    assert code == 0, err
+    request = json.loads(out)
+    assert aws.recorded() == []  # no upload, no API call, not even a listing
+    assert request["Environment"]["SMLAUNCH_RAY_TOKEN"] == "<generated, 43 chars>"
+    request["Environment"]["SMLAUNCH_RAY_TOKEN"] = "x" * 43
+    assert validate_request(request) == []
+    groups = [g["InstanceGroupName"] for g in request["ResourceConfig"]["InstanceGroups"]]
+    assert groups == ["train_group", "data_group"]
+    routed = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["InstanceGroupNames"] for c in request["InputDataConfig"]}
+    assert routed == {"train": ["data_group"], "validation": ["data_group"], CODE_CHANNEL: groups}
+    assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == \
+        f"s3://{aws.bucket}/smlaunch/dry-1/data/train/"
+    assert request["AlgorithmSpecification"]["ContainerEntrypoint"][:2] == ["/bin/sh", "-c"]
+    assert request["CheckpointConfig"] == {"S3Uri": f"s3://{aws.bucket}/smlaunch/dry-1/checkpoints/",
+                                           "LocalPath": "/opt/ml/checkpoints"}
+
+
+def test_container_submit_uploads_creates_the_job_and_its_entrypoint_runs(aws, capsys, tmp_path):
+    code, out, err = submit(aws, capsys, "--set", "sagemaker.command=plan", "--set", "sagemaker.install_package=false",
+                            "--set", "sagemaker.tags={team: vision}", job="box-1")
+    assert code == 0, err
+    (request,) = aws.create_requests()
+    assert validate_request(request) == []
+    puts = [e["url"] for e in aws.recorded() if e["method"] == "PUT"]
+    assert any("box-1/code/sourcedir.tar.gz" in url for url in puts)  # the recorder sees the uploads too
+    token = request["Environment"]["SMLAUNCH_RAY_TOKEN"]
+    assert len(token) >= 32 and token not in out + err
+    assert request["Environment"]["SMLAUNCH_COMMAND"] == "plan" and request["Tags"] == [{"Key": "team", "Value": "vision"}]
+    assert "HyperParameters" not in request
+    assert all(c["DataSource"]["S3DataSource"]["InstanceGroupNames"] for c in request["InputDataConfig"])
+    assert {m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]} >= {"train:loss", "validation:accuracy"}
+    import boto3  # the same server answers DescribeTrainingJob
+
+    sagemaker = boto3.client("sagemaker", endpoint_url=aws.endpoint)
+    assert sagemaker.describe_training_job(TrainingJobName="box-1")["TrainingJobName"] == "box-1"
+
+    keys = aws.keys("smlaunch/box-1/")
+    assert "smlaunch/box-1/code/sourcedir.tar.gz" in keys
+    assert any(k.startswith("smlaunch/box-1/data/train/") and k.endswith(".tfrecord") for k in keys)
+    assert any(k.startswith("smlaunch/box-1/data/validation/") for k in keys)
+
+    tree, group = fake_host(tmp_path, request, "algo-1")
+    assert group == "train_group"
+    code_dir = tree / "input" / "data" / CODE_CHANNEL
+    code_dir.mkdir(parents=True)
+    aws.s3.download_file(aws.bucket, "smlaunch/box-1/code/sourcedir.tar.gz", str(code_dir / "sourcedir.tar.gz"))
+    with tarfile.open(code_dir / "sourcedir.tar.gz") as tar:
+        names = tar.getnames()
+        shipped = yaml.safe_load(tar.extractfile("smlaunch-config.yaml").read())
+    assert {"pyproject.toml", "README.md", "smlaunch_entry.py", "smlaunch/launcher/cli.py"} <= set(names)
+    assert not any("__pycache__" in n for n in names)
+    assert shipped["channels"]["train"]["source"] == "builtin:digits/train"  # classes and rows, as locally
+    assert shipped["trainer"]["steps"] == 300 and shipped["sagemaker"]["command"] == "plan"
+
+    argv = request["AlgorithmSpecification"]["ContainerEntrypoint"] + request["AlgorithmSpecification"].get(
+        "ContainerArguments", [])
+    ran = subprocess.run(argv, env=host_env(request, tree), capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert (tree / "code" / "smlaunch" / "launcher" / "cli.py").is_file()
+    assert "SageMaker job: this host is algo-1 (head, train_group)" in ran.stdout
+    assert "train: File tfrecord (FullyReplicated) from builtin:digits/train -> /opt/ml/input/data/train on algo-2" \
+        in ran.stdout
+    assert token not in ran.stdout + ran.stderr
+
+
+def test_toolkit_submit_runs_the_entry_script_under_the_training_toolkit(aws, capsys, tmp_path):
+    pytest.importorskip("sagemaker_training")
+    code, out, err = submit(aws, capsys, "--set", "sagemaker.entry=toolkit", "--set", "sagemaker.command=plan",
+                            "--set", "sagemaker.install_package=false", "--set", "sagemaker.spot=true", job="kit-1")
+    assert code == 0, err
+    (request,) = aws.create_requests()
+    assert validate_request(request) == []
+    assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
+    assert [c["ChannelName"] for c in request["InputDataConfig"]] == ["train", "validation"]
+    hp = request["HyperParameters"]
+    assert json.loads(hp["sagemaker_program"]) == "smlaunch_entry.py"
+    assert json.loads(hp["sagemaker_submit_directory"]) == f"s3://{aws.bucket}/smlaunch/kit-1/code/sourcedir.tar.gz"
+    assert request["EnableManagedSpotTraining"] is True
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 14400}
+
+    tree, group = fake_host(tmp_path, request, "algo-2")
+    assert group == "data_group"
+    ran = run_toolkit(aws, request, tree)
+    assert (tree / "code" / "smlaunch_entry.py").is_file()  # unpacked by the toolkit
+    assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
+    assert "head: algo-1 (train_group, ml.g5.xlarge) at algo-1:6379" in ran.stdout
+
+
+def run_toolkit(aws, request: dict, tree: Path) -> subprocess.CompletedProcess:
+    """What a PyTorch training image does with `train`: the toolkit reads /opt/ml, downloads the
+    submit directory from S3, exports SM_* and runs sagemaker_program with the hyperparameters as arguments."""
+    toolkit = ("from sagemaker_training import entry_point, environment\n"
+               "env = environment.Environment()\n"
+               "entry_point.run(uri=env.module_dir, user_entry_point=env.user_entry_point, "
+               "args=env.to_cmd_args(), env_vars=env.to_env_vars())\n")
+    env = host_env(request, tree, S3_ENDPOINT_URL=aws.endpoint, AWS_REGION="us-east-1", SM_STUDIO_LOCAL_MODE="true",
+                   TRAINING_JOB_NAME=request["TrainingJobName"])
+    ran = subprocess.run([sys.executable, "-c", toolkit], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=tree.parent)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    return ran
+
+
+def test_the_readme_sdk_layout_runs_under_the_toolkit(aws, tmp_path):
+    """The README's SageMaker Python SDK example: a source dir staged from the checkout,
+    entry_point smlaunch/launcher/sm_entry.py, hyperparameter config=configs/hetero.yaml."""
+    pytest.importorskip("sagemaker_training")
+    with tarfile.open(tmp_path / "sourcedir.tar.gz", "w:gz") as tar:
+        for name in ("smlaunch", "pyproject.toml", "README.md", "configs"):
+            tar.add(ROOT / name, name, filter=lambda i: None if "__pycache__" in i.name else i)
+    aws.s3.upload_file(str(tmp_path / "sourcedir.tar.gz"), aws.bucket, "sdk/sourcedir.tar.gz")
+    hp = {"config": "configs/hetero.yaml", "sagemaker_program": "smlaunch/launcher/sm_entry.py",
+          "sagemaker_submit_directory": f"s3://{aws.bucket}/sdk/sourcedir.tar.gz", "sagemaker_region": "us-east-1"}
+    request = {"TrainingJobName": "sdk-1", "HyperParameters": {k: json.dumps(v) for k, v in hp.items()},
+               "Environment": {"SMLAUNCH_RAY_TOKEN": "r" * 43, "SMLAUNCH_PIP_INSTALL": "0", "SMLAUNCH_COMMAND": "plan"},
+               "ResourceConfig": {"InstanceGroups": [
+                   {"InstanceGroupName": "train_group", "InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+                   {"InstanceGroupName": "data_group", "InstanceType": "ml.c5.4xlarge", "InstanceCount": 1}]},
+               "InputDataConfig": [{"ChannelName": c, "InputMode": "File",
+                                    "DataSource": {"S3DataSource": {"InstanceGroupNames": ["data_group"]}}}
+                                   for c in ("train", "validation")]}
+    tree, _ = fake_host(tmp_path, request, "algo-2")
+    ran = run_toolkit(aws, request, tree)
+    assert "exec sm-launch plan " + str(tree / "code" / "configs" / "hetero.yaml") in ran.stdout
+    assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
+
+
+SIX_GROUPS = "[" + ", ".join(f"{{name: g{i}, instance_type: ml.g5.xlarge}}" for i in range(6)) + "]"
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([f"cluster.instance_groups={SIX_GROUPS}"], "cluster.instance_groups: List should have at most 5 items"),
+    (["channels.train.instance_groups=[nope]"], "channels.train.instance_groups: no instance group 'nope'"),
+    (["channels.train.source=s3://b/train.manifest", "channels.train.input_mode=FastFile",
+      "channels.train.record_format=recordio", "channels.train.attribute_names=[source-ref, class]"],
+     "channels.train: input_mode: FastFile reads an S3 prefix only"),
+    (["channels.train.source=s3://b/train.manifest", "channels.train.input_mode=Pipe"],
+     "channels.train: attribute_names: source s3://b/train.manifest is an augmented manifest"),
+    (["cluster.instance_groups.1.instance_count=0"],
+     "cluster.instance_groups.1.instance_count: Input should be greater than or equal to 1"),
+    (["cluster.instance_groups=[]"], "cluster.instance_groups: List should have at least 1 item"),
+    (["cluster.instance_groups.0.instance_type=ml.q9.huge"], "cluster.instance_groups.0.instance_type: "
+                                                             "unknown instance type 'ml.q9.huge'"),
+    (["cluster.instance_groups.1.instance_type=ml.c5.large"],
+     "cluster.instance_groups.1.instance_type: ml.c5.large is not a SageMaker training instance type"),
+    (["channels.train.source=/data/train.jsonl", "channels.train.input_mode=Pipe",
+      "channels.train.record_format=recordio", "channels.train.attribute_names=[source-ref, class]"],
+     "channels.train.source: a local augmented manifest cannot be submitted"),
+    (["channels.train.source=/nonexistent/folder"], "channels.train.source: /nonexistent/folder is not a local folder"),
+    ([f"channels.{CODE_CHANNEL}.source=builtin:digits/train"], f"channels.{CODE_CHANNEL}: the name is taken"),
+    (["sagemaker.spot=true", "sagemaker.max_wait_s=60"], "sagemaker: max_wait_s (60) must be >= max_run_s (7200)"),
+    (["sagemaker.max_wait_s=9000"], "sagemaker: max_wait_s (MaxWaitTimeInSeconds) is for spot jobs only"),
+    (["sagemaker.environment={SMLAUNCH_RAY_TOKEN: abc}"], "sagemaker.environment: Value error, SMLAUNCH_RAY_TOKEN is set"),
+    (["sagemaker.regoin=eu-west-1"], "sagemaker.regoin: unknown key; valid keys: image_uri, role_arn, bucket"),
+    (["sagemaker=null"], "sagemaker: section missing; submit needs sagemaker.image_uri"),
+])
+def test_bad_config_is_refused_in_one_line_before_anything_is_sent(aws, capsys, overrides, expected):
+    code, out, err = submit(aws, capsys, *[x for o in overrides for x in ("--set", o)], job="bad-1")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sm-launch: error: "), err
+    assert expected.replace("Value error, ", "") in lines[0]
+    assert aws.recorded() == [] and out == ""
+
+
+def test_a_local_folder_channel_is_uploaded_and_the_shipped_config_points_at_it(aws, capsys, tmp_path):
+    folder = tmp_path / "shards"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.tfrecord").write_bytes(b"a" * 10)
+    (folder / "sub" / "b.tfrecord").write_bytes(b"b" * 20)
+    code, out, err = submit(aws, capsys, "--set", f"channels.validation.source={folder}", job="dir-1")
+    assert code == 0, err
+    prefix = "smlaunch/dir-1/data/validation/"
+    assert sorted(aws.keys(prefix)) == [prefix + "a.tfrecord", prefix + "sub/b.tfrecord"]
+    (request,) = aws.create_requests()
+    assert request["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{aws.bucket}/{prefix}"
+    tarball = tmp_path / "sourcedir.tar.gz"
+    aws.s3.download_file(aws.bucket, "smlaunch/dir-1/code/sourcedir.tar.gz", str(tarball))
+    with tarfile.open(tarball) as tar:
+        shipped = yaml.safe_load(tar.extractfile("smlaunch-config.yaml").read())
+    assert shipped["channels"]["validation"]["source"] == f"s3://{aws.bucket}/{prefix}"
+    assert f"channel validation: 2 files from {folder}" in out
+
+
+def test_a_missing_bucket_is_one_line_and_exit_1(aws, capsys):
+    code = main(["submit", HETERO, "--job-name", "gone-1", "--set", "sagemaker.bucket=no-such-bucket-here"])
+    err = capsys.readouterr().err
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert line.startswith("sm-launch: error: upload to s3://no-such-bucket-here/smlaunch/gone-1/data/train/")
+    assert "NoSuchBucket" in line and aws.create_requests() == []
+
+
+def test_validate_request_names_each_problem_on_its_own_line(configs):
+    from smlaunch.config import load_config
+    from smlaunch.launcher.training_job import build_training_job_request
+
+    request = build_training_job_request(load_config(configs / "hetero.yaml"), "ok-1", "t" * 43, "us-east-1")
+    assert validate_request(request) == []
+    groups = request["ResourceConfig"]["InstanceGroups"]
+    groups.extend({"InstanceGroupName": f"g{i}", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1} for i in range(4))
+    del request["RoleArn"]
+    request["ResourceConfig"]["VolumeSizeInGB"] = "30"
+    request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["InstanceGroupNames"] = ["ghost"]
+    request["InputDataConfig"][1]["DataSource"]["S3DataSource"].pop("InstanceGroupNames")
+    request["InputDataConfig"][1]["InputMode"] = "FastFile"
+    request["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3DataType"] = "AugmentedManifestFile"
+    request.update(EnableManagedSpotTraining=True, StoppingCondition={"MaxRuntimeInSeconds": 100,
+                                                                      "MaxWaitTimeInSeconds": 50})
+    errors = validate_request(request)
+    expected = ['Missing required parameter in input: "RoleArn"',
+                "Invalid type for parameter ResourceConfig.VolumeSizeInGB",
+                "ResourceConfig.InstanceGroups: 6 items, the service allows at most 5",
+                "ResourceConfig.InstanceGroups: 6 groups, a job may have at most 5",
+                "InputDataConfig train: InstanceGroupNames names 'ghost'",
+                "InputDataConfig validation: FastFile needs S3DataType S3Prefix",
+                "InputDataConfig validation: an AugmentedManifestFile needs AttributeNames",
+                "InputDataConfig: InstanceGroupNames must be on every channel or none",
+                "StoppingCondition: MaxWaitTimeInSeconds (50) must be >= MaxRuntimeInSeconds (100)"]
+    for text in expected:
+        assert sum(text in e for e in errors) == 1, (text, errors)
+    assert all("\n" not in e for e in errors)
+
+
+def _rendered_log_lines(path: Path, prefix: str) -> list[str]:
+    """The trainer's f-string log lines starting with `prefix`, as read from its source and rendered
+    with sample values and the source's own format specs (so a changed format fails this test)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.JoinedStr) and isinstance(node.values[0], ast.Constant) \
+                and node.values[0].value.startswith(prefix):
+            text = ""
+            for part in node.values:
+                if isinstance(part, ast.Constant):
+                    text += part.value
+                else:
+                    spec = "".join(p.value for p in part.format_spec.values) if part.format_spec else ""
+                    text += format(12.3456789 if spec.endswith("f") else 20, spec)
+            lines.append(text)
+    return lines
+
+
+def test_metric_regexes_match_the_trainers_log_lines():
+    (step_line,) = _rendered_log_lines(ROOT / "smlaunch" / "trainers" / "loop.py", "step=")
+    (val_line,) = _rendered_log_lines(ROOT / "smlaunch" / "trainers" / "evaluate.py", "validation step=")
+    regexes = {m["Name"]: re.compile(m["Regex"]) for m in METRIC_DEFINITIONS}
+    for ray_prefix in ("", "(RayTrainWorker pid=4242, ip=10.0.0.1) "):
+        for name, regex in regexes.items():
+            line = ray_prefix + (val_line if name.startswith("validation:") else step_line)
+            match = regex.search(line)
+            assert match is not None, (name, line)
+            float(match.group(1))
+    assert regexes["train:loss"].search(step_line).group(1) == "12.3457"
+    assert regexes["validation:loss"].search(val_line).group(1) == "12.3457"
+    assert not regexes["train:loss"].search(val_line) and not regexes["train:step"].search(val_line)
+    assert not regexes["validation:accuracy"].search(step_line)
+
+
+def test_cli_import_stays_free_of_boto3_torch_and_ray():
+    code = ("import sys\nfrom smlaunch.launcher.cli import main\ntry:\n    main(['submit', '--help'])\n"
+            "except SystemExit:\n    pass\nprint(sorted(m for m in ('boto3', 'botocore', 'torch', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "--dry-run" in out.stdout and out.stdout.strip().endswith("[]")
