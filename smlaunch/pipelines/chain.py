@@ -17,8 +17,9 @@ from typing import Callable
 
 import numpy as np
 
+from smlaunch.errors import DataError
 from smlaunch.pipelines import op_specs as specs
-from smlaunch.pipelines.ops import OPS, Images, blur_image, center_crop
+from smlaunch.pipelines.ops import OPS, Images, UndecodableImage, blur_image, center_crop
 
 
 def plan_steps(ops: list) -> list[Callable]:
@@ -78,7 +79,9 @@ class Chain:
     label, so the trainer can count where every row was produced.
     """
 
-    def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None):
+    def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None,
+                 channel: str | None = None):
+        self.channel = channel
         self.ops = list(ops)
         self.host_names = host_names
         self.train = train
@@ -91,8 +94,12 @@ class Chain:
         ids = np.asarray(batch["id"], dtype=np.int64)
         rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
         images = list(batch["image"])
-        for step in self._steps:
-            images = step(images, rng, self.train)
+        try:
+            for step in self._steps:
+                images = step(images, rng, self.train)
+        except UndecodableImage as exc:  # name the sample (its id is in the record), not a batch row
+            where = f"channel '{self.channel}': " if self.channel else ""
+            raise DataError(f"{where}sample id {int(ids[exc.row])}: {exc.reason}") from None
         return {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
                 "host": np.full(len(ids), self._host_index(), dtype=np.int16)}
 

@@ -39,7 +39,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             source = ChannelDatasource(channel, list_channel_files(channel, roots), roots)
         ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
         datasets[channel.name] = ds.map_batches(
-            Chain(cfg.pipeline.ops, host_names, train=channel.name == "train"),
+            Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),
             batch_size=cfg.pipeline.batch_size, batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=preprocess_cpus), num_cpus=1,
             label_selector=plan.data_selector)
