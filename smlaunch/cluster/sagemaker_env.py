@@ -79,21 +79,24 @@ def read_sagemaker_environment(environ: Mapping[str, str] = os.environ) -> SageM
                           "is this a SageMaker training host?")
     input_data = _read(config_dir / "inputdataconfig.json", environ, "SM_INPUT_DATA_CONFIG") or {}
     hyper = _read_hyperparameters(config_dir / "hyperparameters.json", environ)
-    try:
-        current_host = resource["current_host"]
-        hosts = tuple(resource["hosts"])
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(f"{config_dir / 'resourceconfig.json'}: missing key {exc}") from None
+    where = config_dir / "resourceconfig.json"
+    for key in ("current_host", "hosts"):
+        if key not in resource:
+            raise ConfigError(f"{where}: missing key '{key}'")
+    current_host = _typed(resource["current_host"], str, f"{where}: current_host")
+    hosts = tuple(_host_names(resource["hosts"], f"{where}: hosts"))
     groups = {}
-    for entry in resource.get("instance_groups", []):
-        try:
-            groups[entry["instance_group_name"]] = GroupInfo(
-                name=entry["instance_group_name"], instance_type=entry["instance_type"],
-                hosts=tuple(entry["hosts"]))
-        except (KeyError, TypeError) as exc:
-            raise ConfigError(f"{config_dir / 'resourceconfig.json'}: instance_groups entry {entry!r} "
-                              f"lacks {exc}") from None
+    for i, entry in enumerate(_typed(resource.get("instance_groups", []), list, f"{where}: instance_groups")):
+        field = f"{where}: instance_groups[{i}]"
+        missing = [k for k in ("instance_group_name", "instance_type", "hosts") if k not in _typed(entry, dict, field)]
+        if missing:
+            raise ConfigError(f"{field} lacks {', '.join(repr(k) for k in missing)}")
+        name = _typed(entry["instance_group_name"], str, f"{field}.instance_group_name")
+        groups[name] = GroupInfo(name=name, instance_type=_typed(entry["instance_type"], str, f"{field}.instance_type"),
+                                 hosts=tuple(_host_names(entry["hosts"], f"{field}.hosts")))
     current_group = resource.get("current_group_name", HOMOGENEOUS_GROUP)
+    for name, spec in input_data.items():
+        _typed(spec, dict, f"{config_dir / 'inputdataconfig.json'}: channel '{name}'")
     channels = {name: spec.get("TrainingInputMode", "File") for name, spec in input_data.items()}
     return SageMakerEnvironment(
         base_dir=str(root), current_host=current_host, hosts=hosts,
@@ -106,10 +109,27 @@ def read_sagemaker_environment(environ: Mapping[str, str] = os.environ) -> SageM
         channel_specs={name: dict(spec) for name, spec in input_data.items() if isinstance(spec, dict)})
 
 
+def _typed(value, kind: type, where: str):
+    """`value` if it is a `kind` (a JSON object, array or string), else a ConfigError naming `where`."""
+    names = {dict: "a JSON object", list: "a JSON array", str: "a string"}
+    if not isinstance(value, kind):
+        raise ConfigError(f"{where}: expected {names[kind]}, got {json.dumps(value)[:80]}")
+    return value
+
+
+def _host_names(value, where: str) -> list[str]:
+    for host in _typed(value, list, where):
+        _typed(host, str, f"{where} entry")
+    return value
+
+
 def _read(path: Path, environ: Mapping[str, str], variable: str):
     text = None
     if path.is_file():
-        text, origin = path.read_text(), str(path)
+        try:
+            text, origin = path.read_bytes().decode("utf-8"), str(path)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 at byte {exc.start}") from None
     elif variable in environ:
         text, origin = environ[variable], variable
     if text is None:

@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     cmd = sub.add_parser("inspect", help=text, description=text)
     cmd.add_argument("path", help="a record file (or a FIFO)")
     cmd.add_argument("--format", required=True, choices=RECORD_FORMATS)
+    cmd.add_argument("--fifo-wait", type=float, default=60.0, metavar="S",
+                     help="PATH is a FIFO: seconds to wait for a writer (default %(default)s)")
     text = "play SageMaker's Pipe-mode agent for one channel: a FIFO <channel>_<epoch> per epoch"
     cmd = sub.add_parser("agent", help=text, description=text + ", fed from a folder or s3://bucket/prefix "
                          "(set AWS_ENDPOINT_URL for a local S3 server); any Pipe-mode program can read them")
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from smlaunch.launcher.stopping import StopRequest
 
     if args.command == "inspect":
-        return _inspect(args.path, args.format)
+        return _inspect(args.path, args.format, args.fifo_wait)
     if args.command == "agent":
         return _agent(args)
     if args.command == "report":
@@ -144,12 +146,12 @@ def _submit(args) -> int:
         return 130
 
 
-def _inspect(path: str, format: str) -> int:
+def _inspect(path: str, format: str, fifo_wait_s: float) -> int:
     from smlaunch.errors import UserError
     from smlaunch.launcher.inspect_cmd import inspect_path
 
     try:
-        inspect_path(path, format)
+        inspect_path(path, format, fifo_wait_s=fifo_wait_s)
         return 0
     except OSError as exc:
         reason = f"{path}: {exc.strerror or exc}"

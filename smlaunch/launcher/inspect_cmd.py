@@ -8,12 +8,29 @@ multi-gigabyte shard costs no more memory than its largest record.
 from __future__ import annotations
 
 
-def inspect_path(path: str, format: str, show: int = 5, out=print) -> int:
+FIFO_WAIT_S = 60.0
+
+
+def inspect_path(path: str, format: str, show: int = 5, out=print, fifo_wait_s: float = FIFO_WAIT_S) -> int:
+    import os
+    import stat
+    import time
+
+    from smlaunch.pipelines.pipe import open_fifo
+
+    if stat.S_ISFIFO(os.stat(path).st_mode):  # a plain open would block until a writer comes, forever
+        with open_fifo(path, time.monotonic() + fifo_wait_s,
+                       f"{path}: no writer opened the FIFO within {fifo_wait_s:.0f} s") as stream:
+            return _inspect(stream, path, format, show, out)
+    return _inspect(path, path, format, show, out)
+
+
+def _inspect(source, path: str, format: str, show: int, out) -> int:
     from smlaunch.pipelines.formats import iter_records
 
     count = total = 0
     first: list[int] = []
-    for record in iter_records(path, format):
+    for record in iter_records(source, format, path):
         count += 1
         total += len(record)
         if len(first) < show:

@@ -18,8 +18,9 @@ from typing import Callable
 
 import numpy as np
 
+from smlaunch.errors import DataError
 from smlaunch.pipelines import op_specs as specs
-from smlaunch.pipelines.ops import OPS, Images, blur_image, center_crop
+from smlaunch.pipelines.ops import OPS, Images, UndecodableImage, blur_image, center_crop
 
 
 _PROCESS_WARM = False
@@ -84,7 +85,9 @@ class Chain:
     label, so the trainer can count where every row was produced.
     """
 
-    def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None):
+    def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None,
+                 channel: str | None = None):
+        self.channel = channel
         self.ops = list(ops)
         self.host_names = host_names
         self.train = train
@@ -98,8 +101,12 @@ class Chain:
         rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
         started = time.perf_counter()
         images = list(batch["image"])
-        for step in self._steps:
-            images = step(images, rng, self.train)
+        try:
+            for step in self._steps:
+                images = step(images, rng, self.train)
+        except UndecodableImage as exc:  # name the sample (its id is in the record), not a batch row
+            where = f"channel '{self.channel}': " if self.channel else ""
+            raise DataError(f"{where}sample id {int(ids[exc.row])}: {exc.reason}") from None
         # Each row carries its share of the batch's chain time: summed per host by the trainer,
         # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
         # worker process's first batch pays for its imports (torchvision: seconds) and is marked

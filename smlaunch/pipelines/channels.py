@@ -87,6 +87,8 @@ def start_pipe_agents(plan: LaunchPlan, seed: int, s3_endpoint: str | None = Non
         source = channel_source(channel, s3_endpoint)
         objects = (manifest_objects(source, channel.attribute_names) if channel.attribute_names
                    else source.objects())
+        if not objects:  # every epoch's FIFO would be empty: fail now, as File mode does
+            raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
         for i, host in enumerate(channel.hosts):
             mine = objects_for_host(objects, channel.distribution, i, len(channel.hosts))
             agents.append(PipeAgent(channel_dir(plan.host(host).opt_ml, channel.name).parent, channel.name, mine,

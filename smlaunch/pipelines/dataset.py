@@ -53,7 +53,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             chain_args = {"compute": ray.data.TaskPoolStrategy(size=preprocess_cpus),
                           "label_selector": plan.data_selector, "batch_size": cfg.pipeline.batch_size}
         datasets[channel.name] = ds.map_batches(
-            Chain(cfg.pipeline.ops, host_names, train=channel.name == "train"),
+            Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),
             batch_format="numpy", num_cpus=1, **chain_args)
     return datasets
 

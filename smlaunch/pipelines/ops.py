@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from typing import Callable
 
 import numpy as np
@@ -55,7 +56,18 @@ def _decode_pil(data: bytes, mode: str, row: int) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as img:
             return np.asarray(img.convert(mode)).reshape(img.height, img.width, -1)
     except Exception as exc:  # PIL raises several types for bad bytes
-        raise DataError(f"row {row} of the batch: undecodable image ({exc})") from None
+        reason = re.sub(r" <_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))
+        raise UndecodableImage(row, f"undecodable image ({reason}; {len(data)} bytes starting {bytes(data[:8])!r})") \
+            from None
+
+
+class UndecodableImage(DataError):
+    """An image of a batch that no decoder reads; `row` is its index in the batch, which the chain
+    turns into the sample id."""
+
+    def __init__(self, row: int, message: str):
+        super().__init__(f"row {row} of the batch: {message}")
+        self.row, self.reason = row, message
 
 
 def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, train: bool) -> Images:

@@ -47,13 +47,21 @@ def open_epoch(data_dir: str | os.PathLike, channel: str, epoch: int,
         pause = min(pause * 2, POLL_MAX_S)
     if not stat.S_ISFIFO(path.stat().st_mode):
         raise DataError(f"channel '{channel}': {path} is not a FIFO; is the channel in File mode rather than Pipe?")
+    with open_fifo(path, deadline, f"channel '{channel}': no writer connected to {path} (epoch {epoch}) within "
+                                   f"{timeout_s:.0f} s") as stream:
+        yield stream
+
+
+@contextmanager
+def open_fifo(path: str | os.PathLike, deadline: float, timeout_message: str) -> Iterator[BinaryIO]:
+    """A FIFO opened for reading once a writer connects, `DataError(timeout_message)` if none has by
+    `deadline` (time.monotonic); closed on exit."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         if not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-            raise DataError(f"channel '{channel}': no writer connected to {path} (epoch {epoch}) within "
-                            f"{timeout_s:.0f} s")
+            raise DataError(timeout_message)
         os.set_blocking(fd, True)
         _grow_pipe(fd)
         stream = os.fdopen(fd, "rb", buffering=READ_BUFFER)

@@ -117,6 +117,12 @@ def train_loop(config: dict) -> dict:
             if t["checkpoint_interval"] and step % t["checkpoint_interval"] == 0:
                 save(step, epochs_done, position, record)
         if exhausted:
+            if position < accum:  # no step in this epoch, nor in any after it: stop instead of looping
+                from smlaunch.errors import DataError
+
+                raise DataError(f"channel 'train': epoch {epochs_done + 1} gave this worker {position} full "
+                                f"batch(es) of trainer.batch_size={t['batch_size']}, fewer than the {accum} a step "
+                                "needs; the channel is empty or too small (an empty Pipe FIFO?)")
             epochs_done, position = epochs_done + 1, 0
             if t["epochs"] or t["validation_every_epochs"] and epochs_done % t["validation_every_epochs"] == 0:
                 validation.append(validate(model, device, host_rows, step, epochs_done, world,

@@ -61,8 +61,10 @@ def test_grayscale_decode_gives_one_channel(configs):
 def test_undecodable_image_is_a_data_error(configs):
     batch = _batch(3)
     batch["image"][1] = b"not an image"
-    with pytest.raises(DataError, match="row 1 of the batch: undecodable image"):
-        Chain(_ops(configs), [], seed=0)(batch)
+    sample = int(batch["id"][1])
+    with pytest.raises(DataError, match=rf"^channel 'train': sample id {sample}: undecodable image \(cannot "
+                                        r"identify image file; 12 bytes starting b'not an i'\)$"):
+        Chain(_ops(configs), [], seed=0, channel="train")(batch)
 
 
 def test_resize_center_crop_and_color_jitter(configs):

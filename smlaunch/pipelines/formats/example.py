@@ -39,6 +39,8 @@ def decode_example(data: bytes) -> dict[str, Value]:
                 for n, payload in _fields(entry):
                     key = payload if n == 1 else key
                     feature = payload if n == 2 else feature
+                if not isinstance(key, bytes):
+                    raise ValueError("a feature name is not a string")
                 out[key.decode()] = _decode_feature(feature)
         return out
     except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
@@ -110,6 +112,8 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def _fields(data: bytes):
     """Yield (field number, payload) with bytes for length-delimited and ints/floats otherwise."""
+    if not isinstance(data, bytes):  # a scalar where the schema has a message
+        raise ValueError(f"expected a message, found the scalar {data!r}")
     pos = 0
     while pos < len(data):
         key, pos = _read_varint(data, pos)

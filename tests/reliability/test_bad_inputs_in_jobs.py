@@ -1,0 +1,60 @@
+"""Bad data that only a running pipeline meets, in a real local job (three simulated hosts): the
+job ends, non-zero, with its `sm-launch: error:` line naming the channel and the sample, and the
+same reason in the head's failure file. Ray's own worker logs also reach stderr; the launcher's
+error is the one and last `sm-launch:` line. `max_failures=0`: bad data fails the same way on a
+retry, so a retry would only make the test slower.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from smlaunch.pipelines.formats import tfrecord
+from smlaunch.pipelines.formats.example import encode_example
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_job(tmp: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, str]:
+    args = [sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "tiny.yaml"),
+            "--set", f"run.dir={tmp}", "--set", "run.name=r", "--set", "model.num_classes=10",
+            "--set", "trainer.max_failures=0", "--set", "trainer.steps=4"]
+    for item in overrides:
+        args += ["--set", item]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=480)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("sm-launch:")]
+    assert len(errors) == 1 and result.stderr.rstrip().endswith(errors[0]), result.stderr[-3000:]
+    failure = tmp / "r" / "hosts" / "algo-1" / "opt" / "ml" / "output" / "failure"
+    assert failure.read_text() == errors[0].removeprefix("sm-launch: error: ") + "\n"
+    return result, errors[0]
+
+
+@pytest.mark.ray
+def test_an_undecodable_image_names_the_channel_and_the_sample(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    tfrecord.write_records(data / "part-0.tfrecord", [
+        encode_example({"image/encoded": b"not an image %d" % i, "image/class/label": i % 10, "id": 1000 + i})
+        for i in range(64)])
+    result, line = run_job(tmp_path, f"channels.train.source={data}")
+    assert result.returncode == 1
+    assert re.fullmatch(r"sm-launch: error: channel 'train': sample id 10\d\d: undecodable image \(cannot identify "
+                        r"image file; 1[45] bytes starting b'not an i'\)", line), line
+
+
+@pytest.mark.ray
+def test_an_empty_pipe_fifo_ends_the_job_instead_of_looping_on_empty_epochs(tmp_path):
+    """The channel's one object is empty, so every epoch's FIFO opens and closes with no byte."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.tfrecord").write_bytes(b"")
+    result, line = run_job(tmp_path, f"channels.train.source={data}", "channels.train.input_mode=Pipe")
+    assert result.returncode == 1
+    assert line == ("sm-launch: error: channel 'train': epoch 1 gave this worker 0 full batch(es) of "
+                    "trainer.batch_size=32, fewer than the 1 a step needs; the channel is empty or too small "
+                    "(an empty Pipe FIFO?)")
