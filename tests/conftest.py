@@ -1,4 +1,10 @@
-"""Shared fixtures: a per-session dataset cache, and the path of the repo's configs."""
+"""Shared fixtures: a per-session dataset cache, the path of the repo's configs, and a real 3-node
+Ray cluster (one train host, two data hosts) shared by the in-process Ray tests.
+
+One cluster for the whole session, not one per test: a Ray Data pipeline run in a second Ray
+session of the same pytest process failed with OwnerDiedError on an object of the first session's
+driver, so in-process tests share this one, and tests that start a cluster of their own do it in a
+subprocess."""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from smlaunch.pipelines.local_s3 import LocalS3
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,3 +34,35 @@ def dataset_cache(tmp_path_factory):
 @pytest.fixture
 def configs() -> Path:
     return ROOT / "configs"
+
+
+DATA_HOSTS = ("algo-2", "algo-3")
+
+
+@pytest.fixture(scope="session")
+def data_cluster():
+    # The nodes' workers inherit this environment: throwaway keys for the local S3 server.
+    extra = {**{k: v for k, v in LocalS3.environment().items() if v}, "RAY_USAGE_STATS_ENABLED": "0",
+             "RAY_AUTH_MODE": "disabled"}
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, connect=False, head_node_args=dict(
+        num_cpus=1, labels={"ray-subcluster": "train", "sm-host": "algo-1"}, include_dashboard=False,
+        object_store_memory=100 * 2**20))
+    for host in DATA_HOSTS:
+        cluster.add_node(num_cpus=1, labels={"ray-subcluster": "data", "sm-host": host},
+                         object_store_memory=100 * 2**20, include_log_monitor=False)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="smlaunch-test")
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    yield ray
+    ray.shutdown()
+    cluster.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-from smlaunch.cluster.local import LocalCluster
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.cluster.sampler import Samplers
 from smlaunch.config import load_config
@@ -15,28 +14,27 @@ FIELDS = {"t", "cpu_pct", "host_cpu_pct", "iowait_pct", "mem_pct", "net_sent_bps
 
 
 @pytest.mark.ray
-def test_every_host_is_sampled_and_a_busy_host_shows_it(configs, tmp_path):
+def test_every_host_is_sampled_and_a_busy_host_shows_it(data_cluster, configs, tmp_path):
+    ray = data_cluster  # the session's 3 one-CPU hosts: algo-1 (train), algo-2 and algo-3 (data)
     cfg = load_config(configs / "tiny.yaml", [f"run.dir={tmp_path}"])
     plan = build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
-    with LocalCluster(plan):
-        import ray  # after the cluster set the token: ray reads the auth mode when it loads
 
-        def _spin(seconds: float) -> str:  # defined here: Ray ships it by value, not by module name
-            import ray
+    def _spin(seconds: float) -> str:  # defined here: Ray ships it by value, not by module name
+        import ray
 
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                pass
-            return ray.get_runtime_context().get_node_labels()["sm-host"]
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        return ray.get_runtime_context().get_node_labels()["sm-host"]
 
-        samplers = Samplers(plan, interval_s=0.1)
-        assert sorted(samplers.started) == ["algo-1", "algo-2", "algo-3"]
-        time.sleep(0.5)
-        busy_from = time.time()
-        spin = ray.remote(_spin).options(num_cpus=1, label_selector={"sm-host": "algo-2"})
-        assert ray.get(spin.remote(2.0), timeout=60) == "algo-2"
-        busy_to = time.time()
-        series = samplers.gather(timeout_s=20)
+    samplers = Samplers(plan, interval_s=0.1)
+    assert sorted(samplers.started) == ["algo-1", "algo-2", "algo-3"]
+    time.sleep(0.5)
+    busy_from = time.time()
+    spin = ray.remote(_spin).options(num_cpus=1, label_selector={"sm-host": "algo-2"})
+    assert ray.get(spin.remote(2.0), timeout=60) == "algo-2"
+    busy_to = time.time()
+    series = samplers.gather(timeout_s=20)
 
     assert sorted(series) == ["algo-1", "algo-2", "algo-3"]
     for host, s in series.items():
