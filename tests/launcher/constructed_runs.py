@@ -7,14 +7,21 @@ from smlaunch.config import load_config
 from smlaunch.launcher.report import build_report
 
 
-def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, chain_s_per_row: float, steps: int = 60):
+def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, chain_s_per_row: float, steps: int = 60,
+                       steps_per_epoch: int | None = None, epoch_stall_s: float = 0.0):
     """A report of `steps` steps of 32 images: each `compute_s` of trainer work plus `wait_s` waiting
-    for data; the chain took `chain_s_per_row` per image on each of the two 1-CPU data hosts."""
+    for data; the chain took `chain_s_per_row` per image on each of the two 1-CPU data hosts. With
+    `steps_per_epoch`, the first step of every epoch after the first also waits `epoch_stall_s`."""
     cfg = load_config(configs / "tiny.yaml", [f"run.dir={tmp_path}"])
     plan = build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
     step_time = compute_s + wait_s
-    records = [{"step": n, "t": 1000.0 + n * step_time, "epoch": 1, "loss": 1.0, "step_time_s": step_time,
-                "data_wait_s": wait_s, "images_per_s": 32 / step_time} for n in range(1, steps + 1)]
+    records, t = [], 1000.0
+    for n in range(1, steps + 1):
+        epoch = 1 + (n - 1) // steps_per_epoch if steps_per_epoch else 1
+        stall = epoch_stall_s if steps_per_epoch and epoch > 1 and (n - 1) % steps_per_epoch == 0 else 0.0
+        t += step_time + stall
+        records.append({"step": n, "t": t, "epoch": epoch, "loss": 1.0, "step_time_s": step_time + stall,
+                        "data_wait_s": wait_s + stall, "images_per_s": 32 / (step_time + stall)})
     rows = steps * 32 // 2
     result = {"steps": records, "validation": [], "epochs": 1, "final_step": steps,
               "host_rows": {"algo-1": 0, "algo-2": rows, "algo-3": rows, "unknown": 0},
