@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -261,8 +261,19 @@ CASES += [
 ]
 
 
-def _limit_address_space():
-    resource.setrlimit(resource.RLIMIT_AS, (INSPECT_LIMIT_BYTES, INSPECT_LIMIT_BYTES))
+MEASURE = """
+import resource, subprocess, sys
+limit, rss_file, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+if limit:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+code = subprocess.call(cmd)
+with open(rss_file, "w") as f:
+    f.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(code)
+"""
+"""Runs the command as a child of this small process and writes the child's peak RSS (KiB). A
+process forked straight from pytest would start its peak at pytest's own (hundreds of MiB once
+torch and Ray are loaded): Linux carries the high-water mark across exec."""
 
 
 def run_sm_launch(args: list[str], env_extra: dict, cwd: Path, timeout_s: float, limit_memory: bool):
@@ -271,22 +282,18 @@ def run_sm_launch(args: list[str], env_extra: dict, cwd: Path, timeout_s: float,
     for key in ("SAGEMAKER_BASE_DIR", "SM_RESOURCE_CONFIG", "SM_INPUT_DATA_CONFIG", "SM_HPS"):
         if key not in env_extra:
             env.pop(key, None)
-    out, err = cwd / "stdout.txt", cwd / "stderr.txt"
+    out, err, rss = cwd / "stdout.txt", cwd / "stderr.txt", cwd / "peak_rss_kib.txt"
+    command = [sys.executable, "-c", MEASURE, str(INSPECT_LIMIT_BYTES if limit_memory else 0), str(rss),
+               sys.executable, "-m", "smlaunch.launcher.cli", *args]
     with open(out, "w") as o, open(err, "w") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "smlaunch.launcher.cli", *args], stdout=o, stderr=e,
-                                env=env, cwd=cwd, preexec_fn=_limit_address_space if limit_memory else None)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"sm-launch {' '.join(args)} did not exit within {timeout_s} s")
-        time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out.read_text(), err.read_text(), usage.ru_maxrss / 1024
+        proc = subprocess.Popen(command, stdout=o, stderr=e, env=env, cwd=cwd, start_new_session=True)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"sm-launch {' '.join(args)} did not exit within {timeout_s} s")
+    return code, out.read_text(), err.read_text(), int(rss.read_text()) / 1024
 
 
 def failure_file(kind: str, tmp: Path, env: dict) -> Path | None:
