@@ -11,9 +11,10 @@ Three rates are measured in every run (pure arithmetic on the report here; nothi
 
 A host's pipeline rate is its CPU slots times the per-slot rate (its vCPUs; scaled like the
 simulated cluster on a local run). The prediction for k data hosts is FastFlow's model,
-min(GPU-bound rate, pipeline rate), times the efficiency this run showed against the same model
-(Ray's scheduling and transfer losses), with each epoch's start-up stall (measured: the first
-step of every later epoch beyond that epoch's median step) added once per epoch. With no data hosts (k = 0) the pipeline gets the GPU
+min(GPU-bound rate, pipeline rate), plus an overhead paid once per epoch: the trainer's time for
+an epoch beyond what the model gives for its images (Ray Data starts a new execution per epoch,
+and its first and last blocks do not overlap with training). A run that shows no whole epoch
+uses instead the efficiency it showed against the model (measured over model rate) as a factor. With no data hosts (k = 0) the pipeline gets the GPU
 host's own CPUs less one per train worker. FastFlow's rule says offloading pays when the
 GPU-bound rate exceeds 1.3x the GPU host's own pipeline rate.
 """
@@ -64,36 +65,21 @@ def verdict(summary: dict, utilisation: dict, advisor: dict | None = None) -> di
 
 
 def measured_rates(steps: list[dict], chain_by_host: dict) -> dict:
-    """The three rates of the module docstring, from the steady steps of the run, and the stall at
-    each epoch's start (Ray Data starts a new execution per epoch; its first batch waits for it)."""
-    stalls = epoch_stalls(steps)
+    """The three rates of the module docstring, from the steady steps of the run, and the length
+    of an epoch as the trainer saw it (the median over epochs seen whole)."""
     images = sum(s["images_per_s"] * s["step_time_s"] for s in steps)
     step_s = sum(s["step_time_s"] for s in steps)
     compute_s = sum(s["step_time_s"] - s["data_wait_s"] for s in steps)
     rows = sum(v["train_rows"] for v in chain_by_host.values())
     chain_s = sum(v["chain_s"] for v in chain_by_host.values())
-    stall_s = sum(stalls)
-    epochs = sorted({s["epoch"] for s in steps})
-    full = [e for e in epochs[1:-1]]  # epochs seen whole: not the first (warm-up cut) nor the last
-    per_epoch = [sum(s["images_per_s"] * s["step_time_s"] for s in steps if s["epoch"] == e) for e in full]
+    epochs = sorted({s["epoch"] for s in steps})[1:-1]  # whole ones: not the first (warm-up cut), not the last
+    whole = [[s for s in steps if s["epoch"] == e] for e in epochs]
     return {"measured_images_per_s": images / step_s if step_s else 0.0,
-            "within_epoch_images_per_s": images / (step_s - stall_s) if step_s > stall_s else 0.0,
             "gpu_bound_images_per_s": images / compute_s if compute_s > 0 else math.inf,
             "per_slot_images_per_s": rows / chain_s if chain_s > 0 else None,
-            "epoch_stall_s": statistics.median(stalls) if stalls else 0.0,
-            "images_per_epoch": statistics.median(per_epoch) if per_epoch else None}
-
-
-def epoch_stalls(steps: list[dict]) -> list[float]:
-    """For each epoch after the first that the steps show: its first step's time beyond the
-    median step of that epoch."""
-    stalls = []
-    epochs = sorted({s["epoch"] for s in steps})
-    for e in epochs[1:]:
-        times = [s["step_time_s"] for s in steps if s["epoch"] == e]
-        if len(times) >= 3:
-            stalls.append(max(0.0, times[0] - statistics.median(times[1:])))
-    return stalls
+            "epoch_s": statistics.median(sum(s["step_time_s"] for s in ss) for ss in whole) if whole else None,
+            "images_per_epoch": statistics.median(sum(s["images_per_s"] * s["step_time_s"] for s in ss)
+                                                  for ss in whole) if whole else None}
 
 
 def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, dated: str) -> dict:
@@ -113,17 +99,19 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     local_rate = max(sum(h["num_cpus"] for h in train) - workers, 1) * per_slot
     now_rate = sum(h["num_cpus"] for h in data) * per_slot if data else local_rate
     modelled = min(gpu_bound, now_rate)
-    stall, per_epoch = rates["epoch_stall_s"], rates["images_per_epoch"]
-    inner = rates["within_epoch_images_per_s"] if stall and per_epoch else rates["measured_images_per_s"]
-    efficiency = min(1.0, max(0.3, inner / modelled)) if modelled else 1.0
+    per_epoch = rates["images_per_epoch"]
+    if per_epoch and rates["epoch_s"]:  # the epoch's time beyond making (or training on) its images
+        overhead, efficiency = max(0.0, rates["epoch_s"] - per_epoch / modelled), 1.0
+    else:
+        overhead, efficiency = 0.0, min(1.0, max(0.3, rates["measured_images_per_s"] / modelled)) if modelled else 1.0
     gpu_price = sum(prices.get(h["instance_type"], math.nan) for h in train)
     images = epoch_images or 100_000
 
     def option(cpu_type: str | None, k: int) -> dict:
         pipeline = local_rate if k == 0 else k * INSTANCE_TYPES[cpu_type].vcpus * scale * per_slot
         rate = efficiency * min(gpu_bound, pipeline)
-        if stall and per_epoch:  # each epoch pays its start-up stall once, whatever k is
-            rate = per_epoch / (per_epoch / rate + stall)
+        if overhead:  # each epoch pays its overhead once, whatever k is
+            rate = per_epoch / (per_epoch / rate + overhead)
         hourly = gpu_price + (k * prices.get(cpu_type, math.nan) if k else 0.0)
         return {"instance_type": cpu_type if k else None, "hosts": k, "images_per_s": round(rate, 2),
                 "bound": "trainer" if gpu_bound <= pipeline else "pipeline",
@@ -140,7 +128,7 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     return {
         "rates": {k: round(v, 2) if v is not None and math.isfinite(v) else v for k, v in rates.items()},
         "local_pipeline_images_per_s": round(local_rate, 2), "pipeline_images_per_s": round(now_rate, 2),
-        "efficiency": round(efficiency, 3), "epoch_stall_s": round(stall, 2),
+        "efficiency": round(efficiency, 3), "epoch_overhead_s": round(overhead, 2),
         "offload_pays": gpu_bound > OFFLOAD_RATIO * local_rate,
         "epoch_images": images, "epoch_images_assumed": epoch_images is None,
         "table_instance_type": table_type, "table": table,
