@@ -37,36 +37,13 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             source = PipeChannelDatasource(channel, roots)
         else:
             source = ChannelDatasource(channel, list_channel_files(channel, roots), roots)
-        on_hosts = {"sm-host": f"in({','.join(channel.hosts)})"}
-        if _fuse_read_and_chain(plan, channel, source, preprocess_on, preprocess_cpus):
-            # One task reads a block and runs the chain on it: no read task holds a CPU slot while
-            # the chain waits for one, and no block crosses the object store between the two.
-            # Ray fuses a read only into whole-block batches; the reader's blocks already hold
-            # `pipeline.batch_size` rows (`ChannelPlan.block_rows`).
-            # One read task per file, so Ray does not split the reads' output (which forbids fusing).
-            pool = ray.data.TaskPoolStrategy(size=preprocess_cpus)
-            files = sum(len(f) for f in source.shares().values())
-            ds = ray.data.read_datasource(source, compute=pool, label_selector=on_hosts, override_num_blocks=files)
-            chain_args = {"compute": pool, "batch_size": None}
-        else:
-            ds = ray.data.read_datasource(source, label_selector=on_hosts)
-            chain_args = {"compute": ray.data.TaskPoolStrategy(size=preprocess_cpus),
-                          "label_selector": plan.data_selector, "batch_size": cfg.pipeline.batch_size}
+        ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
         datasets[channel.name] = ds.map_batches(
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),
-            batch_format="numpy", num_cpus=1, **chain_args)
+            batch_size=cfg.pipeline.batch_size, batch_format="numpy",
+            compute=ray.data.TaskPoolStrategy(size=preprocess_cpus), num_cpus=1,
+            label_selector=plan.data_selector)
     return datasets
-
-
-def _fuse_read_and_chain(plan, channel, source, preprocess_on: str, preprocess_cpus: int) -> bool:
-    """Read and chain run as one task when every receiving host preprocesses (reads then land
-    only where the chain may run) and there are enough read tasks to keep every preprocessing CPU
-    busy: a File or FastFile channel with at least as many files as those CPUs. Otherwise the read
-    stays a task of its own and the chain spreads its blocks over all the preprocessing CPUs."""
-    if any(plan.host(h).subcluster != preprocess_on for h in channel.hosts):
-        return False
-    files = getattr(source, "files", None)
-    return files is not None and sum(len(f) for f in source.shares().values()) >= preprocess_cpus
 
 
 def list_channel_files(channel, roots: dict[str, str | None]) -> dict[str, list[tuple[str, int]]]:
