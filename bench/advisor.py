@@ -9,7 +9,7 @@ The job is `configs/tiny.yaml` at 32 px with a chain that holds each CPU slot --
 (`bench/advisor_ops.py:hold`: simulated hosts share this machine's cores, so the chain's work is
 a wait on the host's own slot, as real hosts do not slow each other), and the real CPU trainer.
 
-    python bench/advisor.py [--chain-ms 8] [--steps 150] [--max-hosts 4]
+    python bench/advisor.py [--chain-ms 8] [--steps 150] [--max-hosts 2]
 
 Ends with `RESULT advisor error_pct=<x> goal=15`.
 """
@@ -49,7 +49,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chain-ms", type=float, default=8.0, help="ms each image holds a chain slot")
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--max-hosts", type=int, default=4)
+    parser.add_argument("--max-hosts", type=int, default=2,
+                        help="cap on the hosts of round 2: simulated hosts share this machine's cores")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--keep", help="keep the runs in this directory (default: a temporary one)")
     args = parser.parse_args()

@@ -12,7 +12,6 @@ import logging
 import os
 import secrets
 
-from smlaunch.cluster.node import KEEP_IDLE_WORKERS
 from smlaunch.cluster.plan import LaunchPlan
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ class LocalCluster:
         self._set_env({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
                        "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": None,
                        # Ray Train copies a worker's print() into its logger too: each line twice.
-                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **KEEP_IDLE_WORKERS})
+                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"})
         import ray
         from ray.cluster_utils import Cluster
 

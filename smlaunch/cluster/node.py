@@ -21,13 +21,6 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 RAY_CLI = "from ray.scripts.scripts import main; main()"
 
-KEEP_IDLE_WORKERS = {"RAY_idle_worker_killing_time_threshold_ms": "60000"}
-"""Set on every raylet. Ray kills a worker idle for 1 s whenever a node runs more workers than
-it has CPUs, and it counts actors (the utilisation sampler, Ray Data's coordinators) among them.
-A data host's chain workers idle for longer than that at every epoch boundary and validation
-pass, so each epoch restarted them and paid their imports again (torch and torchvision: seconds,
-measured as a stall at every epoch's first step). Idle workers now live a minute."""
-
 
 def die_with_parent() -> None:
     try:

@@ -59,6 +59,9 @@ def verdict(summary: dict, utilisation: dict, advisor: dict | None = None) -> di
                       "start ran out: a longer run will be input-bound (see the advisor's table)")
     else:
         kind, advice = "balanced", "the pipeline just keeps up: one more CPU host buys headroom, not speed"
+        if capacity and gpu_bound and capacity >= 1.5 * gpu_bound:
+            advice = ("the pipeline has capacity to spare, so the waits are start-up (each epoch's first "
+                      "batches), not its rate: more CPU hosts will not help")
     return {"verdict": kind, "evidence": evidence, "advice": advice,
             "thresholds": {"input_bound_wait_pct": INPUT_BOUND_WAIT_PCT,
                            "compute_bound_wait_pct": COMPUTE_BOUND_WAIT_PCT}}

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 
 from smlaunch.cluster.job_state import HEAD_LOST_S, HEARTBEAT, OUTCOME, Heartbeat, JobState, StoreUnavailable
-from smlaunch.cluster.node import KEEP_IDLE_WORKERS
 from smlaunch.cluster.plan import HOST_LABEL, LaunchPlan
 from smlaunch.cluster.sagemaker_env import SageMakerEnvironment
 from smlaunch.config.schema import LaunchConfig
@@ -54,7 +53,7 @@ def ray_environment(sm: SageMakerEnvironment, environ=os.environ) -> dict[str, s
     if len(token) < 32:
         raise UserError(f"{TOKEN_ENV}: the Ray token must be at least 32 characters")
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **KEEP_IDLE_WORKERS}
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
 
 
 def run_host(cfg: LaunchConfig, plan: LaunchPlan, sm: SageMakerEnvironment, stop: StopRequest,

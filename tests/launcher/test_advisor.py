@@ -46,6 +46,7 @@ def test_slow_trainer_is_compute_bound_and_no_host_is_added(configs, tmp_path):
 def test_balanced_and_head_start_cases(configs, tmp_path):
     report, _ = _run(configs, tmp_path, compute_s=0.1, wait_s=0.01, chain_s_per_row=0.001)
     assert report["verdict"]["verdict"] == "balanced"
+    assert "start-up" in report["verdict"]["advice"]  # 2 x 1000/s of pipeline for a 290/s trainer
     # Never waited, but the pipeline (2 x 10/s) is far slower than the trainer: the run was too short.
     report, _ = _run(configs, tmp_path, compute_s=0.1, wait_s=0.0, chain_s_per_row=0.1)
     assert report["verdict"]["verdict"] == "compute-bound"
