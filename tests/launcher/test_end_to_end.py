@@ -1,19 +1,24 @@
 """`sm-launch` on a real 3-node local Ray cluster: one train host, two data hosts."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
+SENTINELS = {"AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID", "AWS_SECRET_ACCESS_KEY": "sentinel-secret-0d4b2e8f9a",
+             "AWS_SESSION_TOKEN": "sentinel-session-6f1c9e7a3b", "SMLAUNCH_RAY_TOKEN": "sentinel-ray-token-" + "7" * 32}
+
 
 @pytest.mark.ray
 def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
+    # Sentinel credentials in the environment must show up nowhere (issue 9's security item).
     result = subprocess.run(
         [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"),
          "--set", f"run.dir={tmp_path}", "--set", "run.name=e2e"],
-        capture_output=True, text=True, timeout=420)
+        capture_output=True, text=True, timeout=420, env={**os.environ, **SENTINELS})
     assert result.returncode == 0, result.stderr[-3000:]
     head = tmp_path / "e2e" / "hosts" / "algo-1" / "opt" / "ml"
     report = json.loads((head / "output" / "data" / "report.json").read_text())
@@ -40,6 +45,13 @@ def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
         assert (out / name).stat().st_size > 1000, name
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert "verdict: " in result.stdout and "advisor: recommend" in result.stdout
+
+    # No credential in the output, the report, the resolved config, the host trees or any log.
+    texts = {"stdout": result.stdout, "stderr": result.stderr}
+    texts.update({str(p): p.read_bytes().decode("latin-1") for p in (tmp_path / "e2e").rglob("*") if p.is_file()})
+    assert len(texts) > 20
+    assert not [f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items()
+                if value in text]
 
     # The simulated hosts got SageMaker-shaped trees; only data hosts received the channels.
     config = json.loads((tmp_path / "e2e/hosts/algo-2/opt/ml/input/config/resourceconfig.json").read_text())
