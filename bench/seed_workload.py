@@ -49,17 +49,32 @@ def plan_for(tmp: Path, name: str, offload: bool, steps: int, data_cpus: int):
 
 
 def run(tmp: Path, name: str, offload: bool, args) -> dict:
+    """One job in a process of its own: Ray reads its auth token once per process, so a second
+    simulated cluster in the same process would be refused."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, __file__, "--only", name, "--dir", str(tmp), "--steps", str(args.steps),
+                          "--data-cpus", str(args.data_cpus)], check=True, stdout=subprocess.PIPE, text=True).stdout
+    summary = json.loads(out.strip().splitlines()[-1])
+    print(f"{name}: images_per_s={summary['images_per_s']} data_wait_pct={summary['data_wait_pct']} "
+          f"verdict={summary['verdict']} train_gpu_pct={summary['train_gpu_pct']} "
+          f"data_cpu_pct={summary['data_cpu_pct']}", flush=True)
+    return summary
+
+
+def run_here(tmp: Path, name: str, args) -> None:
+    import json
+
     from smlaunch.launcher.run import run_local
 
-    cfg, plan = plan_for(tmp, name, offload, args.steps, args.data_cpus)
+    cfg, plan = plan_for(tmp, name, name == "offload", args.steps, args.data_cpus)
     print(f"{name}: " + ", ".join(f"{h.name} {h.subcluster} {h.num_cpus} CPU {h.num_gpus} GPU" for h in plan.hosts),
-          flush=True)
-    report = run_local(cfg, plan)
-    s = report["summary"]
-    print(f"{name}: images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']} "
-          f"verdict={report['verdict']['verdict']} train_gpu_pct={report['utilisation'].get('train_gpu_pct')} "
-          f"data_cpu_pct={report['utilisation'].get('data_cpu_pct')}", flush=True)
-    return s
+          file=sys.stderr, flush=True)
+    report = run_local(cfg, plan, log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps({**report["summary"], "verdict": report["verdict"]["verdict"],
+                      "train_gpu_pct": report["utilisation"].get("train_gpu_pct"),
+                      "data_cpu_pct": report["utilisation"].get("data_cpu_pct")}))
 
 
 def main() -> int:
@@ -67,7 +82,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--data-cpus", type=int, default=max(1, min(16, (os.cpu_count() or 1) - GPU_HOST_CPUS)),
                         help="CPUs of the simulated ml.c5.4xlarge (default: 16, or what is left)")
+    parser.add_argument("--only", choices=("alone", "offload"), help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.only:
+        run_here(Path(args.dir), args.only, args)
+        return 0
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (trainer on CPU)"
