@@ -54,10 +54,12 @@ def main() -> int:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--keep", help="keep the runs in this directory (default: a temporary one)")
     args = parser.parse_args()
+    from smlaunch.launcher.advisor import advice_lines
+
     with tempfile.TemporaryDirectory(dir=args.keep) as tmp:
         first = run_job(Path(tmp), "measure", 1, args)
         advisor = first["advisor"]
-        for line in first["summary"] and __import__("smlaunch.launcher.advisor", fromlist=["x"]).advice_lines(advisor):
+        for line in advice_lines(advisor):
             print(line)
         print("predicted, k hosts of", advisor["table_instance_type"], ":",
               ", ".join(f"k={o['hosts']}: {o['images_per_s']}" for o in advisor["table"][:args.max_hosts + 1]))

@@ -150,9 +150,8 @@ class Samplers:
         import ray
 
         actor = ray.remote(HostSampler)
-        self.actors = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector={"sm-host": h.name},
-                                             name=None).remote(h.name, h.num_cpus, interval_s)
-                       for h in plan.hosts}
+        pinned = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector={"sm-host": h.name}) for h in plan.hosts}
+        self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s) for h in plan.hosts}
         self.started = ray.get([a.start.remote() for a in self.actors.values()], timeout=60)
 
     def gather(self, timeout_s: float = 30) -> dict[str, dict]:
