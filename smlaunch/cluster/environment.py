@@ -12,7 +12,15 @@ from smlaunch.cluster.plan import LocalEnvironment
 
 def detect_local_environment() -> LocalEnvironment:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return LocalEnvironment(cpus=cpus, gpus=count_gpus(), started=time.strftime("%Y%m%d-%H%M%S"))
+    return LocalEnvironment(cpus=cpus, gpus=count_gpus(), started=time.strftime("%Y%m%d-%H%M%S"),
+                            memory_bytes=_memory_bytes())
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def count_gpus() -> int:

@@ -12,20 +12,18 @@ import logging
 import os
 import secrets
 
-from smlaunch.cluster.plan import LaunchPlan
+from smlaunch.cluster.plan import LOCAL_OBJECT_STORE_MIN, LaunchPlan
 
 log = logging.getLogger(__name__)
 
-OBJECT_STORE_BYTES = 256 * 2**20
 NODE_WAIT_S = 120
 
 
 class LocalCluster:
     """Context manager: start every planned host as a Ray node, connect, and tear it all down."""
 
-    def __init__(self, plan: LaunchPlan, object_store_bytes: int = OBJECT_STORE_BYTES):
+    def __init__(self, plan: LaunchPlan):
         self.plan = plan
-        self.object_store_bytes = object_store_bytes
         self.cluster = None
         self._saved_env: dict[str, str | None] = {}
 
@@ -58,7 +56,8 @@ class LocalCluster:
 
     def _node_args(self, host) -> dict:
         return {"num_cpus": host.num_cpus, "num_gpus": host.num_gpus, "labels": dict(host.labels),
-                "include_dashboard": False, "object_store_memory": self.object_store_bytes}
+                "include_dashboard": False,
+                "object_store_memory": host.object_store_bytes or LOCAL_OBJECT_STORE_MIN}
 
     def __exit__(self, *exc) -> None:
         import ray

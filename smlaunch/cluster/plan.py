@@ -30,6 +30,8 @@ class LocalEnvironment:
     gpus: int
     started: str
     """Timestamp naming a run directory when the config names none."""
+    memory_bytes: int = 0
+    """This machine's memory (0: unknown), shared by the simulated hosts' object stores."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,23 @@ class HostPlan:
     """This host's `/opt/ml` tree (a directory under the run dir when simulated); None on a
     SageMaker job for another host, whose tree is its own `SAGEMAKER_BASE_DIR`, known only there."""
     labels: dict[str, str] = field(default_factory=dict)
+    object_store_bytes: int | None = None
+    """Ray object store of this host; None: Ray's default (30 % of the host's memory)."""
+
+
+LOCAL_OBJECT_STORE_MIN = 256 * 2**20
+LOCAL_OBJECT_STORE_MAX = 4 * 2**30
+
+
+def local_object_store_bytes(cfg: LaunchConfig, env: LocalEnvironment, n_hosts: int) -> int:
+    """A simulated host's object store: `cluster.object_store_mb`, else its share of Ray's 30 %
+    of this machine, within 256 MiB..4 GiB. A fixed 256 MiB starved 224 px chains: Ray Data
+    budgets half the data hosts' store, and 32 decoded 224 px images are a 4.8 MB block, so a
+    12-CPU data host ran a few tasks at a time (42 % busy on an H100 machine)."""
+    if cfg.cluster.object_store_mb:
+        return cfg.cluster.object_store_mb * 2**20
+    share = int(0.3 * env.memory_bytes / max(n_hosts, 1))
+    return min(max(share, LOCAL_OBJECT_STORE_MIN), LOCAL_OBJECT_STORE_MAX)
 
 
 @dataclass(frozen=True)
@@ -94,6 +113,14 @@ class LaunchPlan:
         return next(h for h in self.hosts if h.name == name)
 
     @property
+    def preprocess_selector(self) -> dict[str, str]:
+        """Where the chain runs: the data hosts, or the train hosts in a job without CPU hosts.
+        Never left unset: Ray Data sizes a Dataset's budget from the `ray-subcluster` bucket its
+        selector names, and a Dataset with no selector got an object-store budget of 0 B on an
+        H100 host alone (one chain task at a time of four; 44 images/s)."""
+        return self.data_selector or self.train_selector
+
+    @property
     def head_host(self) -> HostPlan:
         return self.host(self.head)
 
@@ -121,6 +148,7 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     scale = env.cpus / total_vcpus
     gpus_left = env.gpus
     hosts: list[HostPlan] = []
+    store = local_object_store_bytes(cfg, env, sum(g.instance_count for g in groups))
     index = 1
     for group in groups:
         spec = instance_spec(group.instance_type)
@@ -134,7 +162,8 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
                 name=name, group=group.name, instance_type=group.instance_type, role="worker",
                 subcluster=subcluster, num_cpus=max(1, round(spec.vcpus * scale)), num_gpus=gpus,
                 opt_ml=str(run_dir / "hosts" / name / "opt" / "ml"),
-                labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name}))
+                labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name},
+                object_store_bytes=store))
     notes.append(f"CPUs scaled by {scale:.3f}: {env.cpus} on this machine for {total_vcpus} vCPUs in the config")
 
     train_hosts = sorted((h for h in hosts if h.subcluster == "train"), key=lambda h: natural_key(h.name))

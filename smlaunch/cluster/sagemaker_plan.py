@@ -83,7 +83,8 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
                 num_cpus=local.cpus if here else (expected_vcpus(group.instance_type) or 0),
                 num_gpus=(local.gpus if here else expected_gpus(group.instance_type)) if subcluster == "train" else 0,
                 opt_ml=sm.base_dir if here else None,
-                labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name}))
+                labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name},
+                object_store_bytes=cfg.cluster.object_store_mb and cfg.cluster.object_store_mb * 2**20))
     hosts.sort(key=lambda h: natural_key(h.name))
     if sm.current_host not in {h.name for h in hosts}:
         raise ConfigError(f"resourceconfig.json: current_host {sm.current_host!r} is in no instance group")

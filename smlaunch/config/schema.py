@@ -49,7 +49,8 @@ class ClusterConfig(_Strict):
     join_timeout_s: float = Field(default=300, gt=0, le=3600)
     """How long the head waits for every host to join, and a host waits for the head to appear."""
     object_store_mb: Optional[int] = Field(default=None, ge=64)
-    """Ray object store per host on a SageMaker job; default: Ray's (30 % of memory)."""
+    """Ray object store per host. Default on a SageMaker job: Ray's (30 % of the host's memory);
+    in a local simulation: 30 % of this machine shared by the simulated hosts, 256 MiB..4 GiB."""
 
     @model_validator(mode="after")
     def _groups(self):

@@ -281,12 +281,13 @@ def _print_plan(cfg, plan) -> None:
         print(f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type})")
     print(f"train workers: {plan.train_workers} ({'GPU' if plan.use_gpu else 'CPU'}), "
           f"selector {plan.train_selector}")
-    print(f"preprocessing selector: {plan.data_selector or 'none (no CPU-only group)'}")
+    print(f"preprocessing selector: {plan.preprocess_selector}"
+          + ("" if plan.data_selector else " (no CPU-only group: the train hosts' CPUs)"))
     print("hosts:")
     for h in plan.hosts:
         labels = ",".join(f"{k}={v}" for k, v in h.labels.items())
         print(f"  {h.name:8} {h.role:6} group={h.group} type={h.instance_type} cpus={h.num_cpus or '?'} "
-              f"gpus={h.num_gpus} labels={labels}")
+              f"gpus={h.num_gpus} object_store={_mib(h.object_store_bytes)} labels={labels}")
     print("channels:")
     for c in plan.channels:
         extras = [c.distribution] + ([f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else []) + (
@@ -297,6 +298,10 @@ def _print_plan(cfg, plan) -> None:
     print(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
     for note in plan.notes:
         print(f"note: {note}")
+
+
+def _mib(size: int | None) -> str:
+    return f"{size // 2**20}MiB" if size else "ray-default"
 
 
 if __name__ == "__main__":

@@ -71,9 +71,9 @@ def _node(plan: LaunchPlan, sm: SageMakerEnvironment, cfg: LaunchConfig, head_ad
     from smlaunch.cluster.node import RayNode, start_args
 
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{plan.current_host}-")
-    args = start_args(plan.host(plan.current_host), head_address=head_address, node_ip=node_ip,
-                      port=cfg.cluster.port, temp_dir=temp_dir,
-                      object_store_bytes=cfg.cluster.object_store_mb and cfg.cluster.object_store_mb * 2**20)
+    me = plan.host(plan.current_host)
+    args = start_args(me, head_address=head_address, node_ip=node_ip, port=cfg.cluster.port, temp_dir=temp_dir,
+                      object_store_bytes=me.object_store_bytes)
     return RayNode(args, sm.path("output", "data", "smlaunch", "ray-node.log"), dict(os.environ), temp_dir)
 
 

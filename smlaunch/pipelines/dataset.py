@@ -24,7 +24,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     from smlaunch.pipelines.chain import Chain
 
     ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.label_selector = plan.data_selector
+    ctx.execution_options.label_selector = plan.preprocess_selector
     ctx.enable_progress_bars = False
     host_names = [h.name for h in plan.hosts]
     preprocess_on = "data" if plan.data_selector else "train"
@@ -42,7 +42,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),
             batch_size=cfg.pipeline.batch_size, batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=preprocess_cpus), num_cpus=1,
-            label_selector=plan.data_selector)
+            label_selector=plan.preprocess_selector)
     return datasets
 
 

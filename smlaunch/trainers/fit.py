@@ -17,7 +17,7 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, loop_config: dict) 
 
     from smlaunch.trainers.loop import train_loop
 
-    selector_options = {name: ExecutionOptions(label_selector=plan.data_selector) for name in datasets}
+    selector_options = {name: ExecutionOptions(label_selector=plan.preprocess_selector) for name in datasets}
     trainer = TorchTrainer(
         train_loop,
         train_loop_config=loop_config,

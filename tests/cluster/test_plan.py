@@ -53,7 +53,23 @@ def test_single_group_runs_preprocessing_on_the_train_hosts(configs):
     raw["cluster"]["instance_groups"] = raw["cluster"]["instance_groups"][:1]
     plan = build_plan(type(cfg).model_validate(raw), CPU_ONLY)
     assert plan.data_selector is None
+    # never unset: Ray Data sizes the budget from the bucket the selector names
+    assert plan.preprocess_selector == {"ray-subcluster": "train"}
     assert plan.channels[0].hosts == ("algo-1",)
+
+
+def test_object_store_is_a_share_of_this_machine_unless_configured(configs):
+    gib = 2**30
+    plan = build_plan(load_config(configs / "hetero.yaml"), LocalEnvironment(cpus=2, gpus=0, started="t",
+                                                                           memory_bytes=24 * gib))
+    assert [h.object_store_bytes for h in plan.hosts] == [int(0.3 * 24 * gib / 2)] * 2
+    small = build_plan(load_config(configs / "hetero.yaml"), CPU_ONLY)  # memory unknown: the floor
+    assert {h.object_store_bytes for h in small.hosts} == {256 * 2**20}
+    big = build_plan(load_config(configs / "hetero.yaml"), LocalEnvironment(cpus=16, gpus=1, started="t",
+                                                                          memory_bytes=128 * gib))
+    assert {h.object_store_bytes for h in big.hosts} == {4 * gib}
+    set_ = build_plan(load_config(configs / "hetero.yaml", ["cluster.object_store_mb=512"]), CPU_ONLY)
+    assert {h.object_store_bytes for h in set_.hosts} == {512 * 2**20}
 
 
 def test_natural_host_order():
