@@ -27,8 +27,8 @@ MAX_SAMPLES = 20_000
 class HostSampler:
     """Ray actor body: `start()` begins sampling, `samples()` returns and keeps the series."""
 
-    def __init__(self, host: str, node_cpus: float | None, interval_s: float):
-        self.host, self.interval_s = host, interval_s
+    def __init__(self, host: str, node_cpus: float | None, interval_s: float, gpus: int | None = None):
+        self.host, self.interval_s, self.gpus = host, interval_s, gpus
         self.node_cpus = max(node_cpus or _node_cpus(), 1e-9)
         self.series: list[dict] = []
         self._stop = threading.Event()
@@ -53,7 +53,9 @@ class HostSampler:
         import psutil
 
         node = _node_root()
-        gpus = _nvml_handles()
+        # A simulated CPU host shares the machine's GPUs with the simulated GPU host: it reports
+        # only the GPUs it offers Ray (none), so the heat map shows each GPU once.
+        gpus = _nvml_handles()[:self.gpus] if self.gpus is not None else _nvml_handles()
         psutil.cpu_percent()
         cpu_times = psutil.cpu_times()
         net = psutil.net_io_counters()
@@ -151,7 +153,8 @@ class Samplers:
 
         actor = ray.remote(HostSampler)
         pinned = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector={"sm-host": h.name}) for h in plan.hosts}
-        self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s) for h in plan.hosts}
+        self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s, h.num_gpus)
+                       for h in plan.hosts}
         self.started = ray.get([a.start.remote() for a in self.actors.values()], timeout=60)
 
     def gather(self, timeout_s: float = 30) -> dict[str, dict]:
