@@ -13,7 +13,7 @@ Both train the same steps; the steady images/s and the data wait come from the r
 GPU's name from torch. On a machine without a GPU the trainer runs on the CPU and the numbers say
 nothing about starvation; the script still runs (use few `--steps`) so it stays runnable.
 
-    python bench/seed_workload.py [--steps 120] [--data-cpus N]
+    python bench/seed_workload.py [--steps 120] [--data-cpus N] [--keep DIR]
 
 Ends with `RESULT seed_workload speedup=<offload/alone images/s> data_wait_pct=<offload> goal=2.2/5`.
 """
@@ -84,6 +84,7 @@ def main() -> int:
                         help="CPUs of the simulated ml.c5.4xlarge (default: 16, or what is left)")
     parser.add_argument("--only", choices=("alone", "offload"), help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parser.add_argument("--keep", metavar="DIR", help="keep both runs' directories (reports, plots) under DIR")
     args = parser.parse_args()
     if args.only:
         run_here(Path(args.dir), args.only, args)
@@ -92,9 +93,11 @@ def main() -> int:
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (trainer on CPU)"
     print(f"machine: {os.cpu_count()} CPUs, GPU {gpu}", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        alone = run(Path(tmp), "alone", False, args)
-        offload = run(Path(tmp), "offload", True, args)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(args.keep or scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        alone = run(tmp, "alone", False, args)
+        offload = run(tmp, "offload", True, args)
     speedup = offload["images_per_s"] / alone["images_per_s"] if alone["images_per_s"] else 0.0
     print(f"GPU {gpu}: alone {alone['images_per_s']} images/s (data wait {alone['data_wait_pct']} %), "
           f"offload {offload['images_per_s']} images/s (data wait {offload['data_wait_pct']} %)")
