@@ -6,7 +6,8 @@ ratio is what says whether the GPU starves. Images arrive as uint8 CHW and are n
 on the worker's device.
 
 State resumes from, in order: the checkpoint Ray Train hands a restarted worker group (a worker
-crashed; `FailureConfig`), or the newest complete checkpoint of an earlier run found by the
+crashed; `FailureConfig`) or a newer complete one of the same run that it had not registered yet,
+or the newest complete checkpoint of an earlier run found by the
 driver (`config["resume_from"]`). The data position is the epoch and the batches already taken
 from it; on resume those batches are drawn and skipped, so the epoch keeps its length.
 """
@@ -155,11 +156,50 @@ def _resume_state(config: dict) -> tuple[dict | None, str | None]:
 
     restarted = ray.train.get_checkpoint()  # this fit restarted after a worker failed
     if restarted is not None:
+        newer = _same_on_every_rank(_newer_complete(restarted.path))
+        if newer is not None:
+            return load_state(newer), f"the last checkpoint of this run ({newer})"
         with restarted.as_directory() as directory:
             return load_state(directory), f"the last checkpoint of this run ({restarted.path})"
     if config.get("resume_from"):
         return load_state(config["resume_from"]), config["resume_from"]
     return None, None
+
+
+def _newer_complete(registered: str) -> str | None:
+    """A complete checkpoint of this run newer than the one Ray Train registered, if any.
+
+    Ray Train registers a reported checkpoint after the report returns; a worker killed in
+    between left a complete `step-N` (meta.json and hash checked) that the restarted group is not
+    handed. Resuming from the registered one would redo two intervals instead of at most one
+    (seen in tests/reliability/test_train_failures.py: killed after step 20, handed step 10)."""
+    from pathlib import Path
+
+    from smlaunch.trainers.checkpoints import is_complete
+
+    registered = Path(registered)
+    if not registered.parent.is_dir():
+        return None
+    for candidate in sorted(registered.parent.glob("step-*"), reverse=True):
+        if candidate.name <= registered.name:
+            return None
+        if is_complete(candidate):
+            return str(candidate)
+    return None
+
+
+def _same_on_every_rank(value):
+    """Rank 0's answer on every rank, so all ranks load one state even if their disks differ."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    import ray.train.torch
+
+    box = [value]
+    device = ray.train.torch.get_device() if dist.get_backend() == "nccl" else None
+    dist.broadcast_object_list(box, src=0, device=device)
+    return box[0]
 
 
 class _Saver:

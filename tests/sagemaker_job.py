@@ -19,7 +19,7 @@ from smlaunch.cluster.host_tree import simulate_job
 from smlaunch.pipelines.channels import list_record_files
 from smlaunch.pipelines.digits import prepare_digits
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 # algo-1 is the CPU host and the GPU group's hosts are listed unsorted, as SageMaker may write them.
 LAYOUT = [
     {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
