@@ -79,9 +79,7 @@ def test_a_host_without_the_job_token_cannot_join(tmp_path):
         assert codes == {"algo-1": 1, "algo-2": 1, "algo-3": 1}
         assert "refused this host's token: every host of the job needs the same SMLAUNCH_RAY_TOKEN" \
             in job.failure("algo-1")
-        # algo-1 never started; on a loaded machine algo-3 may also miss the 20 s deadline.
-        assert re.search(r"host\(s\) (algo-1|algo-1, algo-3) did not join the Ray cluster within 20 s",
-                         job.failure("algo-2")), job.failure("algo-2")
+        assert "algo-1 did not join" in job.failure("algo-2")
     finally:
         job.cleanup()
 
