@@ -66,3 +66,13 @@ def data_cluster():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture
+def job(tmp_path):
+    """A fake 3-host SageMaker job (`tests/sagemaker_job.py`), cleaned up after the test."""
+    from sagemaker_job import FakeJob
+
+    fake = FakeJob(tmp_path)
+    yield fake
+    fake.cleanup()

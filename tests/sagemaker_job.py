@@ -27,6 +27,9 @@ LAYOUT = [
 ]
 
 
+HOSTS = ("algo-1", "algo-2", "algo-3")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,16 +9,7 @@ import time
 
 import pytest
 
-from sagemaker_job import FakeJob
-
-HOSTS = ("algo-1", "algo-2", "algo-3")
-
-
-@pytest.fixture
-def job(tmp_path):
-    fake = FakeJob(tmp_path)
-    yield fake
-    fake.cleanup()
+from sagemaker_job import HOSTS, FakeJob
 
 
 @pytest.mark.ray
