@@ -29,7 +29,7 @@ def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     per_step = cfg.trainer.batch_size * cfg.trainer.grad_accum_steps * plan.train_workers
     total = cfg.trainer.steps or (cfg.trainer.epochs * (train_rows // per_step) if train_rows else None)
     return {"model": cfg.model.name, "num_classes": num_classes, "image_size": crops[-1], "seed": cfg.seed,
-            "trainer": trainer, "total_steps": total, "host_names": [h.name for h in plan.hosts],
+            "trainer": trainer, "total_steps": total, "epoch_rows": train_rows, "host_names": [h.name for h in plan.hosts],
             "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
             "config_sha256": config_hash(cfg), "normalize": _normalize(cfg),
             "checkpoint_dir": checkpoint_dir(cfg, plan), "progress": sys.stdout.isatty()}
