@@ -19,6 +19,8 @@ from smlaunch.errors import ConfigError
 
 def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     """Everything a train worker needs, as plain data (it travels to other processes)."""
+    from smlaunch.pipelines.host_loss import fragile_channels
+
     crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
     if not crops:
         raise ConfigError("pipeline.ops: add a random_resized_crop or center_crop so every image reaches the "
@@ -32,7 +34,8 @@ def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             "trainer": trainer, "total_steps": total, "epoch_rows": train_rows, "host_names": [h.name for h in plan.hosts],
             "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
             "config_sha256": config_hash(cfg), "normalize": _normalize(cfg),
-            "checkpoint_dir": checkpoint_dir(cfg, plan), "progress": sys.stdout.isatty()}
+            "checkpoint_dir": checkpoint_dir(cfg, plan), "progress": sys.stdout.isatty(),
+            "fragile_channels": fragile_channels(plan)}
 
 
 def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:

@@ -23,6 +23,7 @@ def train_loop(config: dict) -> dict:
     import ray.train
     import ray.train.torch
 
+    from smlaunch.pipelines.host_loss import LostHostGuard
     from smlaunch.trainers.accounting import Accountant, EpochIds, gather
     from smlaunch.trainers.evaluate import all_reduce, count_hosts, normalise, validate
     from smlaunch.trainers.model import create_model
@@ -62,6 +63,8 @@ def train_loop(config: dict) -> dict:
     save = _Saver(config, rank, raw_model, optimizer, schedule)
     seen, books = EpochIds(), Accountant("train", config.get("epoch_rows"), world)
     resumed_at = position
+    guard = LostHostGuard(config.get("fragile_channels", []))
+    guard.check(force=True)  # a restart after such a host was lost fails at once, not at the first batch
     while not stopped and not _done(t, step, epochs_done):
         # On GPU, batches are pinned and copied to the device while the previous step computes.
         # The last batch of an epoch may be partial: its ids are counted, it is not trained on.
@@ -115,13 +118,16 @@ def train_loop(config: dict) -> dict:
             if rank == 0 and (step % t["log_every"] == 0 or step == 1):
                 print(f"step={step} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
                       f"data_wait_pct={100 * waited / elapsed:.1f}", flush=True)
+            guard.check()
             if stop.requested():
+                guard.check(force=True)
                 save(step, epochs_done, position, record)
                 if rank == 0:
                     print(f"stopped at step={step} on request; checkpoint written", flush=True)
                 stopped = True
                 break
             if t["checkpoint_interval"] and step % t["checkpoint_interval"] == 0:
+                guard.check(force=True)
                 save(step, epochs_done, position, record)
         if exhausted:
             if position < accum:  # no step in this epoch, nor in any after it: stop instead of looping
@@ -130,6 +136,7 @@ def train_loop(config: dict) -> dict:
                 raise DataError(f"channel 'train': epoch {epochs_done + 1} gave this worker {position} full "
                                 f"batch(es) of trainer.batch_size={t['batch_size']}, fewer than the {accum} a step "
                                 "needs; the channel is empty or too small (an empty Pipe FIFO?)")
+            guard.check(force=True)  # an epoch a lost host cut short must not pass for a whole one
             books.close_epoch(gather(*seen.take(), world, rank), epochs_done + 1, True, resumed_at)
             epochs_done, position, resumed_at = epochs_done + 1, 0, 0
             if t["epochs"] or t["validation_every_epochs"] and epochs_done % t["validation_every_epochs"] == 0:
@@ -142,6 +149,7 @@ def train_loop(config: dict) -> dict:
             validation.append(validate(model, device, host_rows, step, epochs_done + (position > 0), world,
                                        config["normalize"], autocast))
         if not t["checkpoint_interval"] or step % t["checkpoint_interval"]:
+            guard.check(force=True)
             save(step, epochs_done, position, steps[-1] if steps else {})
         if rank == 0:
             from smlaunch.trainers.export import save_model
