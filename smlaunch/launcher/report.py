@@ -22,6 +22,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
     total_rows = sum(rows.values())
     data_rows = sum(n for host, n in rows.items() if host in data_hosts)
     final = result["validation"][-1] if result["validation"] else {}
+    accounting = result.get("sample_accounting") or {}
     report = {
         "job": plan.job,
         "summary": {
@@ -38,11 +39,14 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
             "train_workers": plan.train_workers,
             "stopped_at_step": result.get("stopped_at_step"),
             "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
+            "samples_duplicated": accounting.get("duplicated"),
+            "samples_missing": accounting.get("missing"),
             **timings,
         },
         "rows_by_host": rows,
         "chain_by_host": result.get("chain_by_host", {}),
         "corrupt_records": result.get("corrupt_records", {}),
+        "sample_accounting": accounting,
         "validation": result["validation"],
         "steps": steps,
         "plan": plan.to_dict(),
@@ -123,7 +127,13 @@ def summary_lines(report: dict) -> list[str]:
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
     ] + [f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
-         for name, c in report.get("corrupt_records", {}).items()] + _analysis_lines(report)
+         for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report)
+
+
+def _accounting_lines(report: dict) -> list[str]:
+    from smlaunch.trainers.accounting import accounting_lines
+
+    return accounting_lines(report.get("sample_accounting"))
 
 
 def _analysis_lines(report: dict) -> list[str]:

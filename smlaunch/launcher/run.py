@@ -19,6 +19,8 @@ from smlaunch.errors import ConfigError
 
 def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     """Everything a train worker needs, as plain data (it travels to other processes)."""
+    from smlaunch.pipelines.host_loss import fragile_channels
+
     crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
     if not crops:
         raise ConfigError("pipeline.ops: add a random_resized_crop or center_crop so every image reaches the "
@@ -29,10 +31,11 @@ def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
     per_step = cfg.trainer.batch_size * cfg.trainer.grad_accum_steps * plan.train_workers
     total = cfg.trainer.steps or (cfg.trainer.epochs * (train_rows // per_step) if train_rows else None)
     return {"model": cfg.model.name, "num_classes": num_classes, "image_size": crops[-1], "seed": cfg.seed,
-            "trainer": trainer, "total_steps": total, "host_names": [h.name for h in plan.hosts],
+            "trainer": trainer, "total_steps": total, "epoch_rows": train_rows, "host_names": [h.name for h in plan.hosts],
             "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
             "config_sha256": config_hash(cfg), "normalize": _normalize(cfg),
-            "checkpoint_dir": checkpoint_dir(cfg, plan), "progress": sys.stdout.isatty()}
+            "checkpoint_dir": checkpoint_dir(cfg, plan), "progress": sys.stdout.isatty(),
+            "fragile_channels": fragile_channels(plan)}
 
 
 def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:

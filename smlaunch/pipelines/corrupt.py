@@ -54,7 +54,10 @@ def start_counter(limits: dict[str, int]):
         ray.kill(ray.get_actor(ACTOR_NAME, namespace=NAMESPACE))
     except ValueError:
         pass
-    _counter = CorruptRecords.options(name=ACTOR_NAME, namespace=NAMESPACE).remote(limits)
+    # On the driver's node (the head): anywhere else it dies with its host, and with it the run's
+    # count and the report (a data host lost mid-epoch took it down).
+    here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
+    _counter = CorruptRecords.options(name=ACTOR_NAME, namespace=NAMESPACE, label_selector=here).remote(limits)
     return _counter
 
 

@@ -11,7 +11,9 @@ own `/opt/ml`. Each sample is read once per pass:
   them from a generator task pinned to that host (zero CPUs, so two hosts each waiting for the
   other's CPU cannot deadlock).
 
-Records stream out in small Arrow blocks, never a whole file at once.
+Records stream out in small Arrow blocks, never a whole file at once. Reads are deterministic
+(same files, same order, same block sizes), which is what makes Ray's retries and lineage
+reconstruction after a lost host deliver each sample once (see `host_loss`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
 from smlaunch.pipelines.channels import channel_dir
 from smlaunch.pipelines.fastfile import open_channel_file
+from smlaunch.pipelines.host_loss import host_alive, sharded_lost_error
 from smlaunch.pipelines.rows import channel_records, row_blocks
 
 Files = list[tuple[str, int]]
@@ -71,10 +74,21 @@ class ChannelDatasource(Datasource):
 def _read_files(channel: ChannelPlan, holder: str | None, files: list[str], roots: dict[str, str | None]):
     host = ray.get_runtime_context().get_node_labels().get("sm-host")
     if holder is not None and host != holder:
+        # The holder's files are on no other host: if it is gone (this is a retry after it died),
+        # a task pinned to it would wait forever; say so instead. The streaming task is not
+        # retried (`max_retries=0`) because this task, retried by Ray Data, starts it again.
+        if not host_alive(holder):
+            raise sharded_lost_error(channel.name, holder, roots.get(holder), files)
         stream = ray.remote(_read_here).options(num_returns="streaming", num_cpus=0, max_retries=0,
                                                 label_selector={"sm-host": holder})
-        for ref in stream.remote(channel, holder, files, roots):
-            yield ray.get(ref)
+        try:
+            for ref in stream.remote(channel, holder, files, roots):
+                yield ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError):
+            if not host_alive(holder):
+                raise sharded_lost_error(channel.name, holder, roots.get(holder), files) from None
+            raise
         return
     yield from _read_here(channel, host, files, roots)
 

@@ -10,10 +10,18 @@ memory stays bounded by a few blocks however long the stream is.
 Each sample exactly once per epoch: with `ShardedByS3Key` a host reads all it receives; with
 `FullyReplicated` every host receives everything, so host i of n keeps the records whose
 CRC-32C is i modulo n, a split that does not depend on the order each host's stream comes in.
+
+A lost host cannot be recovered from: its FIFO was read by an actor that died with it, and a
+stream cannot be replayed (Ray would retry the read task, or re-run it to reconstruct a lost
+block, and the retry would either wait forever for an actor pinned to a host that is gone or
+start the next FIFO as if it were this one). So a read whose host is gone, or whose reader died,
+fails at once with a `PipeHostLost` naming the channel, the host and the FIFO; the run ends with
+that line and a new run resumes from the last complete checkpoint (`trainer.resume`).
 """
 
 from __future__ import annotations
 
+import collections
 from functools import partial
 
 import google_crc32c
@@ -22,9 +30,18 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from smlaunch.cluster.plan import ChannelPlan
+from smlaunch.errors import DataError
 from smlaunch.pipelines.channels import channel_dir
-from smlaunch.pipelines.pipe import DEFAULT_TIMEOUT_S, PipeEpochs
+from smlaunch.pipelines.host_loss import host_alive
+from smlaunch.pipelines.pipe import DEFAULT_TIMEOUT_S, PipeEpochs, fifo_path
 from smlaunch.pipelines.rows import channel_records, row_blocks
+
+START_MARGIN_S = 60.0
+"""Beyond the FIFO's own timeout, how long a read waits for its host's reader to start (scheduling)."""
+
+
+class PipeHostLost(DataError):
+    """A host feeding a Pipe-mode channel was lost: the stream cannot be replayed."""
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -37,8 +54,22 @@ class PipeHostReader:
         self.epochs = PipeEpochs(channel_dir(opt_ml, channel.name).parent, channel.name, timeout_s=timeout_s)
         self._context = None
         self._blocks = None
+        self._tasks: collections.deque = collections.deque(maxlen=16)
 
-    def start_epoch(self) -> int:
+    def current_epoch(self) -> int:
+        """The epoch being read (or, between epochs, the last one read)."""
+        return max(self.epochs.next_epoch - (self._context is None), 0)
+
+    def start_epoch(self, task: str | None = None) -> int:
+        """Open the next FIFO for the read task `task`. A task seen before is Ray running a read
+        again (a retry after its worker died, or lineage reconstruction of a lost block): the
+        blocks it had taken are gone and the next FIFO is another epoch, so it fails instead of
+        quietly mixing epochs."""
+        if task is not None and task in self._tasks:
+            raise DataError(f"channel '{self.channel.name}': Ray ran the read of Pipe-mode FIFO "
+                            f"{self.channel.name}_{self.epochs.next_epoch - (self._context is None)} again after it "
+                            "died or lost a block; Pipe mode cannot replay a stream: run again with trainer.resume=true")
+        self._tasks.append(task)
         self._close()
         epoch = self.epochs.next_epoch
         self._context = self.epochs.next()
@@ -105,14 +136,55 @@ class PipeChannelDatasource(Datasource):
 
 
 def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s):
+    if not host_alive(host):  # a retry, or a lost block being rebuilt, after the host died
+        raise lost_error(channel.name, channel.hosts, host, opt_ml, None)
     reader = PipeHostReader.options(
-        name=f"smlaunch-pipe-{channel.name}-{host}", namespace="smlaunch", get_if_exists=True, lifetime="detached",
+        name=_reader_name(channel.name, host), namespace="smlaunch", get_if_exists=True, lifetime="detached",
         label_selector={"sm-host": host}).remote(channel, opt_ml, keep, timeout_s)
-    ray.get(reader.start_epoch.remote())
-    pending = reader.next_block.remote()
-    while True:
-        block = ray.get(pending)
-        if block is None:
-            return
-        pending = reader.next_block.remote()  # the next block is read while this one moves on
-        yield block
+    epoch = None
+    try:
+        task = ray.get_runtime_context().get_task_id()
+        epoch = ray.get(reader.start_epoch.remote(task), timeout=timeout_s + START_MARGIN_S)
+        pending = reader.next_block.remote()
+        while True:
+            block = ray.get(pending)
+            if block is None:
+                return
+            pending = reader.next_block.remote()  # the next block is read while this one moves on
+            yield block
+    except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
+        raise lost_error(channel.name, channel.hosts, host, opt_ml, epoch) from exc
+    except ray.exceptions.GetTimeoutError:
+        if not host_alive(host):
+            raise lost_error(channel.name, channel.hosts, host, opt_ml, epoch) from None
+        raise DataError(f"channel '{channel.name}': the Pipe-mode reader on host {host} did not start within "
+                        f"{timeout_s + START_MARGIN_S:.0f} s") from None
+
+
+def _reader_name(channel: str, host: str) -> str:
+    return f"smlaunch-pipe-{channel}-{host}"
+
+
+def lost_error(channel: str, hosts, host: str, opt_ml, epoch: int | None = None) -> PipeHostLost:
+    """The error for a lost host, naming its FIFO; when the reader died with the host, the epoch is
+    the one the channel's other hosts are reading (every host reads the same epoch)."""
+    if epoch is None:
+        epoch = _sibling_epoch(channel, hosts, host)
+    fifo = fifo_path(channel_dir(opt_ml, channel).parent if opt_ml else "/opt/ml/input/data",
+                     channel, "<epoch>" if epoch is None else epoch)
+    return PipeHostLost(f"channel '{channel}': host {host} was lost while streaming Pipe-mode FIFO {fifo}; "
+                        "Pipe mode cannot replay a stream, so this epoch cannot finish with every sample once: "
+                        "run the job again with trainer.resume=true to continue from the last complete checkpoint")
+
+
+def _sibling_epoch(channel: str, hosts, lost: str) -> int | None:
+    for host in hosts:
+        if host == lost:
+            continue
+        try:
+            reader = ray.get_actor(_reader_name(channel, host), namespace="smlaunch")
+            return ray.get(reader.current_epoch.remote(), timeout=10)
+        except (ValueError, ray.exceptions.RayError):
+            continue
+    return None
+

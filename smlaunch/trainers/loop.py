@@ -24,6 +24,8 @@ def train_loop(config: dict) -> dict:
     import ray.train
     import ray.train.torch
 
+    from smlaunch.pipelines.host_loss import LostHostGuard
+    from smlaunch.trainers.accounting import Accountant, EpochIds, gather
     from smlaunch.trainers.evaluate import all_reduce, count_hosts, normalise, validate
     from smlaunch.trainers.model import create_model
     from smlaunch.trainers.optim import build_optimizer, build_schedule
@@ -60,13 +62,20 @@ def train_loop(config: dict) -> dict:
     progress = _progress(config, rank, step)
     shard = ray.train.get_dataset_shard("train")
     save = _Saver(config, rank, raw_model, optimizer, schedule)
+    seen, books = EpochIds(), Accountant("train", config.get("epoch_rows"), world)
+    resumed_at = position
+    guard = LostHostGuard(config.get("fragile_channels", []))
+    guard.check(force=True)  # a restart after such a host was lost fails at once, not at the first batch
     while not stopped and not _done(t, step, epochs_done):
         # On GPU, batches are pinned and copied to the device while the previous step computes.
-        batches = iter(shard.iter_torch_batches(batch_size=t["batch_size"], drop_last=True, device=device,
-                                                prefetch_batches=t["prefetch_batches"],
-                                                pin_memory=device.type == "cuda"))
+        # The last batch of an epoch may be partial: its ids are counted, it is not trained on.
+        batches = _full_batches(shard.iter_torch_batches(
+            batch_size=t["batch_size"], drop_last=False, device=device, prefetch_batches=t["prefetch_batches"],
+            pin_memory=device.type == "cuda"), t["batch_size"], seen)
         for _ in range(position):  # the data position of a resumed epoch
-            next(batches, None)
+            skipped = next(batches, None)
+            if skipped is not None:
+                seen.add(skipped["id"], skipped=True)
         model.train()
         exhausted = False
         while not exhausted and not (t["steps"] and step >= t["steps"]):
@@ -80,6 +89,7 @@ def train_loop(config: dict) -> dict:
                     exhausted = True
                     break
                 position += 1
+                seen.add(batch["id"])
                 count_hosts(host_rows, batch)
                 count_hosts(train_rows, batch, train_prep)
                 sync = micro == accum - 1 or world == 1
@@ -109,13 +119,16 @@ def train_loop(config: dict) -> dict:
             if rank == 0 and (step % t["log_every"] == 0 or step == 1):
                 print(f"step={step} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
                       f"data_wait_pct={100 * waited / elapsed:.1f}", flush=True)
+            guard.check()
             if stop.requested():
+                guard.check(force=True)
                 save(step, epochs_done, position, record)
                 if rank == 0:
                     print(f"stopped at step={step} on request; checkpoint written", flush=True)
                 stopped = True
                 break
             if t["checkpoint_interval"] and step % t["checkpoint_interval"] == 0:
+                guard.check(force=True)
                 save(step, epochs_done, position, record)
         if exhausted:
             if position < accum:  # no step in this epoch, nor in any after it: stop instead of looping
@@ -124,15 +137,20 @@ def train_loop(config: dict) -> dict:
                 raise DataError(f"channel 'train': epoch {epochs_done + 1} gave this worker {position} full "
                                 f"batch(es) of trainer.batch_size={t['batch_size']}, fewer than the {accum} a step "
                                 "needs; the channel is empty or too small (an empty Pipe FIFO?)")
-            epochs_done, position = epochs_done + 1, 0
+            guard.check(force=True)  # an epoch a lost host cut short must not pass for a whole one
+            books.close_epoch(gather(*seen.take(), world, rank), epochs_done + 1, True, resumed_at)
+            epochs_done, position, resumed_at = epochs_done + 1, 0, 0
             if t["epochs"] or t["validation_every_epochs"] and epochs_done % t["validation_every_epochs"] == 0:
                 validation.append(validate(model, device, host_rows, step, epochs_done, world,
                                            config["normalize"], autocast))
+    if position:  # the epoch the step count (or a stop) cut short
+        books.close_epoch(gather(*seen.take(), world, rank), epochs_done + 1, False, resumed_at)
     if not stopped:
         if not validation or validation[-1]["step"] != step:
             validation.append(validate(model, device, host_rows, step, epochs_done + (position > 0), world,
                                        config["normalize"], autocast))
         if not t["checkpoint_interval"] or step % t["checkpoint_interval"]:
+            guard.check(force=True)
             save(step, epochs_done, position, steps[-1] if steps else {})
         if rank == 0:
             from smlaunch.trainers.export import save_model
@@ -143,10 +161,21 @@ def train_loop(config: dict) -> dict:
     return {"steps": steps, "validation": validation, "epochs": epochs_done, "final_step": step,
             "stopped_at_step": step if stopped else None, "resumed_from": resumed,
             "resumed_at_step": state["step"] if state is not None else None,
+            "sample_accounting": books.report(),
             "host_rows": {name: int(n) for name, n in zip(hosts + ["unknown"], host_rows.tolist())},
             "chain_by_host": {name: {"train_rows": int(n), "chain_s": round(sec, 4)}
                               for name, n, sec in zip(hosts + ["unknown"], train_rows.tolist(), train_prep.tolist())
                               if n}}
+
+
+def _full_batches(batches, batch_size: int, seen):
+    """Full batches only; a final partial one is counted in `seen` (delivered, not trained on). The
+    source is drawn to its end, so the epoch ends for Ray Data as it did with `drop_last`."""
+    for batch in batches:
+        if len(batch["id"]) < batch_size:
+            seen.add(batch["id"], partial=True)
+            continue
+        yield batch
 
 
 def _resume_state(config: dict) -> tuple[dict | None, str | None]:

@@ -1,0 +1,79 @@
+"""Channels whose samples a lost host takes with it, and the trainer-side check that notices.
+
+With `FullyReplicated` File or FastFile channels every receiving host holds every file, so Ray's
+task retries and lineage reconstruction deliver a lost host's share from another host (the reads
+are deterministic, so a retry repeats itself and Ray drops what it had already delivered). Two
+kinds of channel cannot be recovered that way:
+
+* Pipe mode, any distribution: the FIFO was read by an actor that died with the host, and a
+  stream cannot be replayed.
+* `ShardedByS3Key`: the lost host held files no other host has.
+
+For both, Ray's retry is worse than useless: Ray assumes a task repeats itself, so a retry that
+fails (or yields other data) before reaching the output the first attempt had already given is
+dropped as a repeat, and the epoch just ends short (seen with a Pipe channel). So the read side
+raises what it can, and every train worker also checks (`LostHostGuard`) that the hosts of such
+channels are alive: at step boundaries, before each checkpoint and at each epoch's end. No
+checkpoint and no epoch is then taken as whole from a channel that lost a host, and the run ends
+with one line naming the channel, the host and the file. Ray marks a node dead after its health
+checks fail (seconds), so a few steps may still run on what the pipeline had buffered.
+"""
+
+from __future__ import annotations
+
+import time
+
+from smlaunch.errors import DataError
+
+
+class HostLost(DataError):
+    """A host holding samples no other host has was lost mid-run."""
+
+
+def alive_hosts() -> set[str]:
+    """`sm-host` labels of the Ray nodes that are alive."""
+    import ray
+
+    return {n.get("Labels", {}).get("sm-host") for n in ray.nodes() if n.get("Alive")}
+
+
+def host_alive(host: str) -> bool:
+    return host in alive_hosts()
+
+
+def fragile_channels(plan) -> list[dict]:
+    """The plan's channels a lost host cannot be recovered from, as plain data for the workers."""
+    return [{"name": c.name, "hosts": list(c.hosts), "roots": {h: plan.host(h).opt_ml for h in c.hosts},
+             "pipe": c.input_mode == "Pipe"}
+            for c in plan.channels if c.input_mode == "Pipe" or c.distribution == "ShardedByS3Key"]
+
+
+def sharded_lost_error(channel: str, host: str, opt_ml: str | None, files=()) -> HostLost:
+    where = f"{opt_ml}/input/data/{channel}" if opt_ml else f"/opt/ml/input/data/{channel}"
+    named = f" ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" if files else ""
+    return HostLost(f"channel '{channel}': host {host} was lost, and with it the ShardedByS3Key files under "
+                    f"{where}{named} that no other host holds, so this epoch cannot finish with every sample once: "
+                    "run the job again with trainer.resume=true to continue from the last complete checkpoint")
+
+
+class LostHostGuard:
+    """Run by each train worker: raise as soon as a host of a fragile channel is gone."""
+
+    def __init__(self, channels: list[dict], interval_s: float = 2.0):
+        self.channels, self.interval_s = channels, interval_s
+        self._last = float("-inf")
+
+    def check(self, force: bool = False) -> None:
+        if not self.channels or (not force and time.monotonic() - self._last < self.interval_s):
+            return
+        self._last = time.monotonic()
+        alive = alive_hosts()
+        for channel in self.channels:
+            for host in channel["hosts"]:
+                if host in alive:
+                    continue
+                if channel["pipe"]:
+                    from smlaunch.pipelines.pipe_source import lost_error
+
+                    raise lost_error(channel["name"], channel["hosts"], host, channel["roots"].get(host))
+                raise sharded_lost_error(channel["name"], host, channel["roots"].get(host))

@@ -1,0 +1,143 @@
+"""Per-epoch sample-id accounting: did every sample of the train channel arrive, and only once?
+
+Ray Data recovers from a lost data host by retrying tasks and reconstructing lost blocks from
+their lineage. That is meant to deliver each row once, but a replayed read or a block half
+consumed before its host died could deliver rows twice, or not at all; nothing else in a run
+would notice. So every train worker keeps the `id` column of each batch it draws, and at the end
+of each epoch the ids of all workers are gathered on rank 0 and counted there.
+
+Cheap by design: ids are kept as int64 NumPy arrays (8 bytes a row; 8 MB per million rows per
+epoch) and counted with one `np.unique` per epoch, never as Python sets. Rank 0 keeps the sorted
+distinct ids of the run (`reference`) so a later epoch can name the ids it lacks.
+
+What an epoch record says (`summarise`):
+* `rows`: rows the pipeline delivered to the trainer in that epoch, on all workers, including
+  those of a final partial batch (not trained on) and those skipped to resume mid-epoch.
+* `distinct`, `duplicated` (ids seen more than once) and `duplicate_ids` (the first few).
+* `expected`: the channel's record count where it is known (a builtin dataset); `missing`:
+  expected minus distinct for a complete epoch; `missing_ids`: ids seen earlier in the run but not
+  in this epoch (the first few), the only ones that can be named without reading the channel.
+* `ids_sha256`: SHA-256 of the sorted distinct ids as little-endian int64, so a test (or a user)
+  can compare an epoch against the ids of the channel's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+SHOWN_IDS = 20
+"""Ids named per problem in the report and on the console; the counts are always whole."""
+
+
+class EpochIds:
+    """The ids this worker drew in the current epoch."""
+
+    def __init__(self):
+        self.parts: list[np.ndarray] = []
+        self.skipped = 0
+        self.partial = 0
+
+    def add(self, ids, skipped: bool = False, partial: bool = False) -> None:
+        array = np.asarray(ids.cpu().numpy() if hasattr(ids, "cpu") else ids, dtype=np.int64).ravel()
+        self.parts.append(array)
+        self.skipped += len(array) if skipped else 0
+        self.partial += len(array) if partial else 0
+
+    def take(self) -> tuple[np.ndarray, int, int]:
+        """This epoch's ids (and the rows skipped on resume and in a final partial batch); resets."""
+        ids = np.concatenate(self.parts) if self.parts else np.zeros(0, np.int64)
+        out = (ids, self.skipped, self.partial)
+        self.parts, self.skipped, self.partial = [], 0, 0
+        return out
+
+
+def gather(ids: np.ndarray, skipped: int, partial: int, world: int, rank: int):
+    """Every worker's ids on rank 0 (a collective: all ranks call it at the same point); None elsewhere."""
+    if world == 1:
+        return ids, skipped, partial
+    import torch.distributed as dist
+
+    mine = (ids, skipped, partial)
+    everyone = [None] * world if rank == 0 else None
+    dist.gather_object(mine, everyone, dst=0)
+    if rank != 0:
+        return None
+    return (np.concatenate([e[0] for e in everyone]), sum(e[1] for e in everyone), sum(e[2] for e in everyone))
+
+
+class Accountant:
+    """Rank 0's books: one record per epoch, and the distinct ids seen so far in the run."""
+
+    def __init__(self, channel: str, expected: int | None, world: int):
+        self.channel, self.expected, self.world = channel, expected, world
+        self.reference = np.zeros(0, np.int64)
+        self.epochs: list[dict] = []
+
+    def close_epoch(self, gathered, epoch: int, complete: bool, resumed_at_batch: int = 0) -> None:
+        if gathered is None:  # not rank 0
+            return
+        ids, skipped, partial = gathered
+        self.epochs.append(summarise(ids, epoch, complete, self.expected, self.reference, skipped, partial,
+                                     resumed_at_batch))
+        if complete:
+            self.reference = np.union1d(self.reference, ids)
+
+    def report(self) -> dict:
+        complete = [e for e in self.epochs if e["complete"]]
+        return {"channel": self.channel, "expected": self.expected, "train_workers": self.world,
+                "epochs": self.epochs,
+                "duplicated": sum(e["duplicated"] for e in self.epochs),
+                "missing": sum(e["missing"] or 0 for e in complete)}
+
+
+def summarise(ids: np.ndarray, epoch: int, complete: bool, expected: int | None, reference: np.ndarray,
+              skipped: int = 0, partial: int = 0, resumed_at_batch: int = 0) -> dict:
+    distinct, counts = np.unique(ids, return_counts=True)
+    repeated = distinct[counts > 1]
+    record = {"epoch": epoch, "complete": complete, "rows": int(len(ids)), "distinct": int(len(distinct)),
+              "duplicated": int(len(repeated)), "duplicate_ids": repeated[:SHOWN_IDS].tolist(),
+              "expected": expected, "missing": None, "missing_ids": [],
+              "partial_batch_rows": partial, "skipped_rows": skipped, "resumed_at_batch": resumed_at_batch,
+              "ids_sha256": ids_digest(distinct)}
+    if complete:
+        absent = np.setdiff1d(reference, distinct, assume_unique=True)
+        record["missing_ids"] = absent[:SHOWN_IDS].tolist()
+        record["missing"] = max(expected - len(distinct), len(absent)) if expected is not None else len(absent)
+    return record
+
+
+def ids_digest(distinct_sorted_ids) -> str:
+    return hashlib.sha256(np.asarray(distinct_sorted_ids, dtype="<i8").tobytes()).hexdigest()
+
+
+def accounting_lines(accounting: dict | None) -> list[str]:
+    """Console lines: one per epoch with a problem (flagged), or one saying all was well."""
+    if not accounting or not accounting.get("epochs"):
+        return []
+    channel, lines, fine = accounting["channel"], [], []
+    for e in accounting["epochs"]:
+        problems = []
+        if e["duplicated"]:
+            problems.append(f"{e['duplicated']} sample id(s) seen more than once (e.g. {_ids(e['duplicate_ids'])})")
+        if e["missing"]:
+            named = f" (e.g. {_ids(e['missing_ids'])})" if e["missing_ids"] else ""
+            problems.append(f"{e['missing']} of {e['expected'] or 'the'} expected sample id(s) missing{named}")
+            if accounting.get("train_workers", 1) > 1 and e["missing"] < accounting["train_workers"]:
+                problems[-1] += (f"; Ray Data's equal split over {accounting['train_workers']} workers drops up to "
+                                 f"{accounting['train_workers'] - 1} rows an epoch")
+        if problems:
+            lines.append(f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: " + "; ".join(problems))
+        elif e["complete"]:
+            fine.append(f"epoch {e['epoch']}: {e['distinct']}" + (f"/{e['expected']}" if e["expected"] else "")
+                        + " ids once each")
+        else:
+            fine.append(f"epoch {e['epoch']} (cut short by the step count): {e['rows']} rows, no id twice")
+    if fine:
+        lines.insert(0, f"sample accounting: channel '{channel}': " + "; ".join(fine))
+    return lines
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
