@@ -31,6 +31,9 @@ def train_loop(config: dict) -> dict:
     from smlaunch.trainers.optim import build_optimizer, build_schedule
     from smlaunch.trainers.stop_poll import StopPoll
 
+    # A restart after a Pipe or ShardedByS3Key host was lost fails at once, before building a model.
+    guard = LostHostGuard(config.get("fragile_channels", []))
+    guard.check(force=True)
     t = config["trainer"]
     torch.manual_seed(config["seed"])
     ctx = ray.train.get_context()
@@ -64,8 +67,6 @@ def train_loop(config: dict) -> dict:
     save = _Saver(config, rank, raw_model, optimizer, schedule)
     seen, books = EpochIds(), Accountant("train", config.get("epoch_rows"), world)
     resumed_at = position
-    guard = LostHostGuard(config.get("fragile_channels", []))
-    guard.check(force=True)  # a restart after such a host was lost fails at once, not at the first batch
     while not stopped and not _done(t, step, epochs_done):
         # On GPU, batches are pinned and copied to the device while the previous step computes.
         # The last batch of an epoch may be partial: its ids are counted, it is not trained on.
