@@ -79,6 +79,17 @@ class LazyObject(io.RawIOBase):
         self.bytes_fetched += len(data)
         return len(data)
 
+    def readall(self) -> bytes:
+        """The rest of the object in windows; RawIOBase's own would issue one GET per 8 KiB."""
+        chunks = []
+        while self.position < self.size:
+            chunk = bytearray(min(self.window, self.size - self.position))
+            got = self.readinto(chunk)
+            if got == 0:
+                break
+            chunks.append(bytes(chunk[:got]))
+        return b"".join(chunks)
+
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
         self.position = max(0, base + offset)

@@ -86,6 +86,8 @@ def test_fastfile_lists_without_fetching_and_reads_lazily_from_s3(tmp_path, s3):
         assert f.read() == big[-10:]
     with open_channel_file(directory, "big.bin") as f:
         assert f.read() == big
+        # Growing windows up to BLOCK, not one GET per 8 KiB (io.RawIOBase.readall's chunk).
+        assert f.raw.fetches <= 6 + len(big) // BLOCK + 1, f.raw.fetches
     with pytest.raises(FileNotFoundError, match="not in the channel's FastFile view"):
         open_channel_file(directory, "missing.bin")
 
