@@ -1,4 +1,11 @@
-"""`sm-launch` on a real 3-node local Ray cluster: one train host, two data hosts."""
+"""`sm-launch` on a real 3-node local Ray cluster: one train host, two data hosts.
+
+Each job costs about a minute of the suite, so other jobs check more than their own subject: a
+whole Pipe-mode run (both channels, sharded) is the resumed run of
+`tests/reliability/test_data_host_loss.py`, and a corrupt record that fails a job is covered by
+`inspect` (the reader's line, tests/reliability/test_bad_inputs.py), by the skipped record below
+(the same line from inside a job) and by the undecodable image of test_bad_inputs_in_jobs.py
+(a data error raised in a pipeline task ends the job with one line and the failure file)."""
 
 import json
 import os
@@ -68,50 +75,6 @@ def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
     model.load_state_dict(torch.load(head / "model" / "model.pt"))
     assert model.eval()(torch.zeros(1, 3, 16, 16)).shape == (1, 10)
     assert not (head / "output" / "failure").exists()
-
-
-@pytest.mark.ray
-def test_corrupt_record_fails_with_one_line_naming_channel_file_and_offset(configs, tmp_path, dataset_cache):
-    from smlaunch.pipelines.digits import prepare_digits
-
-    bad = tmp_path / "corrupt-data"
-    bad.mkdir()
-    for shard in sorted((prepare_digits() / "train").iterdir()):
-        (bad / shard.name).write_bytes(shard.read_bytes())
-    damaged = bytearray((bad / "part-00002.tfrecord").read_bytes())
-    damaged[5000] ^= 0xFF  # inside the data of the record that starts at byte 4422
-    (bad / "part-00002.tfrecord").write_bytes(bytes(damaged))
-
-    result = subprocess.run(
-        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"), "--set", f"channels.train.source={bad}",
-         "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}", "--set", "run.name=run"],
-        capture_output=True, text=True, timeout=420)
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("sm-launch: error: channel 'train': ")
-    assert last.endswith("/input/data/train/part-00002.tfrecord: bad data CRC in record at byte 4422")
-    failure = tmp_path / "run" / "hosts" / "algo-1" / "opt" / "ml" / "output" / "failure"
-    assert failure.read_text().strip() == last.removeprefix("sm-launch: error: ")
-
-
-@pytest.mark.ray
-def test_pipe_mode_channels_stream_through_fifos_each_sample_once(configs, tmp_path):
-    """Both channels in Pipe mode fed by the local agent; train sharded by S3 key over the two data hosts."""
-    result = subprocess.run(
-        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"),
-         "--set", f"run.dir={tmp_path}", "--set", "run.name=pipe", "--set", "trainer.steps=20",
-         "--set", "channels.train.input_mode=Pipe", "--set", "channels.train.s3_distribution=ShardedByS3Key",
-         "--set", "channels.validation.input_mode=Pipe"],
-        capture_output=True, text=True, timeout=420)
-    assert result.returncode == 0, result.stderr[-3000:]
-    hosts = tmp_path / "pipe" / "hosts"
-    report = json.loads((hosts / "algo-1/opt/ml/output/data/report.json").read_text())
-    assert report["summary"]["steps"] == 20
-    assert report["validation"][-1]["rows"] == 360  # every validation sample exactly once
-    config = json.loads((hosts / "algo-2/opt/ml/input/config/inputdataconfig.json").read_text())
-    assert config["train"] == {"TrainingInputMode": "Pipe", "S3DistributionType": "ShardedByS3Key",
-                               "RecordWrapperType": "None"}
-    assert not list((hosts / "algo-2/opt/ml/input/data").iterdir())  # the FIFOs are gone after the run
 
 
 @pytest.mark.ray
