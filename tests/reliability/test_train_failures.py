@@ -9,6 +9,7 @@ cluster (issue 9, items 2 and 3):
   own final validation numbers.
 
 Both happen to one run (a job costs about a minute of the suite).
+
 The multi-host versions (SIGTERM to every host, the head host lost) are in `test_host_loss.py`.
 """
 
