@@ -31,6 +31,7 @@ bench: setup
 	$(VENV)/bin/python bench/offload_vs_dataloader.py
 	$(VENV)/bin/python bench/train_overhead.py
 	$(VENV)/bin/python bench/advisor.py
+	$(VENV)/bin/python bench/seed_workload.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

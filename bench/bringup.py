@@ -29,15 +29,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "launcher"))  # the fake-job helper the multi-host tests use
 
 RAY_CLI = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
 
 
 def time_sm_launch(root: Path) -> float:
-    from sagemaker_job import FakeJob
+    from smlaunch.cluster.simulated_job import digits_job
 
-    job = FakeJob(root)
+    job = digits_job(root, ROOT / "configs" / "tiny.yaml")
     try:
         started = time.monotonic()
         for host in ("algo-1", "algo-2", "algo-3"):
@@ -55,7 +54,7 @@ def time_sm_launch(root: Path) -> float:
 def time_bare(root: Path) -> float:
     from ray._raylet import GcsClient
 
-    from sagemaker_job import free_port
+    from smlaunch.cluster.simulated_job import free_port
 
     port = free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}

@@ -11,9 +11,10 @@ them:
 
 Both train the same steps; the steady images/s and the data wait come from the run reports, the
 GPU's name from torch. On a machine without a GPU the trainer runs on the CPU and the numbers say
-nothing about starvation; the script still runs (use few `--steps`) so it stays runnable.
+nothing about starvation; the script still runs, 3 steps by default there, so `make bench` stays
+runnable everywhere.
 
-    python bench/seed_workload.py [--steps 120] [--data-cpus N] [--keep DIR]
+    python bench/seed_workload.py [--steps N (120 on a GPU, 3 without)] [--data-cpus N] [--keep DIR]
 
 Ends with `RESULT seed_workload speedup=<offload/alone images/s> data_wait_pct=<offload> goal=2.2/5`.
 """
@@ -66,12 +67,14 @@ def run(tmp: Path, name: str, offload: bool, args) -> dict:
 def run_here(tmp: Path, name: str, args) -> None:
     import json
 
+    from smlaunch.launcher import console
     from smlaunch.launcher.run import run_local
 
+    console.setup(-1)  # stdout carries this run's summary as JSON; errors still reach stderr
     cfg, plan = plan_for(tmp, name, name == "offload", args.steps, args.data_cpus)
     print(f"{name}: " + ", ".join(f"{h.name} {h.subcluster} {h.num_cpus} CPU {h.num_gpus} GPU" for h in plan.hosts),
           file=sys.stderr, flush=True)
-    report = run_local(cfg, plan, log=lambda line: print(line, file=sys.stderr, flush=True))
+    report = run_local(cfg, plan)
     print(json.dumps({**report["summary"], "verdict": report["verdict"]["verdict"],
                       "train_gpu_pct": report["utilisation"].get("train_gpu_pct"),
                       "data_cpu_pct": report["utilisation"].get("data_cpu_pct")}))
@@ -79,7 +82,7 @@ def run_here(tmp: Path, name: str, args) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--steps", type=int, help="default 120 with a GPU, 3 (a smoke run) without")
     parser.add_argument("--data-cpus", type=int, default=max(1, min(16, (os.cpu_count() or 1) - GPU_HOST_CPUS)),
                         help="CPUs of the simulated ml.c5.4xlarge (default: 16, or what is left)")
     parser.add_argument("--only", choices=("alone", "offload"), help=argparse.SUPPRESS)
@@ -92,6 +95,8 @@ def main() -> int:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (trainer on CPU)"
+    if args.steps is None:
+        args.steps = 120 if torch.cuda.is_available() else 3
     print(f"machine: {os.cpu_count()} CPUs, GPU {gpu}", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(args.keep or scratch)

@@ -4,6 +4,10 @@ Each host of the plan becomes a separate raylet with its own CPUs, GPUs and labe
 (`ray-subcluster`, `sm-host`, `sm-group`), so Ray schedules across them exactly as it would
 across SageMaker hosts. The cluster runs with token authentication (a fresh token per run, in
 this process's environment only) and without a dashboard.
+
+Ray's own logs (every node's and worker's, in the session directory the simulated nodes share)
+are copied to the run directory's `logs/ray/` when the cluster goes down, so a run's logs live
+with the run; the console shows them only with `-v`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shutil
+from pathlib import Path
 
 from smlaunch.cluster.plan import LOCAL_OBJECT_STORE_MIN, LaunchPlan
 
@@ -25,6 +31,7 @@ class LocalCluster:
     def __init__(self, plan: LaunchPlan):
         self.plan = plan
         self.cluster = None
+        self.session_dir: str | None = None
         self._saved_env: dict[str, str | None] = {}
 
     def __enter__(self) -> "LocalCluster":
@@ -36,6 +43,9 @@ class LocalCluster:
         import ray
         from ray.cluster_utils import Cluster
 
+        from smlaunch.launcher import console
+
+        console.quiet_ray()
         try:
             head = self.plan.head_host
             self.cluster = Cluster(initialize_head=True, connect=False, shutdown_at_exit=True,
@@ -46,12 +56,13 @@ class LocalCluster:
                     # (the head's) forwards every worker's output, once.
                     self.cluster.add_node(wait=False, include_log_monitor=False, **self._node_args(host))
             self.cluster.wait_for_nodes(timeout=NODE_WAIT_S)
-            ray.init(address=self.cluster.address, logging_level=logging.WARNING, log_to_driver=True,
-                     runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+            context = ray.init(address=self.cluster.address, **console.ray_init_options(),
+                               runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+            self.session_dir = context.address_info.get("session_dir")
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        log.info("local cluster up: %d nodes at %s", len(self.plan.hosts), self.cluster.address)
+        log.debug("local cluster up: %d nodes at %s", len(self.plan.hosts), self.cluster.address)
         return self
 
     def _node_args(self, host) -> dict:
@@ -69,7 +80,23 @@ class LocalCluster:
             if self.cluster is not None:
                 self.cluster.shutdown()
                 self.cluster = None
+            self._keep_ray_logs()
             self._restore_env()
+
+    def _keep_ray_logs(self, max_file_bytes: int = 50 * 2**20) -> None:
+        """Copy the session's logs into `<run dir>/logs/ray` (files over `max_file_bytes` left out)."""
+        if self.session_dir is None:
+            return
+        source = Path(self.session_dir) / "logs"
+        target = Path(self.plan.run_dir) / "logs" / "ray"
+
+        def too_big(directory, names):
+            return [n for n in names if (Path(directory) / n).is_file()
+                    and (Path(directory) / n).stat().st_size > max_file_bytes]
+        try:
+            shutil.copytree(source, target, ignore=too_big, dirs_exist_ok=True, symlinks=True)
+        except (OSError, shutil.Error) as exc:
+            log.debug("could not copy Ray's logs from %s: %s", source, exc)
 
     def _set_env(self, values: dict[str, str | None]) -> None:
         for key, value in values.items():

@@ -12,9 +12,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from smlaunch.cluster.instances import instance_spec
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
+from smlaunch.text import plural
 
 SUBCLUSTER = "ray-subcluster"
 """Ray Data sizes its budget per value of this exact label key (see ../shared/notes/ray.md §3)."""
@@ -49,6 +49,8 @@ class HostPlan:
     labels: dict[str, str] = field(default_factory=dict)
     object_store_bytes: int | None = None
     """Ray object store of this host; None: Ray's default (30 % of the host's memory)."""
+    vcpus: int = 0
+    """vCPUs of the instance type (`num_cpus` is what the host offers Ray: scaled when simulated)."""
 
 
 LOCAL_OBJECT_STORE_MIN = 256 * 2**20
@@ -136,22 +138,21 @@ def natural_key(name: str) -> list:
 def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     """Turn the config into a plan for a simulated cluster on this machine."""
     groups = cfg.cluster.instance_groups
-    train_group = cfg.cluster.train_group or next(
-        (g.name for g in groups if instance_spec(g.instance_type).gpus > 0), None)
+    train_group = cfg.cluster.train_group or next((g.name for g in groups if g.spec.gpus > 0), None)
     if train_group is None:
         raise ConfigError("cluster: no instance group has GPUs; add a GPU instance type "
                           "(e.g. ml.g5.xlarge) or name the training group in cluster.train_group")
     run_dir = Path(cfg.run.dir) / (cfg.run.name or f"{cfg.job}-{env.started}")
     notes: list[str] = []
 
-    total_vcpus = sum(instance_spec(g.instance_type).vcpus * g.instance_count for g in groups)
+    total_vcpus = sum(g.spec.vcpus * g.instance_count for g in groups)
     scale = env.cpus / total_vcpus
     gpus_left = env.gpus
     hosts: list[HostPlan] = []
     store = local_object_store_bytes(cfg, env, sum(g.instance_count for g in groups))
     index = 1
     for group in groups:
-        spec = instance_spec(group.instance_type)
+        spec = group.spec
         subcluster = "train" if group.name == train_group else "data"
         for _ in range(group.instance_count):
             name = f"algo-{index}"
@@ -163,17 +164,18 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
                 subcluster=subcluster, num_cpus=max(1, round(spec.vcpus * scale)), num_gpus=gpus,
                 opt_ml=str(run_dir / "hosts" / name / "opt" / "ml"),
                 labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name},
-                object_store_bytes=store))
+                object_store_bytes=store, vcpus=spec.vcpus))
     notes.append(f"CPUs scaled by {scale:.3f}: {env.cpus} on this machine for {total_vcpus} vCPUs in the config")
 
     train_hosts = sorted((h for h in hosts if h.subcluster == "train"), key=lambda h: natural_key(h.name))
     head = train_hosts[0].name
     hosts = [HostPlan(**{**asdict(h), "role": "head"}) if h.name == head else h for h in hosts]
     gpus = sum(h.num_gpus for h in train_hosts)
-    wanted = sum(instance_spec(h.instance_type).gpus for h in train_hosts)
+    specs = {g.name: g.spec for g in groups}
+    wanted = sum(specs[h.group].gpus for h in train_hosts)
     if gpus < wanted:
-        notes.append(f"{wanted} GPU(s) in {train_group} but {env.gpus} on this machine: "
-                     f"{'one CPU train worker' if gpus == 0 else f'{gpus} GPU train worker(s)'}")
+        notes.append(f"{plural(wanted, 'GPU')} in {train_group} but {env.gpus} on this machine: "
+                     f"{'one CPU train worker' if gpus == 0 else plural(gpus, 'GPU train worker')}")
 
     data_hosts = [h.name for h in hosts if h.subcluster == "data"]
     if not data_hosts:

@@ -10,6 +10,7 @@ A local simulation maps names to this machine with an /etc/hosts-style file name
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 import struct
@@ -81,8 +82,9 @@ def wait_for_port(host: str, port: int, timeout_s: float, what: str,
 
 
 def wait_for_hosts(joined: Callable[[], set[str]], expected: list[str], timeout_s: float,
-                   progress: Callable[[str], None] = print) -> float:
+                   progress: Callable[[str], None] | None = None) -> float:
     """Until every expected host has joined; returns the seconds it took, or UserError naming the missing."""
+    progress = progress or logging.getLogger("smlaunch").info
     started = time.monotonic()
     deadline = started + timeout_s
     reported = None
@@ -95,6 +97,6 @@ def wait_for_hosts(joined: Callable[[], set[str]], expected: list[str], timeout_
             reported = len(present)
             progress(f"{len(expected) - len(missing)}/{len(expected)} hosts joined; waiting for {', '.join(missing)}")
         if time.monotonic() >= deadline:
-            raise UserError(f"host(s) {', '.join(missing)} did not join the Ray cluster within {timeout_s:.0f} s "
+            raise UserError(f"{'host' if len(missing) == 1 else 'hosts'} {', '.join(missing)} did not join the Ray cluster within {timeout_s:.0f} s "
                             f"(joined: {', '.join(sorted(present)) or 'none'}); check their logs")
         time.sleep(RETRY_S)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smlaunch.cluster.instances import expected_gpus, expected_vcpus
 from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, HostPlan, channel_plan,
                                    LaunchPlan, LocalEnvironment, natural_key)
 from smlaunch.cluster.sagemaker_env import HOMOGENEOUS_GROUP, GroupInfo, SageMakerEnvironment
+from smlaunch.config.instance_types import InstanceSpec, known_spec
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
+from smlaunch.text import plural
 
 
 def job_groups(sm: SageMakerEnvironment) -> dict[str, GroupInfo]:
@@ -26,7 +27,21 @@ def job_groups(sm: SageMakerEnvironment) -> dict[str, GroupInfo]:
     return {HOMOGENEOUS_GROUP: GroupInfo(HOMOGENEOUS_GROUP, sm.current_instance_type, sm.hosts)}
 
 
-def choose_train_group(groups: dict[str, GroupInfo], configured: str | None) -> tuple[str, str]:
+def group_specs(cfg: LaunchConfig, groups: dict[str, GroupInfo]) -> dict[str, InstanceSpec]:
+    """Job group -> spec: the config group's (the table plus its own vcpus/gpus), or the table's spec of
+    the type the job actually runs when that differs from the config's."""
+    names = _config_group_names(cfg, groups)
+    by_name = {g.name: g for g in cfg.cluster.instance_groups}
+    specs = {}
+    for config_name, job_name in names.items():
+        group = by_name[config_name]
+        actual = groups[job_name].instance_type
+        specs[job_name] = group.spec if actual == group.instance_type else (known_spec(actual) or group.spec)
+    return specs
+
+
+def choose_train_group(groups: dict[str, GroupInfo], configured: str | None,
+                       specs: dict[str, InstanceSpec]) -> tuple[str, str]:
     """(group, why): the configured group, else the one whose instance type has GPUs."""
     if len(groups) == 1:
         name = next(iter(groups))
@@ -36,7 +51,7 @@ def choose_train_group(groups: dict[str, GroupInfo], configured: str | None) -> 
             raise ConfigError(f"cluster.train_group: {configured!r} is not a group of this job; "
                               f"groups: {', '.join(groups)}")
         return configured, f"cluster.train_group names {configured}"
-    with_gpus = [g for g in groups.values() if expected_gpus(g.instance_type) > 0]
+    with_gpus = [g for g in groups.values() if specs[g.name].gpus > 0]
     if not with_gpus:
         described = ", ".join(f"{g.name}={g.instance_type}" for g in groups.values())
         raise ConfigError(f"cluster: no instance group of this job has GPUs ({described}); "
@@ -66,8 +81,9 @@ def _config_group_names(cfg: LaunchConfig, groups: dict[str, GroupInfo]) -> dict
 def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: LocalEnvironment) -> LaunchPlan:
     groups = job_groups(sm)
     names = _config_group_names(cfg, groups)
+    specs = group_specs(cfg, groups)
     train_group, why = choose_train_group(
-        groups, names.get(cfg.cluster.train_group) if cfg.cluster.train_group else None)
+        groups, names.get(cfg.cluster.train_group) if cfg.cluster.train_group else None, specs)
     head = choose_head(groups[train_group])
     notes = [f"head {head}: first host in natural order of {train_group} {list(groups[train_group].hosts)}; "
              f"training group because {why}"]
@@ -80,17 +96,18 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
             hosts.append(HostPlan(
                 name=name, group=group.name, instance_type=group.instance_type,
                 role="head" if name == head else "worker", subcluster=subcluster,
-                num_cpus=local.cpus if here else (expected_vcpus(group.instance_type) or 0),
-                num_gpus=(local.gpus if here else expected_gpus(group.instance_type)) if subcluster == "train" else 0,
+                num_cpus=local.cpus if here else specs[group.name].vcpus,
+                num_gpus=(local.gpus if here else specs[group.name].gpus) if subcluster == "train" else 0,
                 opt_ml=sm.base_dir if here else None,
                 labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name},
-                object_store_bytes=cfg.cluster.object_store_mb and cfg.cluster.object_store_mb * 2**20))
+                object_store_bytes=cfg.cluster.object_store_mb and cfg.cluster.object_store_mb * 2**20,
+                vcpus=specs[group.name].vcpus))
     hosts.sort(key=lambda h: natural_key(h.name))
     if sm.current_host not in {h.name for h in hosts}:
         raise ConfigError(f"resourceconfig.json: current_host {sm.current_host!r} is in no instance group")
     me = next(h for h in hosts if h.name == sm.current_host)
-    if me.subcluster == "train" and local.gpus < expected_gpus(me.instance_type):
-        notes.append(f"{me.instance_type} should have {expected_gpus(me.instance_type)} GPU(s) but this host "
+    if me.subcluster == "train" and local.gpus < specs[me.group].gpus:
+        notes.append(f"{me.instance_type} should have {plural(specs[me.group].gpus, 'GPU')} but this host "
                      f"has {local.gpus}")
 
     data_groups = [g for g in groups if g != train_group]

@@ -6,6 +6,8 @@ are rewritten to name the dotted field and, for an unknown key, the keys that ar
 
 from __future__ import annotations
 
+import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -87,9 +89,22 @@ def _describe(error: dict[str, Any]) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "missing":
         return f"{loc}: required field is missing"
+    if error["type"] == "union_tag_invalid":  # an op name not in the registry
+        tag = error["ctx"]["tag"]
+        hint = _did_you_mean(tag, OP_NAMES)
+        return f"{loc}.op: unknown op {tag!r}{f' ({hint})' if hint else ''}; ops: {', '.join(OP_NAMES)}"
     shown = error.get("input")
-    got = f" (got {shown!r})" if isinstance(shown, (str, int, float, bool)) else ""
-    return f"{loc or 'config'}: {message}{got}"
+    got = f" (got {shown!r})" if isinstance(shown, (str, int, float, bool)) and repr(shown) not in message else ""
+    if error["type"] == "literal_error" and isinstance(shown, str):
+        hint = _did_you_mean(shown, re.findall(r"'([^']*)'", error["ctx"]["expected"]))
+        got += f"; {hint}" if hint else ""
+    return f"{loc}: {message}{got}" if loc else f"{message}{got}"
+
+
+def _did_you_mean(value: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6) or \
+        [c for c in choices if c.lower() == value.lower()]
+    return f"did you mean {close[0]!r}?" if close else ""
 
 
 _OP_TAGS = frozenset(OP_NAMES)

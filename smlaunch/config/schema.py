@@ -8,12 +8,13 @@ paths) belong to the plan.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from smlaunch.cluster.instances import INSTANCE_TYPES
+from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
 from smlaunch.config.sagemaker import SageMakerConfig
 from smlaunch.pipelines.op_specs import OpSpec
 
@@ -27,15 +28,32 @@ class InstanceGroup(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,63}$")
     instance_type: str
+    """A SageMaker training instance type (botocore's `TrainingInstanceType` list), e.g. ml.g5.xlarge."""
     instance_count: int = Field(default=1, ge=1)
+    vcpus: Optional[int] = Field(default=None, gt=0)
+    """vCPUs of one host; needed only for a type smlaunch's spec table lacks (it overrides the table)."""
+    gpus: Optional[int] = Field(default=None, ge=0)
+    """NVIDIA GPUs of one host; needed only for a type smlaunch's spec table lacks."""
 
     @field_validator("instance_type")
     @classmethod
-    def _known_type(cls, value: str) -> str:
-        if value not in INSTANCE_TYPES:
-            families = sorted({t.rsplit(".", 1)[0] for t in INSTANCE_TYPES})
-            raise ValueError(f"unknown instance type {value!r}; known families: {', '.join(families)}")
+    def _valid_type(cls, value: str) -> str:
+        check_training_type(value)
         return value
+
+    @model_validator(mode="after")
+    def _spec_known(self):
+        if known_spec(self.instance_type) is None and (self.vcpus is None or self.gpus is None):
+            raise ValueError(f"{self.instance_type} is a SageMaker training type that smlaunch's spec table lacks; "
+                             "give its vcpus and gpus in this group (e.g. vcpus: 8, gpus: 1)")
+        return self
+
+    @property
+    def spec(self) -> InstanceSpec:
+        """The table's spec with the group's own `vcpus`/`gpus` on top."""
+        table = known_spec(self.instance_type) or InstanceSpec(0, 0)
+        return table._replace(vcpus=self.vcpus if self.vcpus is not None else table.vcpus,
+                              gpus=self.gpus if self.gpus is not None else table.gpus)
 
 
 class ClusterConfig(_Strict):
@@ -107,7 +125,15 @@ class ChannelConfig(_Strict):
     @classmethod
     def _source(cls, value: str) -> str:
         if value.startswith("builtin:") and value not in BUILTIN_SOURCES:
-            raise ValueError(f"unknown builtin source {value!r}; builtins: {', '.join(BUILTIN_SOURCES)}")
+            close = difflib.get_close_matches(value, BUILTIN_SOURCES, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ValueError(f"unknown builtin source {value!r}; {hint}builtins: {', '.join(BUILTIN_SOURCES)}")
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", value)
+        if scheme and scheme.group(1) != "s3":
+            raise ValueError(f"{scheme.group(1)}:// sources are not supported; use a local folder, "
+                             "s3://bucket/prefix or builtin:<name>/<split>")
+        if value.startswith("s3://") and not re.match(r"s3://[a-z0-9][a-z0-9.\-]*(/|$)", value):
+            raise ValueError(f"{value!r}: expected s3://bucket/prefix with a valid bucket name")
         return value
 
 
@@ -135,6 +161,9 @@ class PipelineConfig(_Strict):
                              "which runs on the trainer's device)")
         if "normalize" in body or body.count("to_uint8_chw") > 1:
             raise ValueError("normalize may only come last, right after the one to_uint8_chw")
+        if not {"random_resized_crop", "center_crop"} & set(names):
+            raise ValueError("add a random_resized_crop or center_crop so every image reaches the model at one "
+                             "size")
         return self
 
 
@@ -233,16 +262,19 @@ class MonitorConfig(_Strict):
     @classmethod
     def _prices(cls, value: dict[str, float]) -> dict[str, float]:
         for name, price in value.items():
-            if name not in INSTANCE_TYPES or price < 0:
-                raise ValueError(f"monitor.prices.{name}: expected a known ml.* type and a price >= 0")
+            check_training_type(name)
+            if price < 0:
+                raise ValueError(f"{name}: a price must be >= 0 (USD per instance-hour)")
         return value
 
     @field_validator("cpu_instance_types")
     @classmethod
     def _candidates(cls, value):
         for name in value or []:
-            if name not in INSTANCE_TYPES or INSTANCE_TYPES[name].gpus:
-                raise ValueError(f"monitor.cpu_instance_types: {name!r} is not a known CPU-only ml.* type")
+            check_training_type(name)
+            if not is_cpu_only(name):
+                raise ValueError(f"{name!r} is not a CPU-only type of smlaunch's spec table (the advisor needs its "
+                                 "vCPUs)")
         return value
 
 
@@ -266,11 +298,14 @@ class LaunchConfig(_Strict):
         groups = {g.name for g in self.cluster.instance_groups}
         for name, channel in self.channels.items():
             if not re.fullmatch(r"[A-Za-z0-9.\-_]{1,64}", name):
-                raise ValueError(f"channel name {name!r} must match [A-Za-z0-9.-_]{{1,64}}")
+                raise ValueError(f"channels: channel name {name!r} must match [A-Za-z0-9.-_]{{1,64}}")
             for group in channel.instance_groups or []:
                 if group not in groups:
                     raise ValueError(f"channels.{name}.instance_groups: no instance group {group!r}; "
                                      f"groups: {sorted(groups)}")
         if "train" not in self.channels:
-            raise ValueError(f"a channel named 'train' is required; channels: {sorted(self.channels)}")
+            raise ValueError(f"channels: a channel named 'train' is required; channels: {sorted(self.channels)}")
+        if self.model.num_classes is None and not self.channels["train"].source.startswith("builtin:"):
+            raise ValueError("model.num_classes: required when the train channel is not a builtin dataset "
+                             f"(source {self.channels['train'].source})")
         return self

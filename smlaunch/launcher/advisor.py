@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from smlaunch.text import plural
+
 INPUT_BOUND_WAIT_PCT = 15.0
 COMPUTE_BOUND_WAIT_PCT = 5.0
 OFFLOAD_RATIO = 1.3
@@ -87,8 +89,8 @@ def measured_rates(steps: list[dict], chain_by_host: dict) -> dict:
 
 def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, dated: str) -> dict:
     """Predicted images/s and cost per epoch for k = 0..N data hosts, and the recommendation."""
-    from smlaunch.cluster.instances import INSTANCE_TYPES
     from smlaunch.cluster.prices import CPU_CANDIDATES
+    from smlaunch.config.instance_types import SPECS
 
     hosts = report["plan"]["hosts"]
     train = [h for h in hosts if h["subcluster"] == "train"]
@@ -98,6 +100,7 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     if not per_slot:
         return {"error": "no chain timings in this run (no train rows were counted)"}
     scale = _slot_scale(data or train)
+    plan_vcpus = {h["instance_type"]: h.get("vcpus") for h in hosts}
     workers = report["plan"]["train_workers"]
     local_rate = max(sum(h["num_cpus"] for h in train) - workers, 1) * per_slot
     now_rate = sum(h["num_cpus"] for h in data) * per_slot if data else local_rate
@@ -111,7 +114,8 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     images = epoch_images or 100_000
 
     def option(cpu_type: str | None, k: int) -> dict:
-        pipeline = local_rate if k == 0 else k * INSTANCE_TYPES[cpu_type].vcpus * scale * per_slot
+        vcpus = SPECS[cpu_type].vcpus if cpu_type in SPECS else plan_vcpus.get(cpu_type) or 0
+        pipeline = local_rate if k == 0 else k * vcpus * scale * per_slot
         rate = efficiency * min(gpu_bound, pipeline)
         if overhead:  # each epoch pays its overhead once, whatever k is
             rate = per_epoch / (per_epoch / rate + overhead)
@@ -125,7 +129,8 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     n = monitor.get("max_data_hosts", 8)
     table = [option(table_type, k) for k in range(n + 1)]
     candidates = list(dict.fromkeys([*(monitor.get("cpu_instance_types") or CPU_CANDIDATES), table_type]))
-    options = [option(t, k) for t in candidates for k in range(1, n + 1)]
+    # k = 0 competes too: when the GPU host's own CPUs keep up, the cheapest answer is no CPU host.
+    options = [table[0]] + [option(t, k) for t in candidates for k in range(1, n + 1)]
     best = _pick(options)
     same_type = _pick([o for o in table if o["hosts"] > 0])
     return {
@@ -143,10 +148,11 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
 
 def _slot_scale(hosts: list[dict]) -> float:
     """CPU slots per vCPU: 1 on SageMaker, the simulation's scaling on a local run."""
-    from smlaunch.cluster.instances import INSTANCE_TYPES
+    from smlaunch.config.instance_types import SPECS
 
     host = hosts[0]
-    return host["num_cpus"] / INSTANCE_TYPES[host["instance_type"]].vcpus
+    vcpus = host.get("vcpus") or SPECS[host["instance_type"]].vcpus  # reports before vcpus was recorded
+    return host["num_cpus"] / vcpus
 
 
 def _pick(options: list[dict]) -> dict:
@@ -172,10 +178,12 @@ def advice_lines(advisor: dict) -> list[str]:
         lines.append("advisor: the GPU host's own CPUs nearly keep up (GPU-bound rate < 1.3x theirs): "
                      "CPU hosts add little")
     cost = f"${best['cost_per_epoch']}/epoch" if best["cost_per_epoch"] is not None else "cost unknown (no price)"
-    lines.append(f"advisor: recommend {best['hosts']} x {best['instance_type']}: predicted "
-                 f"{best['images_per_s']} images/s, {cost} ({advisor['epoch_images']} images"
-                 f"{', assumed' if advisor['epoch_images_assumed'] else ''}; prices {advisor['prices_dated']})")
-    if same["instance_type"] != best["instance_type"]:
-        lines.append(f"advisor: with {same['instance_type']} (this run's type): {same['hosts']} hosts, "
+    what = (f"{best['hosts']} x {best['instance_type']}" if best["hosts"]
+            else "no CPU hosts (the GPU hosts alone)")
+    lines.append(f"advisor: recommend {what}: predicted {best['images_per_s']} images/s, {cost} "
+                 f"({advisor['epoch_images']} images{', assumed' if advisor['epoch_images_assumed'] else ''}; "
+                 f"prices {advisor['prices_dated']})")
+    if best["hosts"] and same["instance_type"] != best["instance_type"]:
+        lines.append(f"advisor: with {same['instance_type']} (this run's type): {plural(same['hosts'], 'host')}, "
                      f"predicted {same['images_per_s']} images/s")
     return lines

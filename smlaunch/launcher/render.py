@@ -26,10 +26,11 @@ def render_outputs(report: dict, out_dir: Path) -> list[Path]:
 
 def _write_markdown(report: dict, path: Path) -> Path:
     from smlaunch.launcher.advisor import advice_lines
+    from smlaunch.launcher.report import epochs_text
 
     s = report["summary"]
     lines = [f"# Run report: {report['job']}", "",
-             f"- steps: {s['steps']} ({s['steps_this_run']} this run), epochs: {s['epochs']}, "
+             f"- steps: {s['steps']} ({s['steps_this_run']} this run), epochs: {epochs_text(s)}, "
              f"train workers: {s['train_workers']}",
              f"- throughput: **{s['images_per_s']} images/s**, data wait **{s['data_wait_pct']} %** of step time",
              f"- validation accuracy: {s['validation_accuracy']}, final loss: {s['final_loss']}",

@@ -31,6 +31,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
             "resumed_at_step": result.get("resumed_at_step"),
             "resumed_from": result.get("resumed_from"),
             "epochs": result["epochs"],
+            "epochs_complete": result.get("epochs_complete", result["epochs"]),
             "images_per_s": round(images / step_time, 2) if step_time else 0.0,
             "data_wait_pct": round(100 * sum(s["data_wait_s"] for s in steady) / step_time, 2) if step_time else 0.0,
             "final_loss": steps[-1]["loss"] if steps else None,
@@ -122,12 +123,29 @@ def summary_lines(report: dict) -> list[str]:
     if s.get("resumed_at_step") is not None:
         lines.append(f"resumed at step {s['resumed_at_step']} from {s['resumed_from']}")
     return lines + [
-        f"steps={s['steps']} epochs={s['epochs']} train_workers={s['train_workers']}",
+        f"steps={s['steps']} epochs={epochs_text(s)} train_workers={s['train_workers']}",
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
     ] + [f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
          for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report)
+
+
+def log_summary(report: dict, log) -> None:
+    """The summary lines on the console: problems as warnings, the rest as plain lines."""
+    for line in summary_lines(report):
+        if line.startswith("WARNING: "):
+            log.warning(line.removeprefix("WARNING: "))
+        else:
+            log.info(line)
+
+
+def epochs_text(summary: dict) -> str:
+    """`14`, or `14 (epoch 14 cut short by the step count)` when the run ended inside an epoch."""
+    if summary.get("epochs_complete", summary["epochs"]) >= summary["epochs"]:
+        return str(summary["epochs"])
+    why = "a stop" if summary.get("stopped_at_step") is not None else "the step count"
+    return f"{summary['epochs']} (epoch {summary['epochs']} cut short by {why})"
 
 
 def _accounting_lines(report: dict) -> list[str]:

@@ -29,11 +29,6 @@ def _operation():
     return botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob")
 
 
-def training_instance_types() -> tuple[str, ...]:
-    """The InstanceType values the service model accepts for training."""
-    return tuple(_operation().input_shape.members["ResourceConfig"].members["InstanceType"].enum)
-
-
 def validate_request(request: dict) -> list[str]:
     """Every problem with `request`, one line each; empty when it may be sent."""
     from botocore.validate import ParamValidator
@@ -139,12 +134,7 @@ def service_rule_errors(request: dict) -> list[str]:
 def config_problems(cfg: LaunchConfig, entry: str) -> list[str]:
     """What the config asks that the service would refuse, naming the config field; checked before
     any upload. (Group count, routing, manifests and instance counts are already refused at load.)"""
-    problems = []
-    valid = set(training_instance_types())
-    for i, group in enumerate(cfg.cluster.instance_groups):
-        if group.instance_type not in valid:
-            problems.append(f"cluster.instance_groups.{i}.instance_type: {group.instance_type} is not a SageMaker "
-                            "training instance type (botocore's service model)")
+    problems = []  # instance types: refused at load (config.instance_types)
     if len(cfg.cluster.instance_groups) > MAX_GROUPS:
         problems.append(f"cluster.instance_groups: {len(cfg.cluster.instance_groups)} groups, a job may have at "
                         f"most {MAX_GROUPS}")
@@ -156,11 +146,6 @@ def config_problems(cfg: LaunchConfig, entry: str) -> list[str]:
         if ch.is_manifest and not ch.source.startswith("s3://"):
             problems.append(f"channels.{name}.source: a local augmented manifest cannot be submitted (its -ref "
                             "attributes must name S3 objects); upload it and give its s3:// URI")
-        elif not ch.source.startswith(("s3://", "builtin:")):
-            from pathlib import Path
-
-            if not Path(ch.source).expanduser().is_dir():
-                problems.append(f"channels.{name}.source: {ch.source} is not a local folder to upload")
     if len(cfg.channels) + (entry == "container") > 20:
         problems.append(f"channels: {len(cfg.channels)} channels, a job may have at most 20 "
                         "(one is taken by the source in container entry mode)")

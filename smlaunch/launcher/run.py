@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -14,17 +14,16 @@ import yaml
 
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
-from smlaunch.errors import ConfigError
+
+log = logging.getLogger("smlaunch")
 
 
 def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
-    """Everything a train worker needs, as plain data (it travels to other processes)."""
+    """Everything a train worker needs, as plain data (it travels to other processes). The schema
+    guarantees a crop op and, for a non-builtin train channel, `model.num_classes`."""
     from smlaunch.pipelines.host_loss import fragile_channels
 
     crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
-    if not crops:
-        raise ConfigError("pipeline.ops: add a random_resized_crop or center_crop so every image reaches the "
-                          "model at one size")
     num_classes = cfg.model.num_classes or _builtin_classes(cfg)
     trainer = cfg.trainer.model_dump()
     train_rows = _builtin_rows(cfg, "train")
@@ -34,8 +33,7 @@ def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
             "trainer": trainer, "total_steps": total, "epoch_rows": train_rows, "host_names": [h.name for h in plan.hosts],
             "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
             "config_sha256": config_hash(cfg), "normalize": _normalize(cfg),
-            "checkpoint_dir": checkpoint_dir(cfg, plan), "progress": sys.stdout.isatty(),
-            "fragile_channels": fragile_channels(plan)}
+            "checkpoint_dir": checkpoint_dir(cfg, plan), "fragile_channels": fragile_channels(plan)}
 
 
 def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
@@ -59,10 +57,7 @@ def config_hash(cfg: LaunchConfig) -> str:
 def _builtin_classes(cfg: LaunchConfig) -> int:
     from smlaunch.pipelines.builtin import builtin_manifest
 
-    manifest = builtin_manifest(cfg.channels["train"].source)
-    if manifest is not None:
-        return manifest["classes"]
-    raise ConfigError("model.num_classes: required when the train channel is not a builtin dataset")
+    return builtin_manifest(cfg.channels["train"].source)["classes"]
 
 
 def _builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
@@ -74,15 +69,8 @@ def _builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
 
 
 def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
-    """Checks that need no cluster (model name, crop size), the resolved config file, the loop config."""
-    from smlaunch.trainers.model import check_model_name
-
-    check_model_name(cfg.model.name)
-    from smlaunch.pipelines.ops import resolve_user_op
-
-    for op in cfg.pipeline.ops:  # a missing user op fails here, before any cluster starts
-        if op.op == "user":
-            resolve_user_op(op.function)
+    """The loop config (with the checkpoint to resume from) and the resolved config file; the
+    checks that need no cluster ran before (`launcher.preflight`)."""
     config = loop_config(cfg, plan)
     if cfg.trainer.resume:
         from smlaunch.trainers.checkpoints import latest_complete
@@ -90,7 +78,7 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
         found = latest_complete(config["checkpoint_dir"])
         config["resume_from"] = str(found) if found else None
         if found:
-            print(f"resuming from checkpoint {found}", flush=True)
+            log.info(f"resuming from checkpoint {found}")
     Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(plan.run_dir) / "resolved_config.yaml").write_text(
         yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
@@ -99,16 +87,19 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
 
 def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, config: dict, timings: dict) -> dict:
     """Datasets, trainer, report, on the Ray cluster this process is connected to."""
+    from smlaunch.cluster.board import start_board
+    from smlaunch.cluster.sampler import Samplers
     from smlaunch.launcher.report import build_report, write_report
+    from smlaunch.launcher.train_progress import TrainProgress
     from smlaunch.pipelines.dataset import build_datasets
     from smlaunch.trainers.fit import fit
-
-    from smlaunch.cluster.sampler import Samplers
 
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
     try:
-        result = fit(cfg, plan, build_datasets(cfg, plan), config)
+        datasets = build_datasets(cfg, plan)
+        with TrainProgress(start_board(), config["total_steps"], _resumed_step(config), cfg.trainer.log_every):
+            result = fit(cfg, plan, datasets, config)
     finally:
         samples = samplers.gather()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
@@ -122,6 +113,18 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, config: dict, timings:
     return report
 
 
+def _resumed_step(config: dict) -> int:
+    """The step the run resumes at (0 for a fresh run), for the progress bar's start."""
+    if not config.get("resume_from"):
+        return 0
+    import json
+
+    try:
+        return int(json.loads((Path(config["resume_from"]) / "meta.json").read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def host_opt_ml(host) -> str:
     """A host's /opt/ml tree; on a SageMaker job only this host's is known (`SAGEMAKER_BASE_DIR`)."""
     from smlaunch.cluster.sagemaker_env import base_dir
@@ -129,7 +132,7 @@ def host_opt_ml(host) -> str:
     return host.opt_ml if host.opt_ml is not None else str(base_dir())
 
 
-def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print, stop=None) -> dict:
+def run_local(cfg: LaunchConfig, plan: LaunchPlan, stop=None) -> dict:
     """Run the whole job on this machine and return the report (also written to the head's output)."""
     from smlaunch.cluster.host_tree import create_host_trees
     from smlaunch.pipelines.channels import deliver_channels, start_pipe_agents
@@ -137,11 +140,8 @@ def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print, stop=None) -> dict
     started = time.perf_counter()
     config = prepare_job(cfg, plan)
     create_host_trees(plan)
-    with local_s3(cfg, plan, log) as s3_endpoint:
+    with local_s3(cfg, plan) as s3_endpoint:
         deliver_channels(plan, s3_endpoint)
-        log(f"run directory: {plan.run_dir}")
-        log(f"starting {len(plan.hosts)} simulated hosts: " +
-            ", ".join(f"{h.name} ({h.group}, {h.labels['ray-subcluster']}, {h.num_cpus} CPU)" for h in plan.hosts))
         agents = start_pipe_agents(plan, cfg.seed, s3_endpoint)
         report = _train_locally(cfg, plan, config, agents, started, stop)
     report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
@@ -152,7 +152,7 @@ def run_local(cfg: LaunchConfig, plan: LaunchPlan, log=print, stop=None) -> dict
 
 
 @contextlib.contextmanager
-def local_s3(cfg: LaunchConfig, plan: LaunchPlan, log=print):
+def local_s3(cfg: LaunchConfig, plan: LaunchPlan):
     """The S3 endpoint of a local run's `s3://` channels: a local S3 server seeded from `run.s3_seed`
     (the default), boto3's own (`aws`), or a given URL. Yields None when no channel uses S3."""
     if not any(c.source.startswith("s3://") for c in plan.channels):
@@ -168,7 +168,7 @@ def local_s3(cfg: LaunchConfig, plan: LaunchPlan, log=print):
              for uri, folder in cfg.run.s3_seed.items()}
     saved = {key: os.environ.get(key) for key in LocalS3.environment()}
     with LocalS3(seeds) as server:
-        log(f"local S3 server at {server.endpoint_url}" + (f", seeded: {', '.join(seeds)}" if seeds else ""))
+        log.info(f"local S3 server at {server.endpoint_url}" + (f", seeded: {', '.join(seeds)}" if seeds else ""))
         _set_env(LocalS3.environment())  # simulated hosts inherit it: requests are signed with throwaway keys
         try:
             yield server.endpoint_url
@@ -188,11 +188,15 @@ def _train_locally(cfg, plan, config, agents, started, stop) -> dict:
     from smlaunch.cluster.local import LocalCluster
     from smlaunch.launcher.stopping import forward_stop_to_trainer
 
+    from smlaunch.text import plural
+
+    log.info(f"cluster: starting {plural(len(plan.hosts), 'simulated host')}")
     try:
         with LocalCluster(plan):
             if stop is not None:
                 stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
             timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
+            log.info(f"cluster: {plural(len(plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
             with forward_stop_to_trainer(stop):
                 return train_on_cluster(cfg, plan, config, timings)
     finally:

@@ -11,6 +11,7 @@ job's shared token (`ray_token`), passed to Ray through the environment.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sys
@@ -57,7 +58,7 @@ def ray_environment(sm: SageMakerEnvironment, environ=os.environ) -> dict[str, s
 
 
 def run_host(cfg: LaunchConfig, plan: LaunchPlan, sm: SageMakerEnvironment, stop: StopRequest,
-             check_only: bool = False, log=print) -> HostOutcome:
+             check_only: bool = False, log=logging.getLogger("smlaunch").info) -> HostOutcome:
     os.environ.update(ray_environment(sm))
     os.environ.pop("RAY_ADDRESS", None)
     if plan.current_host == plan.head:
@@ -99,11 +100,12 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
         log(f"hosts_joined={len(plan.hosts)} hosts_joined_s={time.perf_counter() - started:.2f} "
             f"(waited {took:.2f} s after the head was up)")
         plan = with_joined_resources(plan, state.alive_nodes())
-        import logging
-
         import ray
 
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True,
+        from smlaunch.launcher import console
+
+        console.quiet_ray()
+        ray.init(address=address, **console.ray_init_options(),
                  runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
         stop.install()  # ray.init replaces the SIGTERM handler with one that exits at once
         if check_only:
@@ -153,8 +155,8 @@ def _train(cfg, plan, config, stop, started) -> dict:
 
     def give_up() -> None:  # SIGTERM and the trainer has not stopped: leave inside the 120 s
         if stop.event.wait() and not finished.wait(STOP_GRACE_S):
-            print(f"sm-launch: error: trainer did not stop within {STOP_GRACE_S:.0f} s of "
-                  f"{stop.signal_name}; shutting down", file=sys.stderr, flush=True)
+            logging.getLogger("smlaunch").error(f"trainer did not stop within {STOP_GRACE_S:.0f} s of "
+                                                f"{stop.signal_name}; shutting down")
             os._exit(143)  # the node child follows (PDEATHSIG); workers see the head vanish
 
     finished = threading.Event()
@@ -213,7 +215,7 @@ def _shutdown(heartbeat, node, state, keep_temp: bool) -> None:
         heartbeat.stop()
     node.stop(keep_temp=keep_temp)
     if keep_temp:
-        print(f"Ray logs of this host kept in {node.temp_dir}", file=sys.stderr)
+        logging.getLogger("smlaunch").warning(f"Ray logs of this host kept in {node.temp_dir}")
     if state is not None:
         state.close()
 

@@ -11,8 +11,8 @@ waiting and tears down anyway.
 
 from __future__ import annotations
 
+import logging
 import signal
-import sys
 import threading
 from contextlib import contextmanager
 
@@ -40,8 +40,10 @@ class StopRequest:
             return
         self.signal_name = signal.Signals(signum).name
         self.event.set()
-        print(f"sm-launch: {self.signal_name} received: stopping at the next step boundary "
-              f"(up to {STOP_GRACE_S:.0f} s)", file=sys.stderr, flush=True)
+        # Not logged here: a signal handler may interrupt a thread that holds the logging lock.
+        threading.Thread(target=logging.getLogger("smlaunch").warning, daemon=True,
+                         args=(f"{self.signal_name} received: stopping at the next step boundary "
+                               f"(up to {STOP_GRACE_S:.0f} s)",)).start()
 
     def is_set(self) -> bool:
         return self.event.is_set()

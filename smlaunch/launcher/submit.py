@@ -27,10 +27,12 @@ JOB_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 
 
 def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None,
-           log: Callable[[str], None] = print) -> dict:
+           log: Callable[[str], None] | None = None) -> dict:
     """Submit `cfg` as a training job; returns the request as sent (token masked)."""
+    import logging
     import re
 
+    log = log or logging.getLogger("smlaunch").info
     sm = sagemaker_section(cfg)
     if job_name is not None and not re.fullmatch(JOB_NAME, job_name):
         raise ConfigError(f"--job-name {job_name!r}: 1-63 letters, digits and hyphens, starting and ending "
@@ -38,6 +40,9 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     problems = config_problems(cfg, sm.entry)
     if problems:
         raise ConfigError("; ".join(problems))
+    from smlaunch.launcher.preflight import preflight
+
+    preflight(cfg)  # the model, user ops, local folders to upload: as `plan` and `run` check them
     name = job_name or default_job_name(cfg)
     region = sm.region or _default_region()
     if region is None and not dry_run:

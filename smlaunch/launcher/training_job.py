@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import time
 
-from smlaunch.cluster.instances import expected_gpus
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
 
@@ -85,7 +84,7 @@ def train_group(cfg: LaunchConfig) -> str:
     groups = cfg.cluster.instance_groups
     if cfg.cluster.train_group:
         return cfg.cluster.train_group
-    with_gpus = [g.name for g in groups if expected_gpus(g.instance_type) > 0]
+    with_gpus = [g.name for g in groups if g.spec.gpus > 0]
     if len(groups) > 1 and not with_gpus:
         raise ConfigError("cluster: no instance group has GPUs; name the training group in cluster.train_group")
     return with_gpus[0] if with_gpus else groups[0].name

@@ -69,7 +69,9 @@ def skip_policy(channel: str, limit: int) -> Callable[[Exception], bool] | None:
     def on_corrupt(error: Exception) -> bool:
         counter = ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
         if ray.get(counter.report.remote(channel, str(error)), timeout=ASK_TIMEOUT_S):
-            print(f"channel '{channel}': skipped a corrupt record: {error}", flush=True)
+            from smlaunch.cluster.board import post
+
+            post("warning", text=f"channel '{channel}': skipped a corrupt record: {error}")
             return True
         raise DataError(f"channel '{channel}': more than max_corrupted_records={limit} corrupt records; "
                         f"the last: {error}")

@@ -113,30 +113,45 @@ def ids_digest(distinct_sorted_ids) -> str:
 
 
 def accounting_lines(accounting: dict | None) -> list[str]:
-    """Console lines: one per epoch with a problem (flagged), or one saying all was well."""
+    """Console lines: one per epoch with a problem (flagged), and one for the epochs that were fine,
+    consecutive ones with the same counts folded into a range (`epochs 1-13: 1437/1437 ids once each`)."""
     if not accounting or not accounting.get("epochs"):
         return []
     channel, lines, fine = accounting["channel"], [], []
     for e in accounting["epochs"]:
         problems = []
         if e["duplicated"]:
-            problems.append(f"{e['duplicated']} sample id(s) seen more than once (e.g. {_ids(e['duplicate_ids'])})")
+            problems.append(f"{_count(e['duplicated'], 'sample id')} seen more than once "
+                            f"(e.g. {_ids(e['duplicate_ids'])})")
         if e["missing"]:
             named = f" (e.g. {_ids(e['missing_ids'])})" if e["missing_ids"] else ""
-            problems.append(f"{e['missing']} of {e['expected'] or 'the'} expected sample id(s) missing{named}")
+            ids = "sample id" if e["missing"] == 1 else "sample ids"
+            of = f" of {e['expected']} expected {ids}" if e["expected"] else f" {ids}"
+            problems.append(f"{e['missing']}{of} missing{named}")
             if accounting.get("train_workers", 1) > 1 and e["missing"] < accounting["train_workers"]:
                 problems[-1] += (f"; Ray Data's equal split over {accounting['train_workers']} workers drops up to "
-                                 f"{accounting['train_workers'] - 1} rows an epoch")
+                                 f"{_count(accounting['train_workers'] - 1, 'row')} an epoch")
         if problems:
             lines.append(f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: " + "; ".join(problems))
         elif e["complete"]:
-            fine.append(f"epoch {e['epoch']}: {e['distinct']}" + (f"/{e['expected']}" if e["expected"] else "")
-                        + " ids once each")
+            text = f"{e['distinct']}" + (f"/{e['expected']}" if e["expected"] else "") + " ids once each"
+            if fine and fine[-1][2] == text and fine[-1][1] == e["epoch"] - 1:
+                fine[-1][1] = e["epoch"]
+            else:
+                fine.append([e["epoch"], e["epoch"], text])
         else:
-            fine.append(f"epoch {e['epoch']} (cut short by the step count): {e['rows']} rows, no id twice")
+            fine.append([e["epoch"], e["epoch"], f"(cut short) {_count(e['rows'], 'row')}, no id twice"])
     if fine:
-        lines.insert(0, f"sample accounting: channel '{channel}': " + "; ".join(fine))
+        parts = [(f"epoch {a}" if a == b else f"epochs {a}-{b}") + (" " if text.startswith("(") else ": ") + text
+                 for a, b, text in fine]
+        lines.insert(0, f"sample accounting: channel '{channel}': " + "; ".join(parts))
     return lines
+
+
+def _count(n: int, word: str) -> str:
+    from smlaunch.text import plural
+
+    return plural(n, word)
 
 
 def _ids(ids: list[int]) -> str:

@@ -12,6 +12,7 @@ and `latest_complete` passes over it: a half-written checkpoint is never resumed
 from __future__ import annotations
 
 import hashlib
+import logging
 import json
 import os
 from pathlib import Path
@@ -43,7 +44,7 @@ def is_complete(directory: Path) -> bool:
         return False
 
 
-def latest_complete(root: str | os.PathLike, log=print) -> Path | None:
+def latest_complete(root: str | os.PathLike) -> Path | None:
     """The complete checkpoint with the highest step under `root` (any run), or None."""
     root = Path(root)
     if not root.is_dir():
@@ -52,7 +53,8 @@ def latest_complete(root: str | os.PathLike, log=print) -> Path | None:
     for directory in found:
         if is_complete(directory):
             return directory
-        log(f"checkpoint {directory} is incomplete (cut short while written); skipping it")
+        logging.getLogger("smlaunch").warning(f"checkpoint {directory} is incomplete (cut short while written); "
+                                              "skipping it")
     return None
 
 

@@ -55,8 +55,5 @@ def validate(model, device, host_rows, step: int, epoch: int, world: int, norm: 
                                    torch.nn.functional.cross_entropy(logits, labels, reduction="sum").double()])
     model.train()
     correct, rows, loss = all_reduce(totals, world).tolist()
-    result = {"step": step, "epoch": epoch, "accuracy": round(correct / max(rows, 1), 5),
-              "loss": round(loss / max(rows, 1), 5), "rows": int(rows)}
-    print(f"validation step={step} epoch={epoch} accuracy={result['accuracy']:.4f} loss={result['loss']:.4f}",
-          flush=True)
-    return result
+    return {"step": step, "epoch": epoch, "accuracy": round(correct / max(rows, 1), 5),
+            "loss": round(loss / max(rows, 1), 5), "rows": int(rows)}

@@ -24,6 +24,7 @@ def train_loop(config: dict) -> dict:
     import ray.train
     import ray.train.torch
 
+    from smlaunch.cluster.board import Outbox
     from smlaunch.pipelines.host_loss import LostHostGuard
     from smlaunch.trainers.accounting import Accountant, EpochIds, gather
     from smlaunch.trainers.evaluate import all_reduce, count_hosts, normalise, validate
@@ -44,13 +45,14 @@ def train_loop(config: dict) -> dict:
     schedule = build_schedule(optimizer, t, config["total_steps"])
     state, resumed = _resume_state(config)
     step = epochs_done = position = 0
+    outbox = Outbox(enabled=rank == 0)  # the launcher's console: progress, metric lines, notes
     if state is not None:
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["scheduler"])
         step, epochs_done, position = state["step"], state["epochs_done"], state["position"]
-        if rank == 0:
-            print(f"resumed from {resumed} at step={step} epoch={epochs_done + 1} batch={position}", flush=True)
+        outbox.put("resumed", step=step, text=f"resumed from {resumed} at step {step}, epoch {epochs_done + 1}, "
+                                              f"batch {position}")
     model = ray.train.torch.prepare_model(raw_model)
     autocast = _autocast(t["precision"], device)
     accum = t["grad_accum_steps"]
@@ -62,7 +64,6 @@ def train_loop(config: dict) -> dict:
     validation: list[dict] = []
     stop = StopPoll(world, device)
     stopped = False
-    progress = _progress(config, rank, step)
     shard = ray.train.get_dataset_shard("train")
     save = _Saver(config, rank, raw_model, optimizer, schedule)
     seen, books = EpochIds(), Accountant("train", config.get("epoch_rows"), world)
@@ -116,16 +117,12 @@ def train_loop(config: dict) -> dict:
                       "step_time_s": round(elapsed, 5), "data_wait_s": round(waited, 5),
                       "images_per_s": round(images_seen * world / elapsed, 2)}
             steps.append(record)
-            progress(record)
-            if rank == 0 and (step % t["log_every"] == 0 or step == 1):
-                print(f"step={step} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
-                      f"data_wait_pct={100 * waited / elapsed:.1f}", flush=True)
+            outbox.put("step", **record)
             guard.check()
             if stop.requested():
                 guard.check(force=True)
                 save(step, epochs_done, position, record)
-                if rank == 0:
-                    print(f"stopped at step={step} on request; checkpoint written", flush=True)
+                outbox.put("note", text=f"stopped at step {step} on request; checkpoint written")
                 stopped = True
                 break
             if t["checkpoint_interval"] and step % t["checkpoint_interval"] == 0:
@@ -134,9 +131,11 @@ def train_loop(config: dict) -> dict:
         if exhausted:
             if position < accum:  # no step in this epoch, nor in any after it: stop instead of looping
                 from smlaunch.errors import DataError
+                from smlaunch.text import plural
 
-                raise DataError(f"channel 'train': epoch {epochs_done + 1} gave this worker {position} full "
-                                f"batch(es) of trainer.batch_size={t['batch_size']}, fewer than the {accum} a step "
+                raise DataError(f"channel 'train': epoch {epochs_done + 1} gave this worker "
+                                f"{plural(position, 'full batch', 'full batches')} of trainer.batch_size="
+                                f"{t['batch_size']}, fewer than the {accum} a step "
                                 "needs; the channel is empty or too small (an empty Pipe FIFO?)")
             guard.check(force=True)  # an epoch a lost host cut short must not pass for a whole one
             books.close_epoch(gather(*seen.take(), world, rank), epochs_done + 1, True, resumed_at)
@@ -144,12 +143,14 @@ def train_loop(config: dict) -> dict:
             if t["epochs"] or t["validation_every_epochs"] and epochs_done % t["validation_every_epochs"] == 0:
                 validation.append(validate(model, device, host_rows, step, epochs_done, world,
                                            config["normalize"], autocast))
+                outbox.put("validation", **validation[-1])
     if position:  # the epoch the step count (or a stop) cut short
         books.close_epoch(gather(*seen.take(), world, rank), epochs_done + 1, False, resumed_at)
     if not stopped:
         if not validation or validation[-1]["step"] != step:
             validation.append(validate(model, device, host_rows, step, epochs_done + (position > 0), world,
                                        config["normalize"], autocast))
+            outbox.put("validation", **validation[-1])
         if not t["checkpoint_interval"] or step % t["checkpoint_interval"]:
             guard.check(force=True)
             save(step, epochs_done, position, steps[-1] if steps else {})
@@ -159,7 +160,11 @@ def train_loop(config: dict) -> dict:
             save_model(raw_model, config, step, {"loss": steps[-1]["loss"] if steps else None,
                                                  "validation": validation[-1]})
     host_rows, train_rows, train_prep = (all_reduce(x, world) for x in (host_rows, train_rows, train_prep))
-    return {"steps": steps, "validation": validation, "epochs": epochs_done, "final_step": step,
+    outbox.flush(wait=True)
+    # One way of counting epochs everywhere: the 1-based epoch a step belongs to. The run ends in
+    # epoch `epoch`, which is complete unless the step count or a stop cut it short.
+    return {"steps": steps, "validation": validation, "epochs": epochs_done + (position > 0),
+            "epochs_complete": epochs_done, "final_step": step,
             "stopped_at_step": step if stopped else None, "resumed_from": resumed,
             "resumed_at_step": state["step"] if state is not None else None,
             "sample_accounting": books.report(),
@@ -263,16 +268,6 @@ def _autocast(precision: str, device):
     if device.type == "cuda" and precision in ("auto", "bf16"):
         return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext
-
-
-def _progress(config: dict, rank: int, step: int):
-    """A progress bar on the driver's terminal (Ray's tqdm, drawn by the driver) for rank 0."""
-    if rank != 0 or not config.get("progress") or not config["total_steps"]:
-        return lambda record: None
-    from ray.experimental.tqdm_ray import tqdm
-
-    bar = tqdm(total=config["total_steps"], desc="train", initial=step)
-    return lambda record: (bar.update(1), bar.set_description(f"train loss={record['loss']:.3f}"))
 
 
 def _done(t: dict, step: int, epochs_done: int) -> bool:

@@ -22,6 +22,16 @@ def test_two_group_plan(configs):
     assert any("one CPU train worker" in n for n in plan.notes)
 
 
+def test_types_beyond_the_old_table_and_a_type_the_table_lacks(configs):
+    """ml.c7i.xlarge is in the spec table now; ml.g7e.2xlarge is not, so the config gives its vcpus and gpus."""
+    cfg = load_config(configs / "hetero.yaml", [
+        "cluster.instance_groups.1.instance_type=ml.c7i.xlarge", "cluster.instance_groups.0.instance_type=ml.g7e.2xlarge",
+        "cluster.instance_groups.0.vcpus=8", "cluster.instance_groups.0.gpus=1"])
+    plan = build_plan(cfg, LocalEnvironment(cpus=12, gpus=0, started="t"))
+    assert [(h.name, h.vcpus, h.num_cpus) for h in plan.hosts] == [("algo-1", 8, 8), ("algo-2", 4, 4)]
+    assert plan.head == "algo-1" and "1 GPU in train_group but 0 on this machine: one CPU train worker" in plan.notes
+
+
 def test_head_is_the_gpu_group_even_when_listed_last(configs):
     cfg = load_config(configs / "hetero.yaml", [
         "cluster.instance_groups.0.instance_type=ml.c5.xlarge", "cluster.instance_groups.0.instance_count=2",

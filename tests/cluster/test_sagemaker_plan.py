@@ -48,20 +48,38 @@ def test_head_is_the_first_gpu_host_in_natural_order_never_simply_algo_1(configs
     assert plan.train_workers == 1 and plan.use_gpu and plan.data_selector == {"ray-subcluster": "data"}
 
 
+def specs_of(groups, **given):
+    """What `group_specs` gives: the table's spec per group, or a config's own (vcpus, gpus)."""
+    from smlaunch.config.instance_types import InstanceSpec, known_spec
+
+    return {name: InstanceSpec(*given[name]) if name in given else known_spec(g.instance_type)
+            for name, g in groups.items()}
+
+
 def test_train_group_choice():
     groups = {g.name: g for g in [group("a", "ml.c5.xlarge", "algo-1"), group("b", "ml.p4d.24xlarge", "algo-2")]}
-    assert choose_train_group(groups, None)[0] == "b"
-    assert choose_train_group(groups, "a")[0] == "a"  # configured wins, even a CPU group
-    newer = {"a": group("a", "ml.c7i.large", "algo-1"), "b": group("b", "ml.g7.xlarge", "algo-2")}
-    assert choose_train_group(newer, None)[0] == "b"  # a type newer than the table: its family decides
+    assert choose_train_group(groups, None, specs_of(groups))[0] == "b"
+    assert choose_train_group(groups, "a", specs_of(groups))[0] == "a"  # configured wins, even a CPU group
+    newer = {"a": group("a", "ml.c7i.large", "algo-1"), "b": group("b", "ml.g7e.2xlarge", "algo-2")}
+    # a type newer than the table: the GPUs the config gives it decide
+    assert choose_train_group(newer, None, specs_of(newer, b=(8, 1)))[0] == "b"
     only = {"homogeneousCluster": group("homogeneousCluster", "ml.c5.xlarge", "algo-2", "algo-1")}
-    assert choose_train_group(only, None)[0] == "homogeneousCluster"
+    assert choose_train_group(only, None, specs_of(only))[0] == "homogeneousCluster"
     assert choose_head(only["homogeneousCluster"]) == "algo-1"
+    cpus = {"a": group("a", "ml.c5.xlarge", "algo-1"), "c": group("c", "ml.m5.large", "algo-2")}
     with pytest.raises(ConfigError, match=r"no instance group of this job has GPUs \(a=ml.c5.xlarge, "
                                           r"c=ml.m5.large\); name the training group in cluster.train_group"):
-        choose_train_group({"a": group("a", "ml.c5.xlarge", "algo-1"), "c": group("c", "ml.m5.large", "algo-2")}, None)
+        choose_train_group(cpus, None, specs_of(cpus))
     with pytest.raises(ConfigError, match="cluster.train_group: 'x' is not a group of this job; groups: a, b"):
-        choose_train_group(groups, "x")
+        choose_train_group(groups, "x", specs_of(groups))
+
+
+def test_a_type_the_table_lacks_takes_the_configs_vcpus_and_gpus(configs, tmp_path):
+    cfg = load_config(configs / "hetero.yaml", ["cluster.instance_groups.0.instance_type=ml.g7e.2xlarge",
+                                                "cluster.instance_groups.0.vcpus=8", "cluster.instance_groups.0.gpus=1"])
+    layout = [LAYOUT[0], {**LAYOUT[1], "instance_type": "ml.g7e.2xlarge"}]
+    plan = build_sagemaker_plan(cfg, sm_env(tmp_path, "algo-1", layout), HERE)
+    assert plan.head == "algo-2" and plan.host("algo-2").num_gpus == 1 and plan.host("algo-2").num_cpus == 8
 
 
 def test_config_and_job_must_agree(configs, tmp_path):

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import yaml
 
@@ -46,8 +48,41 @@ def test_negative_batch_size_is_refused(configs):
 
 
 def test_unknown_op_lists_valid_ops(configs):
-    with pytest.raises(ConfigError, match=r"pipeline\.ops\.2: .*'sharpen'.*'decode_image', 'resize', 'random_resized_crop'"):
+    with pytest.raises(ConfigError, match=r"pipeline\.ops\.2\.op: unknown op 'sharpen'; ops: decode_image, resize, "
+                                          r"random_resized_crop"):
         load_config(configs / "hetero.yaml", ["pipeline.ops.2.op=sharpen"])
+
+
+def test_misspelled_op_and_mode_say_what_was_meant(configs):
+    with pytest.raises(ConfigError) as err:
+        load_config(configs / "hetero.yaml", ["pipeline.ops.3.op=gausian_blur"])
+    assert "pipeline.ops.3.op: unknown op 'gausian_blur' (did you mean 'gaussian_blur'?); ops: " in str(err.value)
+    assert "Input tag" not in str(err.value)  # not pydantic's tagged-union wording
+    with pytest.raises(ConfigError, match=r"channels\.train\.input_mode: .* \(got 'file'\); did you mean 'File'\?"):
+        load_config(configs / "hetero.yaml", ["channels.train.input_mode=file"])
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("hf://datasets/x", "channels.train.source: hf:// sources are not supported; use a local folder, s3://"),
+    ("gs://bucket/x", "channels.train.source: gs:// sources are not supported"),
+    ("s3://B_ad/x", "expected s3://bucket/prefix with a valid bucket name"),
+    ("builtin:digits/tarin", "unknown builtin source 'builtin:digits/tarin'; did you mean builtin:digits/train?"),
+])
+def test_unsupported_sources_fail_at_load(configs, source, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_config(configs / "hetero.yaml", [f"channels.train.source={source}", "model.num_classes=10"])
+
+
+def test_config_only_rules_are_schema_rules(configs, tmp_path):
+    """A crop op and, for a non-builtin train channel, model.num_classes: refused at load, so `plan` catches them."""
+    raw = yaml.safe_load((configs / "hetero.yaml").read_text())
+    del raw["pipeline"]["ops"][1]  # the random_resized_crop
+    (tmp_path / "no-crop.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"pipeline: add a random_resized_crop or center_crop"):
+        load_config(tmp_path / "no-crop.yaml")
+    with pytest.raises(ConfigError, match=r"model\.num_classes: required when the train channel is not a builtin"):
+        load_config(configs / "hetero.yaml", ["channels.train.source=/data/train"])
+    assert load_config(configs / "hetero.yaml", ["channels.train.source=/data/train", "model.num_classes=3"])
 
 
 @pytest.mark.parametrize("item, expected", [
@@ -68,7 +103,7 @@ def test_steps_and_epochs_are_exclusive(configs):
 
 
 def test_unknown_instance_type_and_group_routing(configs):
-    with pytest.raises(ConfigError, match="unknown instance type 'ml.z9.huge'"):
+    with pytest.raises(ConfigError, match="'ml.z9.huge' is not a SageMaker training instance type"):
         load_config(configs / "hetero.yaml", ["cluster.instance_groups.0.instance_type=ml.z9.huge"])
     with pytest.raises(ConfigError, match="channels.train.instance_groups: no instance group 'gpu_grp'"):
         load_config(configs / "hetero.yaml", ["channels.train.instance_groups=[gpu_grp]"])

@@ -45,5 +45,6 @@ def test_bad_sagemaker_and_manifest_fields_fail_at_load_naming_the_field(configs
 def test_a_manifest_with_its_attribute_names_in_pipe_mode_loads(configs):
     cfg = load_config(configs / "hetero.yaml", [
         "channels.train.source=s3://b/train.manifest", "channels.train.input_mode=Pipe",
-        "channels.train.record_format=recordio", "channels.train.attribute_names=[source-ref, class]"])
+        "channels.train.record_format=recordio", "channels.train.attribute_names=[source-ref, class]",
+        "model.num_classes=10"])
     assert cfg.channels["train"].is_manifest and not cfg.channels["validation"].is_manifest

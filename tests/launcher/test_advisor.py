@@ -41,6 +41,15 @@ def test_slow_trainer_is_compute_bound_and_no_host_is_added(configs, tmp_path):
     assert not advisor["offload_pays"]  # the GPU host's own CPUs (2 left of 3) already beat the trainer
     assert all(o["bound"] == "trainer" for o in advisor["table"])
     assert advisor["recommended_same_type"]["hosts"] == 1  # the cheapest that keeps the trainer fed
+    # k = 0 predicts the same rate for less money: the advisor says so, never "add a host" at the same rate
+    best, alone = advisor["recommended"], advisor["table"][0]
+    assert best["hosts"] == 0 and best["images_per_s"] == alone["images_per_s"]
+    assert all(o["cost_per_epoch"] > best["cost_per_epoch"] for o in advisor["table"][1:])
+    from smlaunch.launcher.advisor import advice_lines
+
+    lines = advice_lines(advisor)
+    assert any(line.startswith("advisor: recommend no CPU hosts (the GPU hosts alone): predicted") for line in lines)
+    assert not any("1 hosts" in line for line in lines)
 
 
 def test_balanced_and_head_start_cases(configs, tmp_path):

@@ -3,17 +3,20 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from smlaunch.launcher.cli import main
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def sm_launch(*args, cwd=None, env_extra=None):
+
+def sm_launch(*args, cwd=None, env_extra=None, module="smlaunch.launcher.cli"):
     import os
 
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
                           text=True, timeout=120, cwd=cwd, env=env)
 
 
@@ -22,6 +25,18 @@ def test_help_imports_neither_torch_nor_ray():
             "except SystemExit:\n    pass\nprint(sorted(m for m in ('torch', 'ray', 'timm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "usage: sm-launch" in out.stdout and out.stdout.strip().endswith("[]")
+    assert "-v, --verbose" in out.stdout and "-q, --quiet" in out.stdout
+
+
+def test_version_and_python_dash_m():
+    """`sm-launch --version` names what a bug report needs; `python -m smlaunch` is the same CLI."""
+    from smlaunch import __version__
+
+    out = sm_launch("--version", module="smlaunch")
+    assert out.returncode == 0
+    assert out.stdout.startswith(f"sm-launch {__version__} (ray 2.") and "torch " in out.stdout and "Python 3." in out.stdout
+    plan = sm_launch("-q", "plan", "configs/hetero.yaml", module="smlaunch", cwd=ROOT)
+    assert plan.returncode == 0 and "head: algo-1 (train_group, ml.g5.xlarge)" in plan.stdout
 
 
 def test_plan_prints_hosts_labels_and_channels(configs, capsys):
@@ -34,19 +49,24 @@ def test_plan_prints_hosts_labels_and_channels(configs, capsys):
     assert "train: File tfrecord (FullyReplicated) from builtin:digits/train -> /opt/ml/input/data/train on algo-2" in out
 
 
-def test_plan_starts_no_ray_and_imports_no_torch(configs):
+def test_plan_starts_no_ray_and_imports_no_torch(configs, dataset_cache):
+    """Once timm's model names are cached (the first check builds the list), `plan` imports neither."""
+    from smlaunch.trainers.model import timm_model_names
+
+    timm_model_names()
     code = ("import sys\nfrom smlaunch.launcher.cli import main\n"
             f"assert main(['plan', {str(configs / 'hetero.yaml')!r}]) == 0\n"
             "print(sorted(m for m in ('torch', 'ray', 'timm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip().endswith("[]")
+    assert out.returncode == 0 and out.stdout.strip().endswith("[]"), out.stderr
 
 
 @pytest.mark.parametrize("overrides, expected", [
     (["--set", "trainer.colour=red"], "trainer.colour: unknown key; valid keys: batch_size"),
     (["--set", "trainer.batch_size=big"], "trainer.batch_size: Input should be a valid integer"),
     (["--set", "trainer.batch_size=-1"], "trainer.batch_size: Input should be greater than 0"),
-    (["--set", "pipeline.ops.1.op=warp"], "pipeline.ops.1: Input tag 'warp'"),
+    (["--set", "pipeline.ops.1.op=warp"], "pipeline.ops.1.op: unknown op 'warp'; ops: decode_image, resize"),
+    (["--set", "pipeline.ops.3.op=gausian_blur"], "unknown op 'gausian_blur' (did you mean 'gaussian_blur'?)"),
     (["--set", "nonsense"], "--set 'nonsense': expected KEY=VALUE"),
     (["--set", "channels.train.attribute_names=[source-ref, class]"],
      "channels.train: attribute_names (an augmented manifest) needs input_mode: Pipe"),
@@ -55,11 +75,17 @@ def test_plan_starts_no_ray_and_imports_no_torch(configs):
     (["--set", "run.s3_endpoint=aws", "--set", "run.s3_seed={s3://b/p/: data}"],
      "run: s3_seed fills the local S3 server; it needs s3_endpoint unset"),
     (["--set", "run.s3_endpoint=ftp://x"], "run: s3_endpoint 'ftp://x': expected aws or an http(s) URL"),
+    (["--set", "model.name=resnet5O"], "model.name: timm has no model 'resnet5O'; did you mean resnet50"),
+    (["--set", "channels.train.source=hf://datasets/mnist"], "channels.train.source: hf:// sources are not supported"),
+    (["--set", "channels.validation.source=/nowhere/at/all", "--set", "model.num_classes=10"],
+     "channels.validation.source: /nowhere/at/all is not a directory (it does not exist)"),
+    (["--set", "cluster.instance_groups.1.instance_type=ml.c5.large"],
+     "'ml.c5.large' is not a SageMaker training instance type (botocore's TrainingInstanceType list); did you mean"),
 ])
 def test_bad_config_is_one_line_and_exit_2(configs, overrides, expected):
     result = sm_launch("plan", str(configs / "hetero.yaml"), *overrides)
     assert result.returncode == 2
-    assert result.stderr.startswith("sm-launch: error: ") and expected in result.stderr
+    assert result.stderr.startswith("sm-launch: error: ") and expected in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
@@ -67,31 +93,40 @@ def test_unknown_model_fails_before_any_cluster(configs, tmp_path):
     result = sm_launch(str(configs / "tiny.yaml"), "--set", "model.name=resnet_18", "--set",
                        f"run.dir={tmp_path}", "--set", "run.name=r")
     assert result.returncode == 2
-    assert result.stderr == ("sm-launch: error: model.name: timm has no model 'resnet_18'; close matches: "
-                             "resnet18, resnetv2_18, resnet18d, resnetv2_18d, skresnet18\n")
+    assert result.stderr == ("sm-launch: error: model.name: timm has no model 'resnet_18'; did you mean "
+                             "resnet18, resnetv2_18, resnet18d, resnetv2_18d, skresnet18?\n")
     failure = tmp_path / "r" / "hosts" / "algo-1" / "opt" / "ml" / "output" / "failure"
     assert failure.read_text().startswith("model.name: timm has no model")
-    assert not (tmp_path / "r" / "ray_results").exists()
+    assert not (tmp_path / "r" / "ray_results").exists() and not (tmp_path / "r" / "logs").exists()
 
 
-def test_missing_channel_data_names_the_channel(configs, tmp_path):
-    result = sm_launch(str(configs / "tiny.yaml"), "--set", f"channels.validation.source={tmp_path}/nowhere",
-                       "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}")
-    assert result.returncode == 1
-    assert result.stderr == (f"sm-launch: error: channel 'validation': source {tmp_path}/nowhere "
-                             "is not a directory\n")
+def test_channel_folders_are_checked_before_anything_starts(configs, tmp_path):
+    """A missing, an empty and a mis-declared folder each fail `run` at once, naming the field; all
+    problems come in the one line."""
+    from PIL import Image
 
-
-def test_empty_channel_names_the_channel(configs, tmp_path):
     (tmp_path / "empty").mkdir()
-    result = sm_launch(str(configs / "tiny.yaml"), "--set", f"channels.train.source={tmp_path}/empty",
-                       "--set", "model.num_classes=10", "--set", f"run.dir={tmp_path}")
-    assert result.returncode == 1
-    assert f"channel 'train': no objects under {tmp_path}/empty" in result.stderr
+    (tmp_path / "pngs" / "cat").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp_path / "pngs" / "cat" / "0.png")
+    result = sm_launch(str(configs / "tiny.yaml"), "--set", f"channels.train.source={tmp_path}/pngs",
+                       "--set", f"channels.validation.source={tmp_path}/empty", "--set", "model.num_classes=10",
+                       "--set", f"run.dir={tmp_path}")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert (f"channels.train.source: {tmp_path}/pngs/cat/0.png is a PNG image, not a tfrecord file "
+            "(channel record_format: tfrecord)") in result.stderr
+    assert f"channels.validation.source: {tmp_path}/empty holds no files" in result.stderr
+
+
+def test_quiet_prints_only_the_result(configs):
+    out = sm_launch("-q", "plan", str(configs / "hetero.yaml"))
+    assert out.returncode == 0 and "# plan" in out.stdout and out.stderr == ""
+    out = sm_launch("plan", "-q", str(configs / "hetero.yaml"), "--set", "trainer.steps=-1")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("sm-launch: error: ") and "trainer.steps: Input should be greater than 0" in out.stderr
 
 
 def test_inspect_counts_records_and_names_the_corrupt_offset(tmp_path):
-    from smlaunch.launcher.cli import RECORD_FORMATS
+    from smlaunch.launcher.commands.inspect import RECORD_FORMATS
     from smlaunch.pipelines.formats import FORMATS, recordio
 
     assert RECORD_FORMATS == FORMATS
@@ -124,7 +159,7 @@ def test_agent_command_feeds_fifos_any_reader_can_use(tmp_path):
         with reader.next() as stream:
             assert list(iter_records(stream, "tfrecord")) == [b"1-%d" % i for i in range(4)]  # host 1 of 2: part-1
     assert agent.wait(30) == 0
-    assert "agent: 1 objects for channel 'train', 2 epoch(s)" in agent.stdout.read()
+    assert "agent: 1 object for channel 'train', 2 epochs" in agent.stdout.read()
 
 
 def test_agent_streams_an_augmented_manifest_as_one_recordio_record_per_attribute(tmp_path):

@@ -9,6 +9,7 @@ whole Pipe-mode run (both channels, sharded) is the resumed run of
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -19,19 +20,37 @@ SENTINELS = {"AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID", "AWS_SECRET_ACCESS_KE
              "AWS_SESSION_TOKEN": "sentinel-session-6f1c9e7a3b", "SMLAUNCH_RAY_TOKEN": "sentinel-ray-token-" + "7" * 32}
 
 
+RAY_INTERNALS = ("(pid=", "TrainController", "RayTrainWorker", "SplitCoordinator", "raylet", "core_worker",
+                 "Execution plan", "Checkpoint successfully created", "Progress bars disabled")
+
+
 @pytest.mark.ray
-def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
+def test_tiny_job_trains_on_three_nodes_in_a_terminal(configs, tmp_path):
+    """The job as a person runs it: `sm-launch` typed into a terminal (a pseudo-terminal of 120x40).
+    It must finish, draw a progress bar, keep the console to its own lines, and train for real."""
+    from terminal import run_in_terminal, screen_lines
+
     # Sentinel credentials in the environment must show up nowhere (issue 9's security item).
-    result = subprocess.run(
-        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"),
-         "--set", f"run.dir={tmp_path}", "--set", "run.name=e2e"],
-        capture_output=True, text=True, timeout=420, env={**os.environ, **SENTINELS})
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, output = run_in_terminal(
+        [sys.executable, "-m", "smlaunch", str(configs / "tiny.yaml"), "--set", f"run.dir={tmp_path}",
+         "--set", "run.name=e2e"], env={**os.environ, **SENTINELS}, timeout_s=420)
+    assert code == 0, output[-3000:]
+    assert "\rtrain:" in output and "| 40/40 [" in output and "images/s, data wait" in output  # the bar, redrawn
+    lines = screen_lines(output)
+    assert len(lines) <= 60, "\n".join(lines)
+    assert not [line for line in lines if any(word in line for word in RAY_INTERNALS)], "\n".join(lines)
+    metric = re.compile(r"^step=\d+ loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+$")
+    assert [line for line in lines if metric.match(line)][-1].startswith("step=40 ")
+    assert any(re.match(r"^validation step=40 epoch=1 accuracy=[0-9.]+ loss=[0-9.]+$", line) for line in lines)
+    assert "steps=40 epochs=1 (epoch 1 cut short by the step count) train_workers=1" in lines
     head = tmp_path / "e2e" / "hosts" / "algo-1" / "opt" / "ml"
     report = json.loads((head / "output" / "data" / "report.json").read_text())
     summary = report["summary"]
+    assert lines[-1] == f"report: {head / 'output' / 'data' / 'report.json'}"
 
     assert summary["steps"] == 40 and len(report["steps"]) == 40
+    assert (summary["epochs"], summary["epochs_complete"]) == (1, 0)  # one way of counting, everywhere
+    assert report["sample_accounting"]["epochs"][0]["epoch"] == 1 and report["validation"][-1]["epoch"] == 1
     assert {"loss", "step_time_s", "data_wait_s", "images_per_s"} <= set(report["steps"][0])
     assert summary["validation_accuracy"] > 0.3  # chance is 0.1
     assert report["validation"][-1]["rows"] == 360
@@ -39,7 +58,10 @@ def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
     assert summary["data_node_row_fraction"] == 1.0
     assert report["rows_by_host"]["algo-1"] == 0 and report["rows_by_host"]["unknown"] == 0
     assert report["rows_by_host"]["algo-2"] + report["rows_by_host"]["algo-3"] >= 40 * 32 + 360
-    assert "step=40 loss=" in result.stdout + result.stderr
+    # Ray's logs and ours are kept with the run, not shown.
+    logs = tmp_path / "e2e" / "logs"
+    assert "step=40 loss=" in (logs / "sm-launch.log").read_text()
+    assert list((logs / "ray").glob("raylet*.out")) and list((logs / "ray").glob("python-core-worker-*.log"))
 
     # Utilisation was sampled on all three hosts, and the report was rendered for people.
     assert sorted(report["samples"]) == ["algo-1", "algo-2", "algo-3"]
@@ -51,10 +73,10 @@ def test_tiny_job_trains_on_three_nodes(configs, tmp_path):
     for name in ("summary.md", "throughput.png", "data_wait.png", "utilisation.png"):
         assert (out / name).stat().st_size > 1000, name
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    assert "verdict: " in result.stdout and "advisor: recommend" in result.stdout
+    assert any(line.startswith("verdict: ") for line in lines) and any("advisor: recommend" in line for line in lines)
 
     # No credential in the output, the report, the resolved config, the host trees or any log.
-    texts = {"stdout": result.stdout, "stderr": result.stderr}
+    texts = {"terminal": output}
     texts.update({str(p): p.read_bytes().decode("latin-1") for p in (tmp_path / "e2e").rglob("*") if p.is_file()})
     assert len(texts) > 20
     assert not [f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items()
@@ -98,6 +120,11 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
         capture_output=True, text=True, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "local S3 server at http://127.0.0.1:" in result.stdout
+    # Piped, the console has no escape codes, no Ray lines, and the data task's warning reached it.
+    assert "\x1b" not in result.stdout + result.stderr and "\r" not in result.stdout
+    assert not [line for line in result.stdout.splitlines() if any(word in line for word in RAY_INTERNALS)]
+    assert "WARNING: channel 'train': skipped a corrupt record: " in result.stdout
+    assert re.search(r"^step=20 loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+$", result.stdout, re.M)
     hosts = tmp_path / "s3" / "hosts"
     report = json.loads((hosts / "algo-1/opt/ml/output/data/report.json").read_text())
     assert report["summary"]["corrupt_records_skipped"] == 1

@@ -109,8 +109,8 @@ def test_a_user_op_by_module_path_and_its_errors(configs):
 def test_unknown_op_and_misplaced_normalize_list_what_is_valid(configs):
     from smlaunch.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="expected tags: 'decode_image', 'resize', 'random_resized_crop', "
-                                          "'center_crop'"):
+    with pytest.raises(ConfigError, match="unknown op 'warp'; ops: decode_image, resize, random_resized_crop, "
+                                          "center_crop"):
         _ops(configs, "pipeline.ops.1.op=warp")
     with pytest.raises(ConfigError, match="normalize may only come last"):
         _ops(configs, "pipeline.ops.2={op: normalize}")

@@ -184,7 +184,7 @@ CASES += [
     Case("set-index-out-of-range", "sagemaker", lambda t: sagemaker_host(t, overrides=["pipeline.ops.9.op=resize"]),
          2, r"--set 'pipeline\.ops\.9\.op=resize': pipeline\.ops is a list of 4; use an index 0\.\.3"),
     Case("channel-name-invalid", "sagemaker", lambda t: sagemaker_host(t, overrides=["channels.tr@in.source=x"]), 2,
-         JOB + r": config: channel name 'tr@in' must match .*"),
+         JOB + r": channels: channel name 'tr@in' must match .*"),
     Case("resourceconfig-without-a-gpu-group", "sagemaker", lambda t: sagemaker_host(
         t, mutate=resource_config(lambda r: r["instance_groups"][0].update(instance_type="ml.c5.2xlarge"))), 2,
          r"cluster: no instance group of this job has GPUs \(gpu=ml\.c5\.2xlarge, cpu=ml\.c5\.xlarge\); "
@@ -245,13 +245,13 @@ def manifest(tmp: Path, body: bytes, *overrides: str):
 
 LINE = b'{"source-ref": "img.jpg", "class": 1}\n'
 CASES += [
-    Case("channel-with-no-files", "local", lambda t: local_run(t, f"channels.train.source={empty_dir(t)}"), 1,
-         r"channel 'train': no objects under \S+/empty"),
+    Case("channel-with-no-files", "local", lambda t: local_run(t, f"channels.train.source={empty_dir(t)}"), 2,
+         r"channels\.train\.source: \S+/empty holds no files \(hidden ones are skipped, as a channel's reader does\)"),
     Case("pipe-channel-with-no-files", "local", lambda t: local_run(
-        t, f"channels.train.source={empty_dir(t)}", "channels.train.input_mode=Pipe"), 1,
-         r"channel 'train': no objects under \S+/empty"),
-    Case("channel-source-missing", "local", lambda t: local_run(t, f"channels.validation.source={t}/nowhere"), 1,
-         r"channel 'validation': source \S+/nowhere is not a directory"),
+        t, f"channels.train.source={empty_dir(t)}", "channels.train.input_mode=Pipe"), 2,
+         r"channels\.train\.source: \S+/empty holds no files \(hidden ones are skipped, as a channel's reader does\)"),
+    Case("channel-source-missing", "local", lambda t: local_run(t, f"channels.validation.source={t}/nowhere"), 2,
+         r"channels\.validation\.source: \S+/nowhere is not a directory \(it does not exist\)"),
     Case("manifest-not-utf8", "local", lambda t: manifest(t, LINE + b'{"source-ref": "caf\xe9.jpg", "class": 2}\n'), 1,
          r"manifest \S+/train\.manifest: not UTF-8 at byte 57"),
     Case("manifest-line-missing-an-attribute", "local", lambda t: manifest(t, LINE + b'{"source-ref": "img.jpg"}\n'),

@@ -78,19 +78,19 @@ def test_yaml_tags_in_set_values_do_not_run(tmp_path, index):
     "$(touch pwned):f",
 ])
 def test_a_user_op_must_be_module_colon_function(tmp_path, function):
-    result = sm_launch("plan", str(TINY), "--set", f"pipeline.ops.1={{op: user, function: \"{function}\"}}",
+    result = sm_launch("plan", str(TINY), "--set", f"pipeline.ops.2={{op: user, function: \"{function}\"}}",
                        cwd=tmp_path)
     assert not (tmp_path / "pwned").exists()
     if function == "eval:x":  # well-formed: refused only when imported, before any cluster starts
-        result = sm_launch(str(TINY), "--set", "pipeline.ops.1={op: user, function: 'eval:x'}",
+        result = sm_launch(str(TINY), "--set", "pipeline.ops.2={op: user, function: 'eval:x'}",
                            "--set", f"run.dir={tmp_path}", cwd=tmp_path)
         assert result.returncode == 2
-        assert result.stderr.splitlines()[-1] == ("sm-launch: error: pipeline user op eval:x: cannot import eval "
-                                                  "(No module named 'eval')")
+        assert result.stderr.splitlines()[-1] == ("sm-launch: error: pipeline.ops.2.function: pipeline user op eval:x: "
+                                                  "cannot import eval (No module named 'eval')")
         return
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert "pipeline.ops.1.function: String should match pattern" in result.stderr
+    assert "pipeline.ops.2.function: String should match pattern" in result.stderr
 
 
 def test_yaml_aliases_do_not_blow_up(tmp_path):

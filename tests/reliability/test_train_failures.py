@@ -54,7 +54,7 @@ def step_of(checkpoint: Path) -> int:
 def wait_for_checkpoint(root: Path, proc, timeout=300, min_step=1) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = latest_complete(root, log=lambda line: None)
+        found = latest_complete(root)
         if found is not None and step_of(found) >= min_step:
             return found
         assert proc.poll() is None, proc.communicate()[0][-3000:]
@@ -89,7 +89,7 @@ def test_a_killed_worker_redoes_at_most_one_interval_then_sigterm_checkpoints_an
         deadline = time.monotonic() + 60
         while not snapshot.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        at_kill = latest_complete(checkpoints, log=lambda line: None)
+        at_kill = latest_complete(checkpoints)
         kill_train_workers()
         # The restarted group resumes, then checkpoints again; SIGTERM once it has. Late enough
         # that the loss has clearly fallen, so the resumed curve can be told from a fresh model's.

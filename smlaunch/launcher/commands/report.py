@@ -8,9 +8,29 @@ the advisor are computed again, with `--price TYPE=USD` on top of the prices the
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from smlaunch.errors import UserError
+from smlaunch.launcher.console import RESULT
+
+log = logging.getLogger("smlaunch")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run_dir", help="a run directory, an output/data folder, or a report.json")
+    parser.add_argument("--price", action="append", default=[], metavar="TYPE=USD",
+                        help="USD per instance-hour for an ml.* type, over the run's prices (repeatable)")
+
+
+def main(args, failure) -> int:
+    from smlaunch.launcher.report import log_summary
+
+    path, report = rerender(args.run_dir, args.price)
+    log_summary(report, log)
+    log.log(RESULT, f"report: {path} (summary.md, throughput.png, data_wait.png, utilisation.png, tensorboard/ "
+                    "beside it)")
+    return 0
 
 
 def find_report(path: str) -> Path:
@@ -29,7 +49,7 @@ def find_report(path: str) -> Path:
 
 
 def rerender(path: str, prices: list[str]) -> tuple[Path, dict]:
-    from smlaunch.cluster.instances import INSTANCE_TYPES
+    from smlaunch.config.instance_types import check_training_type
     from smlaunch.launcher.report import add_analysis, write_report
 
     report_path = find_report(path)
@@ -44,8 +64,10 @@ def rerender(path: str, prices: list[str]) -> tuple[Path, dict]:
                 overrides[name] = float(value)
             except ValueError:
                 raise UserError(f"--price {item}: expected TYPE=USD_PER_HOUR, e.g. ml.c5.4xlarge=0.816") from None
-            if name not in INSTANCE_TYPES:
-                raise UserError(f"--price {item}: unknown instance type {name!r}")
+            try:
+                check_training_type(name)
+            except ValueError as exc:
+                raise UserError(f"--price {item}: {exc}") from None
         add_analysis(report, {**monitor, "prices": overrides}, epoch_images)
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, UserError):

@@ -7,8 +7,31 @@ multi-gigabyte shard costs no more memory than its largest record.
 
 from __future__ import annotations
 
+import logging
 
+from smlaunch.launcher.console import RESULT
+
+log = logging.getLogger("smlaunch")
+RECORD_FORMATS = ("tfrecord", "recordio", "text", "whole")  # = pipelines.formats.FORMATS, without importing it
 FIFO_WAIT_S = 60.0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("path", help="a record file (or a FIFO)")
+    parser.add_argument("--format", required=True, choices=RECORD_FORMATS)
+    parser.add_argument("--fifo-wait", type=float, default=FIFO_WAIT_S, metavar="S",
+                        help="PATH is a FIFO: seconds to wait for a writer (default %(default)s)")
+
+
+def main(args, failure) -> int:
+    from smlaunch.errors import DataError
+
+    try:
+        inspect_path(args.path, args.format, fifo_wait_s=args.fifo_wait,
+                     out=lambda line: log.log(RESULT, line))
+    except OSError as exc:
+        raise DataError(f"{args.path}: {exc.strerror or exc}") from None
+    return 0
 
 
 def inspect_path(path: str, format: str, show: int = 5, out=print, fifo_wait_s: float = FIFO_WAIT_S) -> int:

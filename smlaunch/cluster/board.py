@@ -1,0 +1,107 @@
+"""Messages from Ray workers to the launcher's console: the board.
+
+The launcher owns the console. Ray's forwarding of every worker's stdout (`log_to_driver`) is off
+by default, because it prefixes each line with `(RayTrainWorker pid=...)` and colour codes and
+mixes our lines with Ray's own. So what a train worker or a data task has to tell the user
+travels here instead: step records (for the progress bar and the metric lines), validation
+results, notes such as "resumed from ..." and warnings such as a skipped corrupt record.
+
+One small actor (zero CPUs) on the driver's node keeps the events until the launcher drains them,
+twice a second. Senders never wait for it while training: `Outbox` buffers events and sends them
+at most every `FLUSH_S`, so a step pays for a list append, not a remote call. The events are
+also in the report (steps, validation) when the run ends, so a lost event costs a console line,
+never data.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+NAME = "smlaunch-board"
+NAMESPACE = "smlaunch"
+FLUSH_S = 0.5
+MAX_EVENTS = 100_000
+"""Held between drains; past it the oldest step records are dropped (a launcher that stopped draining)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _actor_class():
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class Board:
+        def __init__(self):
+            self.events: list[dict] = []
+
+        def push(self, events: list[dict]) -> None:
+            self.events.extend(events)
+            if len(self.events) > MAX_EVENTS:
+                steps = [i for i, e in enumerate(self.events) if e.get("kind") == "step"]
+                drop = set(steps[: len(self.events) - MAX_EVENTS])
+                self.events = [e for i, e in enumerate(self.events) if i not in drop]
+
+        def drain(self) -> list[dict]:
+            out, self.events = self.events, []
+            return out
+
+    return Board
+
+
+def start_board():
+    """The run's board on this (the driver's) node; a board left by an earlier run is replaced."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(NAME, namespace=NAMESPACE))
+    except ValueError:
+        pass
+    here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
+    return _actor_class().options(name=NAME, namespace=NAMESPACE, label_selector=here).remote()
+
+
+def find_board():
+    """The run's board from any worker, or None (a run without a launcher draining it)."""
+    import ray
+
+    try:
+        return ray.get_actor(NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def post(kind: str, **fields) -> None:
+    """Send one event now, without waiting (a data task's warning, a rare note)."""
+    board = find_board()
+    if board is not None:
+        board.push.remote([{"kind": kind, "t": time.time(), **fields}])
+
+
+class Outbox:
+    """A worker's buffered sender: `put` is a list append; events go out every `FLUSH_S`."""
+
+    def __init__(self, enabled: bool = True):
+        self.board = find_board() if enabled else None
+        self.pending: list[dict] = []
+        self.sent_at = time.monotonic()
+
+    def put(self, kind: str, **fields) -> None:
+        if self.board is None:
+            return
+        self.pending.append({"kind": kind, "t": time.time(), **fields})
+        if kind != "step" or time.monotonic() - self.sent_at >= FLUSH_S:
+            self.flush()
+
+    def flush(self, wait: bool = False) -> None:
+        """Send what is pending; `wait` blocks until the board holds it (the end of a run)."""
+        if self.board is None or not (self.pending or wait):
+            return  # with `wait`, even an empty push: it runs after every earlier push of this worker
+        ref = self.board.push.remote(self.pending)
+        self.pending, self.sent_at = [], time.monotonic()
+        if wait:
+            import ray
+
+            try:
+                ray.get(ref, timeout=10)
+            except Exception:  # the console line is lost, the report still has it
+                pass

@@ -1,0 +1,84 @@
+"""`sm-launch run CONFIG` (the default command) and `sm-launch check CONFIG`.
+
+Locally: every host of the config is simulated as a Ray node on this machine, the job trains,
+and the report is written on the head's simulated tree. On a SageMaker host: this host takes its
+part (the head trains, the others serve their CPUs and wait). `check` brings the same cluster up,
+runs one task per host to show the labels route work where the plan says, and tears it down.
+
+SIGTERM (StopTrainingJob, MaxRuntime, a spot interruption) stops training at the next step
+boundary with a checkpoint; the command then exits 143.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from smlaunch.launcher.commands.job import add_config_arguments, load_job
+from smlaunch.launcher.console import RESULT
+from smlaunch.text import plural
+
+log = logging.getLogger("smlaunch")
+
+
+def add_arguments(parser) -> None:
+    add_config_arguments(parser)
+
+
+def main(args, failure) -> int:
+    from smlaunch.launcher.stopping import StopRequest
+
+    stop = StopRequest().install()
+    job = load_job(args, failure)
+    if job.sagemaker is not None:
+        return _on_sagemaker(args.command, job, stop)
+    return _local(args.command, job, stop)
+
+
+def _local(command: str, job, stop) -> int:
+    from smlaunch.launcher import console
+    from smlaunch.launcher.commands.plan import summary
+
+    cfg, plan = job.cfg, job.plan
+    logs = Path(plan.run_dir) / "logs"
+    console.log_to_file(logs / "sm-launch.log")
+    for line in summary(cfg, plan):
+        log.info(line)
+    log.info(f"run directory: {plan.run_dir} (logs, Ray's too: {logs})")
+    if command == "check":
+        from smlaunch.cluster.local import LocalCluster
+        from smlaunch.launcher.sagemaker_run import check_hosts
+
+        with LocalCluster(plan):
+            answers = check_hosts(plan)["hosts"]
+        log.log(RESULT, f"all {plural(len(answers), 'simulated host')} ran a task: {', '.join(answers)}")
+        return 0
+    from smlaunch.launcher.report import log_summary
+    from smlaunch.launcher.run import run_local
+
+    report = run_local(cfg, plan, stop=stop)
+    log_summary(report, log)
+    log.log(RESULT, f"report: {report['path']}")
+    return 143 if report["summary"].get("stopped_at_step") is not None else 0
+
+
+def _on_sagemaker(command: str, job, stop) -> int:
+    from smlaunch.errors import UserError
+    from smlaunch.launcher import console
+    from smlaunch.launcher.commands.plan import summary
+    from smlaunch.launcher.report import log_summary
+    from smlaunch.launcher.sagemaker_run import run_host
+
+    cfg, plan, sm = job.cfg, job.plan, job.sagemaker
+    console.log_to_file(sm.path("output", "data", "smlaunch", "sm-launch.log"))
+    if plan.current_host == plan.head:
+        for line in summary(cfg, plan):
+            log.info(line)
+    outcome = run_host(cfg, plan, sm, stop, check_only=command == "check", log=log.info)
+    if outcome.exit_code == 1:
+        raise UserError(outcome.message)
+    log.log(RESULT, f"{plan.current_host}: {outcome.message}")
+    if outcome.report and "summary" in outcome.report:
+        log_summary(outcome.report, log)
+        log.log(RESULT, f"report: {outcome.report['path']}")
+    return outcome.exit_code

@@ -1,0 +1,115 @@
+"""The trainer's progress on the launcher's console, drawn from the board's events.
+
+Rank 0 posts a record per optimizer step, each validation result and its notes to the board
+(`smlaunch.cluster.board`); this thread drains it twice a second and shows:
+
+* a progress display: step / total, images/s and data wait over the last `WINDOW` steps, the
+  loss, and the ETA from the recent step time (a tqdm bar on a terminal, a plain line every 30 s
+  otherwise);
+* the metric lines, every `trainer.log_every` steps and at step 1, in the exact form
+  `sm-launch submit`'s MetricDefinitions read from a SageMaker job's stdout:
+  `step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x>`, and
+  `validation step=<n> epoch=<n> accuracy=<x> loss=<x>`;
+* notes and warnings the workers sent.
+
+Printed here, on the driver, the lines carry no Ray prefix and no colour codes, wherever stdout goes.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+from smlaunch.launcher.console import Progress
+
+log = logging.getLogger("smlaunch.train")
+POLL_S = 0.5
+WINDOW = 20
+"""Steps the rates on the progress display average over."""
+
+
+def metric_line(record: dict) -> str:
+    return (f"step={record['step']} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
+            f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}")
+
+
+def validation_line(result: dict) -> str:
+    return (f"validation step={result['step']} epoch={result['epoch']} accuracy={result['accuracy']:.4f} "
+            f"loss={result['loss']:.4f}")
+
+
+class _TrainBar(Progress):
+    def __init__(self, total: int | None, initial: int):
+        super().__init__("train", total=total, unit="step", initial=initial)
+        self.recent: collections.deque = collections.deque(maxlen=WINDOW)
+
+    def step(self, record: dict) -> None:
+        self.recent.append(record)
+        step_s = sum(r["step_time_s"] for r in self.recent)
+        images = sum(r["images_per_s"] * r["step_time_s"] for r in self.recent)
+        wait = sum(r["data_wait_s"] for r in self.recent)
+        self.describe(f"{images / step_s if step_s else 0:.0f} images/s, data wait {100 * wait / step_s if step_s else 0:.0f} %, "
+                      f"loss {record['loss']:.3f}, epoch {record['epoch']}")
+        self.update(record["step"] - self.n)
+
+    def eta_s(self) -> float | None:
+        if not self.total or not self.recent:
+            return None
+        per_step = sum(r["step_time_s"] for r in self.recent) / len(self.recent)
+        return max(0, self.total - self.n) * per_step
+
+
+class TrainProgress:
+    """Context manager around `fit`: drains the board on a thread until the body returns."""
+
+    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int):
+        self.board, self.log_every = board, log_every
+        self.bar = _TrainBar(total_steps, initial_step)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="smlaunch-train-progress", daemon=True)
+        self.last_step = initial_step
+
+    def __enter__(self) -> "TrainProgress":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self._drain(final=True)
+        self.bar.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self._drain()
+            self.bar.tick()
+
+    def _drain(self, final: bool = False) -> None:
+        import ray
+
+        try:
+            events = ray.get(self.board.drain.remote(), timeout=10 if not final else 30)
+        except Exception as exc:  # the console misses lines; the report still has every step
+            log.debug("could not read the progress board: %s", exc)
+            return
+        for event in events:
+            self.handle(event)
+
+    def handle(self, event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "step":
+            self.last_step = event["step"]
+            self.bar.step(event)
+            if event["step"] % self.log_every == 0 or event["step"] == 1:
+                log.info(metric_line(event))
+        elif kind == "validation":
+            log.info(validation_line(event))
+        elif kind == "resumed":  # also a worker group restarted after a crash: the bar steps back
+            self.last_step = event["step"]
+            self.bar.update(event["step"] - self.bar.n)
+            log.info(event["text"])
+        elif kind == "note":
+            log.info(event["text"])
+        elif kind == "warning":
+            log.warning(event["text"])
