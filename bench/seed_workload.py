@@ -67,7 +67,7 @@ def run(tmp: Path, name: str, offload: bool, args) -> dict:
 def run_here(tmp: Path, name: str, args) -> None:
     import json
 
-    from smlaunch.launcher import console
+    from smlaunch import console
     from smlaunch.launcher.run import run_local
 
     console.setup(-1)  # stdout carries this run's summary as JSON; errors still reach stderr

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
 from pathlib import Path
 
 from smlaunch.cluster.plan import LOCAL_OBJECT_STORE_MIN, LaunchPlan
@@ -43,7 +42,7 @@ class LocalCluster:
         import ray
         from ray.cluster_utils import Cluster
 
-        from smlaunch.launcher import console
+        from smlaunch import console
 
         console.quiet_ray()
         try:
@@ -83,20 +82,12 @@ class LocalCluster:
             self._keep_ray_logs()
             self._restore_env()
 
-    def _keep_ray_logs(self, max_file_bytes: int = 50 * 2**20) -> None:
-        """Copy the session's logs into `<run dir>/logs/ray` (files over `max_file_bytes` left out)."""
-        if self.session_dir is None:
-            return
-        source = Path(self.session_dir) / "logs"
-        target = Path(self.plan.run_dir) / "logs" / "ray"
+    def _keep_ray_logs(self) -> None:
+        """Copy the session's logs into `<run dir>/logs/ray`."""
+        if self.session_dir is not None:
+            from smlaunch.cluster.node import keep_ray_logs
 
-        def too_big(directory, names):
-            return [n for n in names if (Path(directory) / n).is_file()
-                    and (Path(directory) / n).stat().st_size > max_file_bytes]
-        try:
-            shutil.copytree(source, target, ignore=too_big, dirs_exist_ok=True, symlinks=True)
-        except (OSError, shutil.Error) as exc:
-            log.debug("could not copy Ray's logs from %s: %s", source, exc)
+            keep_ray_logs(Path(self.session_dir) / "logs", Path(self.plan.run_dir) / "logs" / "ray")
 
     def _set_env(self, values: dict[str, str | None]) -> None:
         for key, value in values.items():

@@ -51,6 +51,21 @@ def start_args(host, *, head_address: str | None, node_ip: str, port: int, temp_
     return args
 
 
+def keep_ray_logs(session_logs: Path, target: Path, max_file_bytes: int = 50 * 2**20) -> Path | None:
+    """Copy a Ray session's `logs/` to `target` (files over `max_file_bytes` left out), so they
+    outlive the node's temp dir; None when there was nothing to copy."""
+    def too_big(directory, names):
+        return [n for n in names if (Path(directory) / n).is_file()
+                and (Path(directory) / n).stat().st_size > max_file_bytes]
+    if not session_logs.is_dir():
+        return None
+    try:
+        shutil.copytree(session_logs, target, ignore=too_big, dirs_exist_ok=True, symlinks=True)
+    except (OSError, shutil.Error):
+        return None
+    return target
+
+
 class RayNode:
     """`ray start --block ...` run as a child; `stop()` ends this node's processes and only them."""
 

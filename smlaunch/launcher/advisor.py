@@ -139,7 +139,7 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
         "efficiency": round(efficiency, 3), "epoch_overhead_s": round(overhead, 2),
         "offload_pays": gpu_bound > OFFLOAD_RATIO * local_rate,
         "epoch_images": images, "epoch_images_assumed": epoch_images is None,
-        "table_instance_type": table_type, "table": table,
+        "table_instance_type": table_type, "table": table, "gpu_hosts": len(train),
         "recommended": best, "recommended_same_type": same_type,
         "prices_dated": dated, "unpriced": sorted({t for t in [*candidates, *(h["instance_type"] for h in train)]
                                                      if t not in prices}),
@@ -178,8 +178,8 @@ def advice_lines(advisor: dict) -> list[str]:
         lines.append("advisor: the GPU host's own CPUs nearly keep up (GPU-bound rate < 1.3x theirs): "
                      "CPU hosts add little")
     cost = f"${best['cost_per_epoch']}/epoch" if best["cost_per_epoch"] is not None else "cost unknown (no price)"
-    what = (f"{best['hosts']} x {best['instance_type']}" if best["hosts"]
-            else "no CPU hosts (the GPU hosts alone)")
+    what = (f"{best['hosts']} x {best['instance_type']}" if best["hosts"] else
+            f"no CPU hosts (the GPU {'host' if advisor.get('gpu_hosts', 1) == 1 else 'hosts'} alone)")
     lines.append(f"advisor: recommend {what}: predicted {best['images_per_s']} images/s, {cost} "
                  f"({advisor['epoch_images']} images{', assumed' if advisor['epoch_images_assumed'] else ''}; "
                  f"prices {advisor['prices_dated']})")

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     args = parser.parse_args(argv)
-    from smlaunch.launcher import console
+    from smlaunch import console
 
     console.setup(-1 if args.quiet else min(args.verbose, 1))
     sys.stdout.reconfigure(line_buffering=True)  # CloudWatch and pipes see each line as it happens

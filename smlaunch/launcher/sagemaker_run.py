@@ -102,7 +102,7 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
         plan = with_joined_resources(plan, state.alive_nodes())
         import ray
 
-        from smlaunch.launcher import console
+        from smlaunch import console
 
         console.quiet_ray()
         ray.init(address=address, **console.ray_init_options(),
@@ -214,8 +214,14 @@ def _shutdown(heartbeat, node, state, keep_temp: bool) -> None:
     if heartbeat is not None:
         heartbeat.stop()
     node.stop(keep_temp=keep_temp)
-    if keep_temp:
-        logging.getLogger("smlaunch").warning(f"Ray logs of this host kept in {node.temp_dir}")
+    if keep_temp and node.temp_dir:
+        from pathlib import Path
+
+        from smlaunch.cluster.node import keep_ray_logs
+
+        # output/data is uploaded with the job's output even when it fails; /tmp is not
+        kept = keep_ray_logs(Path(node.temp_dir) / "session_latest" / "logs", node.log_path.parent / "ray-logs")
+        logging.getLogger("smlaunch").warning(f"Ray logs of this host kept in {kept or node.temp_dir}")
     if state is not None:
         state.close()
 

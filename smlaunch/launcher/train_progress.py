@@ -21,7 +21,7 @@ import collections
 import logging
 import threading
 
-from smlaunch.launcher.console import Progress
+from smlaunch.console import Progress
 
 log = logging.getLogger("smlaunch.train")
 POLL_S = 0.5

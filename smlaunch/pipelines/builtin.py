@@ -9,9 +9,11 @@ processes building it at once both end with the same complete copy.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -39,8 +41,12 @@ def prepare_cached(version: str, write_splits: Callable[[Path], dict], root: Pat
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
+    log = logging.getLogger("smlaunch")
+    log.info(f"building the builtin dataset {version} (once) into {target}")
+    started = time.monotonic()
     try:
         manifest = write_splits(staging)
+        log.info(f"built {version} in {time.monotonic() - started:.1f} s")
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
         try:
             staging.rename(target)

@@ -119,19 +119,29 @@ def deliver_channels(plan: LaunchPlan, s3_endpoint: str | None = None) -> None:
 
 def copy_objects(source: ObjectSource, objects: list[tuple[str, int]], target: Path, link: bool = True) -> None:
     """Download `objects` into `target` (each through a temporary name, so a half-copied file is
-    never read); from a local folder, hard links when `link` and the filesystem allow."""
-    for rel, _ in objects:
-        dest = target / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.unlink(missing_ok=True)
-        if link and not source.is_s3:
-            try:
-                os.link(Path(source.uri).expanduser() / rel, dest)
-                continue
-            except OSError:
-                pass
-        tmp = dest.with_name(f".{dest.name}.part")
-        with open(tmp, "wb") as f:
-            for chunk in source.read(rel):
-                f.write(chunk)
-        tmp.replace(dest)
+    never read); from a local folder, hard links when `link` and the filesystem allow. Shows
+    progress in bytes while it lasts (File mode from S3 can take a while)."""
+    from smlaunch.console import Progress
+
+    with Progress(f"copying to {target}", total=sum(size for _, size in objects), unit="B", unit_scale=True,
+                  leave=False) as bar:
+        for rel, size in objects:
+            _copy_object(source, rel, target, link)
+            bar.update(size)
+
+
+def _copy_object(source: ObjectSource, rel: str, target: Path, link: bool) -> None:
+    dest = target / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
+    if link and not source.is_s3:
+        try:
+            os.link(Path(source.uri).expanduser() / rel, dest)
+            return
+        except OSError:
+            pass
+    tmp = dest.with_name(f".{dest.name}.part")
+    with open(tmp, "wb") as f:
+        for chunk in source.read(rel):
+            f.write(chunk)
+    tmp.replace(dest)

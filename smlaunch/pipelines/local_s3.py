@@ -88,8 +88,12 @@ class LocalS3:
         if not files:
             raise UserError(f"local S3 seed {folder} for {uri} holds no files")
         base = prefix.rstrip("/") + "/" if prefix else ""
-        for path in files:
-            client.upload_file(str(path), bucket, base + str(path.relative_to(root)))
+        from smlaunch.console import Progress
+
+        with Progress(f"seeding {uri}", total=len(files), unit="file", leave=False) as bar:
+            for path in files:
+                client.upload_file(str(path), bucket, base + str(path.relative_to(root)))
+                bar.update()
         return len(files)
 
     def __exit__(self, *exc) -> None:

@@ -48,7 +48,7 @@ def test_slow_trainer_is_compute_bound_and_no_host_is_added(configs, tmp_path):
     from smlaunch.launcher.advisor import advice_lines
 
     lines = advice_lines(advisor)
-    assert any(line.startswith("advisor: recommend no CPU hosts (the GPU hosts alone): predicted") for line in lines)
+    assert any(line.startswith("advisor: recommend no CPU hosts (the GPU host alone): predicted") for line in lines)
     assert not any("1 hosts" in line for line in lines)
 
 

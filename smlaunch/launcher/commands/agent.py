@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from smlaunch.launcher.console import Progress
+from smlaunch.console import Progress
 from smlaunch.text import plural
 
 log = logging.getLogger("smlaunch")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from smlaunch.launcher.console import RESULT
+from smlaunch.console import RESULT
 
 log = logging.getLogger("smlaunch")
 RECORD_FORMATS = ("tfrecord", "recordio", "text", "whole")  # = pipelines.formats.FORMATS, without importing it

@@ -8,6 +8,12 @@ can be checked without a cluster is checked here, before any of them starts anyt
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: --help must not import pydantic models or the plan
+    from smlaunch.cluster.plan import LaunchPlan
+    from smlaunch.cluster.sagemaker_env import SageMakerEnvironment
+    from smlaunch.config.schema import LaunchConfig
 
 
 def add_config_arguments(parser) -> None:
@@ -18,9 +24,9 @@ def add_config_arguments(parser) -> None:
 
 @dataclass(frozen=True)
 class Job:
-    cfg: object
-    plan: object
-    sagemaker: object | None
+    cfg: LaunchConfig
+    plan: LaunchPlan
+    sagemaker: SageMakerEnvironment | None
     """The SageMaker environment on a SageMaker host, None for a local simulation."""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from smlaunch.launcher.commands.job import add_config_arguments, load_job
-from smlaunch.launcher.console import RESULT
+from smlaunch.console import RESULT
 from smlaunch.text import plural
 
 log = logging.getLogger("smlaunch")

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from smlaunch.errors import UserError
-from smlaunch.launcher.console import RESULT
+from smlaunch.console import RESULT
 
 log = logging.getLogger("smlaunch")
 

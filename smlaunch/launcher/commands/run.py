@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from smlaunch.launcher.commands.job import add_config_arguments, load_job
-from smlaunch.launcher.console import RESULT
+from smlaunch.console import RESULT
 from smlaunch.text import plural
 
 log = logging.getLogger("smlaunch")
@@ -36,7 +36,7 @@ def main(args, failure) -> int:
 
 
 def _local(command: str, job, stop) -> int:
-    from smlaunch.launcher import console
+    from smlaunch import console
     from smlaunch.launcher.commands.plan import summary
 
     cfg, plan = job.cfg, job.plan
@@ -64,7 +64,7 @@ def _local(command: str, job, stop) -> int:
 
 def _on_sagemaker(command: str, job, stop) -> int:
     from smlaunch.errors import UserError
-    from smlaunch.launcher import console
+    from smlaunch import console
     from smlaunch.launcher.commands.plan import summary
     from smlaunch.launcher.report import log_summary
     from smlaunch.launcher.sagemaker_run import run_host

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from smlaunch.launcher import console
+from smlaunch import console
 from smlaunch.launcher.train_progress import TrainProgress
 
 log = logging.getLogger("smlaunch")
