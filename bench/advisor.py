@@ -39,7 +39,7 @@ def run_job(tmp: Path, name: str, hosts: int, args) -> dict:
                     *[x for s in sets for x in ("--set", s)]], check=True, env=env,
                    stdout=subprocess.DEVNULL if not args.verbose else None)
     report = json.loads(next((tmp / name).glob("hosts/algo-1/opt/ml/output/data/report.json")).read_text())
-    print(f"{name}: {hosts} data host(s), {report['summary']['images_per_s']} images/s, "
+    print(f"{name}: {hosts} data host{'' if hosts == 1 else 's'}, {report['summary']['images_per_s']} images/s, "
           f"data wait {report['summary']['data_wait_pct']} %, verdict {report['verdict']['verdict']}, "
           f"{time.perf_counter() - started:.0f} s", flush=True)
     return report

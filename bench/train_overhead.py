@@ -119,7 +119,7 @@ def main() -> int:
     after = plain(args, images, labels)
     plain_rate = (before + after) / 2  # plain runs bracket the Ray run: machine drift averages out
     print(f"plain runs before and after: {before:.2f} and {after:.2f} steps/s")
-    print(f"{args.model} {args.size}px batch {args.batch}, {args.threads} thread(s), {args.steps} timed steps, "
+    print(f"{args.model} {args.size}px batch {args.batch}, {args.threads} thread{'' if args.threads == 1 else 's'}, {args.steps} timed steps, "
           f"CPU ({os.cpu_count()} cores)")
     print(f"plain PyTorch loop: {plain_rate:.2f} steps/s")
     print(f"smlaunch loop in Ray Train: {ray_rate:.2f} steps/s")

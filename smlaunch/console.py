@@ -116,9 +116,9 @@ def close_file() -> None:
 
 
 def ray_init_options() -> dict:
-    """`ray.init` arguments for this verbosity: worker output forwarded only with -v."""
-    return {"logging_level": logging.INFO if verbosity() > 0 else logging.WARNING,
-            "log_to_driver": verbosity() > 0}
+    """`ray.init` arguments for this verbosity: worker output forwarded only with -v. Ray's driver-side
+    logger stays at INFO (the log file gets it); `quiet_ray` decides what reaches the console."""
+    return {"logging_level": logging.INFO, "log_to_driver": verbosity() > 0}
 
 
 def quiet_ray() -> None:
@@ -145,6 +145,7 @@ def _route_raylet_messages() -> None:
     if original is None or getattr(original, "_smlaunch", False):
         return
     ray_log = logging.getLogger("ray.raylet_messages")
+    ray_log.setLevel(logging.INFO)  # `ray` itself may sit at WARNING
 
     def to_log(data, ignore_prefix: bool) -> None:
         for line in data.get("lines", []):

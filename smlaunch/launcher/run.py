@@ -117,8 +117,6 @@ def _resumed_step(config: dict) -> int:
     """The step the run resumes at (0 for a fresh run), for the progress bar's start."""
     if not config.get("resume_from"):
         return 0
-    import json
-
     try:
         return int(json.loads((Path(config["resume_from"]) / "meta.json").read_text())["step"])
     except (OSError, ValueError, KeyError):
