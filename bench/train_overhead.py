@@ -70,17 +70,18 @@ def through_ray(args, images, labels, tmp: str) -> float:
 
     from smlaunch.cluster.plan import LocalEnvironment, build_plan
     from smlaunch.config import load_config
-    from smlaunch.launcher.run import loop_config
+    import dataclasses
+
+    from smlaunch.launcher.train_spec import train_spec
     from smlaunch.trainers.loop import train_loop
 
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [
         f"model.name={args.model}", f"trainer.batch_size={args.batch}", f"trainer.steps={args.steps + args.warmup}",
         "trainer.checkpoint_interval=0", "trainer.learning_rate=0.001", "trainer.weight_decay=0.05",
-        "trainer.resume=false", f"pipeline.ops.1.size={args.size}", f"run.dir={tmp}", "run.name=bench"])
+        "trainer.resume=false", f"pipeline.ops.1.size={args.size}", f"run.dir={tmp}", "run.name=bench",
+        "trainer.validation_every_epochs=0"])
     plan = build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
-    config = {**loop_config(cfg, plan), "model_dir": f"{tmp}/model", "checkpoint_dir": f"{tmp}/checkpoints",
-              "progress": False, "resume_from": None, "num_classes": 10}
-    config["trainer"]["validation_every_epochs"] = 0
+    spec = dataclasses.replace(train_spec(cfg, plan), model_dir=f"{tmp}/model", checkpoint_dir=f"{tmp}/checkpoints")
     ray.init(num_cpus=args.threads + 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": str(args.threads)},
                           "worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
@@ -89,7 +90,7 @@ def through_ray(args, images, labels, tmp: str) -> float:
             return ray.data.from_items([{"image": imgs[i].numpy(), "label": int(labs[i]), "id": i, "host": 0}
                                         for i in range(len(labs))]).materialize()
 
-        trainer = TorchTrainer(train_loop, train_loop_config=config,
+        trainer = TorchTrainer(train_loop, train_loop_config=spec,
                                scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": args.threads}),
                                run_config=RunConfig(storage_path=f"{tmp}/ray", name="bench"),
                                datasets={"train": rows(images, labels), "validation": rows(images[:64], labels[:64])})

@@ -12,8 +12,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from smlaunch.cluster.topology import (GroupShape, WorkerPlan, as_cpu_stand_ins, choose_train_group,
+                                       place_workers, receiving_groups)
 from smlaunch.config.schema import LaunchConfig
-from smlaunch.errors import ConfigError
 from smlaunch.text import plural
 
 SUBCLUSTER = "ray-subcluster"
@@ -110,6 +111,15 @@ class LaunchPlan:
     current_host: str | None = None
     head_address: str = "local"
     join_timeout_s: float = 300.0
+    workers: tuple[WorkerPlan, ...] = ()
+    """One per train worker: its rank, host and GPU (None: a CPU worker); see `cluster.topology`."""
+    global_batch: int = 0
+    """Rows per optimizer step over all workers: batch_size x workers x grad_accum_steps."""
+    learning_rate: float = 0.0
+    """The peak rate the optimizer uses (`trainer.learning_rate`, times the workers with
+    `trainer.lr_scaling: linear`)."""
+    worker_env: dict[str, str] = field(default_factory=dict)
+    """Variables for the train workers' processes (NCCL's, on SageMaker)."""
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -121,6 +131,11 @@ class LaunchPlan:
         selector names, and a Dataset with no selector got an object-store budget of 0 B on an
         H100 host alone (one chain task at a time of four; 44 images/s)."""
         return self.data_selector or self.train_selector
+
+    @property
+    def worker_selectors(self) -> list[dict[str, str]]:
+        """Ray Train's per-worker label selectors: each worker on the host the plan gives it."""
+        return [{**self.train_selector, HOST_LABEL: w.host} for w in self.workers]
 
     @property
     def head_host(self) -> HostPlan:
@@ -135,59 +150,79 @@ def natural_key(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
+def training_numbers(cfg: LaunchConfig, workers: tuple[WorkerPlan, ...]) -> dict:
+    """`train_workers`, `use_gpu`, `global_batch` and `learning_rate` of a plan with `workers`."""
+    t = cfg.trainer
+    lr = t.learning_rate * (len(workers) if t.lr_scaling == "linear" else 1)
+    return {"workers": workers, "train_workers": len(workers), "use_gpu": any(w.on_gpu for w in workers),
+            "global_batch": t.batch_size * t.grad_accum_steps * len(workers), "learning_rate": lr}
+
+
 def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
-    """Turn the config into a plan for a simulated cluster on this machine."""
+    """Turn the config into a plan for a simulated cluster on this machine.
+
+    Each GPU the config plans becomes one train worker on the simulated host that would own it:
+    on a real GPU when this machine has enough of them, else every worker is a CPU worker (gloo)
+    standing in for its GPU, so two ml.g5.xlarge hosts train with two workers here as there."""
     groups = cfg.cluster.instance_groups
-    train_group = cfg.cluster.train_group or next((g.name for g in groups if g.spec.gpus > 0), None)
-    if train_group is None:
-        raise ConfigError("cluster: no instance group has GPUs; add a GPU instance type "
-                          "(e.g. ml.g5.xlarge) or name the training group in cluster.train_group")
+    train_group, _ = choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in groups],
+                                        cfg.cluster.train_group)
     run_dir = Path(cfg.run.dir) / (cfg.run.name or f"{cfg.job}-{env.started}")
     notes: list[str] = []
-
     total_vcpus = sum(g.spec.vcpus * g.instance_count for g in groups)
     scale = env.cpus / total_vcpus
-    gpus_left = env.gpus
-    hosts: list[HostPlan] = []
     store = local_object_store_bytes(cfg, env, sum(g.instance_count for g in groups))
-    index = 1
+    names, index = {}, 1
     for group in groups:
-        spec = group.spec
-        subcluster = "train" if group.name == train_group else "data"
-        for _ in range(group.instance_count):
-            name = f"algo-{index}"
-            index += 1
-            gpus = min(spec.gpus, gpus_left) if subcluster == "train" else 0
-            gpus_left -= gpus
+        names[group.name] = [f"algo-{i}" for i in range(index, index + group.instance_count)]
+        index += group.instance_count
+    specs = {g.name: g.spec for g in groups}
+    train_hosts = sorted(names[train_group], key=natural_key)
+    workers = place_workers([(h, specs[train_group].gpus) for h in train_hosts], cfg.trainer.max_workers)
+    workers, worker_notes = _local_devices(workers, env, train_group)
+    notes += worker_notes
+    hosts: list[HostPlan] = []
+    for group in groups:
+        for name in names[group.name]:
+            subcluster = "train" if group.name == train_group else "data"
+            mine = [w for w in workers if w.host == name]
+            stand_ins = sum(not w.on_gpu for w in mine)
             hosts.append(HostPlan(
-                name=name, group=group.name, instance_type=group.instance_type, role="worker",
-                subcluster=subcluster, num_cpus=max(1, round(spec.vcpus * scale)), num_gpus=gpus,
+                name=name, group=group.name, instance_type=group.instance_type,
+                role="head" if name == train_hosts[0] else "worker", subcluster=subcluster,
+                num_cpus=max(1, round(group.spec.vcpus * scale), stand_ins),
+                num_gpus=sum(w.on_gpu for w in mine),
                 opt_ml=str(run_dir / "hosts" / name / "opt" / "ml"),
                 labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name},
-                object_store_bytes=store, vcpus=spec.vcpus))
-    notes.append(f"CPUs scaled by {scale:.3f}: {env.cpus} on this machine for {total_vcpus} vCPUs in the config")
-
-    train_hosts = sorted((h for h in hosts if h.subcluster == "train"), key=lambda h: natural_key(h.name))
-    head = train_hosts[0].name
-    hosts = [HostPlan(**{**asdict(h), "role": "head"}) if h.name == head else h for h in hosts]
-    gpus = sum(h.num_gpus for h in train_hosts)
-    specs = {g.name: g.spec for g in groups}
-    wanted = sum(specs[h.group].gpus for h in train_hosts)
-    if gpus < wanted:
-        notes.append(f"{plural(wanted, 'GPU')} in {train_group} but {env.gpus} on this machine: "
-                     f"{'one CPU train worker' if gpus == 0 else plural(gpus, 'GPU train worker')}")
-
+                object_store_bytes=store, vcpus=group.spec.vcpus))
+    notes.insert(0, f"CPUs scaled by {scale:.3f}: {env.cpus} on this machine for {total_vcpus} vCPUs in the config")
     data_hosts = [h.name for h in hosts if h.subcluster == "data"]
     if not data_hosts:
         notes.append("no CPU-only group: preprocessing shares the train hosts' CPUs")
-    channels = []
-    for name, ch in cfg.channels.items():
-        receiving = ch.instance_groups or ([g.name for g in groups if g.name != train_group] or [train_group])
-        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving),
-                                     cfg.pipeline.batch_size))
+    routes = receiving_groups({name: ch.instance_groups for name, ch in cfg.channels.items()},
+                              [g.name for g in groups], train_group)
+    channels = tuple(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in routes[name]),
+                                  cfg.pipeline.batch_size) for name, ch in cfg.channels.items())
     return LaunchPlan(
-        job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=head,
-        train_workers=max(gpus, 1), use_gpu=gpus > 0,
-        train_selector={SUBCLUSTER: "train"},
-        data_selector={SUBCLUSTER: "data"} if data_hosts else None,
-        channels=tuple(channels), notes=tuple(notes), join_timeout_s=cfg.cluster.join_timeout_s)
+        job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=train_hosts[0],
+        train_selector={SUBCLUSTER: "train"}, data_selector={SUBCLUSTER: "data"} if data_hosts else None,
+        channels=channels, notes=tuple(notes), join_timeout_s=cfg.cluster.join_timeout_s,
+        **training_numbers(cfg, workers))
+
+
+def _local_devices(workers: tuple[WorkerPlan, ...], env: LocalEnvironment,
+                   train_group: str) -> tuple[tuple[WorkerPlan, ...], list[str]]:
+    """Real GPUs for the planned ones when this machine has enough, else CPU stand-ins for all: one
+    DDP job cannot mix NCCL and gloo ranks."""
+    planned = sum(w.gpu is not None for w in workers)
+    if planned == 0:
+        return workers, []
+    if env.gpus >= planned:
+        return workers, []
+    stand_ins = ("a CPU train worker (gloo) stands in for it" if planned == 1 else
+                 f"{planned} CPU train workers (gloo) stand in for them, each on the host that owns its GPU")
+    notes = [f"{plural(planned, 'GPU')} planned in {train_group} but {env.gpus} on this machine: {stand_ins}"]
+    if planned > env.cpus:
+        notes.append(f"{plural(planned, 'CPU stand-in')} share this machine's {plural(env.cpus, 'core')}: slow; "
+                     "trainer.max_workers caps them for a quick run")
+    return as_cpu_stand_ins(workers), notes

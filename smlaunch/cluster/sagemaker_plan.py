@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, HostPlan, channel_plan,
-                                   LaunchPlan, LocalEnvironment, natural_key)
+from smlaunch.cluster.nccl import nccl_environment
+from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, HostPlan, LaunchPlan, LocalEnvironment,
+                                   channel_plan, natural_key, training_numbers)
+from smlaunch.cluster.topology import GroupShape, choose_train_group, place_workers, receiving_groups
 from smlaunch.cluster.sagemaker_env import HOMOGENEOUS_GROUP, GroupInfo, SageMakerEnvironment
 from smlaunch.config.instance_types import InstanceSpec, known_spec
 from smlaunch.config.schema import LaunchConfig
@@ -40,29 +42,6 @@ def group_specs(cfg: LaunchConfig, groups: dict[str, GroupInfo]) -> dict[str, In
     return specs
 
 
-def choose_train_group(groups: dict[str, GroupInfo], configured: str | None,
-                       specs: dict[str, InstanceSpec]) -> tuple[str, str]:
-    """(group, why): the configured group, else the one whose instance type has GPUs."""
-    if len(groups) == 1:
-        name = next(iter(groups))
-        return name, f"the job's only group ({name})"
-    if configured is not None:
-        if configured not in groups:
-            raise ConfigError(f"cluster.train_group: {configured!r} is not a group of this job; "
-                              f"groups: {', '.join(groups)}")
-        return configured, f"cluster.train_group names {configured}"
-    with_gpus = [g for g in groups.values() if specs[g.name].gpus > 0]
-    if not with_gpus:
-        described = ", ".join(f"{g.name}={g.instance_type}" for g in groups.values())
-        raise ConfigError(f"cluster: no instance group of this job has GPUs ({described}); "
-                          "name the training group in cluster.train_group")
-    chosen = with_gpus[0]
-    why = f"{chosen.name} has GPUs ({chosen.instance_type})"
-    if len(with_gpus) > 1:
-        why += f"; also GPU groups {', '.join(g.name for g in with_gpus[1:])}: set cluster.train_group to choose"
-    return chosen.name, why
-
-
 def choose_head(group: GroupInfo) -> str:
     return sorted(group.hosts, key=natural_key)[0]
 
@@ -82,8 +61,10 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
     groups = job_groups(sm)
     names = _config_group_names(cfg, groups)
     specs = group_specs(cfg, groups)
+    in_config_order = [groups[names[g.name]] for g in cfg.cluster.instance_groups]
     train_group, why = choose_train_group(
-        groups, names.get(cfg.cluster.train_group) if cfg.cluster.train_group else None, specs)
+        [GroupShape(g.name, g.instance_type, specs[g.name].gpus) for g in in_config_order],
+        names.get(cfg.cluster.train_group) if cfg.cluster.train_group else None)
     head = choose_head(groups[train_group])
     notes = [f"head {head}: first host in natural order of {train_group} {list(groups[train_group].hosts)}; "
              f"training group because {why}"]
@@ -110,25 +91,27 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
         notes.append(f"{me.instance_type} should have {plural(specs[me.group].gpus, 'GPU')} but this host "
                      f"has {local.gpus}")
 
-    data_groups = [g for g in groups if g != train_group]
+    routes = receiving_groups({name: [names[g] for g in ch.instance_groups] if ch.instance_groups else None
+                               for name, ch in cfg.channels.items()}, [g.name for g in in_config_order], train_group)
     channels = []
     for name, ch in cfg.channels.items():
-        receiving = [names[g] for g in ch.instance_groups] if ch.instance_groups else (data_groups or [train_group])
-        if me.group in receiving:
+        if me.group in routes[name]:
             _check_received(name, ch, me, sm)
-        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in receiving),
+        channels.append(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in routes[name]),
                                      cfg.pipeline.batch_size))
-    train_hosts = [h for h in hosts if h.subcluster == "train"]
-    gpus = sum(h.num_gpus for h in train_hosts)
+    data_groups = [g for g in groups if g != train_group]
     if not data_groups:
         notes.append("no CPU-only group: preprocessing shares the train hosts' CPUs")
+    workers = place_workers([(h.name, h.num_gpus) for h in hosts if h.subcluster == "train"], cfg.trainer.max_workers)
     return LaunchPlan(
         job=cfg.job, run_dir=str(Path(sm.base_dir) / "checkpoints" / "smlaunch" / cfg.job),
-        hosts=tuple(hosts), head=head, train_workers=max(gpus, 1), use_gpu=gpus > 0,
-        train_selector={SUBCLUSTER: "train"},
+        hosts=tuple(hosts), head=head, train_selector={SUBCLUSTER: "train"},
         data_selector={SUBCLUSTER: "data"} if data_groups else None,
         channels=tuple(channels), notes=tuple(notes), mode="sagemaker", current_host=sm.current_host,
-        head_address=f"{head}:{cfg.cluster.port}", join_timeout_s=cfg.cluster.join_timeout_s)
+        head_address=f"{head}:{cfg.cluster.port}", join_timeout_s=cfg.cluster.join_timeout_s,
+        worker_env=nccl_environment(groups[train_group].instance_type, sm.network_interface_name,
+                                    cfg.sagemaker.environment if cfg.sagemaker else None),
+        **training_numbers(cfg, workers))
 
 
 def _check_received(channel: str, ch, me: HostPlan, sm: SageMakerEnvironment) -> None:
@@ -150,11 +133,12 @@ def _check_received(channel: str, ch, me: HostPlan, sm: SageMakerEnvironment) ->
                           f"(RecordWrapperType), so the config must say recordio, not {ch.record_format}")
 
 
-def with_joined_resources(plan: LaunchPlan, nodes: list[dict]) -> LaunchPlan:
+def with_joined_resources(plan: LaunchPlan, nodes: list[dict], cfg: LaunchConfig) -> LaunchPlan:
     """The plan with each host's CPUs and GPUs as its Ray node reported them after joining.
 
-    Only the head knows every host's real size, and only once they joined; the train worker count
-    is then the GPUs the train hosts actually have (one CPU worker when they have none).
+    Only the head knows every host's real size, and only once they joined; the train workers are
+    then placed on the GPUs the train hosts actually have (one CPU worker per host when they have
+    none). This is the final plan: the train loop's spec is built from it, never from the first.
     """
     from dataclasses import replace
 
@@ -163,5 +147,5 @@ def with_joined_resources(plan: LaunchPlan, nodes: list[dict]) -> LaunchPlan:
     for h in plan.hosts:
         res = by_host.get(h.name)
         hosts.append(h if res is None else replace(h, num_cpus=int(res.get("CPU", 0)), num_gpus=int(res.get("GPU", 0))))
-    gpus = sum(h.num_gpus for h in hosts if h.subcluster == "train")
-    return replace(plan, hosts=tuple(hosts), train_workers=max(gpus, 1), use_gpu=gpus > 0)
+    workers = place_workers([(h.name, h.num_gpus) for h in hosts if h.subcluster == "train"], cfg.trainer.max_workers)
+    return replace(plan, hosts=tuple(hosts), **training_numbers(cfg, workers))

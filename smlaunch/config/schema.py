@@ -209,6 +209,11 @@ class TrainerConfig(_Strict):
     log_every: int = Field(default=10, gt=0)
     prefetch_batches: int = Field(default=4, ge=0)
     """Batches Ray Data prepares ahead of the train step (pinned and copied to the GPU ahead, on GPU)."""
+    max_workers: Optional[int] = Field(default=None, ge=1)
+    """Cap on the train workers (one per planned GPU by default), for a quick run of a big layout."""
+    lr_scaling: Literal["none", "linear"] = "none"
+    """linear: the optimizer's peak rate is `learning_rate` x workers, as the global batch grows
+    with them (Goyal et al., 2017: keep the rate per sample; use it with warmup)."""
 
     @model_validator(mode="after")
     def _length(self):

@@ -23,6 +23,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
     data_rows = sum(n for host, n in rows.items() if host in data_hosts)
     final = result["validation"][-1] if result["validation"] else {}
     accounting = result.get("sample_accounting") or {}
+    workers = result.get("workers") or []
     report = {
         "job": plan.job,
         "summary": {
@@ -38,12 +39,15 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
             "validation_accuracy": final.get("accuracy"),
             "data_node_row_fraction": round(data_rows / total_rows, 5) if total_rows else 0.0,
             "train_workers": plan.train_workers,
+            "global_batch": plan.global_batch,
+            "ranks_in_sync": len({w["param_sha256"] for w in workers}) == 1 if workers else None,
             "stopped_at_step": result.get("stopped_at_step"),
             "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
             "samples_duplicated": accounting.get("duplicated"),
             "samples_missing": accounting.get("missing"),
             **timings,
         },
+        "workers": workers,
         "rows_by_host": rows,
         "chain_by_host": result.get("chain_by_host", {}),
         "corrupt_records": result.get("corrupt_records", {}),
@@ -127,7 +131,8 @@ def summary_lines(report: dict) -> list[str]:
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
-    ] + [f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
+    ] + _rank_lines(report) + [
+        f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
          for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report)
 
 
@@ -146,6 +151,19 @@ def epochs_text(summary: dict) -> str:
         return str(summary["epochs"])
     why = "a stop" if summary.get("stopped_at_step") is not None else "the step count"
     return f"{summary['epochs']} (epoch {summary['epochs']} cut short by {why})"
+
+
+def _rank_lines(report: dict) -> list[str]:
+    """With several ranks: where they ran, and whether DDP kept their weights identical."""
+    workers = report.get("workers") or []
+    if len(workers) < 2:
+        return []
+    digests = {w["param_sha256"] for w in workers}
+    where = ", ".join(f"{w['rank']}@{w['host']}" for w in workers)
+    if len(digests) == 1:
+        return [f"ranks {where}: final weights identical on every rank (sha256 {next(iter(digests))[:12]})"]
+    return [f"WARNING: ranks {where}: final weights differ between ranks ({len(digests)} different digests): "
+            "the ranks did not stay in sync"]
 
 
 def _accounting_lines(report: dict) -> list[str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import time
@@ -18,88 +16,40 @@ from smlaunch.config.schema import LaunchConfig
 log = logging.getLogger("smlaunch")
 
 
-def loop_config(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
-    """Everything a train worker needs, as plain data (it travels to other processes). The schema
-    guarantees a crop op and, for a non-builtin train channel, `model.num_classes`."""
-    from smlaunch.pipelines.host_loss import fragile_channels
-
-    crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
-    num_classes = cfg.model.num_classes or _builtin_classes(cfg)
-    trainer = cfg.trainer.model_dump()
-    train_rows = _builtin_rows(cfg, "train")
-    per_step = cfg.trainer.batch_size * cfg.trainer.grad_accum_steps * plan.train_workers
-    total = cfg.trainer.steps or (cfg.trainer.epochs * (train_rows // per_step) if train_rows else None)
-    return {"model": cfg.model.name, "num_classes": num_classes, "image_size": crops[-1], "seed": cfg.seed,
-            "trainer": trainer, "total_steps": total, "epoch_rows": train_rows, "host_names": [h.name for h in plan.hosts],
-            "model_dir": str(Path(host_opt_ml(plan.head_host), "model").resolve()),
-            "config_sha256": config_hash(cfg), "normalize": _normalize(cfg),
-            "checkpoint_dir": checkpoint_dir(cfg, plan), "fragile_channels": fragile_channels(plan)}
-
-
-def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
-    """`trainer.checkpoint_dir`, else the head's `/opt/ml/checkpoints` (absolute: Ray Train needs it)."""
-    return str(Path(cfg.trainer.checkpoint_dir or Path(host_opt_ml(plan.head_host)) / "checkpoints")
-               .expanduser().resolve())
-
-
-def _normalize(cfg: LaunchConfig) -> dict:
-    """The chain's trailing `normalize` (mean and std per channel), else (x / 127.5 - 1)."""
-    last = cfg.pipeline.ops[-1]
-    if last.op == "normalize":
-        return {"mean": list(last.mean), "std": list(last.std)}
-    return {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
-
-
-def config_hash(cfg: LaunchConfig) -> str:
-    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
-
-
-def _builtin_classes(cfg: LaunchConfig) -> int:
-    from smlaunch.pipelines.builtin import builtin_manifest
-
-    return builtin_manifest(cfg.channels["train"].source)["classes"]
-
-
-def _builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
-    from smlaunch.pipelines.builtin import builtin_manifest, split_source
-
-    source = cfg.channels[channel].source
-    manifest = builtin_manifest(source)
-    return None if manifest is None else manifest["splits"][split_source(source)[1]]["records"]
-
-
-def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> dict:
-    """The loop config (with the checkpoint to resume from) and the resolved config file; the
-    checks that need no cluster ran before (`launcher.preflight`)."""
-    config = loop_config(cfg, plan)
+def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
+    """The checkpoint to resume from (if any) and the resolved config file; the checks that need no
+    cluster ran before (`launcher.preflight`). The train spec is built later, from the final plan."""
+    found = None
     if cfg.trainer.resume:
         from smlaunch.trainers.checkpoints import latest_complete
 
-        found = latest_complete(config["checkpoint_dir"])
-        config["resume_from"] = str(found) if found else None
+        found = latest_complete(checkpoint_dir(cfg, plan))
         if found:
             log.info(f"resuming from checkpoint {found}")
     Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(plan.run_dir) / "resolved_config.yaml").write_text(
         yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    return config
+    return str(found) if found else None
 
 
-def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, config: dict, timings: dict) -> dict:
-    """Datasets, trainer, report, on the Ray cluster this process is connected to."""
+def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None, timings: dict) -> dict:
+    """Datasets, trainer, report, on the Ray cluster this process is connected to; `plan` is final
+    (on SageMaker: after every host joined), and the workers' spec is built from it here."""
     from smlaunch.cluster.board import start_board
     from smlaunch.cluster.sampler import Samplers
     from smlaunch.launcher.report import build_report, write_report
     from smlaunch.launcher.train_progress import TrainProgress
+    from smlaunch.launcher.train_spec import builtin_rows, resumed_step, train_spec
     from smlaunch.pipelines.dataset import build_datasets
     from smlaunch.trainers.fit import fit
 
+    spec = train_spec(cfg, plan, resume_from)
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
     try:
         datasets = build_datasets(cfg, plan)
-        with TrainProgress(start_board(), config["total_steps"], _resumed_step(config), cfg.trainer.log_every):
-            result = fit(cfg, plan, datasets, config)
+        with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every):
+            result = fit(cfg, plan, datasets, spec)
     finally:
         samples = samplers.gather()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
@@ -107,20 +57,16 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, config: dict, timings:
 
     result["corrupt_records"] = corrupt_summary()
     report = build_report(plan, result, cfg.trainer.batch_size, timings, samples,
-                          cfg.monitor.model_dump(), _builtin_rows(cfg, "train"))
+                          cfg.monitor.model_dump(), builtin_rows(cfg, "train"))
     path = write_report(report, Path(host_opt_ml(plan.head_host)) / "output" / "data")
     report["path"] = str(path)
     return report
 
 
-def _resumed_step(config: dict) -> int:
-    """The step the run resumes at (0 for a fresh run), for the progress bar's start."""
-    if not config.get("resume_from"):
-        return 0
-    try:
-        return int(json.loads((Path(config["resume_from"]) / "meta.json").read_text())["step"])
-    except (OSError, ValueError, KeyError):
-        return 0
+def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
+    """`trainer.checkpoint_dir`, else the head's `/opt/ml/checkpoints` (absolute: Ray Train needs it)."""
+    return str(Path(cfg.trainer.checkpoint_dir or Path(host_opt_ml(plan.head_host)) / "checkpoints")
+               .expanduser().resolve())
 
 
 def host_opt_ml(host) -> str:
@@ -136,12 +82,12 @@ def run_local(cfg: LaunchConfig, plan: LaunchPlan, stop=None) -> dict:
     from smlaunch.pipelines.channels import deliver_channels, start_pipe_agents
 
     started = time.perf_counter()
-    config = prepare_job(cfg, plan)
+    resume_from = prepare_job(cfg, plan)
     create_host_trees(plan)
     with local_s3(cfg, plan) as s3_endpoint:
         deliver_channels(plan, s3_endpoint)
         agents = start_pipe_agents(plan, cfg.seed, s3_endpoint)
-        report = _train_locally(cfg, plan, config, agents, started, stop)
+        report = _train_locally(cfg, plan, resume_from, agents, started, stop)
     report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
     from smlaunch.launcher.report import write_report
 
@@ -182,7 +128,7 @@ def _set_env(values: dict) -> None:
             os.environ[key] = value
 
 
-def _train_locally(cfg, plan, config, agents, started, stop) -> dict:
+def _train_locally(cfg, plan, resume_from, agents, started, stop) -> dict:
     from smlaunch.cluster.local import LocalCluster
     from smlaunch.launcher.stopping import forward_stop_to_trainer
 
@@ -196,7 +142,7 @@ def _train_locally(cfg, plan, config, agents, started, stop) -> dict:
             timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
             log.info(f"cluster: {plural(len(plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
             with forward_stop_to_trainer(stop):
-                return train_on_cluster(cfg, plan, config, timings)
+                return train_on_cluster(cfg, plan, resume_from, timings)
     finally:
         for agent in agents:
             agent.stop()

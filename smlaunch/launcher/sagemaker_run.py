@@ -89,7 +89,7 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
     state = heartbeat = None
     failed = True
     try:
-        config = None if check_only else _prepare(cfg, plan)  # imports torch while Ray starts
+        resume_from = None if check_only else _prepare(cfg, plan)
         wait_for_port(ip, cfg.cluster.port, NODE_START_S, f"Ray head on {plan.head}",
                       alive=lambda: node.exit_code() is None)
         state = JobState(address)
@@ -99,7 +99,7 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
                               plan.join_timeout_s, log)
         log(f"hosts_joined={len(plan.hosts)} hosts_joined_s={time.perf_counter() - started:.2f} "
             f"(waited {took:.2f} s after the head was up)")
-        plan = with_joined_resources(plan, state.alive_nodes())
+        plan = with_joined_resources(plan, state.alive_nodes(), cfg)
         import ray
 
         from smlaunch import console
@@ -111,7 +111,7 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
         if check_only:
             report, outcome = check_hosts(plan), b"ok"
         else:
-            report = _train(cfg, plan, config, stop, started)
+            report = _train(cfg, plan, resume_from, stop, started)
             stopped = report["summary"].get("stopped_at_step")
             outcome = b"ok" if stopped is None else f"stopped: {stop.signal_name} at step {stopped}".encode()
         _finish(state, outcome, plan, log)
@@ -130,7 +130,7 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
         _shutdown(heartbeat, node, state, keep_temp=failed)
 
 
-def _prepare(cfg, plan) -> dict:
+def _prepare(cfg, plan) -> str | None:
     from smlaunch.launcher.run import prepare_job
 
     return prepare_job(cfg, plan)
@@ -147,7 +147,7 @@ def _joined(state: JobState, stop: StopRequest, node) -> set[str]:
         return set()
 
 
-def _train(cfg, plan, config, stop, started) -> dict:
+def _train(cfg, plan, resume_from, stop, started) -> dict:
     import threading
 
     from smlaunch.launcher.run import train_on_cluster
@@ -163,7 +163,8 @@ def _train(cfg, plan, config, stop, started) -> dict:
     threading.Thread(target=give_up, name="smlaunch-stop-deadline", daemon=True).start()
     try:
         with forward_stop_to_trainer(stop):
-            report = train_on_cluster(cfg, plan, config, {"cluster_start_s": round(time.perf_counter() - started, 2)})
+            report = train_on_cluster(cfg, plan, resume_from,
+                                      {"cluster_start_s": round(time.perf_counter() - started, 2)})
     finally:
         finished.set()
     return report

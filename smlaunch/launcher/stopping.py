@@ -4,7 +4,7 @@ StopTrainingJob, MaxRuntimeInSeconds and (users assume) spot reclaims send SIGTE
 120 s later; the training toolkit does not forward the signal (toolkit issue #125), so the
 launcher, running as the entry point, handles it itself. The handler only records the request.
 A relay thread then writes the `stop` key in Ray's KV store, which the train loop polls
-(`trainers.stop_poll`): every rank stops at the same step, checkpoints and returns, and the
+(`trainers.control`): every rank stops at the same step, checkpoints and returns, and the
 launcher shuts Ray down. If that has not happened after `STOP_GRACE_S`, the launcher gives up
 waiting and tears down anyway.
 """

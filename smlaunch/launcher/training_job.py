@@ -80,22 +80,20 @@ def channel_uris(cfg: LaunchConfig, job_name: str) -> dict[str, str]:
 
 
 def train_group(cfg: LaunchConfig) -> str:
-    """`cluster.train_group`, else the first group whose type has GPUs (as `sagemaker_plan` chooses)."""
-    groups = cfg.cluster.instance_groups
-    if cfg.cluster.train_group:
-        return cfg.cluster.train_group
-    with_gpus = [g.name for g in groups if g.spec.gpus > 0]
-    if len(groups) > 1 and not with_gpus:
-        raise ConfigError("cluster: no instance group has GPUs; name the training group in cluster.train_group")
-    return with_gpus[0] if with_gpus else groups[0].name
+    """The group that trains, by the same rule every host's plan applies (`cluster.topology`)."""
+    from smlaunch.cluster.topology import GroupShape, choose_train_group
+
+    return choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in cfg.cluster.instance_groups],
+                              cfg.cluster.train_group)[0]
 
 
 def receiving_groups(cfg: LaunchConfig) -> dict[str, list[str]]:
-    """Channel -> InstanceGroupNames: the channel's `instance_groups`, else every group but the train
-    group (the train group itself when it is the only one)."""
-    trainer = train_group(cfg)
-    data = [g.name for g in cfg.cluster.instance_groups if g.name != trainer] or [trainer]
-    return {name: list(ch.instance_groups or data) for name, ch in cfg.channels.items()}
+    """Channel -> InstanceGroupNames, by the rule every host's plan applies (`cluster.topology`)."""
+    from smlaunch.cluster.topology import receiving_groups as routes
+
+    return {name: list(groups) for name, groups in routes(
+        {name: ch.instance_groups for name, ch in cfg.channels.items()},
+        [g.name for g in cfg.cluster.instance_groups], train_group(cfg)).items()}
 
 
 def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,

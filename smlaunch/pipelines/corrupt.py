@@ -5,6 +5,11 @@ A skip decision must be global to the channel, not per read task, or a limit of 
 CRC failure in 645 million Pipe records, ../shared/notes/sagemaker.md §5.2), so every corrupt
 record asks one named actor, synchronously; the actor keeps the count per channel and the first
 messages, and the run report shows them. A channel with no allowance never touches the actor.
+
+A corrupt record is counted once, however often it is read: the next epoch (or a retried read
+task) meets the same bytes at the same place, and the reader's message names the file and the
+byte offset. Counting it again would fail a multi-epoch run on its second pass over one record
+the allowance covers.
 """
 
 from __future__ import annotations
@@ -29,14 +34,20 @@ class CorruptRecords:
         self.limits = limits
         self.counts: dict[str, int] = {}
         self.messages: dict[str, list[str]] = {}
+        self.known: dict[str, set[str]] = {}
 
-    def report(self, channel: str, message: str) -> bool:
-        """Record one corrupt record; True while the channel is within its allowance."""
+    def report(self, channel: str, message: str) -> str:
+        """Record a corrupt record: "skip" (a new one, within the allowance), "again" (one already
+        skipped) or "fail" (over the allowance)."""
+        known = self.known.setdefault(channel, set())
+        if message in known:
+            return "again"
+        known.add(message)
         self.counts[channel] = self.counts.get(channel, 0) + 1
         kept = self.messages.setdefault(channel, [])
         if len(kept) < KEEP_MESSAGES:
             kept.append(message)
-        return self.counts[channel] <= self.limits.get(channel, 0)
+        return "skip" if self.counts[channel] <= self.limits.get(channel, 0) else "fail"
 
     def summary(self) -> dict:
         return {channel: {"skipped": min(n, self.limits.get(channel, 0)), "limit": self.limits.get(channel, 0),
@@ -68,7 +79,10 @@ def skip_policy(channel: str, limit: int) -> Callable[[Exception], bool] | None:
 
     def on_corrupt(error: Exception) -> bool:
         counter = ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
-        if ray.get(counter.report.remote(channel, str(error)), timeout=ASK_TIMEOUT_S):
+        verdict = ray.get(counter.report.remote(channel, str(error)), timeout=ASK_TIMEOUT_S)
+        if verdict == "again":
+            return True
+        if verdict == "skip":
             from smlaunch.cluster.board import post
 
             post("warning", text=f"channel '{channel}': skipped a corrupt record: {error}")

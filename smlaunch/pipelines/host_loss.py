@@ -56,18 +56,29 @@ def sharded_lost_error(channel: str, host: str, opt_ml: str | None, files=()) ->
                     "run the job again with trainer.resume=true to continue from the last complete checkpoint")
 
 
-class LostHostGuard:
-    """Run by each train worker: raise as soon as a host of a fragile channel is gone."""
+def train_host_lost_error(host: str) -> HostLost:
+    return HostLost(f"train host {host} was lost, and with it its train workers: the group cannot go on without "
+                    "them; run the job again with trainer.resume=true to continue from the last complete "
+                    "checkpoint (trainer.max_workers can shrink the group to the GPUs left)")
 
-    def __init__(self, channels: list[dict], interval_s: float = 2.0):
+
+class LostHostGuard:
+    """Run by each train worker: raise as soon as a host of a fragile channel, or another train
+    host, is gone (a group missing a rank would otherwise wait in its next collective)."""
+
+    def __init__(self, channels: list[dict], interval_s: float = 2.0, train_hosts: tuple[str, ...] = ()):
         self.channels, self.interval_s = channels, interval_s
+        self.train_hosts = train_hosts if len(train_hosts) > 1 else ()
         self._last = float("-inf")
 
     def check(self, force: bool = False) -> None:
-        if not self.channels or (not force and time.monotonic() - self._last < self.interval_s):
+        if not (self.channels or self.train_hosts) or (not force and time.monotonic() - self._last < self.interval_s):
             return
         self._last = time.monotonic()
         alive = alive_hosts()
+        for host in self.train_hosts:
+            if host not in alive:
+                raise train_host_lost_error(host)
         for channel in self.channels:
             for host in channel["hosts"]:
                 if host in alive:

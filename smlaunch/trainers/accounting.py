@@ -45,6 +45,10 @@ class EpochIds:
         self.skipped += len(array) if skipped else 0
         self.partial += len(array) if partial else 0
 
+    def snapshot(self) -> np.ndarray:
+        """Every id drawn so far this epoch, without resetting (a checkpoint's consumed ids)."""
+        return np.concatenate(self.parts) if self.parts else np.zeros(0, np.int64)
+
     def take(self) -> tuple[np.ndarray, int, int]:
         """This epoch's ids (and the rows skipped on resume and in a final partial batch); resets."""
         ids = np.concatenate(self.parts) if self.parts else np.zeros(0, np.int64)
@@ -53,16 +57,10 @@ class EpochIds:
         return out
 
 
-def gather(ids: np.ndarray, skipped: int, partial: int, world: int, rank: int):
+def gather(ids: np.ndarray, skipped: int, partial: int, control, rank: int):
     """Every worker's ids on rank 0 (a collective: all ranks call it at the same point); None elsewhere."""
-    if world == 1:
-        return ids, skipped, partial
-    import torch.distributed as dist
-
-    mine = (ids, skipped, partial)
-    everyone = [None] * world if rank == 0 else None
-    dist.gather_object(mine, everyone, dst=0)
-    if rank != 0:
+    everyone = control.gather((ids, skipped, partial), rank)
+    if everyone is None:
         return None
     return (np.concatenate([e[0] for e in everyone]), sum(e[1] for e in everyone), sum(e[2] for e in everyone))
 
@@ -128,9 +126,6 @@ def accounting_lines(accounting: dict | None) -> list[str]:
             ids = "sample id" if e["missing"] == 1 else "sample ids"
             of = f" of {e['expected']} expected {ids}" if e["expected"] else f" {ids}"
             problems.append(f"{e['missing']}{of} missing{named}")
-            if accounting.get("train_workers", 1) > 1 and e["missing"] < accounting["train_workers"]:
-                problems[-1] += (f"; Ray Data's equal split over {accounting['train_workers']} workers drops up to "
-                                 f"{_count(accounting['train_workers'] - 1, 'row')} an epoch")
         if problems:
             lines.append(f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: " + "; ".join(problems))
         elif e["complete"]:

@@ -1,18 +1,48 @@
-"""Driver side of training: a `TorchTrainer` sized to the plan, fed by the channel datasets."""
+"""Driver side of training: a `TorchTrainer` with one worker per planned GPU, each on its host,
+fed by the channel datasets split without dropping a row.
+
+Placement: Ray Train's per-worker label selectors put worker i on the host the plan gives rank i
+(`LaunchPlan.worker_selectors`); Ray Train numbers ranks by node and GPU, so rank 0 is on the head,
+which holds the checkpoint directory.
+
+Data: Ray Train's own `DataConfig` splits each dataset with `streaming_split(equal=True)`, which
+drops up to `workers - 1` rows an epoch to make the shards equal. `UnevenSplit` keeps every row
+(`equal=False`); the loop's control plane (`trainers.control`) handles the shards ending at
+different steps.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 
+from ray.train import DataConfig
+
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
 
 
-def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, loop_config: dict) -> dict:
-    """Train and return rank 0's result (per-step records, validation, rows per host)."""
+class UnevenSplit(DataConfig):
+    """`DataConfig` whose splits keep every row: `streaming_split(equal=False)`. (This module is
+    imported only once a job runs: it needs Ray.)"""
+
+    def configure(self, datasets, world_size, worker_handles, worker_node_ids, **kwargs):
+        output = [{} for _ in range(world_size)]
+        hints = worker_node_ids if self._enable_shard_locality else None
+        for name, ds in datasets.items():
+            if ds.name is None:
+                ds.set_name(name)
+            ds = ds.copy(ds)
+            ds.context.execution_options = self._resolve_execution_options(name)
+            for i, split in enumerate(ds.streaming_split(world_size, equal=False, locality_hints=hints)):
+                output[i][name] = split
+        return output
+
+
+def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec) -> dict:
+    """Train and return rank 0's result (per-step records, validation, rows per host, ranks)."""
     from ray.data import ExecutionOptions
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from smlaunch.trainers.loop import train_loop
@@ -20,16 +50,50 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, loop_config: dict) 
     selector_options = {name: ExecutionOptions(label_selector=plan.preprocess_selector) for name in datasets}
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config=loop_config,
+        train_loop_config=spec,
         scaling_config=ScalingConfig(num_workers=plan.train_workers, use_gpu=plan.use_gpu,
-                                     label_selector=plan.train_selector),
+                                     label_selector=plan.worker_selectors),
         # A run name of its own per launch: Ray Train would otherwise resume silently from whatever
         # run of the same name it finds; resuming is ours (`resume_from`, complete checkpoints only).
         run_config=RunConfig(name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                             storage_path=loop_config["checkpoint_dir"],
+                             storage_path=spec.checkpoint_dir,
                              failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             worker_runtime_env={"env_vars": dict(plan.worker_env)} if plan.worker_env else None),
         datasets=datasets,
-        dataset_config=DataConfig(datasets_to_split="all", execution_options=selector_options),
+        dataset_config=UnevenSplit(datasets_to_split="all", execution_options=selector_options),
     )
-    return trainer.fit().return_value
+    try:
+        return trainer.fit().return_value
+    except Exception as exc:
+        from smlaunch.errors import user_error_in
+
+        if user_error_in(exc) is None:
+            _raise_if_a_train_host_was_lost(plan)
+        raise
+
+
+def _raise_if_a_train_host_was_lost(plan: LaunchPlan) -> None:
+    """After a failed fit: a train host that is gone explains it better than Ray's error does (a
+    rank's peers fail in their next collective; a group restarted without it cannot be placed).
+
+    The ranks' collectives fail within a second of a host's loss, before Ray's health checks
+    declare its node dead (period x threshold: 3 s x 5 by default), so with several train hosts
+    this waits up to that long for the verdict."""
+    from smlaunch.pipelines.host_loss import alive_hosts, train_host_lost_error
+
+    hosts = list(dict.fromkeys(w.host for w in plan.workers))
+    period_s = int(os.environ.get("RAY_health_check_period_ms", "3000")) / 1000
+    threshold = int(os.environ.get("RAY_health_check_failure_threshold", "5"))
+    deadline = time.monotonic() + (period_s * threshold + 3 if len(hosts) > 1 else 0)
+    while True:
+        try:
+            alive = alive_hosts()
+        except Exception:  # the cluster itself is going down: Ray's error stands
+            return
+        for host in hosts:
+            if host not in alive:
+                raise train_host_lost_error(host) from None
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.5)

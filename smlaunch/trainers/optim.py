@@ -6,19 +6,19 @@ from __future__ import annotations
 import math
 
 
-def build_optimizer(model, t: dict):
+def build_optimizer(model, t, learning_rate: float):
+    """`t` is the trainer config; `learning_rate` the peak rate (scaled with the workers or not)."""
     import torch
 
-    if t["optimizer"] == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=t["learning_rate"], momentum=t["momentum"],
-                               weight_decay=t["weight_decay"])
-    return torch.optim.AdamW(model.parameters(), lr=t["learning_rate"], weight_decay=t["weight_decay"])
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=learning_rate, momentum=t.momentum, weight_decay=t.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=t.weight_decay)
 
 
-def build_schedule(optimizer, t: dict, total_steps: int | None):
+def build_schedule(optimizer, t, total_steps: int | None):
     import torch
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, t["warmup_steps"]))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, t.warmup_steps))
 
 
 def warmup_cosine(total: int | None, warmup: int | None = None):

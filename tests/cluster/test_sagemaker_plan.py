@@ -9,8 +9,8 @@ import pytest
 from smlaunch.cluster.host_tree import write_host_tree
 from smlaunch.cluster.plan import LocalEnvironment
 from smlaunch.cluster.sagemaker_env import GroupInfo, read_sagemaker_environment
-from smlaunch.cluster.sagemaker_plan import (build_sagemaker_plan, choose_head, choose_train_group,
-                                             with_joined_resources)
+from smlaunch.cluster.sagemaker_plan import build_sagemaker_plan, choose_head, with_joined_resources
+from smlaunch.cluster.topology import GroupShape, choose_train_group
 from smlaunch.config import load_config
 from smlaunch.errors import ConfigError
 
@@ -48,30 +48,48 @@ def test_head_is_the_first_gpu_host_in_natural_order_never_simply_algo_1(configs
     assert plan.train_workers == 1 and plan.use_gpu and plan.data_selector == {"ray-subcluster": "data"}
 
 
-def specs_of(groups, **given):
-    """What `group_specs` gives: the table's spec per group, or a config's own (vcpus, gpus)."""
-    from smlaunch.config.instance_types import InstanceSpec, known_spec
-
-    return {name: InstanceSpec(*given[name]) if name in given else known_spec(g.instance_type)
-            for name, g in groups.items()}
-
-
 def test_train_group_choice():
-    groups = {g.name: g for g in [group("a", "ml.c5.xlarge", "algo-1"), group("b", "ml.p4d.24xlarge", "algo-2")]}
-    assert choose_train_group(groups, None, specs_of(groups))[0] == "b"
-    assert choose_train_group(groups, "a", specs_of(groups))[0] == "a"  # configured wins, even a CPU group
-    newer = {"a": group("a", "ml.c7i.large", "algo-1"), "b": group("b", "ml.g7e.2xlarge", "algo-2")}
+    a, b = GroupShape("a", "ml.c5.xlarge", 0), GroupShape("b", "ml.p4d.24xlarge", 8)
+    assert choose_train_group([a, b], None)[0] == "b"
+    assert choose_train_group([a, b], "a")[0] == "a"  # configured wins, even a CPU group
     # a type newer than the table: the GPUs the config gives it decide
-    assert choose_train_group(newer, None, specs_of(newer, b=(8, 1)))[0] == "b"
-    only = {"homogeneousCluster": group("homogeneousCluster", "ml.c5.xlarge", "algo-2", "algo-1")}
-    assert choose_train_group(only, None, specs_of(only))[0] == "homogeneousCluster"
-    assert choose_head(only["homogeneousCluster"]) == "algo-1"
-    cpus = {"a": group("a", "ml.c5.xlarge", "algo-1"), "c": group("c", "ml.m5.large", "algo-2")}
+    assert choose_train_group([GroupShape("a", "ml.c7i.large", 0), GroupShape("b", "ml.g7e.2xlarge", 1)], None)[0] == "b"
+    assert choose_train_group([GroupShape("homogeneousCluster", "ml.c5.xlarge", 0)], None)[0] == "homogeneousCluster"
+    assert choose_head(group("homogeneousCluster", "ml.c5.xlarge", "algo-2", "algo-1")) == "algo-1"
     with pytest.raises(ConfigError, match=r"no instance group of this job has GPUs \(a=ml.c5.xlarge, "
                                           r"c=ml.m5.large\); name the training group in cluster.train_group"):
-        choose_train_group(cpus, None, specs_of(cpus))
+        choose_train_group([a, GroupShape("c", "ml.m5.large", 0)], None)
     with pytest.raises(ConfigError, match="cluster.train_group: 'x' is not a group of this job; groups: a, b"):
-        choose_train_group(groups, "x", specs_of(groups))
+        choose_train_group([a, b], "x")
+
+
+def test_eight_workers_packed_four_per_gpu_host_never_on_a_data_host(configs, tmp_path):
+    """2 x ml.g5.12xlarge: ranks 0-3 on the head (algo-2), 4-7 on algo-10, each pinned by its host's
+    label; NCCL uses the job's network interface (and no EFA: g5.12xlarge has none)."""
+    cfg = load_config(configs / "hetero.yaml", ["cluster.instance_groups.0.instance_type=ml.g5.12xlarge",
+                                                "cluster.instance_groups.0.instance_count=2"])
+    layout = [LAYOUT[0], {**LAYOUT[1], "instance_type": "ml.g5.12xlarge"}]
+    plan = build_sagemaker_plan(cfg, sm_env(tmp_path, "algo-1", layout), HERE)
+    assert [(w.rank, w.host, w.gpu) for w in plan.workers] == [
+        (r, "algo-2" if r < 4 else "algo-10", r % 4) for r in range(8)]
+    assert plan.global_batch == 8 * 64 and {s["sm-host"] for s in plan.worker_selectors} == {"algo-2", "algo-10"}
+    assert plan.worker_env == {"NCCL_SOCKET_IFNAME": "lo", "NCCL_PROTO": "simple"}
+    # after joining, the GPUs the hosts report decide: one host came up with 2 GPUs visible
+    nodes = [{"labels": {"sm-host": "algo-2"}, "resources": {"CPU": 48.0, "GPU": 4.0}},
+             {"labels": {"sm-host": "algo-10"}, "resources": {"CPU": 48.0, "GPU": 2.0}}]
+    joined = with_joined_resources(plan, nodes, cfg)
+    assert [w.host for w in joined.workers] == ["algo-2"] * 4 + ["algo-10"] * 2 and joined.global_batch == 6 * 64
+
+
+def test_nccl_settings_follow_the_instance_type_as_the_toolkit_sets_them():
+    from smlaunch.cluster.nccl import nccl_environment
+
+    assert nccl_environment("ml.p4d.24xlarge", "eth0") == {
+        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_PROTO": "simple", "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1",
+        "RDMAV_FORK_SAFE": "1"}
+    assert nccl_environment("ml.g5.48xlarge", "eth1") == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_PROTO": "simple",
+                                                          "FI_PROVIDER": "efa"}
+    assert nccl_environment("ml.g5.xlarge", "eth0", {"NCCL_PROTO": "LL"}) == {"NCCL_SOCKET_IFNAME": "eth0"}
 
 
 def test_a_type_the_table_lacks_takes_the_configs_vcpus_and_gpus(configs, tmp_path):
@@ -112,10 +130,11 @@ def test_actual_resources_replace_the_table_once_hosts_joined(configs, tmp_path)
     nodes = [{"labels": {"sm-host": "algo-1"}, "resources": {"CPU": 15.0}},
              {"labels": {"sm-host": "algo-2"}, "resources": {"CPU": 4.0, "GPU": 0.0}},
              {"labels": {"sm-host": "algo-10"}, "resources": {"CPU": 4.0, "GPU": 1.0}}]
-    joined = with_joined_resources(plan, nodes)
+    joined = with_joined_resources(plan, nodes, load_config(configs / "hetero.yaml"))
     assert joined.host("algo-1").num_cpus == 15 and joined.train_workers == 1 and joined.use_gpu
-    cpu_only = with_joined_resources(plan, [dict(n, resources={"CPU": 2.0}) for n in nodes])
-    assert cpu_only.train_workers == 1 and not cpu_only.use_gpu
+    cpu_only = with_joined_resources(plan, [dict(n, resources={"CPU": 2.0}) for n in nodes],
+                                     load_config(configs / "hetero.yaml"))
+    assert cpu_only.train_workers == 2 and not cpu_only.use_gpu  # no GPU anywhere: one CPU worker per train host
 
 
 def test_plan_command_on_a_sagemaker_host_prints_roles_labels_and_head_address(configs, tmp_path):

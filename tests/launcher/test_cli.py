@@ -1,6 +1,7 @@
 """The CLI as a user meets it: a real `sm-launch` process, its output and exit status."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def sm_launch(*args, cwd=None, env_extra=None, module="smlaunch.launcher.cli"):
-    import os
-
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
                           text=True, timeout=120, cwd=cwd, env=env)
@@ -47,6 +46,26 @@ def test_plan_prints_hosts_labels_and_channels(configs, capsys):
     assert "labels=ray-subcluster=data,sm-host=algo-2,sm-group=data_group" in out
     assert "train workers: 1" in out
     assert "train: File tfrecord (FullyReplicated) from builtin:digits/train -> /opt/ml/input/data/train on algo-2" in out
+
+
+def test_plan_json_lists_every_worker_on_the_gpu_hosts(configs):
+    """2 x ml.g5.12xlarge beside one data host: 8 workers, ranks 0-7, 4 per GPU host (CPU stand-ins
+    here, each naming the GPU it stands in for), none on the data host; one JSON object on stdout."""
+    out = subprocess.run(
+        [sys.executable, "-m", "smlaunch", "plan", "--json", str(configs / "hetero.yaml"),
+         "--set", "cluster.instance_groups.0.instance_type=ml.g5.12xlarge",
+         "--set", "cluster.instance_groups.0.instance_count=2", "--set", "trainer.lr_scaling=linear"],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert [(w["rank"], w["host"], w["gpu"]) for w in plan["workers"]] == \
+        [(r, "algo-1" if r < 4 else "algo-2", r % 4) for r in range(8)]
+    assert all(w["stand_in"] for w in plan["workers"]) and plan["train_workers"] == 8 and not plan["use_gpu"]
+    data = [h["name"] for h in plan["hosts"] if h["subcluster"] == "data"]
+    assert data == ["algo-3"] and not {w["host"] for w in plan["workers"]} & set(data)
+    assert (plan["global_batch"], plan["learning_rate"]) == (64 * 8, 0.003 * 8)
+    assert plan["config"]["trainer"]["lr_scaling"] == "linear" and plan["head"] == "algo-1"
+    assert any("8 CPU stand-ins share this machine's" in n for n in plan["notes"]) or os.cpu_count() >= 8
 
 
 def test_plan_starts_no_ray_and_imports_no_torch(configs, dataset_cache):

@@ -27,40 +27,52 @@ RAY_INTERNALS = ("(pid=", "TrainController", "RayTrainWorker", "SplitCoordinator
 @pytest.mark.ray
 def test_tiny_job_trains_on_three_nodes_in_a_terminal(configs, tmp_path):
     """The job as a person runs it: `sm-launch` typed into a terminal (a pseudo-terminal of 120x40).
-    It must finish, draw a progress bar, keep the console to its own lines, and train for real."""
+    It must finish, draw a progress bar, keep the console to its own lines, and train for real.
+
+    The train host has two GPUs here (`gpus: 2`), so two train workers (CPU stand-ins) share it:
+    DDP on one host, each epoch split unevenly between the ranks, every sample once, the same
+    weights on both ranks at the end. (Two GPU hosts, one rank each: test_sagemaker_hosts.py;
+    three ranks: the S3 test below.)"""
     from terminal import run_in_terminal, screen_lines
 
     # Sentinel credentials in the environment must show up nowhere (issue 9's security item).
     code, output = run_in_terminal(
         [sys.executable, "-m", "smlaunch", str(configs / "tiny.yaml"), "--set", f"run.dir={tmp_path}",
-         "--set", "run.name=e2e"], env={**os.environ, **SENTINELS}, timeout_s=420)
+         "--set", "run.name=e2e", "--set", "cluster.instance_groups.0.gpus=2", "--set", "trainer.steps=30"],
+        env={**os.environ, **SENTINELS}, timeout_s=420)
     assert code == 0, output[-3000:]
-    assert "\rtrain:" in output and "| 40/40 [" in output and "images/s, data wait" in output  # the bar, redrawn
+    assert "\rtrain:" in output and "| 30/30 [" in output and "images/s, data wait" in output  # the bar, redrawn
     lines = screen_lines(output)
     assert len(lines) <= 60, "\n".join(lines)
     assert not [line for line in lines if any(word in line for word in RAY_INTERNALS)], "\n".join(lines)
     metric = re.compile(r"^step=\d+ loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+$")
-    assert [line for line in lines if metric.match(line)][-1].startswith("step=40 ")
-    assert any(re.match(r"^validation step=40 epoch=1 accuracy=[0-9.]+ loss=[0-9.]+$", line) for line in lines)
-    assert "steps=40 epochs=1 (epoch 1 cut short by the step count) train_workers=1" in lines
+    assert [line for line in lines if metric.match(line)][-1].startswith("step=30 ")
+    assert any(re.match(r"^validation step=30 epoch=2 accuracy=[0-9.]+ loss=[0-9.]+$", line) for line in lines)
+    assert "steps=30 epochs=2 (epoch 2 cut short by the step count) train_workers=2" in lines
+    assert any(line.startswith("ranks 0@algo-1, 1@algo-1: final weights identical on every rank") for line in lines)
     head = tmp_path / "e2e" / "hosts" / "algo-1" / "opt" / "ml"
     report = json.loads((head / "output" / "data" / "report.json").read_text())
     summary = report["summary"]
     assert lines[-1] == f"report: {head / 'output' / 'data' / 'report.json'}"
 
-    assert summary["steps"] == 40 and len(report["steps"]) == 40
-    assert (summary["epochs"], summary["epochs_complete"]) == (1, 0)  # one way of counting, everywhere
-    assert report["sample_accounting"]["epochs"][0]["epoch"] == 1 and report["validation"][-1]["epoch"] == 1
+    assert summary["steps"] == 30 and len(report["steps"]) == 30
+    assert (summary["epochs"], summary["epochs_complete"]) == (2, 1)  # one way of counting, everywhere
+    assert [w["rank"] for w in report["workers"]] == [0, 1] and summary["ranks_in_sync"]
+    assert len({w["param_sha256"] for w in report["workers"]}) == 1 and summary["global_batch"] == 64
+    first = report["sample_accounting"]["epochs"][0]  # 1437 rows over two ranks: shards of 718 and 719
+    assert (first["epoch"], first["complete"], first["distinct"], first["duplicated"], first["missing"]) == \
+        (1, True, 1437, 0, 0), first
+    assert report["validation"][-1]["epoch"] == 2
     assert {"loss", "step_time_s", "data_wait_s", "images_per_s"} <= set(report["steps"][0])
     assert summary["validation_accuracy"] > 0.3  # chance is 0.1
     assert report["validation"][-1]["rows"] == 360
     # Every preprocessed row came from the two data hosts, none from the train host.
     assert summary["data_node_row_fraction"] == 1.0
     assert report["rows_by_host"]["algo-1"] == 0 and report["rows_by_host"]["unknown"] == 0
-    assert report["rows_by_host"]["algo-2"] + report["rows_by_host"]["algo-3"] >= 40 * 32 + 360
+    assert report["rows_by_host"]["algo-2"] + report["rows_by_host"]["algo-3"] >= 30 * 64 + 2 * 360
     # Ray's logs and ours are kept with the run, not shown.
     logs = tmp_path / "e2e" / "logs"
-    assert "step=40 loss=" in (logs / "sm-launch.log").read_text()
+    assert "step=30 loss=" in (logs / "sm-launch.log").read_text()
     assert list((logs / "ray").glob("raylet*.out")) and list((logs / "ray").glob("python-core-worker-*.log"))
 
     # Utilisation was sampled on all three hosts, and the report was rendered for people.
@@ -103,7 +115,9 @@ def test_tiny_job_trains_on_three_nodes_in_a_terminal(configs, tmp_path):
 def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp_path, dataset_cache):
     """configs/s3-fastfile.yaml: a local S3 server started by the run and seeded from folders; train
     is FastFile (views, nothing downloaded) sharded over the data hosts, with one damaged record
-    that `max_corrupted_records: 1` skips and the report counts; validation streams through Pipe."""
+    that `max_corrupted_records: 1` skips and the report counts; validation streams through Pipe.
+    Three train workers (the GPU host has `gpus: 3`) split the 1436 good rows unevenly (1436 is no
+    multiple of 3, nor are the blocks the same size) and still draw each one once."""
     from smlaunch.pipelines.digits import prepare_digits
 
     bad = tmp_path / "bad-train"
@@ -115,7 +129,8 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     seeds = f"{{s3://smlaunch-digits/: builtin:digits, s3://smlaunch-digits/train/: {bad}}}"
     result = subprocess.run(
         [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "s3-fastfile.yaml"),
-         "--set", f"run.dir={tmp_path}", "--set", "run.name=s3", "--set", "trainer.steps=20",
+         "--set", f"run.dir={tmp_path}", "--set", "run.name=s3", "--set", "trainer.steps=16",
+         "--set", "cluster.instance_groups.0.gpus=3",
          "--set", "channels.train.max_corrupted_records=1", "--set", f"run.s3_seed={seeds}"],
         capture_output=True, text=True, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -124,12 +139,15 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     assert "\x1b" not in result.stdout + result.stderr and "\r" not in result.stdout
     assert not [line for line in result.stdout.splitlines() if any(word in line for word in RAY_INTERNALS)]
     assert "WARNING: channel 'train': skipped a corrupt record: " in result.stdout
-    assert re.search(r"^step=20 loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+$", result.stdout, re.M)
+    assert re.search(r"^step=10 loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+$", result.stdout, re.M)
     hosts = tmp_path / "s3" / "hosts"
     report = json.loads((hosts / "algo-1/opt/ml/output/data/report.json").read_text())
     assert report["summary"]["corrupt_records_skipped"] == 1
     assert "part-00002.tfrecord: bad data CRC in record at byte 4422" in report["corrupt_records"]["train"]["first"][0]
     assert report["validation"][-1]["rows"] == 360
+    assert [w["rank"] for w in report["workers"]] == [0, 1, 2] and report["summary"]["ranks_in_sync"]
+    first = report["sample_accounting"]["epochs"][0]
+    assert (first["complete"], first["distinct"], first["duplicated"], first["missing"]) == (True, 1436, 0, 0), first
     for host, shards in (("algo-2", ["part-00000.tfrecord", "part-00002.tfrecord"]),
                          ("algo-3", ["part-00001.tfrecord", "part-00003.tfrecord"])):
         view = hosts / host / "opt/ml/input/data/train" / ".smlaunch-fastfile.json"

@@ -13,7 +13,17 @@ from sagemaker_job import HOSTS, FakeJob
 
 
 @pytest.mark.ray
-def test_three_hosts_join_train_and_all_exit_zero(job):
+def test_three_hosts_join_train_and_all_exit_zero(tmp_path):
+    """28 steps of 2 x 32 images: the first epoch (1437 rows, split unevenly) ends inside the run, so its
+    accounting across the two ranks is complete."""
+    job = FakeJob(tmp_path, steps=28)
+    try:
+        _three_hosts_join_train_and_all_exit_zero(job)
+    finally:
+        job.cleanup()
+
+
+def _three_hosts_join_train_and_all_exit_zero(job):
     for host in HOSTS:
         job.start(host)
     codes = job.wait(300)
@@ -27,9 +37,16 @@ def test_three_hosts_join_train_and_all_exit_zero(job):
         # Workers leave within 10 s of the head (which exits last, after its own teardown).
         assert abs(job.exited["algo-2"] - job.exited[worker]) < 10
     report = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())
-    assert report["summary"]["steps"] == 20
+    assert report["summary"]["steps"] == 28
     assert report["rows_by_host"]["algo-1"] > 0 and report["summary"]["data_node_row_fraction"] == 1.0
     assert report["plan"]["head"] == "algo-2" and report["plan"]["head_address"] == f"algo-2:{job.port}"
+    # Both GPU hosts train (on this machine without GPUs, one CPU rank each): DDP across two host
+    # processes, rank 0 on the head, and the same weights on both at the end.
+    assert [(w["rank"], w["host"]) for w in report["workers"]] == [(0, "algo-2"), (1, "algo-3")]
+    assert report["summary"]["ranks_in_sync"] and report["summary"]["train_workers"] == 2
+    first = report["sample_accounting"]["epochs"][0]
+    assert (first["complete"], first["distinct"], first["duplicated"], first["missing"]) == (True, 1437, 0, 0), first
+    assert report["summary"]["validation_accuracy"] > 0.3  # chance is 0.1
     assert (job.trees["algo-2"] / "model/model.pt").exists()
     assert not any(job.failure(h) for h in HOSTS)
     # The shared token authenticates every host and is printed nowhere.

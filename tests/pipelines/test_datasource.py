@@ -89,6 +89,9 @@ def test_corrupt_records_are_skipped_within_the_allowance_and_counted(data_clust
     summary = corrupt_summary()["bad"]
     assert summary["skipped"] == 2 and summary["limit"] == 2
     assert f"part-1.tfrecord: bad data CRC in record at byte {3 * record}" in summary["first"][0]
+    # A second epoch meets the same two records: they were counted, and are not again.
+    assert read_ids(data_cluster, plan("bad", limit=2), roots) == ids
+    assert corrupt_summary()["bad"]["skipped"] == 2 and len(corrupt_summary()["bad"]["first"]) == 2
 
     start_counter({"bad": 1})
     with pytest.raises(Exception) as failure:

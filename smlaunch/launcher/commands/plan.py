@@ -17,13 +17,26 @@ log = logging.getLogger("smlaunch")
 
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print the plan (and the resolved config) as one JSON object instead")
 
 
 def main(args, failure) -> int:
     job = load_job(args, failure, write_failure_locally=False)
+    if args.json:
+        import json
+
+        log.log(RESULT, json.dumps(plan_json(job.cfg, job.plan), indent=2))
+        return 0
     for line in plan_lines(job.cfg, job.plan):
         log.log(RESULT, line)
     return 0
+
+
+def plan_json(cfg, plan) -> dict:
+    """Everything `plan` prints, as data: the plan's fields (hosts, channels, `workers` as
+    {rank, host, gpu}, global batch, learning rate, notes, ...) and the resolved config."""
+    return {**plan.to_dict(), "config": cfg.model_dump(mode="json")}
 
 
 def plan_lines(cfg, plan) -> list[str]:
@@ -38,8 +51,14 @@ def plan_lines(cfg, plan) -> list[str]:
                      f"at {plan.head_address}")
     else:
         lines.append(f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type})")
-    lines.append(f"train workers: {plan.train_workers} ({'GPU' if plan.use_gpu else 'CPU'}), "
-                 f"selector {plan.train_selector}")
+    t = cfg.trainer
+    lines.append(f"train workers: {plan.train_workers} ({'GPU, NCCL' if plan.use_gpu else 'CPU, gloo'}): "
+                 + workers_text(plan.workers))
+    lines.append(f"global batch: {plan.global_batch} = {t.batch_size} x {plural(plan.train_workers, 'worker')} x "
+                 f"{t.grad_accum_steps} accumulation; learning rate {plan.learning_rate:g}"
+                 + (" (linear scaling)" if t.lr_scaling == "linear" else ""))
+    if plan.worker_env:
+        lines.append("train workers' environment: " + " ".join(f"{k}={v}" for k, v in plan.worker_env.items()))
     lines.append(f"preprocessing selector: {plan.preprocess_selector}"
                  + ("" if plan.data_selector else " (no CPU-only group: the train hosts' CPUs)"))
     lines.append("hosts:")
@@ -59,18 +78,42 @@ def plan_lines(cfg, plan) -> list[str]:
     return lines
 
 
+def workers_text(workers) -> str:
+    """`ranks 0-3 on algo-1 (GPUs 0-3); ranks 4-5 on algo-2 (CPU stand-ins for GPUs 0-1)`: ranks
+    grouped by host."""
+    parts = []
+    for host in dict.fromkeys(w.host for w in workers):
+        mine = [w for w in workers if w.host == host]
+        ranks = _span([w.rank for w in mine])
+        gpus = [w.gpu for w in mine if w.gpu is not None]
+        device = f"GPU{'s' if len(gpus) > 1 else ''} {_span(gpus)}" if gpus else "CPU"
+        if any(w.stand_in for w in mine):
+            device = f"CPU stand-in{'s' if len(mine) > 1 else ''} for {device}"
+        parts.append(f"rank{'s' if len(mine) > 1 else ''} {ranks} on {host} ({device})")
+    return "; ".join(parts)
+
+
+def _span(numbers: list[int]) -> str:
+    return str(numbers[0]) if len(numbers) == 1 else (
+        f"{numbers[0]}-{numbers[-1]}" if numbers == list(range(numbers[0], numbers[-1] + 1)) else
+        ",".join(map(str, numbers)))
+
+
 def summary(cfg, plan) -> list[str]:
     """The plan in a few lines, as a run starts: what trains where, on what data."""
     t = cfg.trainer
     length = plural(t.steps, "step") if t.steps else plural(t.epochs, "epoch")
     workers = plural(plan.train_workers, "train worker")
     device = "GPU" if plan.use_gpu else "CPU"
-    lines = [f"job {cfg.job}: {length} of {cfg.model.name}, batch {t.batch_size} x {workers} ({device})"]
+    lines = [f"job {cfg.job}: {length} of {cfg.model.name}, batch {t.batch_size} x {workers} ({device}), "
+             f"global batch {plan.global_batch}"]
     hosts = "; ".join(f"{h.name} {h.subcluster}{' (head)' if h.role == 'head' else ''} {h.group} "
                       f"{h.instance_type}, {plural(h.num_cpus, 'CPU')}" + (f", {plural(h.num_gpus, 'GPU')}"
                                                                         if h.num_gpus else "")
                       for h in plan.hosts)
     lines.append(f"hosts: {hosts}")
+    if plan.train_workers > 1:
+        lines.append(f"train workers: {workers_text(plan.workers)}")
     lines.append("channels: " + "; ".join(f"{c.name} {c.input_mode} {c.record_format} from {c.source} -> "
                                           f"{', '.join(c.hosts)}" for c in plan.channels))
     lines += [f"note: {note}" for note in plan.notes if not note.startswith("CPUs scaled")]

@@ -1,0 +1,145 @@
+"""The ranks' control plane: one small collective per step, so every rank decides the same thing.
+
+Several ranks must take every step together (DDP's gradient all-reduce and a checkpoint report
+are collectives); a rank that went another way would leave the others waiting forever. With
+uneven shards (no rows dropped to equalise them) one rank runs out of batches before another, and
+a stop request reaches ranks at different moments. So before each step the ranks exchange, in one
+all-reduce of seven numbers on a gloo group (CPU tensors: no GPU synchronisation):
+
+* how many ranks hold a full step's micro-batches, and how many hold any: all of them means a
+  normal DDP step; some means a *drain* step (the ranks with data compute without DDP's sync, then
+  sum gradients and micro-batch counts explicitly, so ranks without data still take the step and
+  every rank ends it with the same weights); none means the epoch is over, on every rank at once;
+* whether any rank saw the stop request (`launcher.stopping` writes it to Ray's KV store; each rank
+  reads it at most once a second);
+* the previous step's numbers (loss, micro-batches, images, data wait, step time), summed, so the
+  step record rank 0 reports covers every rank, one step late and at no extra cost.
+
+Objects (the resume state, accounting ids, parameter digests) travel on the same gloo group, as
+NCCL cannot gather objects.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from smlaunch.cluster.job_state import NAMESPACE, STOP
+
+POLL_S = 1.0
+
+
+@dataclass
+class StepNumbers:
+    """One rank's numbers for a step it took part in."""
+
+    loss_sum: float = 0.0
+    micro_batches: int = 0
+    images: int = 0
+    wait_s: float = 0.0
+    step_s: float = 0.0
+
+    def as_list(self) -> list[float]:
+        return [self.loss_sum, self.micro_batches, self.images, self.wait_s, self.step_s]
+
+
+@dataclass(frozen=True)
+class Decision:
+    all_full: bool
+    any_data: bool
+    stop: bool
+    previous: list[float] | None
+    """The previous step's numbers summed over ranks (as `StepNumbers.as_list`), or None."""
+
+
+def record(step: int, epoch: int, numbers: list[float], world: int) -> dict:
+    """A step's record over all ranks: mean loss per micro-batch, images/s of all ranks over the
+    mean step time, the mean rank's data wait."""
+    loss_sum, micro, images, wait, step_s = numbers
+    mean_step = step_s / world
+    return {"step": step, "t": round(time.time(), 3), "epoch": epoch, "loss": round(loss_sum / max(micro, 1), 5),
+            "step_time_s": round(mean_step, 5), "data_wait_s": round(wait / world, 5),
+            "images_per_s": round(images / mean_step, 2) if mean_step > 0 else 0.0}
+
+
+class Control:
+    def __init__(self, world: int):
+        self.world = world
+        self.group = None
+        self._stop_seen, self._last_poll = False, 0.0
+        if world > 1:
+            import torch.distributed as dist
+
+            # all ranks create it, in the same order; the default group already is gloo on CPU
+            self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+    def _stop_locally(self) -> bool:
+        now = time.monotonic()
+        if not self._stop_seen and now - self._last_poll >= POLL_S:
+            self._last_poll = now
+            from ray.experimental import internal_kv
+
+            self._stop_seen = internal_kv._internal_kv_get(STOP, namespace=NAMESPACE) is not None
+        return self._stop_seen
+
+    def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None) -> Decision:
+        stop = self._stop_locally()
+        values = [float(full), float(any_data), float(stop)] + (previous.as_list() if previous else [0.0] * 5)
+        if self.world > 1:
+            values = self._all_reduce(values)
+        return Decision(all_full=values[0] == self.world, any_data=values[1] > 0, stop=values[2] > 0,
+                        previous=values[3:] if previous is not None else None)
+
+    def flush(self, previous: StepNumbers) -> list[float]:
+        """The last step's numbers over all ranks (every rank calls it once, after its last step)."""
+        values = previous.as_list()
+        return self._all_reduce(values) if self.world > 1 else values
+
+    def _all_reduce(self, values: list[float]) -> list[float]:
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor, group=self.group)
+        return tensor.tolist()
+
+    def broadcast(self, value, src: int = 0):
+        """Rank `src`'s value on every rank."""
+        if self.world == 1:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=src, group=self.group)
+        return box[0]
+
+    def gather(self, value, rank: int) -> list | None:
+        """Every rank's value, in rank order, on rank 0 (None elsewhere)."""
+        if self.world == 1:
+            return [value]
+        import torch.distributed as dist
+
+        out = [None] * self.world if rank == 0 else None
+        dist.gather_object(value, out, dst=0, group=self.group)
+        return out
+
+
+def sum_gradients(model, micro_batches: int, world: int) -> None:
+    """A drain step's gradient: every rank's summed micro-batch gradients, summed over ranks and
+    divided by all ranks' micro-batches, the mean DDP's normal step gives. Ranks without data
+    contribute zeros (and no count), so they end the step with the same weights as the others."""
+    import torch
+    import torch.distributed as dist
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1).float() for g in grads] +
+                     [torch.tensor([float(micro_batches)], device=grads[0].device)])
+    if world > 1:
+        dist.all_reduce(flat)
+    count = max(flat[-1].item(), 1.0)
+    offset = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = (flat[offset:offset + n] / count).view_as(p).to(p.dtype)
+        offset += n

@@ -1,0 +1,53 @@
+"""What a train worker is told: one frozen, typed value, built from the config and the *final* plan.
+
+On a SageMaker job the worker count is known only once every host has joined and reported its
+GPUs (`sagemaker_plan.with_joined_resources`); the learning-rate schedule's length, the global
+batch and the scaled learning rate all depend on it, so the spec is built after that, never from
+the plan each host made before joining. It travels to every worker (pickled by Ray).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from smlaunch.cluster.topology import WorkerPlan
+from smlaunch.config.schema import TrainerConfig
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    model: str
+    num_classes: int
+    image_size: int
+    seed: int
+    trainer: TrainerConfig
+    learning_rate: float
+    """The peak rate the optimizer uses (scaled by the workers with `trainer.lr_scaling: linear`)."""
+    total_steps: int | None
+    """The run's optimizer steps (`trainer.steps`, or epochs x steps per epoch for a channel whose
+    size is known); the schedule's length. None: unknown (constant rate after warmup)."""
+    epoch_rows: int | None
+    """Rows of the train channel per epoch, where known (builtin datasets)."""
+    workers: tuple[WorkerPlan, ...]
+    host_names: tuple[str, ...]
+    model_dir: str
+    checkpoint_dir: str
+    config_sha256: str
+    normalize: dict
+    fragile_channels: tuple[dict, ...]
+    """Channels a lost host cannot be recovered from (see `pipelines.host_loss`)."""
+    resume_from: str | None = None
+    """A complete checkpoint of an earlier run to start from (found by the driver)."""
+
+    @property
+    def world_size(self) -> int:
+        return len(self.workers)
+
+    @property
+    def train_hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(w.host for w in self.workers))
+
+    def card(self) -> dict:
+        """What the saved model's card needs."""
+        return {"model": self.model, "num_classes": self.num_classes, "image_size": self.image_size,
+                "normalize": self.normalize, "config_sha256": self.config_sha256, "model_dir": self.model_dir}

@@ -1,0 +1,103 @@
+"""The ranks' control plane without Ray: real gloo process groups of 2 and 3 processes.
+
+A drain step (some ranks out of data) must leave every rank with the same weights, and those must
+be what one process would get from the mean gradient over every micro-batch of every rank; the
+step records must sum every rank's numbers; a resumed epoch must drop exactly the consumed ids.
+"""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from smlaunch.trainers.control import Control, StepNumbers, record, sum_gradients
+from smlaunch.trainers.resume import without_consumed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 3)
+
+
+def _batches(rank: int, counts: list[int]):
+    """Rank r's micro-batches: `counts[r]` of them, each 2 rows, different on every rank."""
+    g = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(2, 4, generator=g), torch.randint(0, 3, (2,), generator=g)) for _ in range(counts[rank])]
+
+
+def _rank_main(rank: int, world: int, port: int, counts: list[int], out: dict) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    control = Control(world)
+    control._stop_locally = lambda: rank == 1  # rank 1 saw a stop request; every rank must learn it
+    model = torch.nn.parallel.DistributedDataParallel(_model())
+    micro = _batches(rank, counts)
+    decision = control.exchange(len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0))
+    with model.no_sync():
+        for x, y in micro:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+    sum_gradients(model, len(micro), world)
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    out[rank] = {"decision": decision, "weights": [p.detach().clone() for p in model.parameters()],
+                 "gathered": control.gather(rank * 10, rank), "broadcast": control.broadcast(f"from {rank}")}
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("counts", [[2, 1], [2, 0, 1]])
+def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(counts):
+    world = len(counts)
+    out = mp.Manager().dict()
+    mp.spawn(_rank_main, args=(world, _free_port(), counts, out), nprocs=world, join=True)
+    # One process, every micro-batch of every rank, their mean gradient: the reference.
+    reference = _model()
+    everything = [b for rank in range(world) for b in _batches(rank, counts)]
+    for x, y in everything:
+        (torch.nn.functional.cross_entropy(reference(x), y) / len(everything)).backward()
+    torch.optim.SGD(reference.parameters(), lr=0.5).step()
+    for rank in range(world):
+        for got, want in zip(out[rank]["weights"], reference.parameters()):
+            assert torch.allclose(got, want, atol=1e-6), (rank, got, want)
+        decision = out[rank]["decision"]
+        assert not decision.all_full and decision.any_data and decision.stop  # rank 1's stop reached all
+        assert decision.previous == [sum(1.0 + r for r in range(world)), world, 2 * world, 0.5 * world, 1.0 * world]
+        assert out[rank]["broadcast"] == "from 0"
+    assert out[0]["gathered"] == [r * 10 for r in range(world)]
+
+
+def test_a_step_record_covers_every_rank():
+    entry = record(7, 2, [3.0, 4, 256, 0.2, 2.0], world=2)  # 2 ranks, 4 micro-batches, 1 s mean step
+    assert (entry["step"], entry["epoch"], entry["loss"], entry["step_time_s"], entry["data_wait_s"],
+            entry["images_per_s"]) == (7, 2, 0.75, 1.0, 0.1, 256.0)
+
+
+def test_one_rank_needs_no_collective():
+    control = Control(world=1)
+    control._stop_locally = lambda: False
+    decision = control.exchange(True, True, None)
+    assert decision.all_full and decision.any_data and not decision.stop and decision.previous is None
+    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2]
+    model = _model()
+    model(torch.ones(1, 4)).sum().backward()
+    before = model.weight.grad.clone()
+    sum_gradients(model, 2, world=1)  # two micro-batches' summed gradient becomes their mean
+    assert torch.allclose(model.weight.grad, before / 2)
+
+
+def test_a_resumed_epoch_drops_exactly_the_consumed_ids_and_regroups_full_batches():
+    batches = [{"id": torch.arange(i, i + 4), "image": torch.arange(i, i + 4) * 10} for i in range(0, 20, 4)]
+    consumed = torch.tensor([0, 1, 5, 9, 10, 11, 19])
+    out = list(without_consumed(iter(batches), consumed, batch_size=4))
+    ids = torch.cat([b["id"] for b in out]).tolist()
+    assert ids == [i for i in range(20) if i not in consumed.tolist()]
+    assert [len(b["id"]) for b in out] == [4, 4, 4, 1]  # full batches, then what is left
+    assert all(torch.equal(b["image"], b["id"] * 10) for b in out)  # columns stay aligned
