@@ -114,8 +114,10 @@ class _Run:
 
     def _epoch(self, shard, pending):
         """Steps until this epoch's data runs out on every rank (True), or the run ends (False)."""
+        resumed = self.consumed is not None or self.legacy_position > 0  # may rightly have nothing left
         batches = self._batches(shard)
         self.model.train()
+        steps_here = 0
         while not (self.t.steps and self.step >= self.t.steps):
             started = time.perf_counter()
             micro, waited = self._fetch(batches)
@@ -127,12 +129,22 @@ class _Run:
                 self._stop()
                 return None, False
             if not decision.any_data:
+                if steps_here == 0 and not resumed:  # no step now, nor in any epoch after: stop, not loop
+                    self._raise_empty_epoch()
                 return None, True
+            steps_here += 1
             pending = self._train_step(micro, decision.all_full, waited, started)
             self.guard.check()
             if self.t.checkpoint_interval and self.step % self.t.checkpoint_interval == 0:
                 self._save()
         return pending, False
+
+    def _raise_empty_epoch(self):
+        from smlaunch.errors import DataError
+
+        raise DataError(f"channel 'train': epoch {self.epochs_done + 1} gave the train workers no full batch of "
+                        f"trainer.batch_size={self.t.batch_size} (a step needs one); the channel is empty or "
+                        "too small (an empty Pipe FIFO?)")
 
     def _batches(self, shard):
         """This epoch's full batches; a final partial one is counted (delivered), not trained on."""

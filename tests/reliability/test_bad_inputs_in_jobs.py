@@ -55,6 +55,6 @@ def test_an_empty_pipe_fifo_ends_the_job_instead_of_looping_on_empty_epochs(tmp_
     (data / "part-0.tfrecord").write_bytes(b"")
     result, line = run_job(tmp_path, f"channels.train.source={data}", "channels.train.input_mode=Pipe")
     assert result.returncode == 1
-    assert line == ("sm-launch: error: channel 'train': epoch 1 gave this worker 0 full batches of "
-                    "trainer.batch_size=32, fewer than the 1 a step needs; the channel is empty or too small "
+    assert line == ("sm-launch: error: channel 'train': epoch 1 gave the train workers no full batch of "
+                    "trainer.batch_size=32 (a step needs one); the channel is empty or too small "
                     "(an empty Pipe FIFO?)")
