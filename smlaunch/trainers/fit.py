@@ -64,13 +64,51 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec) -> dict:
         dataset_config=UnevenSplit(datasets_to_split="all", execution_options=selector_options),
     )
     try:
-        return trainer.fit().return_value
+        return _fit_watching_train_hosts(trainer, list(dict.fromkeys(w.host for w in plan.workers)))
     except Exception as exc:
         from smlaunch.errors import user_error_in
 
         if user_error_in(exc) is None:
             _raise_if_a_train_host_was_lost(plan)
         raise
+
+
+def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0) -> dict:
+    """`trainer.fit()`, given up on as soon as a train host is gone (several train hosts only).
+
+    A group that lost a host's ranks cannot go on, and Ray Train's restart cannot place them
+    anywhere else (each is pinned to its host): with `max_failures` > 0 the restarted group waited
+    for the dead node without end (seen: over 10 minutes), and Ray Train's own abort (its Ctrl-C
+    handler) did not end it either. So the fit runs in a thread while this one polls the train
+    hosts; a lost one ends the job here, in one line, and the launcher's teardown of the cluster
+    ends the fit thread."""
+    import threading
+
+    from smlaunch.pipelines.host_loss import alive_hosts, train_host_lost_error
+
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=interval_s)
+        if thread.is_alive() and len(hosts) > 1:
+            try:
+                alive = alive_hosts()
+            except Exception:  # the cluster is going down: the fit will say why
+                continue
+            gone = [h for h in hosts if h not in alive]
+            if gone:
+                raise train_host_lost_error(gone[0])
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"].return_value
 
 
 def _raise_if_a_train_host_was_lost(plan: LaunchPlan) -> None:
