@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from smlaunch.pipelines.local_s3 import LocalS3
+from smlaunch.pipelines.sources.local_s3 import LocalS3
 
 ROOT = Path(__file__).resolve().parents[1]
 

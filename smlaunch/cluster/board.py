@@ -70,11 +70,19 @@ def find_board():
         return None
 
 
-def post(kind: str, **fields) -> None:
-    """Send one event now, without waiting (a data task's warning, a rare note)."""
+def post(kind: str, wait_s: float = 0, **fields) -> None:
+    """Send one event now (a data task's warning, a rare note); with `wait_s`, wait up to that long
+    until the board holds it (a worker about to raise: its process may end before a send)."""
     board = find_board()
     if board is not None:
-        board.push.remote([{"kind": kind, "t": time.time(), **fields}])
+        ref = board.push.remote([{"kind": kind, "t": time.time(), **fields}])
+        if wait_s:
+            import ray
+
+            try:
+                ray.get(ref, timeout=wait_s)
+            except ray.exceptions.RayError:
+                pass
 
 
 class Outbox:

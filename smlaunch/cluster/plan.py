@@ -84,14 +84,27 @@ class ChannelPlan:
     block_rows: int = 256
     """Rows per block read: the chain's batch size, so one preprocessing task handles one batch and
     the first batch reaches the trainer after one batch's work, not a whole file's."""
+    fields: tuple[str | None, str | None, str | None] = ("image/encoded", "image/class/label", "id")
+    """Where the image, the label and the id are in a record (feature, extension or column names)."""
+    id_required: bool = False
+    """The config named `fields.id`: a sample without it is an error instead of getting a derived id."""
+    s3_data_type: str = "S3Prefix"
+    file_system: str | None = None
+    """FSxLustre or EFS when the channel is a file system mounted on every receiving host."""
 
 
 def channel_plan(name: str, ch, hosts: tuple[str, ...], block_rows: int = 256) -> ChannelPlan:
-    """A channel of the config, received by `hosts`."""
+    """A channel of the config, received by `hosts`. A file system is seen whole by every host, as a
+    FullyReplicated S3 channel is, so it is read as one (each file once, by any host)."""
+    from smlaunch.config.channel_rules import resolved_fields
+
+    fields = resolved_fields(ch.record_format, ch.fields)
     return ChannelPlan(name=name, input_mode=ch.input_mode, record_format=ch.record_format, source=ch.source,
                        hosts=hosts, distribution=ch.s3_distribution, max_corrupted_records=ch.max_corrupted_records,
                        attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None,
-                       block_rows=block_rows)
+                       block_rows=block_rows, fields=(fields["image"], fields["label"], fields["id"]),
+                       id_required=bool(ch.fields and ch.fields.id), s3_data_type=ch.s3_data_type,
+                       file_system=ch.file_system.type if ch.file_system else None)
 
 
 @dataclass(frozen=True)

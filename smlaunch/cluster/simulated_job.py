@@ -124,7 +124,7 @@ def digits_job(root: Path, config_file: Path, *, steps: int | None = None, join_
                log_every: int | None = None, layout: list[dict] = DIGITS_LAYOUT) -> SimulatedJob:
     """`config_file`'s job on `layout`'s groups (ml.c5.xlarge data_group, 2 x ml.g5.xlarge
     train_group by default), both channels the builtin digits, delivered to data_group."""
-    from smlaunch.pipelines.digits import prepare_digits
+    from smlaunch.pipelines.builtin.digits import prepare_digits
 
     cfg = yaml.safe_load(Path(config_file).read_text())
     cfg["cluster"] = {"instance_groups": [{"name": g["instance_group_name"], "instance_type": g["instance_type"],

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
-from smlaunch.pipelines.op_specs import OP_NAMES
+from smlaunch.config.op_specs import OP_NAMES
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LaunchConfig:

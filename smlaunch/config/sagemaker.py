@@ -9,7 +9,7 @@ because `schema` imports this module.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -21,6 +21,32 @@ MAX_RUN_LIMIT_S = 28 * 24 * 3600
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+SubnetId = Annotated[str, Field(pattern=r"^subnet-[0-9a-z]+$", max_length=32)]
+SecurityGroupId = Annotated[str, Field(pattern=r"^sg-[0-9a-z]+$", max_length=32)]
+
+
+class VpcConfig(_Strict):
+    """The VPC the job's hosts join (CreateTrainingJob `VpcConfig`). SageMaker mounts an FSx for
+    Lustre or EFS channel only from inside the file system's VPC, so `submit` refuses a
+    `file_system` channel without it. Inside a VPC the hosts reach S3 only through an S3 VPC
+    endpoint or a NAT gateway, PyPI (`install_package: true`) only through a NAT gateway, and the
+    security groups must let the job's hosts reach each other (an inbound rule from the group
+    itself) for Ray and NCCL. Counts and shapes are botocore's `VpcConfig` limits."""
+
+    subnets: list[SubnetId] = Field(min_length=1, max_length=16)
+    """Subnet ids (`subnet-...`), 1-16; the file system must be reachable from them."""
+    security_group_ids: list[SecurityGroupId] = Field(min_length=1, max_length=5)
+    """Security group ids (`sg-...`), 1-5, of the subnets' VPC."""
+
+    @field_validator("subnets", "security_group_ids")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        repeated = sorted({v for v in value if value.count(v) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} listed more than once")
+        return value
 
 
 class SageMakerConfig(_Strict):
@@ -62,6 +88,8 @@ class SageMakerConfig(_Strict):
     """Extra variables for every host (e.g. NCCL settings); at most 100 with the ones submit sets."""
     tags: dict[str, str] = {}
     """Tags on the training job."""
+    vpc: Optional[VpcConfig] = None
+    """Subnets and security groups the hosts join; required for a `file_system` channel."""
 
     @field_validator("environment")
     @classmethod

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
+from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
 from smlaunch.config.sagemaker import SageMakerConfig
-from smlaunch.pipelines.op_specs import OpSpec
+from smlaunch.config.op_specs import OpSpec
 
 
 class _Strict(BaseModel):
@@ -80,21 +81,49 @@ class ClusterConfig(_Strict):
         return self
 
 
+class FieldsConfig(_Strict):
+    """Where a sample's image, integer label and optional id sit in the channel's records: TFRecord
+    feature names, WebDataset extensions (`;` separates alternatives), or Parquet columns."""
+
+    image: Optional[str] = Field(default=None, min_length=1)
+    label: Optional[str] = Field(default=None, min_length=1)
+    id: Optional[str] = Field(default=None, min_length=1)
+    """Without one, a sample's id is derived from its image bytes (as for augmented manifests)."""
+
+
+class FileSystemConfig(_Strict):
+    """An FSx for Lustre or EFS file system mounted at the channel's directory (SageMaker's
+    FileSystemDataSource; File mode only; `submit` needs `sagemaker.vpc`)."""
+
+    type: Literal["FSxLustre", "EFS"]
+    id: str = Field(pattern=r"^fs-[0-9a-f]{8,40}$")
+    directory: str = Field(pattern=r"^/")
+    """DirectoryPath: for FSx for Lustre `/<mount name>/<path>`, for EFS a path in the file system."""
+    access_mode: Literal["ro", "rw"] = "ro"
+
+
 class ChannelConfig(_Strict):
-    """A SageMaker input channel: where its data comes from and how the hosts see it."""
+    """A SageMaker input channel: where its data comes from, its layout and how the hosts see it."""
 
     input_mode: Literal["File", "FastFile", "Pipe"] = "File"
     """File: copied to each receiving host before the job; FastFile: listed at start, bytes read on
     demand; Pipe: streamed, one FIFO per epoch."""
-    record_format: Literal["tfrecord", "recordio"] = "tfrecord"
-    """Framing of the `tf.train.Example` records in the channel's files or stream (RecordIO also
-    frames an augmented manifest stream, see `attribute_names`)."""
+    record_format: Literal[RECORD_FORMATS] = "tfrecord"
+    """tfrecord / recordio: files of `tf.train.Example` records (RecordIO also frames an augmented
+    manifest stream); image_folder: `<class>/<image>` files; webdataset: tar shards of
+    `<key>.<ext>` members; parquet: one row per sample."""
+    fields: Optional[FieldsConfig] = None
+    """Names of the image, label and id in the records; defaults per format (see the README)."""
+    s3_data_type: Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"] = "S3Prefix"
+    """S3Prefix: `source` is a folder or prefix; ManifestFile: `source` is a JSON manifest listing the
+    channel's objects; AugmentedManifestFile: JSON Lines (see `attribute_names`)."""
     s3_distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
     """Every receiving host gets all objects, or host i of n every n-th (SageMaker's S3DistributionType)."""
     source: str
     """`builtin:digits/<split>` or `builtin:synthetic/<split>` (embedded datasets: 32 px digits,
-    224 px gratings), a local directory, or `s3://bucket/prefix`
-    (an augmented manifest: a JSON Lines file, local or `s3://`)."""
+    224 px gratings), a local directory, `s3://bucket/prefix`, or a manifest file (local or `s3://`)."""
+    file_system: Optional[FileSystemConfig] = None
+    """Read from FSx for Lustre / EFS on SageMaker; locally `source` is mounted in its place."""
     instance_groups: Optional[list[str]] = None
     """Groups that receive the channel (SageMaker's InstanceGroupNames); default: the data groups."""
     max_corrupted_records: int = Field(default=0, ge=0)
@@ -103,22 +132,31 @@ class ChannelConfig(_Strict):
     """An augmented manifest's AttributeNames: the image (a `-ref` attribute), the integer label,
     and optionally an integer sample id. Needs Pipe mode and record_format recordio."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _augmented_by_attributes(cls, data):
+        """`attribute_names` alone still means an augmented manifest, as before `s3_data_type` existed."""
+        if isinstance(data, dict) and data.get("attribute_names") and "s3_data_type" not in data:
+            return {**data, "s3_data_type": "AugmentedManifestFile"}
+        return data
+
     @property
     def is_manifest(self) -> bool:
-        """An augmented manifest: `attribute_names` set, or a `.manifest` / `.jsonl` source."""
-        return self.attribute_names is not None or self.source.lower().endswith(MANIFEST_SUFFIXES)
+        """An augmented manifest (JSON Lines of attributes)."""
+        return self.s3_data_type == "AugmentedManifestFile"
+
+    @property
+    def is_manifest_file(self) -> bool:
+        """A ManifestFile: a JSON list of the channel's objects."""
+        return self.s3_data_type == "ManifestFile"
 
     @model_validator(mode="after")
-    def _manifest(self):
-        if self.input_mode == "FastFile" and self.is_manifest:
-            raise ValueError(f"input_mode: FastFile reads an S3 prefix only, but source {self.source} is an "
-                             "augmented manifest; use Pipe")
-        if self.attribute_names is None and self.is_manifest:
-            raise ValueError(f"attribute_names: source {self.source} is an augmented manifest (a .manifest or "
-                             ".jsonl file); name its attributes (image -ref, label[, id])")
-        if self.attribute_names is not None and (self.input_mode != "Pipe" or self.record_format != "recordio"):
-            raise ValueError("attribute_names (an augmented manifest) needs input_mode: Pipe and "
-                             "record_format: recordio, as SageMaker delivers one RecordIO record per attribute")
+    def _deliverable(self):
+        from smlaunch.config.channel_rules import channel_problem
+
+        problem = channel_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @field_validator("source")
@@ -137,8 +175,7 @@ class ChannelConfig(_Strict):
         return value
 
 
-MANIFEST_SUFFIXES = (".manifest", ".jsonl")
-"""A channel source ending so is an augmented manifest (JSON Lines), not a folder or prefix."""
+
 BUILTIN_SEEDS = ["builtin:digits", "builtin:synthetic"]
 BUILTIN_SOURCES = [f"{seed}/{split}" for seed in BUILTIN_SEEDS for split in ("train", "validation")]
 
@@ -172,9 +209,23 @@ class ModelConfig(_Strict):
 
     name: str
     num_classes: Optional[int] = Field(default=None, gt=1)
-    """Default: what the channel's dataset declares (the builtin digits: 10)."""
-    pretrained: Literal[False] = False
-    """Weights are never downloaded at run time; models train from scratch."""
+    """Default: what the train channel's data says: a builtin dataset's classes (digits: 10), an
+    image folder's class folders, or a Parquet label column's largest value + 1."""
+    pretrained: Union[Literal[False], str] = False
+    """false: train from scratch. A weights file (.safetensors, .pth, .pt, .bin; local, or `s3://` on
+    SageMaker) loaded through timm before training: fine-tuning. The classifier is re-sized to
+    `num_classes` (its weights are dropped when the class count differs). Nothing is downloaded
+    from a model hub at run time."""
+
+    @field_validator("pretrained", mode="before")
+    @classmethod
+    def _weights_file(cls, value):
+        if value is True:
+            raise ValueError("pretrained: true would download weights at run time; name a weights file "
+                             "(a local path, or s3://bucket/key on SageMaker) or use false")
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("pretrained: an empty path; name a weights file or use false")
+        return value
 
 
 class TrainerConfig(_Strict):
@@ -310,7 +361,10 @@ class LaunchConfig(_Strict):
                                      f"groups: {sorted(groups)}")
         if "train" not in self.channels:
             raise ValueError(f"channels: a channel named 'train' is required; channels: {sorted(self.channels)}")
-        if self.model.num_classes is None and not self.channels["train"].source.startswith("builtin:"):
-            raise ValueError("model.num_classes: required when the train channel is not a builtin dataset "
-                             f"(source {self.channels['train'].source})")
+        train = self.channels["train"]
+        if (self.model.num_classes is None and not train.source.startswith("builtin:")
+                and train.record_format not in CLASSES_FROM_DATA):
+            raise ValueError(f"model.num_classes: required for a {train.record_format} train channel (source "
+                             f"{train.source}); it is read from the data only for builtin datasets and "
+                             f"record_format {' or '.join(CLASSES_FROM_DATA)}")
         return self

@@ -30,20 +30,34 @@ def preflight(cfg: LaunchConfig, sources: bool = True) -> None:
 
 
 def model_problems(cfg: LaunchConfig) -> list[str]:
+    """timm has the model, and a local `model.pretrained` file is there. An `s3://` file is not
+    looked up: `plan` works offline, and rank 0 names a missing object in one line anyway. Whether
+    the file's weights fit the model needs torch; that is checked when it is loaded."""
     from smlaunch.trainers.model import check_model_name
 
+    problems = []
     try:
         check_model_name(cfg.model.name)
     except ConfigError as exc:
-        return [str(exc)]
-    return []
+        problems.append(str(exc))
+    weights = cfg.model.pretrained
+    if weights and not weights.startswith("s3://"):
+        path = Path(weights).expanduser()
+        if not path.exists():
+            problems.append(f"model.pretrained: {weights} does not exist")
+        elif not path.is_file():
+            problems.append(f"model.pretrained: {weights} is not a file (a weights file: .safetensors, .pth, "
+                            ".pt or .bin)")
+        elif path.stat().st_size == 0:
+            problems.append(f"model.pretrained: {weights} is empty")
+    return problems
 
 
 def op_problems(cfg: LaunchConfig) -> list[str]:
     problems = []
     for i, op in enumerate(cfg.pipeline.ops):
         if op.op == "user":
-            from smlaunch.pipelines.ops import resolve_user_op
+            from smlaunch.pipelines.ops.transforms import resolve_user_op
 
             try:
                 resolve_user_op(op.function)
@@ -64,6 +78,9 @@ def source_problems(cfg: LaunchConfig) -> list[str]:
             if not path.is_file():
                 problems.append(f"{field}: {ch.source} is not a file (an augmented manifest)")
             continue
+        if ch.is_manifest_file:
+            problems += manifest_file_problems(field, ch.source, ch.record_format)
+            continue
         problems += folder_problems(field, path, ch.record_format)
     for uri, folder in cfg.run.s3_seed.items():
         if not folder.startswith("builtin:") and not Path(folder).expanduser().is_dir():
@@ -71,22 +88,82 @@ def source_problems(cfg: LaunchConfig) -> list[str]:
     return problems
 
 
-def folder_problems(field: str, path: Path, record_format: str) -> list[str]:
-    from smlaunch.pipelines.formats.sniff import describe, matches, read_head
+def manifest_file_problems(field: str, source: str, record_format: str) -> list[str]:
+    """A local ManifestFile parses and, when its prefix is a local folder, lists files that exist
+    and are of the channel's format."""
+    from smlaunch.errors import DataError
+    from smlaunch.pipelines.sources.manifest_file import manifest_file_objects, read_manifest_file
 
+    try:
+        prefix, _ = read_manifest_file(source)
+        if prefix.startswith("s3://"):
+            return []
+        base, listed = manifest_file_objects(source)
+    except DataError as exc:
+        return [f"{field}: {exc}"]
+    return _sniff(field, [Path(base.uri) / rel for rel, _ in listed], record_format)
+
+
+def folder_problems(field: str, path: Path, record_format: str) -> list[str]:
     if not path.is_dir():
         return [f"{field}: {path} is not a directory" + ("" if path.exists() else " (it does not exist)")]
     files = _data_files(path)
     if not files:
         return [f"{field}: {path} holds no files (hidden ones are skipped, as a channel's reader does)"]
+    if record_format == "image_folder":
+        return _image_folder_problems(field, path, files)
+    if record_format == "parquet":
+        files = [f for f in files if not f.name.startswith("_")]  # Spark's _SUCCESS, _metadata
+    return _sniff(field, files, record_format)
+
+
+def _sniff(field: str, files: list[Path], record_format: str) -> list[str]:
+    from smlaunch.pipelines.formats.sniff import describe, matches, read_head, suggestion
+
     for file in files[:SNIFF_FILES]:
         try:
             head = read_head(file)
         except OSError as exc:
             return [f"{field}: {file}: {exc.strerror or exc}"]
         if head and not matches(head, record_format):  # an empty file is a file of no records
-            return [f"{field}: {file} is {describe(head)}, not a {record_format} file "
-                    f"(channel record_format: {record_format})"]
+            return [f"{field}: {file} is {describe(head)}, not a {record_format} file (channel record_format: "
+                    f"{record_format}){suggestion(head) or _hint(files[:SNIFF_FILES], file)}"]
+    return []
+
+
+def _hint(files: list[Path], skip: Path) -> str:
+    """When the mismatched file says nothing (a README), what another file looks like."""
+    from smlaunch.pipelines.formats.sniff import describe, read_head, suggestion
+
+    for file in files:
+        if file == skip:
+            continue
+        try:
+            head = read_head(file)
+        except OSError:
+            continue
+        if suggestion(head):
+            return f"; {file.name} is {describe(head)}{suggestion(head)}"
+    return ""
+
+
+def _image_folder_problems(field: str, path: Path, files: list[Path]) -> list[str]:
+    """torchvision's ImageFolder rules: images in class folders; a class folder with none is an error."""
+    from smlaunch.pipelines.formats.image_folder import empty_classes, image_class
+    from smlaunch.pipelines.formats.sniff import describe, read_head, suggestion
+
+    rels = [str(f.relative_to(path)) for f in files]
+    images = [r for r in rels if image_class(r) is not None]
+    if not images:
+        head = read_head(files[0])
+        return [f"{field}: {path} holds no images in class folders (<class>/<image>.jpg, ...); {files[0]} is "
+                f"{describe(head)}{suggestion(head)}"]
+    folders = {r.split("/")[0] for r in rels if "/" in r}
+    folders |= {d.name for d in path.iterdir() if d.is_dir() and not d.name.startswith(".")}
+    empty = empty_classes(images, folders)
+    if empty:
+        return [f"{field}: class folder {', '.join(empty)} in {path} holds no image (torchvision's ImageFolder "
+                "refuses it too)"]
     return []
 
 

@@ -26,7 +26,6 @@ def render_outputs(report: dict, out_dir: Path) -> list[Path]:
 
 def _write_markdown(report: dict, path: Path) -> Path:
     from smlaunch.launcher.advisor import advice_lines
-    from smlaunch.launcher.report import epochs_text
 
     s = report["summary"]
     lines = [f"# Run report: {report['job']}", "",
@@ -185,3 +184,11 @@ def _tensorboard(report: dict, directory: Path) -> Path:
                     if value is not None:
                         writer.add_scalar(f"hosts/{host}/gpu{g}_pct", value, tick, walltime=x["t"])
     return directory
+
+
+def epochs_text(summary: dict) -> str:
+    """`14`, or `14 (epoch 14 cut short by the step count)` when the run ended inside an epoch."""
+    if summary.get("epochs_complete", summary["epochs"]) >= summary["epochs"]:
+        return str(summary["epochs"])
+    why = "a stop" if summary.get("stopped_at_step") is not None else "the step count"
+    return f"{summary['epochs']} (epoch {summary['epochs']} cut short by {why})"

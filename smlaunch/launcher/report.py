@@ -47,6 +47,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
             "samples_missing": accounting.get("missing"),
             **timings,
         },
+        "classes": result.get("classes"),
         "workers": workers,
         "rows_by_host": rows,
         "chain_by_host": result.get("chain_by_host", {}),
@@ -120,6 +121,8 @@ def write_report(report: dict, output_dir: str | Path) -> Path:
 
 
 def summary_lines(report: dict) -> list[str]:
+    from smlaunch.launcher.render import epochs_text
+
     s = report["summary"]
     acc = s["validation_accuracy"]
     lines = [f"stopped early at step {s['stopped_at_step']} on request (SIGTERM); the last checkpoint "
@@ -143,14 +146,6 @@ def log_summary(report: dict, log) -> None:
             log.warning(line.removeprefix("WARNING: "))
         else:
             log.info(line)
-
-
-def epochs_text(summary: dict) -> str:
-    """`14`, or `14 (epoch 14 cut short by the step count)` when the run ended inside an epoch."""
-    if summary.get("epochs_complete", summary["epochs"]) >= summary["epochs"]:
-        return str(summary["epochs"])
-    why = "a stop" if summary.get("stopped_at_step") is not None else "the step count"
-    return f"{summary['epochs']} (epoch {summary['epochs']} cut short by {why})"
 
 
 def _rank_lines(report: dict) -> list[str]:

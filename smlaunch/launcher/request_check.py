@@ -5,17 +5,27 @@ Three layers, each returning one line per problem:
    (required members, types, minimum lengths and values): what boto3 would refuse client-side.
 2. What that validator leaves to the service but the same model states: enums (instance types,
    modes), maximum lengths and sizes, and patterns (job name, role ARN, S3 URIs, variable names).
-3. Rules the model cannot express (../shared/notes/sagemaker.md §6, §8): at most 5 instance groups,
-   InstanceGroupNames on every channel or on none and only naming the job's groups, spot's
-   MaxWaitTimeInSeconds >= MaxRuntimeInSeconds and only with spot, FastFile only for S3Prefix,
-   AttributeNames for an AugmentedManifestFile, unique names.
-`config_problems` applies what depends on the service to the config, naming config fields.
+3. Rules the model cannot express (../shared/notes/sagemaker.md §4, §6, §8): at most 5 instance
+   groups, InstanceGroupNames on every S3 channel or on none and only naming the job's groups,
+   spot's MaxWaitTimeInSeconds >= MaxRuntimeInSeconds and only with spot, FastFile only for
+   S3Prefix, AttributeNames for an AugmentedManifestFile, unique names, one data source per
+   channel, and a file system channel in File mode inside a VpcConfig.
+`config_problems` applies what depends on the service to the config, naming config fields, and
+reads what submit would upload (a local ManifestFile, the pretrained weights) far enough to refuse
+it before the first upload.
+
+A FileSystemDataSource has no InstanceGroupNames in the API (botocore's model; the SageMaker
+Python SDK's FileSystemInput has no instance groups either), so the all-or-nothing routing rule
+is applied to S3 channels only. That the service applies it the same way is an inference: no
+document says how it counts a file system channel in a heterogeneous job.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+from pathlib import Path
 
 from smlaunch.config.schema import LaunchConfig
 
@@ -102,8 +112,15 @@ def service_rule_errors(request: dict) -> list[str]:
     routed, unrouted = [], []
     for channel in channels:
         name = channel.get("ChannelName")
-        s3 = (channel.get("DataSource") or {}).get("S3DataSource") or {}
-        (routed if s3.get("InstanceGroupNames") else unrouted).append(name)
+        source = channel.get("DataSource") or {}
+        s3 = source.get("S3DataSource") or {}
+        kinds = [k for k in ("S3DataSource", "FileSystemDataSource", "DatasetSource") if source.get(k)]
+        if len(kinds) > 1:
+            errors.append(f"InputDataConfig {name}: DataSource takes one of {', '.join(kinds)}, not several")
+        if source.get("FileSystemDataSource"):
+            errors += _file_system_errors(name, channel, request)
+        elif s3:
+            (routed if s3.get("InstanceGroupNames") else unrouted).append(name)
         for group in s3.get("InstanceGroupNames") or []:
             if group not in groups:
                 errors.append(f"InputDataConfig {name}: InstanceGroupNames names {group!r}, not a group of the "
@@ -131,6 +148,18 @@ def service_rule_errors(request: dict) -> list[str]:
     return errors
 
 
+def _file_system_errors(name: str, channel: dict, request: dict) -> list[str]:
+    """A file system is mounted in File mode only, and reached only from inside a VPC (§4)."""
+    errors = []
+    mode = channel.get("InputMode") or (request.get("AlgorithmSpecification") or {}).get("TrainingInputMode")
+    if mode != "File":
+        errors.append(f"InputDataConfig {name}: a FileSystemDataSource needs InputMode File, not {mode}")
+    if not request.get("VpcConfig"):
+        errors.append(f"InputDataConfig {name}: a FileSystemDataSource needs VpcConfig (the file system's subnets "
+                      "and security groups)")
+    return errors
+
+
 def config_problems(cfg: LaunchConfig, entry: str) -> list[str]:
     """What the config asks that the service would refuse, naming the config field; checked before
     any upload. (Group count, routing, manifests and instance counts are already refused at load.)"""
@@ -146,7 +175,44 @@ def config_problems(cfg: LaunchConfig, entry: str) -> list[str]:
         if ch.is_manifest and not ch.source.startswith("s3://"):
             problems.append(f"channels.{name}.source: a local augmented manifest cannot be submitted (its -ref "
                             "attributes must name S3 objects); upload it and give its s3:// URI")
+        if ch.is_manifest_file and not ch.source.startswith("s3://"):
+            problems += manifest_file_problems(f"channels.{name}.source", Path(ch.source).expanduser())
+        if ch.file_system is not None and (cfg.sagemaker is None or cfg.sagemaker.vpc is None):
+            problems.append(f"channels.{name}.file_system: SageMaker mounts {ch.file_system.type} "
+                            f"{ch.file_system.id} only inside a VPC; set sagemaker.vpc (subnets and "
+                            "security_group_ids that reach the file system)")
+    weights = cfg.model.pretrained
+    if weights is not False and not weights.startswith("s3://") and not Path(weights).expanduser().is_file():
+        state = "is not a file" if Path(weights).expanduser().exists() else "does not exist"
+        problems.append(f"model.pretrained: {weights} {state}; submit uploads a local weights file (or give "
+                        "its s3:// URI)")
     if len(cfg.channels) + (entry == "container") > 20:
         problems.append(f"channels: {len(cfg.channels)} channels, a job may have at most 20 "
                         "(one is taken by the source in container entry mode)")
     return problems
+
+
+def manifest_file_problems(field: str, path: Path) -> list[str]:
+    """A local ManifestFile that submit would upload: SageMaker's JSON list `[{"prefix": "s3://..."},
+    "key", ...]`. Only the list is uploaded, so its prefix must already be in S3."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return [f"{field}: {path} does not exist (a ManifestFile)"]
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"{field}: {path}: {getattr(exc, 'strerror', None) or exc}"]
+    except ValueError as exc:
+        return [f"{field}: {path} is not JSON ({exc}); a ManifestFile is a JSON list "
+                '[{"prefix": "s3://bucket/prefix/"}, "key", ...]']
+    head = manifest[0] if isinstance(manifest, list) and manifest else None
+    prefix = head.get("prefix") if isinstance(head, dict) else None
+    if not isinstance(prefix, str) or not all(isinstance(k, str) for k in manifest[1:]):
+        return [f'{field}: {path} is not a ManifestFile: expected a JSON list [{{"prefix": "s3://bucket/prefix/"}}, '
+                '"key", ...]']
+    if not re.match(r"s3://[^/]+", prefix):
+        return [f"{field}: {path} has prefix {prefix!r}, but a local manifest's objects must already be in S3 "
+                "(submit uploads only the manifest); give an s3:// prefix, or use the folder as an S3Prefix "
+                "source"]
+    if len(manifest) < 2:
+        return [f"{field}: {path} lists no objects after its prefix"]
+    return []

@@ -12,6 +12,7 @@ import yaml
 
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
+from smlaunch.launcher.train_spec import checkpoint_dir, host_opt_ml
 
 log = logging.getLogger("smlaunch")
 
@@ -40,22 +41,26 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.launcher.report import build_report, write_report
     from smlaunch.launcher.train_progress import TrainProgress
     from smlaunch.launcher.train_spec import builtin_rows, resumed_step, train_spec
-    from smlaunch.pipelines.dataset import build_datasets
+    from smlaunch.pipelines.dataset import build_datasets, list_channels
     from smlaunch.trainers.fit import fit
 
-    spec = train_spec(cfg, plan, resume_from)
+    listings = list_channels(plan)
+    data_classes = _data_classes(listings.get("train"))
+    spec = train_spec(cfg, plan, resume_from, data_classes=data_classes)
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
     try:
-        datasets = build_datasets(cfg, plan)
-        with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every):
-            result = fit(cfg, plan, datasets, spec)
+        datasets = build_datasets(cfg, plan, listings, spec.num_classes)
+        with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every) as progress:
+            result = fit(cfg, plan, datasets, spec, fatal=lambda: progress.fatal)
     finally:
         samples = samplers.gather()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
     from smlaunch.pipelines.corrupt import corrupt_summary
 
     result["corrupt_records"] = corrupt_summary()
+    if isinstance(data_classes, list):
+        result["classes"] = data_classes
     report = build_report(plan, result, cfg.trainer.batch_size, timings, samples,
                           cfg.monitor.model_dump(), builtin_rows(cfg, "train"))
     path = write_report(report, Path(host_opt_ml(plan.head_host)) / "output" / "data")
@@ -63,23 +68,18 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     return report
 
 
-def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
-    """`trainer.checkpoint_dir`, else the head's `/opt/ml/checkpoints` (absolute: Ray Train needs it)."""
-    return str(Path(cfg.trainer.checkpoint_dir or Path(host_opt_ml(plan.head_host)) / "checkpoints")
-               .expanduser().resolve())
-
-
-def host_opt_ml(host) -> str:
-    """A host's /opt/ml tree; on a SageMaker job only this host's is known (`SAGEMAKER_BASE_DIR`)."""
-    from smlaunch.cluster.sagemaker_env import base_dir
-
-    return host.opt_ml if host.opt_ml is not None else str(base_dir())
+def _data_classes(listing):
+    """What the train channel's data says about its classes: image folders' names, a Parquet label
+    column's count, or None (the config or a builtin dataset says)."""
+    if listing is None:
+        return None
+    return listing.classes if listing.classes is not None else listing.num_classes
 
 
 def run_local(cfg: LaunchConfig, plan: LaunchPlan, stop=None) -> dict:
     """Run the whole job on this machine and return the report (also written to the head's output)."""
     from smlaunch.cluster.host_tree import create_host_trees
-    from smlaunch.pipelines.channels import deliver_channels, start_pipe_agents
+    from smlaunch.pipelines.sources.channels import deliver_channels, start_pipe_agents
 
     started = time.perf_counter()
     resume_from = prepare_job(cfg, plan)
@@ -106,7 +106,7 @@ def local_s3(cfg: LaunchConfig, plan: LaunchPlan):
         yield None if cfg.run.s3_endpoint == "aws" else cfg.run.s3_endpoint
         return
     from smlaunch.pipelines.builtin import prepare_builtin
-    from smlaunch.pipelines.local_s3 import LocalS3
+    from smlaunch.pipelines.sources.local_s3 import LocalS3
 
     seeds = {uri: prepare_builtin(folder[len("builtin:"):]) if folder.startswith("builtin:") else Path(folder).expanduser()
              for uri, folder in cfg.run.s3_seed.items()}

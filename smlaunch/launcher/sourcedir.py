@@ -2,12 +2,17 @@
 
 `sourcedir.tar.gz` holds `smlaunch/` (Python files only), `pyproject.toml` and `README.md` (so
 `pip install` of the folder works), the entry script as `smlaunch_entry.py` and the job's config
-as `smlaunch-config.yaml`. The config shipped is the resolved one: overrides applied and local
-folder sources replaced by the S3 URIs they were uploaded to. A `builtin:` source stays as it is:
-hosts read every channel from `/opt/ml/input/data`, and the builtin name is what gives the class
-count and the rows per epoch (hence the LR schedule of an `epochs` job), so the job trains exactly
-as the same config does locally. The archive is
-deterministic (sorted, zero times and owners), so the same inputs give the same bytes.
+as `smlaunch-config.yaml`. The config shipped is the resolved one: overrides applied, local
+folder and manifest sources replaced by the S3 URIs they were uploaded to, and a local
+`model.pretrained` by the weights' S3 URI. A `builtin:` source stays as it is: hosts read every
+channel from `/opt/ml/input/data`, and the builtin name is what gives the class count and the
+rows per epoch (hence the LR schedule of an `epochs` job), so the job trains exactly as the same
+config does locally. A `file_system` channel keeps its `file_system` and its local stand-in
+`source` (the schema refuses an `s3://` one there; on SageMaker the hosts read the mount under
+`/opt/ml/input/data/<channel>` and never open `source`). The shipped config is validated as the
+hosts will load it, so a rewrite that breaks a schema rule fails at submit, not on every host.
+The archive is deterministic (sorted, zero times and owners), so the same inputs give the same
+bytes.
 """
 
 from __future__ import annotations
@@ -28,12 +33,19 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ("pyproject.toml", "README.md")
 
 
-def resolved_config(cfg: LaunchConfig, uris: dict[str, str]) -> dict:
-    """The config as the hosts should read it: local folder sources become their channels' S3 URIs."""
+def resolved_config(cfg: LaunchConfig, uris: dict[str, str], pretrained: str | None = None) -> dict:
+    """The config as the hosts should read it: local sources become their channels' S3 URIs (`uris`,
+    from `channel_uris`, which has none for a file system channel), and `model.pretrained` becomes
+    `pretrained` when given."""
+    from smlaunch.config.loader import validate_config
+
     data = cfg.model_dump(mode="json", exclude_none=True)
-    for name, uri in uris.items():
-        if not data["channels"][name]["source"].startswith("builtin:"):
-            data["channels"][name]["source"] = uri
+    for name, ch in cfg.channels.items():
+        if ch.file_system is None and not ch.source.startswith("builtin:"):
+            data["channels"][name]["source"] = uris[name]
+    if pretrained is not None:
+        data["model"]["pretrained"] = pretrained
+    validate_config(data, source="the shipped config")
     return data
 
 

@@ -3,8 +3,10 @@
 The order is the point: everything that can be refused offline is refused before the first byte
 goes to S3: the config (at load, then `config_problems`, naming config fields) and the request
 (`validate_request`: botocore's validator, the service model's enums, limits and patterns, and the
-service's own rules). Only then are the local channels and the source tarball uploaded and
-CreateTrainingJob called with the request as printed by --dry-run. Endpoints and credentials are
+service's own rules). Only then are the local channels, a local manifest, the pretrained weights
+and the source tarball uploaded and CreateTrainingJob called with the request as printed by
+--dry-run. A `file_system` channel uploads nothing: SageMaker mounts it, and its `source` is only
+the local run's stand-in, so submit does not even look at it. Endpoints and credentials are
 boto3's (so `AWS_ENDPOINT_URL` points it at a local server, as the tests do); the Ray token is
 generated here per job and only ever shown masked.
 """
@@ -21,7 +23,7 @@ from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError, UserError
 from smlaunch.launcher.request_check import config_problems, validate_request
 from smlaunch.launcher.training_job import (CONFIG_NAME, build_training_job_request, channel_uris, default_job_name,
-                                            masked, sagemaker_section, sourcedir_uri)
+                                            masked, pretrained_uri, sagemaker_section, sourcedir_uri)
 
 JOB_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 
@@ -40,9 +42,7 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     problems = config_problems(cfg, sm.entry)
     if problems:
         raise ConfigError("; ".join(problems))
-    from smlaunch.launcher.preflight import preflight
-
-    preflight(cfg)  # the model, user ops, local folders to upload: as `plan` and `run` check them
+    _preflight(cfg)
     name = job_name or default_job_name(cfg)
     region = sm.region or _default_region()
     if region is None and not dry_run:
@@ -52,6 +52,10 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     errors = validate_request(request)
     if errors:
         raise UserError(f"the CreateTrainingJob request for {name} is invalid: " + "; ".join(errors))
+    from smlaunch.launcher.sourcedir import pack_sourcedir, resolved_config
+
+    uris, weights = channel_uris(cfg, name), pretrained_uri(cfg, name)
+    shipped = resolved_config(cfg, uris, weights)  # validated as the hosts will load it
     shown = masked(request)
     if dry_run:
         log(json.dumps(shown, indent=2))
@@ -61,20 +65,30 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
 
     session = boto3.session.Session(region_name=region)
     s3 = session.client("s3")
-    uris = channel_uris(cfg, name)
     for channel, ch in cfg.channels.items():
-        if ch.source.startswith("s3://"):
+        if ch.file_system is not None:
+            fs = ch.file_system
+            log(f"submit: channel {channel}: mounted from {fs.type} {fs.id}:{fs.directory} ({fs.access_mode}), "
+                "nothing uploaded")
+        elif ch.source.startswith("s3://"):
             continue
-        folder = _local_folder(ch.source)
-        count = _upload_folder(s3, folder, uris[channel])
-        log(f"submit: channel {channel}: {count} files from {ch.source} -> {uris[channel]}")
-    from smlaunch.launcher.sourcedir import pack_sourcedir, resolved_config
-
+        elif ch.is_manifest_file:
+            _upload_file(s3, Path(ch.source).expanduser(), uris[channel])
+            log(f"submit: channel {channel}: manifest {ch.source} -> {uris[channel]}")
+        else:
+            count = _upload_folder(s3, _local_folder(ch.source), uris[channel])
+            log(f"submit: channel {channel}: {count} files from {ch.source} -> {uris[channel]}")
+    if weights is not None and not cfg.model.pretrained.startswith("s3://"):
+        _upload_file(s3, Path(cfg.model.pretrained).expanduser(), weights)
+        log(f"submit: model.pretrained {cfg.model.pretrained} -> {weights}")
     with tempfile.TemporaryDirectory(prefix="smlaunch-submit-") as tmp:
         tarball = Path(tmp) / "sourcedir.tar.gz"
-        members = pack_sourcedir(resolved_config(cfg, uris), tarball)
+        members = pack_sourcedir(shipped, tarball)
         _upload_file(s3, tarball, sourcedir_uri(cfg, name))
     log(f"submit: source tarball ({len(members)} files, config {CONFIG_NAME}) -> {sourcedir_uri(cfg, name)}")
+    if sm.vpc is not None and sm.install_package:
+        log("submit: note: the hosts pip-install smlaunch's dependencies from PyPI, which a VPC reaches only "
+            "through a NAT gateway (else set sagemaker.install_package: false with an image that has them)")
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -86,6 +100,18 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     log(f"submit: created training job {name} ({answer.get('TrainingJobArn', 'no ARN returned')}), "
         f"{sm.entry} entry, hosts run sm-launch {sm.command}")
     return shown
+
+
+def _preflight(cfg: LaunchConfig) -> None:
+    """`preflight` as `plan` and `run` apply it (the model, user ops, local sources), but of the local
+    sources only the folders submit uploads: a file system channel's stand-in folder need not exist
+    here, and a local ManifestFile is a file, checked by `config_problems`."""
+    from smlaunch.launcher.preflight import model_problems, op_problems, source_problems
+
+    folders = {name: ch for name, ch in cfg.channels.items() if ch.file_system is None and not ch.is_manifest_file}
+    problems = model_problems(cfg) + op_problems(cfg) + source_problems(cfg.model_copy(update={"channels": folders}))
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _default_region() -> str | None:

@@ -67,6 +67,8 @@ class TrainProgress:
         self.board, self.log_every = board, log_every
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
+        self.fatal: dict | None = None
+        """A rank's user error (bad data, a weights file that does not fit): no restart mends it."""
         self._thread = threading.Thread(target=self._run, name="smlaunch-train-progress", daemon=True)
         self.last_step = initial_step
 
@@ -113,3 +115,5 @@ class TrainProgress:
             log.info(event["text"])
         elif kind == "warning":
             log.warning(event["text"])
+        elif kind == "fatal":  # a user error on a rank: `fit` ends the job instead of a restart
+            self.fatal = event

@@ -1,7 +1,8 @@
 """The train workers' spec (`trainers.spec.TrainSpec`) from the config and the final plan.
 
 Pure but for reading a builtin dataset's manifest (its class count and rows per epoch). The schema
-guarantees a crop op and, for a non-builtin train channel, `model.num_classes`.
+guarantees a crop op, and `model.num_classes` unless the train channel's data can tell the class
+count (a builtin dataset, image folders, Parquet): the caller reads that from the data and passes it.
 """
 
 from __future__ import annotations
@@ -14,22 +15,69 @@ from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
 
 
-def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = None):
-    from smlaunch.launcher.run import checkpoint_dir, host_opt_ml
-    from smlaunch.pipelines.host_loss import fragile_channels
+def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = None,
+               data_classes: list[str] | tuple[str, ...] | int | None = None):
+    """`data_classes`: what the train channel's data says of its classes: their names (image
+    folders; label i is name i), a count (Parquet: the largest label + 1), or None (not read)."""
+    from smlaunch.pipelines.sources.host_loss import fragile_channels
     from smlaunch.trainers.spec import TrainSpec
 
     crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
     rows = builtin_rows(cfg, "train")
     t = cfg.trainer
     total = t.steps or (t.epochs * (rows // plan.global_batch) if rows else None)
+    num_classes, names = _classes(cfg, data_classes)
     return TrainSpec(
-        model=cfg.model.name, num_classes=cfg.model.num_classes or _builtin_classes(cfg), image_size=crops[-1],
+        model=cfg.model.name, num_classes=num_classes, image_size=crops[-1],
         seed=cfg.seed, trainer=t, learning_rate=plan.learning_rate, total_steps=total, epoch_rows=rows,
         workers=plan.workers, host_names=tuple(h.name for h in plan.hosts),
         model_dir=str(Path(host_opt_ml(plan.head_host), "model").resolve()),
         checkpoint_dir=checkpoint_dir(cfg, plan), config_sha256=config_hash(cfg), normalize=_normalize(cfg),
-        fragile_channels=tuple(fragile_channels(plan)), resume_from=resume_from)
+        fragile_channels=tuple(fragile_channels(plan)), resume_from=resume_from,
+        pretrained=pretrained_weights(cfg), class_names=names)
+
+
+def pretrained_weights(cfg: LaunchConfig) -> str | None:
+    """`model.pretrained` as rank 0 reads it: `s3://` as given, a local path made absolute here (a
+    train worker's working directory is not the launcher's; rank 0 runs on this, the head, host)."""
+    weights = cfg.model.pretrained
+    if not weights:
+        return None
+    if weights.startswith("s3://"):
+        return weights
+    return str(Path(weights).expanduser().resolve())
+
+
+def _classes(cfg: LaunchConfig, data_classes) -> tuple[int, tuple[str, ...] | None]:
+    """(num_classes, class names where known): `model.num_classes`, else the data's, else a builtin
+    dataset's. A set `model.num_classes` must agree with the class folders the data has, and leave
+    room for the largest label it holds; the model would otherwise mislabel or fail mid-run."""
+    from smlaunch.errors import ConfigError
+
+    names = tuple(str(n) for n in data_classes) if isinstance(data_classes, (list, tuple)) else None
+    counted = len(names) if names is not None else data_classes if isinstance(data_classes, int) else None
+    source = cfg.channels["train"].source
+    configured = cfg.model.num_classes
+    if configured is not None:
+        if names is not None and len(names) != configured:
+            raise ConfigError(f"model.num_classes: {configured}, but the train channel ({source}) has "
+                              f"{len(names)} class folders ({_preview(names)}); make them agree or leave "
+                              "model.num_classes unset to take the data's")
+        if counted is not None and counted > configured:
+            raise ConfigError(f"model.num_classes: {configured}, but the train channel ({source}) holds labels up "
+                              f"to {counted - 1}; set model.num_classes to at least {counted} or leave it unset")
+        return configured, names
+    if counted is not None:
+        if counted < 2:
+            shown = f" ({_preview(names)})" if names else ""
+            raise ConfigError(f"model.num_classes: the train channel ({source}) has {counted} "
+                              f"class{'' if counted == 1 else 'es'}{shown}; a classifier needs at least 2")
+        return counted, names
+    return _builtin_classes(cfg), None
+
+
+def _preview(names: tuple[str, ...], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f", ... ({len(names) - shown} more)" if len(names) > shown else "")
 
 
 def config_hash(cfg: LaunchConfig) -> str:
@@ -55,9 +103,15 @@ def resumed_step(resume_from: str | None) -> int:
 
 
 def _builtin_classes(cfg: LaunchConfig) -> int:
+    from smlaunch.errors import ConfigError
     from smlaunch.pipelines.builtin import builtin_manifest
 
-    return builtin_manifest(cfg.channels["train"].source)["classes"]
+    source = cfg.channels["train"].source
+    manifest = builtin_manifest(source)
+    if manifest is None:
+        raise ConfigError(f"model.num_classes: not set, and the class count of the train channel ({source}) "
+                          "was not read from its data; set model.num_classes")
+    return manifest["classes"]
 
 
 def _normalize(cfg: LaunchConfig) -> dict:
@@ -66,3 +120,16 @@ def _normalize(cfg: LaunchConfig) -> dict:
     if last.op == "normalize":
         return {"mean": list(last.mean), "std": list(last.std)}
     return {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
+
+
+def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
+    """`trainer.checkpoint_dir`, else the head's `/opt/ml/checkpoints` (absolute: Ray Train needs it)."""
+    return str(Path(cfg.trainer.checkpoint_dir or Path(host_opt_ml(plan.head_host)) / "checkpoints")
+               .expanduser().resolve())
+
+
+def host_opt_ml(host) -> str:
+    """A host's /opt/ml tree; on a SageMaker job only this host's is known (`SAGEMAKER_BASE_DIR`)."""
+    from smlaunch.cluster.sagemaker_env import base_dir
+
+    return host.opt_ml if host.opt_ml is not None else str(base_dir())

@@ -13,12 +13,20 @@ sm-launch ends up PID 1 and receives SageMaker's SIGTERM itself. `toolkit` leave
 own entry (`train`) in place and names the entry script in the `sagemaker_program` and
 `sagemaker_submit_directory` hyperparameters, as the SageMaker Python SDK does; the toolkit
 then downloads the tarball itself but does not forward SIGTERM (toolkit issue #125).
+
+Data channels (../shared/notes/sagemaker.md §4): an S3 channel names its S3 data type as the
+config does (a ManifestFile's S3Uri is the manifest object, not a prefix) and is routed with
+InstanceGroupNames; a `file_system` channel becomes a FileSystemDataSource, which has no
+InstanceGroupNames: SageMaker mounts it on every host, and only the routed hosts read it. Only
+RecordIO channels name a RecordWrapperType, so a host's inputdataconfig.json says RecordIO exactly
+when the stream is wrapped (an augmented manifest).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
@@ -73,10 +81,32 @@ def sourcedir_uri(cfg: LaunchConfig, job_name: str) -> str:
 
 
 def channel_uris(cfg: LaunchConfig, job_name: str) -> dict[str, str]:
-    """Each channel's S3Uri: its `s3://` source as given, else where submit uploads the local folder
-    or builtin dataset (`<job prefix>/data/<channel>/`)."""
-    return {name: ch.source if ch.source.startswith("s3://") else f"{job_prefix(cfg, job_name)}/data/{name}/"
-            for name, ch in cfg.channels.items()}
+    """Each S3 channel's S3Uri: its `s3://` source as given, else where submit uploads it: a local
+    folder or builtin dataset to `<job prefix>/data/<channel>/`, a local ManifestFile (the JSON
+    list itself; its objects are already in S3) to `<job prefix>/data/<channel>/<file name>`. A
+    `file_system` channel has none: SageMaker mounts it and nothing is uploaded for it."""
+    uris = {}
+    for name, ch in cfg.channels.items():
+        if ch.file_system is not None:
+            continue
+        if ch.source.startswith("s3://"):
+            uris[name] = ch.source
+        elif ch.is_manifest_file:
+            uris[name] = f"{job_prefix(cfg, job_name)}/data/{name}/{Path(ch.source).expanduser().name}"
+        else:
+            uris[name] = f"{job_prefix(cfg, job_name)}/data/{name}/"
+    return uris
+
+
+def pretrained_uri(cfg: LaunchConfig, job_name: str) -> str | None:
+    """Where the hosts find `model.pretrained`: an `s3://` value as given, a local weights file at
+    `<job prefix>/pretrained/<file name>` (submit uploads it there); None for false."""
+    weights = cfg.model.pretrained
+    if weights is False:
+        return None
+    if weights.startswith("s3://"):
+        return weights
+    return f"{job_prefix(cfg, job_name)}/pretrained/{Path(weights).expanduser().name}"
 
 
 def train_group(cfg: LaunchConfig) -> str:
@@ -96,6 +126,26 @@ def receiving_groups(cfg: LaunchConfig) -> dict[str, list[str]]:
         [g.name for g in cfg.cluster.instance_groups], train_group(cfg)).items()}
 
 
+def data_channel(name: str, ch, routed: list[str], uri: str | None) -> dict:
+    """One InputDataConfig entry: a FileSystemDataSource for a `file_system` channel (File mode, no
+    S3 upload, no routing field in the API), else an S3DataSource routed to `routed`."""
+    if ch.file_system is not None:
+        fs = ch.file_system
+        return {"ChannelName": name, "InputMode": "File", "DataSource": {"FileSystemDataSource": {
+            "FileSystemId": fs.id, "FileSystemAccessMode": fs.access_mode, "FileSystemType": fs.type,
+            "DirectoryPath": fs.directory}}}
+    s3 = {"S3DataType": ch.s3_data_type, "S3Uri": uri, "S3DataDistributionType": ch.s3_distribution,
+          "InstanceGroupNames": list(routed)}
+    if ch.attribute_names:
+        s3["AttributeNames"] = list(ch.attribute_names)
+    channel = {"ChannelName": name, "DataSource": {"S3DataSource": s3}, "InputMode": ch.input_mode}
+    if ch.record_format == "recordio":
+        # an augmented manifest streams one record per attribute, which needs RecordIO framing;
+        # RecordIO files are delivered as they are
+        channel["RecordWrapperType"] = "RecordIO" if ch.is_manifest else "None"
+    return channel
+
+
 def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
                                region: str | None = None) -> dict:
     """The CreateTrainingJob parameters (boto3 `create_training_job(**request)`) for `cfg`."""
@@ -103,16 +153,8 @@ def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
     prefix = job_prefix(cfg, job_name)
     groups = [g.name for g in cfg.cluster.instance_groups]
     uris = channel_uris(cfg, job_name)
-    inputs = []
-    for name, routed in receiving_groups(cfg).items():
-        ch = cfg.channels[name]
-        s3 = {"S3DataType": "AugmentedManifestFile" if ch.is_manifest else "S3Prefix", "S3Uri": uris[name],
-              "S3DataDistributionType": ch.s3_distribution, "InstanceGroupNames": routed}
-        if ch.attribute_names:
-            s3["AttributeNames"] = list(ch.attribute_names)
-        inputs.append({"ChannelName": name, "DataSource": {"S3DataSource": s3}, "InputMode": ch.input_mode,
-                       # a manifest streams one record per attribute, which needs RecordIO framing
-                       "RecordWrapperType": "RecordIO" if ch.attribute_names else "None"})
+    inputs = [data_channel(name, cfg.channels[name], routed, uris.get(name))
+              for name, routed in receiving_groups(cfg).items()]
     algorithm: dict = {"TrainingImage": sm.image_uri, "TrainingInputMode": "File",
                        "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS]}
     hyperparameters: dict[str, str] = {}
@@ -154,6 +196,8 @@ def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
     }
     if hyperparameters:
         request["HyperParameters"] = hyperparameters
+    if sm.vpc is not None:
+        request["VpcConfig"] = {"SecurityGroupIds": list(sm.vpc.security_group_ids), "Subnets": list(sm.vpc.subnets)}
     if sm.tags:
         request["Tags"] = [{"Key": k, "Value": v} for k, v in sm.tags.items()]
     return request

@@ -1,18 +1,28 @@
-"""From a channel's records to the rows the pipeline takes: `image` bytes, `label`, `id`.
+"""From a channel's files and streams to the rows the pipeline takes: `image` bytes, `label`, `id`.
 
-Two layouts arrive as records: a `tf.train.Example` per record (`image/encoded`,
-`image/class/label`, `id`), or an augmented manifest's attributes, one record each, regrouped by
-the channel's `attribute_names` (image, label, and an optional id; without one the id is the
-CRC-32C of the image, so it still names the sample in the report). Rows leave in Arrow blocks of
-`channel.block_rows` (the chain's batch size), so a stream is never held whole. Corrupt records
-go to the channel's skip policy.
+Every record format ends here as samples, each with a place (`record 12`, `row 40`, `sample
+n03/abc at byte 10240`) so an error names the channel, the file and the sample:
+
+* tfrecord / recordio: a `tf.train.Example` per record, its features named by the channel's
+  `fields` (default `image/encoded`, `image/class/label`, `id`), or an augmented manifest's
+  attributes, one record each, regrouped by `attribute_names`;
+* webdataset: tar members grouped by key, the image and label picked by extension;
+* parquet: rows of the chosen row groups;
+* image_folder: one file per sample, labelled by its class folder.
+
+A sample without an id gets one derived from its image bytes (`derived_id`), so it still names
+the sample in the exactly-once accounting. A sample that cannot be used (a missing image or
+label, a label that is not a class) goes to the channel's corrupt-record policy like a damaged
+record: fail by default, or skip and count up to `max_corrupted_records`. Rows leave in Arrow
+blocks of `channel.block_rows` (the chain's batch size), across files, so a stream is never held
+whole and a folder of small images does not become a block per image.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+import hashlib
+from typing import BinaryIO, Iterable, Iterator
 
-import google_crc32c
 import pyarrow as pa
 
 from smlaunch.cluster.plan import ChannelPlan
@@ -20,9 +30,23 @@ from smlaunch.errors import DataError
 from smlaunch.pipelines.corrupt import skip_policy
 from smlaunch.pipelines.formats import RecordError, iter_records
 from smlaunch.pipelines.formats.example import decode_example
-from smlaunch.pipelines.manifest import group_attributes
+from smlaunch.pipelines.sources.manifest import group_attributes
 
-IMAGE_KEY, LABEL_KEY, ID_KEY = "image/encoded", "image/class/label", "id"
+Sample = tuple[str, bytes, object, object]
+"""(where in the source, image bytes, label as found, id as found or None)."""
+
+
+def derived_id(image: bytes) -> int:
+    """A 63-bit id from the image bytes (BLAKE2b): stable across runs and hosts, and wide enough
+    that distinct images of a large dataset do not collide (CRC-32 would, past ~77k images)."""
+    return int.from_bytes(hashlib.blake2b(image, digest_size=8).digest(), "little") >> 1
+
+
+def example_row(record: bytes, fields=("image/encoded", "image/class/label", "id")) -> tuple[bytes, int, int]:
+    """(image, label, id) of one tf.train.Example record, as a File-mode read makes its row."""
+    example = decode_example(record)
+    image, label, ident = (_first(example.get(name)) if name else None for name in fields)
+    return _checked(image, label, ident, None, "image, label", False)
 
 
 def channel_records(channel: ChannelPlan, stream, source: str) -> Iterator[bytes]:
@@ -31,23 +55,71 @@ def channel_records(channel: ChannelPlan, stream, source: str) -> Iterator[bytes
                         on_corrupt=skip_policy(channel.name, channel.max_corrupted_records))
 
 
-def row_blocks(channel: ChannelPlan, source: str, records: Iterable[bytes]) -> Iterator[pa.Table]:
-    """Arrow blocks of decoded rows; every error names the channel, the source and the record."""
+def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str) -> Iterator[Sample]:
+    """Samples of tf.train.Example records, or of an augmented manifest's attribute records."""
     names = channel.attribute_names
-    units = group_attributes(records, len(names), source) if names else records
+    if names:
+        for n, unit in enumerate(group_attributes(records, len(names), source)):
+            yield (f"{source} row {n}", unit[0], unit[1].decode(errors="replace"),
+                   unit[2].decode(errors="replace") if len(names) > 2 else None)
+        return
+    image_key, label_key, id_key = channel.fields
+    for n, record in enumerate(records):
+        where = f"{source} record {n}"
+        try:
+            example = decode_example(record)
+        except DataError as exc:
+            yield where, None, None, exc
+            continue
+        yield (where, _first(example.get(image_key)), _first(example.get(label_key)),
+               _first(example.get(id_key)) if id_key else None)
+
+
+def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> Iterator[Sample]:
+    from smlaunch.pipelines.formats.webdataset import iter_samples, pick
+
+    image_ext, label_ext, id_ext = channel.fields
+    policy = skip_policy(channel.name, channel.max_corrupted_records)
+    try:
+        for offset, sample in iter_samples(stream, source):
+            key = sample["__key__"].decode(errors="replace")
+            yield (f"{source} sample {key} at byte {offset}", pick(sample, image_ext), pick(sample, label_ext),
+                   pick(sample, id_ext) if id_ext else None)
+    except RecordError as exc:
+        if policy is None or not policy(exc):
+            raise DataError(f"channel '{channel.name}': {exc}") from None
+
+
+def parquet_samples(channel: ChannelPlan, stream, source: str, row_groups: list[int] | None) -> Iterator[Sample]:
+    from smlaunch.pipelines.formats.parquet import iter_rows
+
+    image, label, sample_id = channel.fields
+    for n, data, value, ident in iter_rows(stream, source, row_groups,
+                                           {"image": image, "label": label, "id": sample_id}):
+        yield f"{source} row {n}", data, value, ident
+
+
+def folder_sample(source: str, data: bytes, label: int) -> Iterator[Sample]:
+    yield source, data, label, None
+
+
+def row_blocks(channel: ChannelPlan, samples: Iterable[Sample], num_classes: int | None = None
+               ) -> Iterator[pa.Table]:
+    """Arrow blocks of checked rows; every error names the channel, the source and the sample."""
+    policy = skip_policy(channel.name, channel.max_corrupted_records)
+    need = _need(channel)
     rows: dict[str, list] = {"image": [], "label": [], "id": []}
     try:
-        for n, unit in enumerate(units):
+        for where, image, label, ident in samples:
             try:
-                image, label, sample = _manifest_row(unit, names) if names else _example_row(unit)
-            except (DataError, KeyError, IndexError, ValueError) as exc:
-                need = (f"attributes {', '.join(names)} (image, integer label[, integer id])" if names
-                        else f"features {IMAGE_KEY}, {LABEL_KEY}, {ID_KEY}")
-                raise DataError(f"channel '{channel.name}': {source} {'row' if names else 'record'} {n}: "
-                                f"{exc!s} (need {need})") from None
-            rows["image"].append(image)
-            rows["label"].append(label)
-            rows["id"].append(sample)
+                row = _checked(image, label, ident, num_classes, need, channel.id_required)
+            except DataError as exc:
+                error = DataError(f"channel '{channel.name}': {where}: {exc}")
+                if policy is None or not policy(error):
+                    raise error from None
+                continue
+            for key, value in zip(("image", "label", "id"), row):
+                rows[key].append(value)
             if len(rows["id"]) == channel.block_rows:
                 yield _table(rows)
                 rows = {"image": [], "label": [], "id": []}
@@ -60,16 +132,42 @@ def row_blocks(channel: ChannelPlan, source: str, records: Iterable[bytes]) -> I
         yield _table(rows)
 
 
-def _example_row(record: bytes) -> tuple[bytes, int, int]:
-    example = decode_example(record)
-    return example[IMAGE_KEY][0], int(example[LABEL_KEY][0]), int(example[ID_KEY][0])
+def _checked(image, label, ident, num_classes: int | None, need: str, id_required: bool) -> tuple[bytes, int, int]:
+    if isinstance(ident, Exception):  # the record itself did not parse
+        raise DataError(str(ident))
+    if not image:
+        raise DataError(f"no image ({need})")
+    if label is None:
+        raise DataError(f"no label ({need})")
+    try:
+        value = int(label.strip() if isinstance(label, (bytes, str)) else label)
+    except (TypeError, ValueError):
+        raise DataError(f"label {label!r} is not an integer class index") from None
+    if value < 0 or (num_classes is not None and value >= num_classes):
+        bound = f"0..{num_classes - 1} (model.num_classes: {num_classes})" if num_classes else "0 or more"
+        raise DataError(f"label {value} is not a class index {bound}")
+    if ident is None:
+        if id_required:
+            raise DataError(f"no id ({need})")
+        return bytes(image), value, derived_id(image)
+    try:
+        return bytes(image), value, int(ident.strip() if isinstance(ident, (bytes, str)) else ident)
+    except (TypeError, ValueError):
+        raise DataError(f"id {ident!r} is not an integer") from None
 
 
-def _manifest_row(attributes: tuple[bytes, ...], names) -> tuple[bytes, int, int]:
-    image = attributes[0]
-    label = int(attributes[1].decode())
-    sample = int(attributes[2].decode()) if len(names) > 2 else google_crc32c.value(image)
-    return image, label, sample
+def _need(channel: ChannelPlan) -> str:
+    if channel.attribute_names:
+        return f"attributes {', '.join(channel.attribute_names)}: image, integer label[, integer id]"
+    if channel.record_format == "image_folder":
+        return "an image file in a class folder"
+    what = {"webdataset": "extensions", "parquet": "columns"}.get(channel.record_format, "features")
+    image, label, ident = channel.fields
+    return f"{what} {image}, {label}" + (f", {ident}" if ident else "") + "; set the channel's fields to rename them"
+
+
+def _first(values):
+    return values[0] if values else None
 
 
 def _table(rows) -> pa.Table:

@@ -1,10 +1,16 @@
 """The final model in the model directory (`/opt/ml/model` on SageMaker, which it uploads as
-model.tar.gz): the timm state dict, loadable with timm + torch alone, and a small JSON card."""
+model.tar.gz): the timm state dict, loadable with timm + torch alone, and a small JSON card.
+
+Where the train data named its classes (image folders: the class folders), they are saved too,
+as `classes.json` (a list: label i is entry i) and in the card: a model's outputs are indices, and
+without the names it was trained with nobody can tell which index means what."""
 
 from __future__ import annotations
 
 import json
 import os
+
+CLASSES = "classes.json"
 
 
 def save_model(model, config: dict, step: int, final: dict) -> None:
@@ -13,6 +19,7 @@ def save_model(model, config: dict, step: int, final: dict) -> None:
     model_dir = config["model_dir"]
     os.makedirs(model_dir, exist_ok=True)
     torch.save(model.state_dict(), os.path.join(model_dir, "model.pt"))
+    names = config.get("class_names")
     card = {"model": config["model"], "num_classes": config["num_classes"],
             "input_size": [3, config["image_size"], config["image_size"]],
             "normalisation": {"input": "uint8 CHW", "x": "(x / 255 - mean) / std", **config["normalize"]},
@@ -20,5 +27,15 @@ def save_model(model, config: dict, step: int, final: dict) -> None:
             "load": f"smlaunch.trainers.model.create_model({config['model']!r}, {config['num_classes']}, "
                     f"{config['image_size']}) (timm.create_model with num_classes, and img_size where the "
                     "model takes one); model.load_state_dict(torch.load('model.pt'))"}
+    if names is not None:
+        card["classes"] = list(names)
+    if config.get("pretrained"):
+        card["fine_tuned_from"] = config["pretrained"]
+    classes = os.path.join(model_dir, CLASSES)
+    if names is not None:
+        with open(classes, "w") as f:
+            json.dump(list(names), f, indent=1)
+    elif os.path.exists(classes):  # an earlier model's names in a reused directory would mislabel this one
+        os.remove(classes)
     with open(os.path.join(model_dir, "model.json"), "w") as f:
         json.dump(card, f, indent=2)

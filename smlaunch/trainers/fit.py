@@ -39,8 +39,9 @@ class UnevenSplit(DataConfig):
         return output
 
 
-def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec) -> dict:
-    """Train and return rank 0's result (per-step records, validation, rows per host, ranks)."""
+def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -> dict:
+    """Train and return rank 0's result (per-step records, validation, rows per host, ranks).
+    `fatal()` returns a rank's posted user error (`TrainProgress.fatal`), which ends the fit."""
     from ray.data import ExecutionOptions
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -64,7 +65,7 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec) -> dict:
         dataset_config=UnevenSplit(datasets_to_split="all", execution_options=selector_options),
     )
     try:
-        return _fit_watching_train_hosts(trainer, list(dict.fromkeys(w.host for w in plan.workers)))
+        return _fit_watching_train_hosts(trainer, list(dict.fromkeys(w.host for w in plan.workers)), fatal=fatal)
     except Exception as exc:
         from smlaunch.errors import user_error_in
 
@@ -73,7 +74,7 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec) -> dict:
         raise
 
 
-def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0) -> dict:
+def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0, fatal=None) -> dict:
     """`trainer.fit()`, given up on as soon as a train host is gone (several train hosts only).
 
     A group that lost a host's ranks cannot go on, and Ray Train's restart cannot place them
@@ -81,10 +82,11 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
     for the dead node without end (seen: over 10 minutes), and Ray Train's own abort (its Ctrl-C
     handler) did not end it either. So the fit runs in a thread while this one polls the train
     hosts; a lost one ends the job here, in one line, and the launcher's teardown of the cluster
-    ends the fit thread."""
+    ends the fit thread. A user error a rank posted (`fatal`) ends it the same way, before Ray
+    Train's restarts repeat it (a bad file failed three times over two minutes)."""
     import threading
 
-    from smlaunch.pipelines.host_loss import alive_hosts, train_host_lost_error
+    from smlaunch.pipelines.sources.host_loss import alive_hosts, train_host_lost_error
 
     outcome: dict = {}
 
@@ -98,6 +100,12 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
     thread.start()
     while thread.is_alive():
         thread.join(timeout=interval_s)
+        posted = fatal() if fatal is not None and thread.is_alive() else None
+        if posted:
+            from smlaunch.errors import ConfigError, DataError, UserError
+
+            kinds = {"DataError": DataError, "ConfigError": ConfigError}
+            raise kinds.get(posted.get("error"), UserError)(posted["text"])
         if thread.is_alive() and len(hosts) > 1:
             try:
                 alive = alive_hosts()
@@ -118,7 +126,7 @@ def _raise_if_a_train_host_was_lost(plan: LaunchPlan) -> None:
     The ranks' collectives fail within a second of a host's loss, before Ray's health checks
     declare its node dead (period x threshold: 3 s x 5 by default), so with several train hosts
     this waits up to that long for the verdict."""
-    from smlaunch.pipelines.host_loss import alive_hosts, train_host_lost_error
+    from smlaunch.pipelines.sources.host_loss import alive_hosts, train_host_lost_error
 
     hosts = list(dict.fromkeys(w.host for w in plan.workers))
     period_s = int(os.environ.get("RAY_health_check_period_ms", "3000")) / 1000

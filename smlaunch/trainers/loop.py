@@ -21,7 +21,22 @@ import time
 
 
 def train_loop(spec) -> dict:
-    return _Run(spec).train()
+    """One rank's training. A user error (bad data, a weights file that does not fit) is posted to
+    the launcher before it is raised: Ray Train would restart the group `max_failures` times, and
+    every restart meets the same error, so the launcher ends the job at once instead."""
+    from smlaunch.errors import ConfigError, DataError, user_error_in
+
+    try:
+        return _Run(spec).train()
+    except Exception as exc:  # also a data task's error, which reaches the rank wrapped by Ray
+        message = user_error_in(exc)
+        if message is not None:
+            from smlaunch.cluster.board import post
+
+            kind = "DataError" if isinstance(exc, DataError) else "ConfigError" if isinstance(exc, ConfigError) \
+                else "UserError"
+            post("fatal", wait_s=5, text=message, error=kind)
+        raise
 
 
 class _Run:
@@ -31,7 +46,7 @@ class _Run:
         import torch
 
         from smlaunch.cluster.board import Outbox
-        from smlaunch.pipelines.host_loss import LostHostGuard
+        from smlaunch.pipelines.sources.host_loss import LostHostGuard
         from smlaunch.trainers.accounting import Accountant, EpochIds
         from smlaunch.trainers.control import Control
         from smlaunch.trainers.model import create_model
@@ -59,6 +74,10 @@ class _Run:
         self.legacy_position = 0
         if state is not None:
             self._restore(state)
+        elif spec.pretrained:
+            self._fine_tune_from(spec.pretrained)
+        # DDP's wrap broadcasts rank 0's parameters and buffers to every rank (init_sync), so the weights
+        # file is read once, by rank 0, and the other ranks' random initialisation is overwritten.
         self.model = ray.train.torch.prepare_model(self.raw_model)
         self.autocast = _autocast(self.t.precision, self.device)
         hosts = list(spec.host_names)
@@ -70,6 +89,24 @@ class _Run:
         self.books = Accountant("train", spec.epoch_rows, self.world)
         self.stopped = False
         self.cut_short = False  # the run ended inside an epoch
+
+    def _fine_tune_from(self, weights: str) -> None:
+        """`model.pretrained` into the fresh model, read by rank 0 alone (DDP's wrap copies it to the
+        others). A resumed checkpoint holds a trained model, so it takes precedence and the file is not
+        read then. A file that does not fit fails every rank with rank 0's line, rather than leaving
+        the others waiting in DDP's first collective for a rank that is gone."""
+        from smlaunch.errors import ConfigError
+        from smlaunch.trainers.model import load_pretrained
+
+        failure = None
+        if self.rank == 0:
+            try:
+                self.outbox.put("note", text=load_pretrained(self.raw_model, weights).describe())
+            except ConfigError as exc:
+                failure = str(exc)
+        failure = self.control.broadcast(failure)
+        if failure:
+            raise ConfigError(failure)
 
     def _restore(self, state: dict) -> None:
         import torch
@@ -87,7 +124,9 @@ class _Run:
         self.outbox.put("resumed", step=self.step,
                         text=f"resumed from {self.resumed_from} at step {self.step}, epoch {self.epochs_done + 1}"
                              + (f", {len(self.consumed)} of its samples already drawn" if self.consumed is not None
-                                else f", batch {self.legacy_position}"))
+                                else f", batch {self.legacy_position}")
+                             + (f"; its weights take precedence over model.pretrained ({self.spec.pretrained}, "
+                                "not loaded)" if self.spec.pretrained else ""))
 
     # --- the run ------------------------------------------------------------------------------
 

@@ -38,6 +38,12 @@ class TrainSpec:
     """Channels a lost host cannot be recovered from (see `pipelines.host_loss`)."""
     resume_from: str | None = None
     """A complete checkpoint of an earlier run to start from (found by the driver)."""
+    pretrained: str | None = None
+    """A weights file to fine-tune from (`model.pretrained`: an absolute local path, or `s3://`), loaded
+    by rank 0 only when no checkpoint is resumed (`trainers.loop`); None: from scratch."""
+    class_names: tuple[str, ...] | None = None
+    """The train data's class names, label i being `class_names[i]` (image folders), where known;
+    saved next to the model (`trainers.export`)."""
 
     @property
     def world_size(self) -> int:
@@ -50,4 +56,6 @@ class TrainSpec:
     def card(self) -> dict:
         """What the saved model's card needs."""
         return {"model": self.model, "num_classes": self.num_classes, "image_size": self.image_size,
-                "normalize": self.normalize, "config_sha256": self.config_sha256, "model_dir": self.model_dir}
+                "normalize": self.normalize, "config_sha256": self.config_sha256, "model_dir": self.model_dir,
+                "class_names": list(self.class_names) if self.class_names is not None else None,
+                "pretrained": self.pretrained}

@@ -80,7 +80,7 @@ def test_config_only_rules_are_schema_rules(configs, tmp_path):
     (tmp_path / "no-crop.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=r"pipeline: add a random_resized_crop or center_crop"):
         load_config(tmp_path / "no-crop.yaml")
-    with pytest.raises(ConfigError, match=r"model\.num_classes: required when the train channel is not a builtin"):
+    with pytest.raises(ConfigError, match=r"model\.num_classes: required for a tfrecord train channel"):
         load_config(configs / "hetero.yaml", ["channels.train.source=/data/train"])
     assert load_config(configs / "hetero.yaml", ["channels.train.source=/data/train", "model.num_classes=3"])
 

@@ -165,7 +165,7 @@ def test_inspect_counts_records_and_names_the_corrupt_offset(tmp_path):
 
 def test_agent_command_feeds_fifos_any_reader_can_use(tmp_path):
     from smlaunch.pipelines.formats import iter_records, tfrecord
-    from smlaunch.pipelines.pipe import PipeEpochs
+    from smlaunch.pipelines.sources.fifo import PipeEpochs
 
     (tmp_path / "src").mkdir()
     for n in range(3):
@@ -183,7 +183,7 @@ def test_agent_command_feeds_fifos_any_reader_can_use(tmp_path):
 
 def test_agent_streams_an_augmented_manifest_as_one_recordio_record_per_attribute(tmp_path):
     from smlaunch.pipelines.formats import iter_records
-    from smlaunch.pipelines.pipe import PipeEpochs
+    from smlaunch.pipelines.sources.fifo import PipeEpochs
 
     (tmp_path / "img").mkdir()
     lines = []
@@ -197,3 +197,18 @@ def test_agent_streams_an_augmented_manifest_as_one_recordio_record_per_attribut
     with PipeEpochs(tmp_path / "data", "train", timeout_s=60).next() as stream:
         assert list(iter_records(stream, "recordio")) == [b"jpeg-0", b"0", b"jpeg-1", b"1", b"jpeg-2", b"2"]
     assert agent.wait(30) == 0
+
+
+def test_pretrained_weights_file_is_checked_at_plan_time(configs, tmp_path):
+    """A local `model.pretrained` must be a file before anything starts; an `s3://` one is left to
+    the run (`plan` works offline), as is whether the weights fit the model (that needs torch)."""
+    missing = tmp_path / "nowhere" / "backbone.safetensors"
+    result = sm_launch("plan", str(configs / "tiny.yaml"), "--set", f"model.pretrained={missing}")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr == f"sm-launch: error: model.pretrained: {missing} does not exist\n"
+    result = sm_launch("plan", str(configs / "tiny.yaml"), "--set", f"model.pretrained={tmp_path}")
+    assert result.returncode == 2 and f"model.pretrained: {tmp_path} is not a file" in result.stderr
+    (tmp_path / "backbone.safetensors").write_bytes(b"weights")
+    for weights in (tmp_path / "backbone.safetensors", "s3://no-such-bucket/backbone.safetensors"):
+        result = sm_launch("plan", str(configs / "tiny.yaml"), "--set", f"model.pretrained={weights}")
+        assert result.returncode == 0, result.stderr

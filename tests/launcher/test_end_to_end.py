@@ -118,7 +118,7 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     that `max_corrupted_records: 1` skips and the report counts; validation streams through Pipe.
     Three train workers (the GPU host has `gpus: 3`) split the 1436 good rows unevenly (1436 is no
     multiple of 3, nor are the blocks the same size) and still draw each one once."""
-    from smlaunch.pipelines.digits import prepare_digits
+    from smlaunch.pipelines.builtin.digits import prepare_digits
 
     bad = tmp_path / "bad-train"
     bad.mkdir()

@@ -24,8 +24,8 @@ import yaml
 from smlaunch.cluster.host_tree import write_host_tree
 from smlaunch.launcher.cli import main
 from smlaunch.launcher.request_check import validate_request
-from smlaunch.launcher.training_job import CODE_CHANNEL, METRIC_DEFINITIONS
-from smlaunch.pipelines.local_s3 import LocalS3
+from smlaunch.launcher.training_job import CODE_CHANNEL, METRIC_DEFINITIONS, TARBALL
+from smlaunch.pipelines.sources.local_s3 import LocalS3
 
 ROOT = Path(__file__).resolve().parents[2]
 HETERO = str(ROOT / "configs" / "hetero.yaml")
@@ -99,8 +99,9 @@ def fake_host(root: Path, request: dict, host: str) -> tuple[Path, str]:
         groups.append({"instance_group_name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
                        "hosts": hosts})
     group = next(g["instance_group_name"] for g in groups if host in g["hosts"])
+    # a channel without InstanceGroupNames (a file system has none) reaches every group
     channels = {c["ChannelName"]: c["InputMode"] for c in request["InputDataConfig"]
-                if group in c["DataSource"]["S3DataSource"]["InstanceGroupNames"]}
+                if group in c["DataSource"].get("S3DataSource", {}).get("InstanceGroupNames", [group])}
     tree = write_host_tree(root / host / "opt" / "ml", host, groups, channels)
     (tree / "input" / "config" / "hyperparameters.json").write_text(json.dumps(request.get("HyperParameters", {})))
     return tree, group
@@ -112,6 +113,18 @@ def host_env(request: dict, tree: Path, **extra: str) -> dict:
     env.update(request["Environment"], SAGEMAKER_BASE_DIR=str(tree),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra)
     return env
+
+
+def sets(*overrides: str) -> list[str]:
+    return [x for o in overrides for x in ("--set", o)]
+
+
+def shipped_config(aws, job: str, tmp_path: Path) -> dict:
+    """The config in a submitted job's tarball, as its hosts read it."""
+    tarball = tmp_path / f"{job}.tar.gz"
+    aws.s3.download_file(aws.bucket, f"smlaunch/{job}/code/sourcedir.tar.gz", str(tarball))
+    with tarfile.open(tarball) as tar:
+        return yaml.safe_load(tar.extractfile("smlaunch-config.yaml").read())
 
 
 def test_dry_run_prints_the_request_as_json_and_sends_nothing(aws, capsys):
@@ -243,6 +256,9 @@ def test_the_readme_sdk_layout_runs_under_the_toolkit(aws, tmp_path):
     assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
 
 
+FSX = "{type: FSxLustre, id: fs-0123456789abcdef0, directory: /fsx/digits/train}"
+EFS = "{type: EFS, id: fs-12345678, directory: /digits/val, access_mode: rw}"
+VPC = "{subnets: [subnet-0a1b2c3d, subnet-4e], security_group_ids: [sg-0123abcd]}"
 SIX_GROUPS = "[" + ", ".join(f"{{name: g{i}, instance_type: ml.g5.xlarge}}" for i in range(6)) + "]"
 
 
@@ -253,7 +269,15 @@ SIX_GROUPS = "[" + ", ".join(f"{{name: g{i}, instance_type: ml.g5.xlarge}}" for 
       "channels.train.record_format=recordio", "channels.train.attribute_names=[source-ref, class]"],
      "channels.train: input_mode: FastFile reads an S3 prefix only"),
     (["channels.train.source=s3://b/train.manifest", "channels.train.input_mode=Pipe"],
+     "channels.train: source s3://b/train.manifest looks like a manifest; set s3_data_type"),
+    (["channels.train.source=s3://b/train.manifest", "channels.train.input_mode=Pipe",
+      "channels.train.s3_data_type=AugmentedManifestFile"],
      "channels.train: attribute_names: source s3://b/train.manifest is an augmented manifest"),
+    ([f"channels.train.file_system={FSX}", "channels.train.source=/data/train", "model.num_classes=10"],
+     "channels.train.file_system: SageMaker mounts FSxLustre fs-0123456789abcdef0 only inside a VPC"),
+    (["model.pretrained=/no/such/weights.pt"], "model.pretrained: /no/such/weights.pt does not exist"),
+    (["channels.validation.source=/nonexistent/val.manifest", "channels.validation.s3_data_type=ManifestFile"],
+     "channels.validation.source: /nonexistent/val.manifest does not exist (a ManifestFile)"),
     (["cluster.instance_groups.1.instance_count=0"],
      "cluster.instance_groups.1.instance_count: Input should be greater than or equal to 1"),
     (["cluster.instance_groups=[]"], "cluster.instance_groups: List should have at least 1 item"),
@@ -297,10 +321,7 @@ def test_a_local_folder_channel_is_uploaded_and_the_shipped_config_points_at_it(
     assert sorted(aws.keys(prefix)) == [prefix + "a.tfrecord", prefix + "sub/b.tfrecord"]
     (request,) = aws.create_requests()
     assert request["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{aws.bucket}/{prefix}"
-    tarball = tmp_path / "sourcedir.tar.gz"
-    aws.s3.download_file(aws.bucket, "smlaunch/dir-1/code/sourcedir.tar.gz", str(tarball))
-    with tarfile.open(tarball) as tar:
-        shipped = yaml.safe_load(tar.extractfile("smlaunch-config.yaml").read())
+    shipped = shipped_config(aws, "dir-1", tmp_path)
     assert shipped["channels"]["validation"]["source"] == f"s3://{aws.bucket}/{prefix}"
     assert f"channel validation: 2 files from {folder}" in out
 
@@ -330,6 +351,9 @@ def test_validate_request_names_each_problem_on_its_own_line(configs):
     request["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3DataType"] = "AugmentedManifestFile"
     request.update(EnableManagedSpotTraining=True, StoppingCondition={"MaxRuntimeInSeconds": 100,
                                                                       "MaxWaitTimeInSeconds": 50})
+    request["InputDataConfig"].append({"ChannelName": "fsx", "InputMode": "Pipe", "DataSource": {
+        "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/x/"}, "FileSystemDataSource": {
+            "FileSystemId": "fs-12345678", "FileSystemAccessMode": "ro", "FileSystemType": "EFS", "DirectoryPath": "/"}}})
     errors = validate_request(request)
     expected = ['Missing required parameter in input: "RoleArn"',
                 "Invalid type for parameter ResourceConfig.VolumeSizeInGB",
@@ -339,7 +363,10 @@ def test_validate_request_names_each_problem_on_its_own_line(configs):
                 "InputDataConfig validation: FastFile needs S3DataType S3Prefix",
                 "InputDataConfig validation: an AugmentedManifestFile needs AttributeNames",
                 "InputDataConfig: InstanceGroupNames must be on every channel or none",
-                "StoppingCondition: MaxWaitTimeInSeconds (50) must be >= MaxRuntimeInSeconds (100)"]
+                "StoppingCondition: MaxWaitTimeInSeconds (50) must be >= MaxRuntimeInSeconds (100)",
+                "InputDataConfig fsx: DataSource takes one of S3DataSource, FileSystemDataSource, not several",
+                "InputDataConfig fsx: a FileSystemDataSource needs InputMode File, not Pipe",
+                "InputDataConfig fsx: a FileSystemDataSource needs VpcConfig"]
     for text in expected:
         assert sum(text in e for e in errors) == 1, (text, errors)
     assert all("\n" not in e for e in errors)
@@ -371,3 +398,102 @@ def test_cli_import_stays_free_of_boto3_torch_and_ray():
             "except SystemExit:\n    pass\nprint(sorted(m for m in ('boto3', 'botocore', 'torch', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "--dry-run" in out.stdout and out.stdout.strip().endswith("[]")
+
+
+def test_file_system_channels_are_mounted_in_the_vpc_and_nothing_is_uploaded_for_them(aws, capsys, tmp_path):
+    code, out, err = submit(aws, capsys, *sets(
+        f"sagemaker.vpc={VPC}", "sagemaker.command=plan", "sagemaker.install_package=false",
+        f"channels.train.file_system={FSX}", "channels.train.source=/data/train", "model.num_classes=10",
+        f"channels.validation.file_system={EFS}", "channels.validation.source=/data/validation"), job="fs-1")
+    assert code == 0, err  # the stand-in folders do not exist here, and nothing looks for them
+    (request,) = aws.create_requests()
+    assert validate_request(request) == []
+    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-0123abcd"], "Subnets": ["subnet-0a1b2c3d", "subnet-4e"]}
+    channels = {c["ChannelName"]: c for c in request["InputDataConfig"]}
+    assert channels["train"] == {"ChannelName": "train", "InputMode": "File", "DataSource": {"FileSystemDataSource": {
+        "FileSystemId": "fs-0123456789abcdef0", "FileSystemAccessMode": "ro", "FileSystemType": "FSxLustre",
+        "DirectoryPath": "/fsx/digits/train"}}}
+    efs = channels["validation"]["DataSource"]["FileSystemDataSource"]
+    assert (efs["FileSystemType"], efs["FileSystemAccessMode"], efs["DirectoryPath"]) == ("EFS", "rw", "/digits/val")
+    assert channels[CODE_CHANNEL]["DataSource"]["S3DataSource"]["InstanceGroupNames"] == ["train_group", "data_group"]
+    assert aws.keys("smlaunch/fs-1/") == ["smlaunch/fs-1/code/sourcedir.tar.gz"]
+    assert "channel train: mounted from FSxLustre fs-0123456789abcdef0:/fsx/digits/train (ro), nothing uploaded" in out
+    shipped = shipped_config(aws, "fs-1", tmp_path)["channels"]
+    assert shipped["train"]["source"] == "/data/train"  # the local stand-in: hosts read the mount
+    assert shipped["train"]["file_system"] == {**yaml.safe_load(FSX), "access_mode": "ro"}
+    tree, _ = fake_host(tmp_path, request, "algo-2")  # a data host: it reads the mounts
+    (tree / "input" / "data" / CODE_CHANNEL).mkdir(parents=True)
+    aws.s3.download_file(aws.bucket, f"smlaunch/fs-1/code/{TARBALL}",
+                         str(tree / "input" / "data" / CODE_CHANNEL / TARBALL))
+    ran = subprocess.run(request["AlgorithmSpecification"]["ContainerEntrypoint"], env=host_env(request, tree),
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
+    assert "from /data/train -> /opt/ml/input/data/train on algo-2" in ran.stdout
+
+
+def test_manifests_in_s3_are_named_as_given(aws, capsys):
+    manifest = f"s3://{aws.bucket}/lists/validation.manifest"
+    code, out, err = submit(aws, capsys, "--dry-run", *sets(
+        f"channels.validation.source={manifest}", "channels.validation.s3_data_type=ManifestFile",
+        "channels.train.source=s3://b/train.manifest", "channels.train.input_mode=Pipe",
+        "channels.train.record_format=recordio", "channels.train.attribute_names=[source-ref, class]",
+        "model.num_classes=10"), job="man-dry-1")
+    assert code == 0, err
+    request = json.loads(out)
+    request["Environment"]["SMLAUNCH_RAY_TOKEN"] = "x" * 43
+    assert aws.recorded() == [] and validate_request(request) == []
+    channels = {c["ChannelName"]: c for c in request["InputDataConfig"]}
+    validation = channels["validation"]["DataSource"]["S3DataSource"]
+    assert (validation["S3DataType"], validation["S3Uri"]) == ("ManifestFile", manifest)
+    assert "RecordWrapperType" not in channels["validation"]  # a tfrecord channel's objects arrive as they are
+    train = channels["train"]["DataSource"]["S3DataSource"]
+    assert (train["S3DataType"], train["AttributeNames"]) == ("AugmentedManifestFile", ["source-ref", "class"])
+    assert channels["train"]["RecordWrapperType"] == "RecordIO"
+
+
+def test_a_local_manifest_file_is_uploaded_and_the_channel_points_at_it(aws, capsys, tmp_path):
+    body = json.dumps([{"prefix": f"s3://{aws.bucket}/shards/"}, "a.tfrecord", "sub/b.tfrecord"]).encode()
+    (tmp_path / "val.manifest").write_bytes(body)
+    weights = f"s3://{aws.bucket}/models/w.pth"
+    code, out, err = submit(aws, capsys, *sets(f"channels.validation.source={tmp_path / 'val.manifest'}",
+                                               "channels.validation.s3_data_type=ManifestFile",
+                                               f"model.pretrained={weights}"), job="man-1")
+    assert code == 0, err
+    key = "smlaunch/man-1/data/validation/val.manifest"
+    assert aws.keys("smlaunch/man-1/data/validation/") == [key]  # the list only: its objects are already in S3
+    assert aws.s3.get_object(Bucket=aws.bucket, Key=key)["Body"].read() == body
+    (request,) = aws.create_requests()
+    assert validate_request(request) == []
+    validation = request["InputDataConfig"][1]["DataSource"]["S3DataSource"]
+    assert (validation["S3DataType"], validation["S3Uri"]) == ("ManifestFile", f"s3://{aws.bucket}/{key}")
+    shipped = shipped_config(aws, "man-1", tmp_path)
+    assert shipped["model"]["pretrained"] == weights  # an s3:// value is named as given
+    assert (shipped["channels"]["validation"]["source"], shipped["channels"]["validation"]["s3_data_type"]) == \
+        (f"s3://{aws.bucket}/{key}", "ManifestFile")
+
+
+@pytest.mark.parametrize("manifest, expected", [
+    ([{"prefix": "/home/me/shards/"}, "a.tfrecord"], "a local manifest's objects must already be in S3"),
+    ({"prefix": "s3://b/x/"}, "is not a ManifestFile: expected a JSON list"),
+    ([{"prefix": "s3://b/x/"}], "lists no objects after its prefix"),
+])
+def test_a_local_manifest_that_cannot_be_submitted_is_refused(aws, capsys, tmp_path, manifest, expected):
+    path = tmp_path / "val.manifest"
+    path.write_text(json.dumps(manifest))
+    code, out, err = submit(aws, capsys, *sets(f"channels.validation.source={path}",
+                                               "channels.validation.s3_data_type=ManifestFile"), job="man-bad-1")
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"sm-launch: error: channels.validation.source: {path}") and expected in line
+    assert aws.recorded() == [] and out == ""
+
+
+def test_local_pretrained_weights_are_uploaded_and_the_shipped_config_names_them(aws, capsys, tmp_path):
+    weights = tmp_path / "resnet10t.safetensors"
+    weights.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    code, out, err = submit(aws, capsys, *sets(f"model.pretrained={weights}"), job="pre-1")
+    assert code == 0, err
+    uri = f"s3://{aws.bucket}/smlaunch/pre-1/pretrained/resnet10t.safetensors"
+    assert aws.s3.get_object(Bucket=aws.bucket, Key=uri[6 + len(aws.bucket):])["Body"].read() == weights.read_bytes()
+    assert shipped_config(aws, "pre-1", tmp_path)["model"]["pretrained"] == uri

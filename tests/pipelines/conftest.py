@@ -1,11 +1,10 @@
 """Shared fixtures: a real S3-protocol server on 127.0.0.1 (moto in server mode), one per test
 session (the 3-node Ray cluster `data_cluster` is in tests/conftest.py)."""
 
-import os
 
 import pytest
 
-from smlaunch.pipelines.local_s3 import LocalS3
+from smlaunch.pipelines.sources.local_s3 import LocalS3
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from smlaunch.config import load_config
 @pytest.mark.ray
 def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     from smlaunch.cluster.host_tree import create_host_trees
-    from smlaunch.pipelines.channels import deliver_channels
+    from smlaunch.pipelines.sources.channels import deliver_channels
     from smlaunch.pipelines.dataset import build_datasets
 
     cfg = load_config(configs / "hetero.yaml", ["cluster.instance_groups.1.instance_count=2",

@@ -328,7 +328,7 @@ def test_bad_input_gives_one_line_a_failure_file_and_bounded_memory(case: Case, 
 def test_a_pipe_fifo_that_never_appears_names_channel_fifo_and_epoch(tmp_path):
     """The Pipe reader's own deadline (SageMaker creates `<channel>_<epoch>` late or never)."""
     from smlaunch.errors import DataError
-    from smlaunch.pipelines.pipe import PipeEpochs
+    from smlaunch.pipelines.sources.fifo import PipeEpochs
 
     started = time.monotonic()
     with pytest.raises(DataError) as raised:
@@ -341,7 +341,7 @@ def test_a_pipe_fifo_that_never_appears_names_channel_fifo_and_epoch(tmp_path):
 
 def test_a_pipe_fifo_whose_writer_never_connects_names_it(tmp_path):
     from smlaunch.errors import DataError
-    from smlaunch.pipelines.pipe import PipeEpochs
+    from smlaunch.pipelines.sources.fifo import PipeEpochs
 
     os.mkfifo(tmp_path / "train_0")
     with pytest.raises(DataError, match=rf"^channel 'train': no writer connected to {tmp_path}/train_0 \(epoch 0\) "

@@ -89,12 +89,12 @@ def channel_ids_digest() -> str:
     """The digest the accounting gives an epoch that saw every id of the train split once."""
     import numpy as np
 
-    from smlaunch.pipelines.digits import prepare_digits
+    from smlaunch.pipelines.builtin.digits import prepare_digits
     from smlaunch.pipelines.formats import iter_records
-    from smlaunch.pipelines.rows import _example_row
+    from smlaunch.pipelines.rows import example_row
     from smlaunch.trainers.accounting import ids_digest
 
-    ids = [_example_row(record)[2] for part in sorted((prepare_digits() / "train").iterdir())
+    ids = [example_row(record)[2] for part in sorted((prepare_digits() / "train").iterdir())
            for record in iter_records(str(part), "tfrecord")]
     assert len(ids) == EPOCH_IDS
     return ids_digest(np.unique(np.asarray(ids)))

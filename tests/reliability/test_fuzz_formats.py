@@ -16,13 +16,13 @@ import json
 import struct
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats import RecordError, iter_records, recordio, tfrecord
 from smlaunch.pipelines.formats.example import decode_example, encode_example
-from smlaunch.pipelines.manifest import group_attributes
+from smlaunch.pipelines.sources.manifest import group_attributes
 
 FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -265,8 +265,8 @@ def test_manifest_regrouping_yields_consecutive_groups_or_names_the_row(records,
                                                        st.one_of(st.integers(), st.text(max_size=5)), max_size=3))),
     max_size=5))
 def test_manifest_lines_of_arbitrary_bytes_raise_only_data_error(tmp_path_factory, lines):
-    from smlaunch.pipelines.manifest import manifest_objects
-    from smlaunch.pipelines.objects import ObjectSource
+    from smlaunch.pipelines.sources.manifest import manifest_objects
+    from smlaunch.pipelines.sources.objects import ObjectSource
 
     path = tmp_path_factory.mktemp("manifest") / "train.manifest"
     path.write_bytes(b"\n".join(lines))

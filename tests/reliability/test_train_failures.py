@@ -167,15 +167,15 @@ def assert_model_reloads_to_its_final_validation(configs, model_dir: Path, card:
 
     from smlaunch.config import load_config
     from smlaunch.pipelines.builtin import prepare_builtin
-    from smlaunch.pipelines.chain import Chain
+    from smlaunch.pipelines.ops.chain import Chain
     from smlaunch.pipelines.formats import iter_records
-    from smlaunch.pipelines.rows import _example_row
+    from smlaunch.pipelines.rows import example_row
     from smlaunch.trainers.evaluate import normalise
     from smlaunch.trainers.model import create_model
 
     model = create_model(card["model"], card["num_classes"], card["input_size"][1])
     model.load_state_dict(torch.load(model_dir / "model.pt"))
-    rows = [_example_row(r) for shard in sorted((prepare_builtin("digits") / "validation").iterdir())
+    rows = [example_row(r) for shard in sorted((prepare_builtin("digits") / "validation").iterdir())
             for r in iter_records(open(shard, "rb"), "tfrecord")]
     images, labels, ids = zip(*rows)
     batch = Chain(load_config(configs / "tiny.yaml").pipeline.ops, [], train=False)(

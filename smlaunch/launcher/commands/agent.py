@@ -2,7 +2,7 @@
 for any Pipe-mode program on a laptop.
 
 For each epoch it creates the FIFO `<data-dir>/<channel>_<epoch>`, waits (bounded) for a reader and
-streams the channel's objects into it, as `smlaunch.pipelines.agent.PipeAgent` documents. The
+streams the channel's objects into it, as `smlaunch.pipelines.sources.pipe_agent.PipeAgent` documents. The
 console shows the bytes streamed per epoch (a bar on a terminal, a line every 30 s otherwise).
 """
 
@@ -34,12 +34,12 @@ def add_arguments(parser) -> None:
 
 def main(args, failure) -> int:
     from smlaunch.errors import UserError
-    from smlaunch.pipelines.agent import PipeAgent
-    from smlaunch.pipelines.objects import local_objects, objects_for_host, s3_objects
+    from smlaunch.pipelines.sources.pipe_agent import PipeAgent
+    from smlaunch.pipelines.sources.objects import local_objects, objects_for_host, s3_objects
 
     if args.attribute_names:
-        from smlaunch.pipelines.manifest import manifest_objects
-        from smlaunch.pipelines.objects import ObjectSource
+        from smlaunch.pipelines.sources.manifest import manifest_objects
+        from smlaunch.pipelines.sources.objects import ObjectSource
 
         objects = manifest_objects(ObjectSource(args.source), args.attribute_names.split(","))
     else:

@@ -39,7 +39,7 @@ def inspect_path(path: str, format: str, show: int = 5, out=print, fifo_wait_s: 
     import stat
     import time
 
-    from smlaunch.pipelines.pipe import open_fifo
+    from smlaunch.pipelines.sources.fifo import open_fifo
 
     if stat.S_ISFIFO(os.stat(path).st_mode):  # a plain open would block until a writer comes, forever
         with open_fifo(path, time.monotonic() + fifo_wait_s,

@@ -68,11 +68,17 @@ def plan_lines(cfg, plan) -> list[str]:
                      f"gpus={h.num_gpus} object_store={_mib(h.object_store_bytes)} labels={labels}")
     lines.append("channels:")
     for c in plan.channels:
-        extras = [c.distribution] + ([f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else []) + (
+        extras = ([f"{c.file_system} file system, files split between the hosts"] if c.file_system
+                  else [c.distribution]) + ([c.s3_data_type] if c.s3_data_type != "S3Prefix" else []) + (
+            [f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else []) + (
+            [f"fields {', '.join(f or '-' for f in c.fields)}"] if _custom_fields(c) else []) + (
             [f"skip up to {c.max_corrupted_records} corrupt"] if c.max_corrupted_records else [])
         where = f"/opt/ml/input/data/{c.name}" + ("_<epoch>" if c.input_mode == "Pipe" else "")
         lines.append(f"  {c.name}: {c.input_mode} {c.record_format} ({', '.join(extras)}) from {c.source} -> "
                      f"{where} on {', '.join(c.hosts)}")
+    if cfg.model.pretrained:
+        lines.append(f"model: fine-tuning {cfg.model.name} from {cfg.model.pretrained} (loaded on rank 0, the "
+                     "classifier re-sized to the class count)")
     lines.append(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
     lines += [f"note: {note}" for note in plan.notes]
     return lines
@@ -118,6 +124,14 @@ def summary(cfg, plan) -> list[str]:
                                           f"{', '.join(c.hosts)}" for c in plan.channels))
     lines += [f"note: {note}" for note in plan.notes if not note.startswith("CPUs scaled")]
     return lines
+
+
+def _custom_fields(channel) -> bool:
+    """The channel names its image, label or id other than its format's defaults."""
+    from smlaunch.config.channel_rules import DEFAULT_FIELDS
+
+    default = DEFAULT_FIELDS.get(channel.record_format)
+    return default is not None and not channel.attribute_names and channel.fields != tuple(default.values())
 
 
 def _mib(size: int | None) -> str:

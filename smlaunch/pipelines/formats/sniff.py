@@ -20,6 +20,9 @@ _SIGNATURES = [
     (0, b"\xff\xd8\xff", "a JPEG image"),
     (0, b"GIF8", "a GIF image"),
     (0, b"BM", "a BMP image"),
+    (0, b"RIFF", "a WebP image"),
+    (0, b"II*\x00", "a TIFF image"),
+    (0, b"MM\x00*", "a TIFF image"),
     (0, b"PAR1", "a Parquet file"),
     (0, b"\x1f\x8b", "a gzip file"),
     (0, b"PK\x03\x04", "a ZIP archive"),
@@ -39,7 +42,22 @@ def matches(head: bytes, record_format: str) -> bool:
         from smlaunch.pipelines.formats.recordio import MAGIC
 
         return len(head) >= 8 and struct.unpack("<I", head[:4])[0] == MAGIC
+    if record_format == "parquet":
+        return head[:4] == b"PAR1"
+    if record_format == "webdataset":
+        return head[257:262] == b"ustar"
+    if record_format == "image_folder":
+        return any(head[:len(sig)] == sig for _, sig, name in _SIGNATURES if name.endswith("image")) or \
+            head[8:12] == b"WEBP"
     return True  # text and whole files have no framing to check
+
+
+def suggestion(head: bytes) -> str:
+    """`; did you mean record_format: X?` when `head` starts like a format smlaunch reads, else ``."""
+    for record_format in ("image_folder", "parquet", "webdataset", "tfrecord", "recordio"):
+        if head and matches(head, record_format):
+            return f"; did you mean record_format: {record_format}?"
+    return ""
 
 
 def describe(head: bytes) -> str:

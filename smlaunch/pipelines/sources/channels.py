@@ -9,13 +9,14 @@ SageMaker, so the readers cannot tell a simulated host from a real one.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 from smlaunch.cluster.plan import ChannelPlan, LaunchPlan
 from smlaunch.errors import DataError
-from smlaunch.pipelines.fastfile import read_view, write_view
-from smlaunch.pipelines.objects import ObjectSource, objects_for_host
+from smlaunch.pipelines.sources.fastfile import read_view, write_view
+from smlaunch.pipelines.sources.objects import ChannelObject, ObjectSource, objects_for_host
 
 
 def channel_dir(opt_ml: str | Path | None, channel: str) -> Path:
@@ -38,9 +39,23 @@ def channel_source(channel: ChannelPlan, s3_endpoint: str | None = None) -> Obje
     if channel.source.startswith("s3://"):
         return ObjectSource(channel.source, s3_endpoint)
     path = Path(channel.source).expanduser()
-    if channel.attribute_names is None and not path.is_dir():
+    if channel.s3_data_type == "S3Prefix" and not path.is_dir():
         raise DataError(f"channel '{channel.name}': source {channel.source} is not a directory")
     return ObjectSource(str(path))
+
+
+def channel_objects(channel: ChannelPlan, s3_endpoint: str | None = None) -> tuple[ObjectSource, list[tuple[str, int]]]:
+    """Where the channel's objects are read from, and (relative path, size) of each: the whole
+    prefix, or what its ManifestFile lists."""
+    if channel.s3_data_type == "ManifestFile":
+        from smlaunch.pipelines.sources.manifest_file import manifest_file_objects
+
+        try:
+            return manifest_file_objects(channel.source, s3_endpoint)
+        except DataError as exc:
+            raise DataError(f"channel '{channel.name}': {exc}") from None
+    source = channel_source(channel, s3_endpoint)
+    return source, source.list()
 
 
 def list_host_channel(opt_ml: str | None, channel: str) -> list[tuple[str, int]]:
@@ -77,16 +92,18 @@ LOCAL_READER_WAIT_S = 24 * 3600.0
 
 def start_pipe_agents(plan: LaunchPlan, seed: int, s3_endpoint: str | None = None) -> list:
     """Play SageMaker's part for each Pipe-mode channel: an agent per receiving host feeding its FIFOs."""
-    from smlaunch.pipelines.agent import PipeAgent
-    from smlaunch.pipelines.manifest import manifest_objects
+    from smlaunch.pipelines.sources.pipe_agent import PipeAgent
+    from smlaunch.pipelines.sources.manifest import manifest_objects
 
     agents = []
     for channel in plan.channels:
         if channel.input_mode != "Pipe":
             continue
-        source = channel_source(channel, s3_endpoint)
-        objects = (manifest_objects(source, channel.attribute_names) if channel.attribute_names
-                   else source.objects())
+        if channel.attribute_names:
+            objects = manifest_objects(channel_source(channel, s3_endpoint), channel.attribute_names)
+        else:
+            source, listed = channel_objects(channel, s3_endpoint)
+            objects = [ChannelObject(rel, size, functools.partial(source.read, rel)) for rel, size in listed]
         if not objects:  # every epoch's FIFO would be empty: fail now, as File mode does
             raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
         for i, host in enumerate(channel.hosts):
@@ -104,8 +121,10 @@ def deliver_channels(plan: LaunchPlan, s3_endpoint: str | None = None) -> None:
     for channel in plan.channels:
         if channel.input_mode not in ("File", "FastFile"):
             continue
-        source = channel_source(channel, s3_endpoint)
-        objects = source.list()
+        if channel.file_system is not None:
+            mount_file_system(channel, [channel_dir(plan.host(h).opt_ml, channel.name) for h in channel.hosts])
+            continue
+        source, objects = channel_objects(channel, s3_endpoint)
         if not objects:
             raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
         for i, host in enumerate(channel.hosts):
@@ -115,6 +134,20 @@ def deliver_channels(plan: LaunchPlan, s3_endpoint: str | None = None) -> None:
                 write_view(target, source, mine)
             else:
                 copy_objects(source, mine, target)
+
+
+def mount_file_system(channel: ChannelPlan, targets: list[Path]) -> None:
+    """Stand in for an FSx / EFS mount: every receiving host's channel directory is the `source`
+    folder itself (a symbolic link, nothing copied), as every host of a job mounts one file system."""
+    folder = Path(channel.source).expanduser().resolve()
+    if not folder.is_dir():
+        raise DataError(f"channel '{channel.name}': source {channel.source} (the local stand-in for "
+                        f"{channel.file_system}) is not a directory")
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.exists():
+            continue
+        target.symlink_to(folder, target_is_directory=True)
 
 
 def copy_objects(source: ObjectSource, objects: list[tuple[str, int]], target: Path, link: bool = True) -> None:

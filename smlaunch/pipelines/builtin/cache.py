@@ -17,22 +17,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-NAMES = ("digits", "synthetic")
-
 
 def cache_root() -> Path:
     return Path(os.environ.get("SMLAUNCH_CACHE", Path.home() / ".cache" / "smlaunch"))
-
-
-def prepare_builtin(name: str, root: Path | None = None) -> Path:
-    """The directory of builtin dataset `name` (`train/`, `validation/`, `manifest.json`)."""
-    if name == "digits":
-        from smlaunch.pipelines.digits import VERSION, write_splits
-    elif name == "synthetic":
-        from smlaunch.pipelines.synthetic import VERSION, write_splits
-    else:
-        raise ValueError(f"unknown builtin dataset {name!r}; builtins: {', '.join(NAMES)}")
-    return prepare_cached(VERSION, write_splits, root)
 
 
 def prepare_cached(version: str, write_splits: Callable[[Path], dict], root: Path | None = None) -> Path:
@@ -56,22 +43,6 @@ def prepare_cached(version: str, write_splits: Callable[[Path], dict], root: Pat
         if staging.exists() and staging != target:
             shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def split_source(source: str) -> tuple[str, str] | None:
-    """`builtin:<name>/<split>` -> (name, split); None for other sources."""
-    if not source.startswith("builtin:"):
-        return None
-    name, _, split = source[len("builtin:"):].partition("/")
-    return name, split
-
-
-def builtin_manifest(source: str) -> dict | None:
-    """The manifest of the builtin dataset a source names (None for other sources)."""
-    parsed = split_source(source)
-    if parsed is None:
-        return None
-    return json.loads((prepare_builtin(parsed[0]) / "manifest.json").read_text())
 
 
 def write_shards(out: Path, split: str, records: list[bytes], shards: int) -> None:

@@ -18,7 +18,7 @@ SHARDS = {"train": 4, "validation": 2}
 
 def prepare_digits(root: Path | None = None) -> Path:
     """Return the dataset directory (with `train/` and `validation/`), building it on first use."""
-    from smlaunch.pipelines.builtin import prepare_cached
+    from smlaunch.pipelines.builtin.cache import prepare_cached
 
     return prepare_cached(VERSION, write_splits, root)
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats.recordio import encode_record
-from smlaunch.pipelines.objects import ChannelObject
-from smlaunch.pipelines.pipe import POLL_FIRST_S, POLL_MAX_S, fifo_path
+from smlaunch.pipelines.sources.objects import ChannelObject
+from smlaunch.pipelines.sources.fifo import POLL_FIRST_S, POLL_MAX_S, fifo_path
 
 READER_WAIT_S = 120.0
 

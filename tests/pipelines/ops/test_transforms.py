@@ -6,7 +6,7 @@ from PIL import Image
 
 from smlaunch.config import load_config
 from smlaunch.errors import DataError
-from smlaunch.pipelines.chain import Chain
+from smlaunch.pipelines.ops.chain import Chain
 
 
 def _jpeg(h: int, w: int, seed: int) -> bytes:
@@ -68,8 +68,8 @@ def test_undecodable_image_is_a_data_error(configs):
 
 
 def test_resize_center_crop_and_color_jitter(configs):
-    from smlaunch.pipelines import op_specs as specs
-    from smlaunch.pipelines.ops import center_crop, color_jitter, resize
+    from smlaunch.config import op_specs as specs
+    from smlaunch.pipelines.ops.transforms import center_crop, color_jitter, resize
 
     rng = np.random.default_rng(0)
     images = [np.full((40, 60, 3), 100, np.uint8), np.full((10, 8, 3), 7, np.uint8)]
@@ -88,7 +88,7 @@ def test_resize_center_crop_and_color_jitter(configs):
 
 def test_a_user_op_by_module_path_and_its_errors(configs):
     from smlaunch.errors import ConfigError, DataError
-    from smlaunch.pipelines.ops import resolve_user_op
+    from smlaunch.pipelines.ops.transforms import resolve_user_op
 
     ops = _ops(configs, "pipeline.ops.3={op: user, function: 'sample_user_ops:invert', params: {amount: 200}}")
     assert ops[3].op == "user" and ops[3].params == {"amount": 200}
@@ -126,9 +126,9 @@ def test_unknown_op_and_misplaced_normalize_list_what_is_valid(configs):
 
 
 def test_blur_then_center_crop_is_fused_and_gives_the_same_bytes():
-    from smlaunch.pipelines import op_specs as specs
-    from smlaunch.pipelines.chain import plan_steps
-    from smlaunch.pipelines.ops import OPS
+    from smlaunch.config import op_specs as specs
+    from smlaunch.pipelines.ops.chain import plan_steps
+    from smlaunch.pipelines.ops.transforms import OPS
 
     blurs = [specs.GaussianBlur(op="gaussian_blur", kernel_size=11, sigma=2.0, repeat=3),
              specs.GaussianBlur(op="gaussian_blur", kernel_size=5, sigma=1.0, repeat=2)]
@@ -151,8 +151,8 @@ def test_blur_then_center_crop_is_fused_and_gives_the_same_bytes():
 
 def test_fused_blur_crop_is_cheaper():
     """Work, not time: the fused step blurs only the crop plus its margin."""
-    from smlaunch.pipelines import op_specs as specs
-    from smlaunch.pipelines import chain
+    from smlaunch.config import op_specs as specs
+    from smlaunch.pipelines.ops import chain
 
     seen = []
     original = chain.blur_image
@@ -167,8 +167,8 @@ def test_fused_blur_crop_is_cheaper():
 
 
 def test_torchvision_decode_matches_pil_and_falls_back_for_other_formats():
-    from smlaunch.pipelines import op_specs as specs
-    from smlaunch.pipelines.ops import _decode_pil, decode_image
+    from smlaunch.config import op_specs as specs
+    from smlaunch.pipelines.ops.transforms import _decode_pil, decode_image
 
     jpeg = _jpeg(37, 53, 4)
     buf = io.BytesIO()

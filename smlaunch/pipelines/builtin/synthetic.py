@@ -24,7 +24,7 @@ def write_splits(out: Path) -> dict:
     import numpy as np
     from PIL import Image
 
-    from smlaunch.pipelines.builtin import write_shards
+    from smlaunch.pipelines.builtin.cache import write_shards
     from smlaunch.pipelines.formats.example import encode_example
 
     rng = np.random.default_rng(2026)

@@ -31,25 +31,23 @@ from ray.data.datasource import Datasource, ReadTask
 
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
-from smlaunch.pipelines.channels import channel_dir
-from smlaunch.pipelines.host_loss import host_alive
-from smlaunch.pipelines.pipe import DEFAULT_TIMEOUT_S, PipeEpochs, fifo_path
-from smlaunch.pipelines.rows import channel_records, row_blocks
+from smlaunch.pipelines.sources.channels import channel_dir
+from smlaunch.pipelines.sources.host_loss import host_alive, lost_error, reader_name
+from smlaunch.pipelines.sources.fifo import DEFAULT_TIMEOUT_S, PipeEpochs
+from smlaunch.pipelines.rows import channel_records, record_samples, row_blocks, webdataset_samples
 
 START_MARGIN_S = 60.0
 """Beyond the FIFO's own timeout, how long a read waits for its host's reader to start (scheduling)."""
-
-
-class PipeHostLost(DataError):
-    """A host feeding a Pipe-mode channel was lost: the stream cannot be replayed."""
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class PipeHostReader:
     """This host's side of one Pipe channel: the epoch counter and the open FIFO."""
 
-    def __init__(self, channel: ChannelPlan, opt_ml: str | None, keep: tuple[int, int] | None, timeout_s: float):
+    def __init__(self, channel: ChannelPlan, opt_ml: str | None, keep: tuple[int, int] | None, timeout_s: float,
+                 num_classes: int | None = None):
         self.channel = channel
+        self.num_classes = num_classes
         self.keep = keep
         self.epochs = PipeEpochs(channel_dir(opt_ml, channel.name).parent, channel.name, timeout_s=timeout_s)
         self._context = None
@@ -75,10 +73,16 @@ class PipeHostReader:
         self._context = self.epochs.next()
         stream = self._context.__enter__()
         source = f"{stream.name} (epoch {epoch})"
-        records = channel_records(self.channel, stream, source)
-        if self.keep is not None:
-            records = _keep_share(records, *self.keep, len(self.channel.attribute_names or ()) or 1)
-        self._blocks = row_blocks(self.channel, source, records)
+        if self.channel.record_format == "webdataset":
+            samples = webdataset_samples(self.channel, stream, source)
+            if self.keep is not None:
+                samples = (s for s in samples if _mine(s[1] or s[0].encode(), *self.keep))
+        else:
+            records = channel_records(self.channel, stream, source)
+            if self.keep is not None:
+                records = _keep_share(records, *self.keep, len(self.channel.attribute_names or ()) or 1)
+            samples = record_samples(self.channel, records, source)
+        self._blocks = row_blocks(self.channel, samples, self.num_classes)
         return epoch
 
     def next_block(self):
@@ -105,15 +109,21 @@ def _keep_share(records, index: int, count: int, group: int):
     for record in records:
         unit.append(record)
         if len(unit) == group:
-            if google_crc32c.value(unit[0]) % count == index:
+            if _mine(unit[0], index, count):
                 yield from unit
             unit = []
     yield from unit  # an incomplete tail: let the reader report it
 
 
+def _mine(data: bytes, index: int, count: int) -> bool:
+    return google_crc32c.value(data) % count == index
+
+
 class PipeChannelDatasource(Datasource):
-    def __init__(self, channel: ChannelPlan, roots: dict[str, str | None], timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, channel: ChannelPlan, roots: dict[str, str | None], timeout_s: float = DEFAULT_TIMEOUT_S,
+                 num_classes: int | None = None):
         self.channel = channel
+        self.num_classes = num_classes
         self.roots = roots  # host -> its /opt/ml (None: the host's own)
         self.timeout_s = timeout_s
 
@@ -130,17 +140,18 @@ class PipeChannelDatasource(Datasource):
             replicated = self.channel.distribution == "FullyReplicated" and len(hosts) > 1
             keep = (i, len(hosts)) if replicated else None
             meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
-            tasks.append(ReadTask(partial(_read_host, self.channel, host, self.roots[host], keep, self.timeout_s),
+            tasks.append(ReadTask(partial(_read_host, self.channel, host, self.roots[host], keep, self.timeout_s,
+                                          self.num_classes),
                                   meta, per_task_row_limit=per_task_row_limit))
         return tasks
 
 
-def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s):
+def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s, num_classes=None):
     if not host_alive(host):  # a retry, or a lost block being rebuilt, after the host died
         raise lost_error(channel.name, channel.hosts, host, opt_ml, None)
     reader = PipeHostReader.options(
-        name=_reader_name(channel.name, host), namespace="smlaunch", get_if_exists=True, lifetime="detached",
-        label_selector={"sm-host": host}).remote(channel, opt_ml, keep, timeout_s)
+        name=reader_name(channel.name, host), namespace="smlaunch", get_if_exists=True, lifetime="detached",
+        label_selector={"sm-host": host}).remote(channel, opt_ml, keep, timeout_s, num_classes)
     epoch = None
     try:
         task = ray.get_runtime_context().get_task_id()
@@ -159,32 +170,3 @@ def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s):
             raise lost_error(channel.name, channel.hosts, host, opt_ml, epoch) from None
         raise DataError(f"channel '{channel.name}': the Pipe-mode reader on host {host} did not start within "
                         f"{timeout_s + START_MARGIN_S:.0f} s") from None
-
-
-def _reader_name(channel: str, host: str) -> str:
-    return f"smlaunch-pipe-{channel}-{host}"
-
-
-def lost_error(channel: str, hosts, host: str, opt_ml, epoch: int | None = None) -> PipeHostLost:
-    """The error for a lost host, naming its FIFO; when the reader died with the host, the epoch is
-    the one the channel's other hosts are reading (every host reads the same epoch)."""
-    if epoch is None:
-        epoch = _sibling_epoch(channel, hosts, host)
-    fifo = fifo_path(channel_dir(opt_ml, channel).parent if opt_ml else "/opt/ml/input/data",
-                     channel, "<epoch>" if epoch is None else epoch)
-    return PipeHostLost(f"channel '{channel}': host {host} was lost while streaming Pipe-mode FIFO {fifo}; "
-                        "Pipe mode cannot replay a stream, so this epoch cannot finish with every sample once: "
-                        "run the job again with trainer.resume=true to continue from the last complete checkpoint")
-
-
-def _sibling_epoch(channel: str, hosts, lost: str) -> int | None:
-    for host in hosts:
-        if host == lost:
-            continue
-        try:
-            reader = ray.get_actor(_reader_name(channel, host), namespace="smlaunch")
-            return ray.get(reader.current_epoch.remote(), timeout=10)
-        except (ValueError, ray.exceptions.RayError):
-            continue
-    return None
-

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from smlaunch.cluster.plan import ChannelPlan
-from smlaunch.pipelines.fastfile import write_view
+from smlaunch.pipelines.sources.fastfile import write_view
 from smlaunch.pipelines.formats import tfrecord
 from smlaunch.pipelines.formats.example import encode_example
-from smlaunch.pipelines.objects import ObjectSource, objects_for_host
+from smlaunch.pipelines.sources.objects import ObjectSource, objects_for_host
 
 HOSTS = ("algo-2", "algo-3")
 
@@ -28,10 +28,10 @@ def write_shards(folder: Path, count: int, per_shard: int) -> list[tuple[str, in
 
 
 def read_ids(ray, channel: ChannelPlan, roots) -> list[int]:
-    from smlaunch.pipelines.dataset import list_channel_files
-    from smlaunch.pipelines.datasource import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
 
-    source = ChannelDatasource(channel, list_channel_files(channel, roots), roots)
+    source = ChannelDatasource(channel, list_channel(channel, roots), roots)
     ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"},
                                   override_num_blocks=4)
     return sorted(int(i) for batch in ds.iter_batches(batch_size=None) for i in batch["id"])

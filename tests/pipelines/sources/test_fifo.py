@@ -6,10 +6,10 @@ import time
 import pytest
 
 from smlaunch.errors import DataError
-from smlaunch.pipelines.agent import PipeAgent
-from smlaunch.pipelines.objects import local_objects, objects_for_host, s3_objects
+from smlaunch.pipelines.sources.pipe_agent import PipeAgent
+from smlaunch.pipelines.sources.objects import local_objects, objects_for_host, s3_objects
 from smlaunch.pipelines.formats import iter_records, recordio, tfrecord
-from smlaunch.pipelines.pipe import PipeEpochs, fifo_path, open_epoch
+from smlaunch.pipelines.sources.fifo import PipeEpochs, fifo_path, open_epoch
 
 
 def make_shards(folder, name, count, per_shard):

@@ -24,6 +24,8 @@ from __future__ import annotations
 import time
 
 from smlaunch.errors import DataError
+from smlaunch.pipelines.sources.channels import channel_dir
+from smlaunch.pipelines.sources.fifo import fifo_path
 
 
 class HostLost(DataError):
@@ -84,7 +86,39 @@ class LostHostGuard:
                 if host in alive:
                     continue
                 if channel["pipe"]:
-                    from smlaunch.pipelines.pipe_source import lost_error
-
                     raise lost_error(channel["name"], channel["hosts"], host, channel["roots"].get(host))
                 raise sharded_lost_error(channel["name"], host, channel["roots"].get(host))
+
+
+class PipeHostLost(DataError):
+    """A host feeding a Pipe-mode channel was lost: the stream cannot be replayed."""
+
+
+def reader_name(channel: str, host: str) -> str:
+    return f"smlaunch-pipe-{channel}-{host}"
+
+
+def lost_error(channel: str, hosts, host: str, opt_ml, epoch: int | None = None) -> PipeHostLost:
+    """The error for a lost host, naming its FIFO; when the reader died with the host, the epoch is
+    the one the channel's other hosts are reading (every host reads the same epoch)."""
+    if epoch is None:
+        epoch = _sibling_epoch(channel, hosts, host)
+    fifo = fifo_path(channel_dir(opt_ml, channel).parent if opt_ml else "/opt/ml/input/data",
+                     channel, "<epoch>" if epoch is None else epoch)
+    return PipeHostLost(f"channel '{channel}': host {host} was lost while streaming Pipe-mode FIFO {fifo}; "
+                        "Pipe mode cannot replay a stream, so this epoch cannot finish with every sample once: "
+                        "run the job again with trainer.resume=true to continue from the last complete checkpoint")
+
+
+def _sibling_epoch(channel: str, hosts, lost: str) -> int | None:
+    import ray
+
+    for host in hosts:
+        if host == lost:
+            continue
+        try:
+            reader = ray.get_actor(reader_name(channel, host), namespace="smlaunch")
+            return ray.get(reader.current_epoch.remote(), timeout=10)
+        except (ValueError, ray.exceptions.RayError):
+            continue
+    return None

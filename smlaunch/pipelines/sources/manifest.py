@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats.recordio import encode_record
-from smlaunch.pipelines.objects import ChannelObject, ObjectSource, s3_client
+from smlaunch.pipelines.sources.objects import ChannelObject, ObjectSource, s3_client
 
 
 def _read_manifest(source: ObjectSource) -> list[str]:

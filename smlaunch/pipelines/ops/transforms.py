@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from smlaunch.errors import DataError
-from smlaunch.pipelines import op_specs as specs
+from smlaunch.config import op_specs as specs
 
 Images = list[np.ndarray]  # HWC uint8, sizes may differ until a resize
 

@@ -4,8 +4,8 @@ local agent, every sample exactly once per epoch under both S3 distribution type
 import pytest
 
 from smlaunch.cluster.plan import ChannelPlan
-from smlaunch.pipelines.agent import PipeAgent
-from smlaunch.pipelines.objects import local_objects, objects_for_host
+from smlaunch.pipelines.sources.pipe_agent import PipeAgent
+from smlaunch.pipelines.sources.objects import local_objects, objects_for_host
 from smlaunch.pipelines.formats import recordio
 from smlaunch.pipelines.formats.example import encode_example
 
@@ -25,7 +25,7 @@ def write_shards(folder, count, per_shard):
 @pytest.mark.parametrize("distribution", ["FullyReplicated", "ShardedByS3Key"])
 def test_each_sample_exactly_once_per_epoch_across_two_hosts(data_cluster, tmp_path, distribution):
     ray = data_cluster
-    from smlaunch.pipelines.pipe_source import PipeChannelDatasource
+    from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
 
     write_shards(tmp_path / "src", count=6, per_shard=50)
     objects = local_objects(tmp_path / "src")
@@ -51,9 +51,9 @@ def test_augmented_manifest_rows_regrouped_from_attribute_records_exactly_once(d
     one RecordIO record per attribute, replicated to both hosts, comes back as whole rows, once each."""
     import json
 
-    from smlaunch.pipelines.manifest import manifest_objects
-    from smlaunch.pipelines.objects import ObjectSource
-    from smlaunch.pipelines.pipe_source import PipeChannelDatasource
+    from smlaunch.pipelines.sources.manifest import manifest_objects
+    from smlaunch.pipelines.sources.objects import ObjectSource
+    from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
 
     ray = data_cluster
     s3.create_bucket(Bucket="labelled")
@@ -80,8 +80,8 @@ def test_augmented_manifest_rows_regrouped_from_attribute_records_exactly_once(d
 
 def test_a_manifest_line_without_an_attribute_names_the_line(tmp_path):
     from smlaunch.errors import DataError
-    from smlaunch.pipelines.manifest import group_attributes, manifest_objects
-    from smlaunch.pipelines.objects import ObjectSource
+    from smlaunch.pipelines.sources.manifest import group_attributes, manifest_objects
+    from smlaunch.pipelines.sources.objects import ObjectSource
 
     (tmp_path / "m.jsonl").write_text('{"source-ref": "a.jpg", "class": 1}\n{"source-ref": "b.jpg"}\n')
     with pytest.raises(DataError, match=r"m.jsonl line 2: no attribute class \(AttributeNames: source-ref, class\)"):

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from smlaunch.pipelines.objects import ObjectSource
+from smlaunch.pipelines.sources.objects import ObjectSource
 
 VIEW_FILE = ".smlaunch-fastfile.json"
 BLOCK = 8 << 20

@@ -7,11 +7,11 @@ import pytest
 
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config.loader import load_config
-from smlaunch.pipelines.channels import deliver_channels, list_host_channel
-from smlaunch.pipelines.fastfile import BLOCK, FIRST_FETCH, VIEW_FILE, LazyObject, open_channel_file
-from smlaunch.pipelines.objects import ObjectSource
+from smlaunch.pipelines.sources.channels import deliver_channels, list_host_channel
+from smlaunch.pipelines.sources.fastfile import BLOCK, FIRST_FETCH, VIEW_FILE, LazyObject, open_channel_file
+from smlaunch.pipelines.sources.objects import ObjectSource
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def plan_for(tmp_path, **channel):

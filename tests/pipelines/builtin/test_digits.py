@@ -1,6 +1,6 @@
 import json
 
-from smlaunch.pipelines.digits import prepare_digits
+from smlaunch.pipelines.builtin.digits import prepare_digits
 from smlaunch.pipelines.formats.example import decode_example
 from smlaunch.pipelines.formats.tfrecord import read_file
 

@@ -19,8 +19,8 @@ from typing import Callable
 import numpy as np
 
 from smlaunch.errors import DataError
-from smlaunch.pipelines import op_specs as specs
-from smlaunch.pipelines.ops import OPS, Images, UndecodableImage, blur_image, center_crop
+from smlaunch.config import op_specs as specs
+from smlaunch.pipelines.ops.transforms import OPS, Images, UndecodableImage, blur_image, center_crop
 
 
 _PROCESS_WARM = False

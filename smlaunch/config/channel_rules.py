@@ -1,0 +1,85 @@
+"""Which channel layouts SageMaker can deliver, in one place that every path calls.
+
+A channel combines an input mode, an S3 data type, a record format and optionally a file system.
+Some combinations cannot work: SageMaker refuses some when the job is created (FastFile takes an
+S3 prefix only; a file system channel is File mode only), and some it accepts but no reader can
+use (Pipe concatenates a channel's objects into one stream, so an image folder loses the paths
+that hold its labels, and a Parquet file is read from its footer, which a stream reaches last).
+`channel_problem` names the first such problem in one line that says what to use instead; the
+config schema calls it at load, so `plan`, `run` and `submit` all refuse the same channels.
+"""
+
+from __future__ import annotations
+
+RECORD_FORMATS = ("tfrecord", "recordio", "image_folder", "webdataset", "parquet")
+CLASSES_FROM_DATA = ("image_folder", "parquet")
+"""Formats whose class count the data tells without a full pass: class folders, Parquet statistics."""
+MANIFEST_SUFFIXES = (".manifest", ".jsonl")
+"""A source ending so is a manifest, not a folder or prefix; `s3_data_type` says which kind."""
+
+DEFAULT_FIELDS = {
+    "tfrecord": {"image": "image/encoded", "label": "image/class/label", "id": "id"},
+    "recordio": {"image": "image/encoded", "label": "image/class/label", "id": "id"},
+    "webdataset": {"image": "jpg;jpeg;png;webp", "label": "cls", "id": None},
+    "parquet": {"image": "image", "label": "label", "id": None},
+}
+"""Per format, where the image, the label and the sample id are. A default id that a record lacks
+is derived from the image bytes; an id named in `fields` must be there."""
+
+_NOT_STREAMABLE = {
+    "image_folder": "the FIFO carries the objects' bytes without their paths, and the class folders in "
+                    "the paths are the labels",
+    "parquet": "a Parquet file is read from its footer, which a stream reaches last",
+}
+
+
+def channel_problem(ch) -> str | None:
+    """The first reason SageMaker (or a reader) cannot deliver channel `ch`, or None."""
+    fmt, mode = ch.record_format, ch.input_mode
+    if ch.s3_data_type == "S3Prefix" and ch.file_system is None and ch.source.lower().endswith(MANIFEST_SUFFIXES):
+        return (f"source {ch.source} looks like a manifest; set s3_data_type: ManifestFile (a JSON list of the "
+                "channel's objects) or AugmentedManifestFile (JSON Lines, with attribute_names)")
+    if ch.s3_data_type == "AugmentedManifestFile":
+        if mode == "FastFile":
+            return (f"input_mode: FastFile reads an S3 prefix only, but source {ch.source} is an augmented "
+                    "manifest; use Pipe")
+        if ch.attribute_names is None:
+            return (f"attribute_names: source {ch.source} is an augmented manifest; name its attributes "
+                    "(image -ref, label[, id])")
+        if mode != "Pipe" or fmt != "recordio":
+            return ("attribute_names (an augmented manifest) needs input_mode: Pipe and record_format: recordio, "
+                    "as SageMaker delivers one RecordIO record per attribute")
+    elif ch.attribute_names is not None:
+        return f"attribute_names belong to an augmented manifest, but s3_data_type is {ch.s3_data_type}"
+    if ch.source.startswith("builtin:") and (fmt != "tfrecord" or ch.s3_data_type != "S3Prefix" or ch.file_system):
+        return (f"source {ch.source} is a builtin TFRecord dataset; use record_format: tfrecord without a manifest "
+                "or file_system")
+    if ch.s3_data_type == "ManifestFile" and mode == "FastFile":
+        return ("input_mode: FastFile takes an S3 prefix only (SageMaker: S3DataType must be S3Prefix), but "
+                "s3_data_type is ManifestFile; use input_mode: File or Pipe")
+    if mode == "Pipe" and fmt in _NOT_STREAMABLE:
+        return (f"record_format: {fmt} cannot be read in input_mode: Pipe ({_NOT_STREAMABLE[fmt]}); use "
+                "input_mode: File or FastFile")
+    if ch.file_system is not None:
+        if mode != "File":
+            return (f"file_system: SageMaker mounts {ch.file_system.type} channels in File mode only; set "
+                    f"input_mode: File (not {mode})")
+        if ch.s3_data_type != "S3Prefix" or ch.s3_distribution != "FullyReplicated":
+            return ("file_system: a file system has no S3 data type or distribution (every host sees every file, "
+                    "and smlaunch splits them among the hosts); remove s3_data_type and s3_distribution")
+        if ch.source.startswith("s3://"):
+            return "file_system: source must be a local directory (mounted in the file system's place locally)"
+    if ch.fields is not None:
+        if fmt == "image_folder":
+            return "fields: record_format image_folder takes labels from the class folders; remove fields"
+        if ch.s3_data_type == "AugmentedManifestFile":
+            return "fields: an augmented manifest names its attributes in attribute_names; remove fields"
+    return None
+
+
+def resolved_fields(record_format: str, fields) -> dict[str, str | None]:
+    """The image, label and id names of a channel: its `fields` over the format's defaults."""
+    base = dict(DEFAULT_FIELDS.get(record_format, {"image": None, "label": None, "id": None}))
+    if fields is not None:
+        base.update({k: v for k, v in fields.model_dump().items() if v is not None})
+    return base

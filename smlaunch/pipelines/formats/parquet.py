@@ -1,0 +1,91 @@
+"""Parquet files: one row per sample, row groups as the unit of parallel reading.
+
+A row group is the smallest part of a Parquet file that can be read alone (its columns' pages
+and statistics are self-contained), so a channel of a few large files still spreads over every
+read task: tasks take row groups, not files. Only the image, label and id columns are read.
+
+The image column may be plain binary, or a struct with a `bytes` field: the Hugging Face
+`datasets` `Image` feature's layout (`{"bytes": ..., "path": ...}`), which is what
+`Dataset.to_parquet` writes. A struct row whose `bytes` is null (an image stored by path only)
+cannot be read here and is an error naming the file and row.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Iterator
+
+import pyarrow as pa
+
+from smlaunch.errors import DataError
+
+
+def open_parquet(stream: BinaryIO | str, source: str):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(stream)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataError(f"{source}: not a readable Parquet file ({exc})") from None
+
+
+def describe(stream: BinaryIO | str, source: str, label: str | None) -> tuple[int, int | None]:
+    """(row groups, largest label in the statistics, or None when a row group has none)."""
+    metadata = open_parquet(stream, source).metadata
+    groups = metadata.num_row_groups
+    if label is None:
+        return groups, None
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    if label not in names:
+        return groups, None
+    index = names.index(label)
+    largest = None
+    for g in range(groups):
+        stats = metadata.row_group(g).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return groups, None
+        largest = stats.max if largest is None else max(largest, stats.max)
+    return groups, largest
+
+
+def iter_rows(stream: BinaryIO | str, source: str, row_groups: list[int] | None,
+              fields: dict[str, str | None]) -> Iterator[tuple[int, bytes, object, object]]:
+    """(row number in the file, image bytes, label, id or None) of the chosen row groups."""
+    file = open_parquet(stream, source)
+    schema = file.schema_arrow
+    wanted = [fields["image"], fields["label"]] + ([fields["id"]] if fields.get("id") else [])
+    missing = [name for name in wanted if name not in schema.names]
+    if missing:
+        raise DataError(f"{source}: no column {', '.join(missing)} (columns: {', '.join(schema.names)}); set the "
+                        "channel's fields: {image, label, id}")
+    starts = _group_starts(file.metadata)
+    for group in (range(file.metadata.num_row_groups) if row_groups is None else row_groups):
+        try:
+            table = file.read_row_group(group, columns=wanted)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"{source}: row group {group} is unreadable ({exc})") from None
+        images = _image_bytes(table.column(fields["image"]), source)
+        labels = table.column(fields["label"]).to_pylist()
+        ids = table.column(fields["id"]).to_pylist() if fields.get("id") else [None] * len(labels)
+        for n, (image, label, sample) in enumerate(zip(images, labels, ids)):
+            yield starts[group] + n, image, label, sample
+
+
+def _group_starts(metadata) -> list[int]:
+    starts, total = [], 0
+    for g in range(metadata.num_row_groups):
+        starts.append(total)
+        total += metadata.row_group(g).num_rows
+    return starts
+
+
+def _image_bytes(column: pa.ChunkedArray, source: str) -> list[bytes | None]:
+    kind = column.type
+    if pa.types.is_struct(kind):
+        if kind.get_field_index("bytes") < 0:
+            raise DataError(f"{source}: the image column is a struct without a `bytes` field ({kind})")
+        column = pa.chunked_array([chunk.field("bytes") for chunk in column.chunks], kind.field("bytes").type)
+        kind = column.type
+    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        raise DataError(f"{source}: the image column holds {kind}, not encoded image bytes (binary, or a struct "
+                        "with a bytes field)")
+    return column.to_pylist()

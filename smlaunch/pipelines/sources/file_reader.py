@@ -1,0 +1,147 @@
+"""A Ray Data source over a File, FastFile or file-system channel, read on the hosts that hold it.
+
+Paths are relative to `/opt/ml/input/data/<channel>`; a read task looks up the host it runs on
+(its node's `sm-host` label) and opens that host's copy, as a task on a SageMaker host reads its
+own `/opt/ml`. Each sample is read once per pass:
+
+* FullyReplicated, or a file system (FSx, EFS) every host mounts: every receiving host sees every
+  file, so the files are split among read tasks and a task reads its share wherever it lands.
+* ShardedByS3Key: each host holds different files. Ray Data places read tasks by one selector
+  for all of them, so a task that lands on another host than the one holding its files streams
+  them from a generator task pinned to that host (zero CPUs, so two hosts each waiting for the
+  other's CPU cannot deadlock).
+
+Every record format goes through here (`rows` turns a file into samples). Ray Data's own file
+readers (`read_parquet`, `read_webdataset`, `read_images`) open paths from whichever node runs the
+task, so they cannot read a ShardedByS3Key channel whose files exist only on their host, and they
+fail a whole job on one damaged file: one reader keeps the corrupt-record policy, the one-line
+errors and the host rules the same for every format. Records stream out in small Arrow blocks,
+never a whole file at once. Reads are deterministic
+(same files, same order, same block sizes), which is what makes Ray's retries and lineage
+reconstruction after a lost host deliver each sample once (see `host_loss`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import ray
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from smlaunch.cluster.plan import ChannelPlan
+from smlaunch.errors import DataError
+from smlaunch.pipelines.sources.channels import channel_dir
+from smlaunch.pipelines.sources.fastfile import open_channel_file
+from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
+from smlaunch.pipelines.formats.image_folder import image_class
+from smlaunch.pipelines.rows import (channel_records, folder_sample, parquet_samples, record_samples, row_blocks,
+                                     webdataset_samples)
+from smlaunch.pipelines.sources.listing import ChannelListing
+
+Unit = tuple[str, int, int | None]
+"""(relative path, bytes, row group or None): what a read task reads; a Parquet file is split into
+its row groups so a few large files still spread over every task."""
+
+
+class ChannelDatasource(Datasource):
+    """`listing` says what each receiving host holds; `roots` maps each host to its /opt/ml (None:
+    the host's own, on SageMaker); labels at or above `num_classes` are bad samples."""
+
+    def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
+                 num_classes: int | None = None):
+        self.channel = channel
+        self.listing = listing
+        self.roots = roots
+        self.num_classes = num_classes
+
+    def get_name(self) -> str:
+        return f"Channel[{self.channel.name}]"
+
+    def estimate_inmemory_data_size(self) -> int:
+        return sum(size for units in self.shares().values() for _, size, _ in units)
+
+    def shares(self) -> dict[str | None, list[Unit]]:
+        """Units to read once, by the host that must read them (None: any receiving host)."""
+        files = self.listing.files
+        if self.channel.distribution == "ShardedByS3Key" and self.channel.file_system is None:
+            return {host: self._units(listed) for host, listed in files.items()}
+        return {None: self._units(next(iter(files.values())))}
+
+    def _units(self, files) -> list[Unit]:
+        groups = self.listing.row_groups
+        if not groups:
+            return [(rel, size, None) for rel, size in files]
+        return [(rel, size // max(groups[rel], 1), g) for rel, size in files for g in range(groups[rel])]
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
+        shares = self.shares()
+        tasks = []
+        for host, units in shares.items():
+            count = max(1, min(max(1, parallelism // len(shares)), len(units)))
+            for g in range(count):
+                mine = units[g::count]
+                if not mine:
+                    continue
+                meta = BlockMetadata(num_rows=None, size_bytes=sum(s for _, s, _ in mine), exec_stats=None,
+                                     input_files=tuple(dict.fromkeys(rel for rel, _, _ in mine)))
+                read = partial(_read_units, self.channel, host, [(rel, g) for rel, _, g in mine], self.roots,
+                               self.listing.classes, self.num_classes)
+                tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+
+def _read_units(channel: ChannelPlan, holder: str | None, units: list, roots: dict[str, str | None],
+                classes, num_classes):
+    host = ray.get_runtime_context().get_node_labels().get("sm-host")
+    files = list(dict.fromkeys(rel for rel, _ in units))
+    if holder is not None and host != holder:
+        # The holder's files are on no other host: if it is gone (this is a retry after it died),
+        # a task pinned to it would wait forever; say so instead. The streaming task is not
+        # retried (`max_retries=0`) because this task, retried by Ray Data, starts it again.
+        if not host_alive(holder):
+            raise sharded_lost_error(channel.name, holder, roots.get(holder), files)
+        stream = ray.remote(_read_here).options(num_returns="streaming", num_cpus=0, max_retries=0,
+                                                label_selector={"sm-host": holder})
+        try:
+            for ref in stream.remote(channel, holder, units, roots, classes, num_classes):
+                yield ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError):
+            if not host_alive(holder):
+                raise sharded_lost_error(channel.name, holder, roots.get(holder), files) from None
+            raise
+        return
+    yield from _read_here(channel, host, units, roots, classes, num_classes)
+
+
+def _read_here(channel: ChannelPlan, host: str, units: list, roots: dict[str, str | None], classes, num_classes):
+    if host not in roots:
+        raise DataError(f"channel '{channel.name}': read task landed on host {host}, which does not "
+                        f"receive the channel (hosts: {sorted(roots)})")
+    directory = channel_dir(roots[host], channel.name)
+    yield from row_blocks(channel, _samples(channel, directory, host, units, classes), num_classes)
+
+
+def _samples(channel: ChannelPlan, directory, host: str, units: list, classes):
+    """The samples of `units`, file after file (a Parquet file's row groups read in one opening)."""
+    by_file: dict[str, list] = {}
+    for rel, group in units:
+        by_file.setdefault(rel, []).append(group)
+    for rel, groups in by_file.items():
+        source = f"{directory}/{rel}"
+        try:
+            stream = open_channel_file(directory, rel)
+        except OSError as exc:
+            raise DataError(f"channel '{channel.name}': cannot open {source} on {host}: "
+                            f"{exc.strerror or exc}") from None
+        with stream:
+            fmt = channel.record_format
+            if fmt == "image_folder":
+                yield from folder_sample(source, stream.read(), classes.index(image_class(rel)))
+            elif fmt == "parquet":
+                yield from parquet_samples(channel, stream, source, None if None in groups else groups)
+            elif fmt == "webdataset":
+                yield from webdataset_samples(channel, stream, source)
+            else:
+                yield from record_samples(channel, channel_records(channel, stream, source), source)

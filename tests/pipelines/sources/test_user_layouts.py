@@ -1,0 +1,210 @@
+"""Every record format in every input mode SageMaker can deliver it in, read through Ray Data on two
+simulated data hosts from files written by the users' own tools (tests/user_layouts.py): each
+sample exactly once, with the label its writer gave it and its id (given, or derived from the
+image bytes). Delivery is the local stand-in for SageMaker's (`deliver_channels`,
+`start_pipe_agents`), as in a run; whole jobs on these layouts are in
+tests/launcher/test_user_data_jobs.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from user_layouts import (CLASSES, digits, write_image_folder, write_manifest_file, write_parquet, write_slim_tfrecords,
+                          write_webdataset)
+
+from smlaunch.cluster.plan import channel_plan
+from smlaunch.config.schema import ChannelConfig
+from smlaunch.pipelines.rows import derived_id
+
+HOSTS = ("algo-2", "algo-3")
+ROWS = 300
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return digits("train")[:ROWS]
+
+
+def fake_plan(tmp_path: Path, channel):
+    hosts = {h: SimpleNamespace(name=h, opt_ml=str(tmp_path / h / "opt/ml")) for h in HOSTS}
+    return SimpleNamespace(channels=(channel,), host=lambda name: hosts[name])
+
+
+def read(ray, tmp_path, channel, s3_endpoint=None, listing_check=None):
+    """(label, id) of every row of one pass over `channel`, delivered to both hosts as a run would."""
+    from smlaunch.pipelines.sources.channels import deliver_channels, start_pipe_agents
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+    from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
+
+    plan = fake_plan(tmp_path, channel)
+    roots = {h: plan.host(h).opt_ml for h in HOSTS}
+    agents = []
+    if channel.input_mode == "Pipe":
+        agents = start_pipe_agents(plan, seed=0, s3_endpoint=s3_endpoint)
+        source = PipeChannelDatasource(channel, roots, timeout_s=30, num_classes=10)
+    else:
+        deliver_channels(plan, s3_endpoint)
+        listing = list_channel(channel, roots)
+        if listing_check:
+            listing_check(listing)
+        source = ChannelDatasource(channel, listing, roots, num_classes=10)
+    try:
+        ds = ray.data.read_datasource(source, label_selector={"sm-host": "in(algo-2,algo-3)"}, override_num_blocks=4)
+        return sorted((int(label), int(i)) for batch in ds.iter_batches(batch_size=None)
+                      for label, i in zip(batch["label"], batch["id"]))
+    finally:
+        for agent in agents:
+            agent.stop()
+
+
+def channel(name, source, **keys):
+    return channel_plan(name, ChannelConfig(source=str(source), **keys), HOSTS, block_rows=64)
+
+
+def upload(s3, folder: Path, prefix: str) -> str:
+    """`folder` uploaded under s3://layouts/<prefix>/ of the local S3 server."""
+    if "layouts" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket="layouts")
+    for path in folder.rglob("*"):
+        if path.is_file():
+            s3.upload_file(str(path), "layouts", f"{prefix}/{path.relative_to(folder)}")
+    return f"s3://layouts/{prefix}/"
+
+
+def derived(rows):
+    return sorted((label, derived_id(image)) for image, label, _ in rows)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mode, distribution", [("File", "ShardedByS3Key"), ("FastFile", "FullyReplicated")])
+def test_image_folder_written_by_pil(data_cluster, tmp_path, rows, s3, mode, distribution):
+    root = write_image_folder(tmp_path / "folder", rows)
+    source = upload(s3, root, "folder") if mode == "FastFile" else root
+    from PIL import Image
+
+    expected = sorted((label, derived_id(p.read_bytes())) for label, name in enumerate(CLASSES)
+                      for p in (root / name).glob("*.png"))
+    assert Image.open(next((root / CLASSES[3]).glob("*.png"))).format == "PNG" and len(expected) == ROWS
+
+    def classes(listing):
+        assert listing.classes == CLASSES and listing.num_classes == 10
+
+    got = read(data_cluster, tmp_path, channel(f"folder{mode}", source, record_format="image_folder",
+                                                input_mode=mode, s3_distribution=distribution),
+               s3_endpoint=s3.meta.endpoint_url, listing_check=classes)
+    assert got == expected
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mode, distribution", [("File", "FullyReplicated"), ("FastFile", "ShardedByS3Key"),
+                                                ("Pipe", "FullyReplicated"), ("Pipe", "ShardedByS3Key")])
+def test_webdataset_written_by_tarwriter(data_cluster, tmp_path, rows, s3, mode, distribution):
+    write_webdataset(tmp_path / "wds", rows, shards=3)
+    source = upload(s3, tmp_path / "wds", "wds") if mode == "FastFile" else tmp_path / "wds"
+    got = read(data_cluster, tmp_path, channel(f"wds{mode}{distribution[0]}", source, record_format="webdataset",
+                                                input_mode=mode, s3_distribution=distribution),
+               s3_endpoint=s3.meta.endpoint_url)
+    assert got == derived(rows)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mode, hf_struct", [("File", True), ("FastFile", False)])
+def test_parquet_written_by_pyarrow_split_by_row_group(data_cluster, tmp_path, rows, s3, mode, hf_struct):
+    write_parquet(tmp_path / "pq", rows, files=2, row_group_size=50, hf_struct=hf_struct, with_id=not hf_struct)
+    source = upload(s3, tmp_path / "pq", "pq") if mode == "FastFile" else tmp_path / "pq"
+    keys = {} if hf_struct else {"fields": {"id": "sample_id"}}
+
+    def groups(listing):
+        assert sorted(listing.row_groups.values()) == [3, 3] and listing.num_classes == 10
+
+    got = read(data_cluster, tmp_path, channel(f"pq{mode}", source, record_format="parquet", input_mode=mode, **keys),
+               s3_endpoint=s3.meta.endpoint_url, listing_check=groups)
+    assert got == (derived(rows) if hf_struct else sorted((label, ident) for _, label, ident in rows))
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mode", ["File", "Pipe"])
+def test_slim_tfrecords_listed_by_a_manifest_file(data_cluster, tmp_path, rows, mode):
+    """TF-Slim shards (no `id` feature) written by the `tfrecord` package, half of them listed by a
+    ManifestFile: only the listed ones are delivered."""
+    shards = write_slim_tfrecords(tmp_path / "slim", rows, shards=4)
+    manifest = write_manifest_file(tmp_path / "train.manifest.json", f"{tmp_path}/slim/validation-",
+                                   [p.name.removeprefix("validation-") for p in shards[:2]])
+    got = read(data_cluster, tmp_path, channel(f"slim{mode}", manifest, input_mode=mode, s3_data_type="ManifestFile",
+                                                record_format="tfrecord"))
+    assert got == derived(rows[:ROWS // 2])
+
+
+@pytest.mark.ray
+def test_file_system_channel_is_mounted_and_split_between_two_hosts(data_cluster, tmp_path, rows):
+    write_webdataset(tmp_path / "fsx", rows, shards=4)
+    ch = channel("fsx", tmp_path / "fsx", record_format="webdataset",
+                 file_system={"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/fsx/digits"})
+    got = read(data_cluster, tmp_path, ch)
+    assert got == derived(rows)
+    for host in HOSTS:  # mounted, not copied: the same folder on both hosts
+        mounted = tmp_path / host / "opt/ml/input/data/fsx"
+        assert mounted.is_symlink() and mounted.resolve() == (tmp_path / "fsx").resolve()
+
+
+def read_error(ray, tmp_path, ch) -> str:
+    from ray.exceptions import RayError
+
+    from smlaunch.errors import DataError
+
+    with pytest.raises((DataError, RayError)) as info:
+        read(ray, tmp_path, ch)
+    return str(info.value)
+
+
+@pytest.mark.ray
+def test_bad_webdataset_samples_fail_in_one_line_or_are_skipped_and_counted(data_cluster, tmp_path, rows):
+    """A shard cut short, a sample without its label and a label that is not a class: each names
+    the channel, the shard and the sample; `max_corrupted_records` skips them instead."""
+    import webdataset as wds
+
+    from smlaunch.pipelines.corrupt import corrupt_summary, start_counter
+
+    folder = tmp_path / "bad"
+    write_webdataset(folder, rows[:40], shards=2)
+    with wds.TarWriter(str(folder / "shard-0002.tar")) as sink:
+        sink.write({"__key__": "nolabel", "jpg": rows[0][0]})
+        sink.write({"__key__": "mislabelled", "jpg": rows[1][0], "cls": 12})
+        sink.write({"__key__": "good", "jpg": rows[2][0], "cls": rows[2][1]})
+    whole = (folder / "shard-0001.tar").read_bytes()
+    (folder / "shard-0001.tar").write_bytes(whole[:len(whole) // 2 + 700])  # cut inside a member
+    start_counter({"bad": 0})
+    message = read_error(data_cluster, tmp_path, channel("bad", folder, record_format="webdataset"))
+    assert "channel 'bad': " in message and ("shard-0001.tar" in message or "shard-0002.tar" in message), message
+
+    start_counter({"bad2": 3})
+    got = read(data_cluster, tmp_path, channel("bad2", folder, record_format="webdataset", max_corrupted_records=3))
+    kept_first = derived(rows[:20])
+    assert set(kept_first) <= set(got) and (rows[2][1], derived_id(rows[2][0])) in got
+    summary = corrupt_summary()["bad2"]
+    assert summary["skipped"] == 3, summary
+    firsts = " | ".join(summary["first"])
+    assert "shard-0002.tar sample nolabel at byte 0: no label (extensions jpg;jpeg;png;webp, cls" in firsts, firsts
+    assert "sample mislabelled at byte 2560: label 12 is not a class index 0..9 (model.num_classes: 10)" in firsts
+    assert "shard-0001.tar: not a readable tar archive near byte " in firsts, firsts
+
+
+@pytest.mark.ray
+def test_parquet_without_the_label_column_names_the_columns(data_cluster, tmp_path, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.table({"img": pa.array([r[0] for r in rows[:10]], pa.binary()),
+                             "target": pa.array([r[1] for r in rows[:10]])}), tmp_path / "pq/x.parquet")
+    from smlaunch.pipelines.corrupt import start_counter
+
+    start_counter({"pqbad": 0})
+    message = read_error(data_cluster, tmp_path, channel("pqbad", tmp_path / "pq", record_format="parquet"))
+    assert "x.parquet: no column image, label (columns: img, target); set the channel's fields" in message, message
+    got = read(data_cluster, tmp_path, channel("pqgood", tmp_path / "pq", record_format="parquet",
+                                               fields={"image": "img", "label": "target"}))
+    assert got == derived(rows[:10])
