@@ -25,13 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from smlaunch.pipelines.agent import PipeAgent
-from smlaunch.pipelines.channels import copy_objects
-from smlaunch.pipelines.fastfile import open_channel_file, write_view
+from smlaunch.pipelines.sources.pipe_agent import PipeAgent
+from smlaunch.pipelines.sources.channels import copy_objects
+from smlaunch.pipelines.sources.fastfile import open_channel_file, write_view
 from smlaunch.pipelines.formats import iter_records, tfrecord
-from smlaunch.pipelines.local_s3 import LocalS3
-from smlaunch.pipelines.objects import ObjectSource
-from smlaunch.pipelines.pipe import open_epoch
+from smlaunch.pipelines.sources.local_s3 import LocalS3
+from smlaunch.pipelines.sources.objects import ObjectSource
+from smlaunch.pipelines.sources.fifo import open_epoch
 
 RECORD = 100 << 10
 
@@ -77,7 +77,7 @@ def first_pipe(tmp: Path, source: ObjectSource) -> float:
 
 def server_floor(tmp: Path, source: ObjectSource) -> float:
     """The S3 server alone: list the prefix, then one ranged GET of the first block (no smlaunch code)."""
-    from smlaunch.pipelines.fastfile import BLOCK
+    from smlaunch.pipelines.sources.fastfile import BLOCK
 
     started = time.perf_counter()
     first = source.list()[0]

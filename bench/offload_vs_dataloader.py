@@ -82,16 +82,16 @@ class ShardStream(_IterableDataset):
         import numpy as np
         import torch
 
-        from smlaunch.pipelines.chain import Chain
+        from smlaunch.pipelines.ops.chain import Chain
         from smlaunch.pipelines.formats import iter_records
-        from smlaunch.pipelines.rows import _example_row
+        from smlaunch.pipelines.rows import example_row
 
         info = torch.utils.data.get_worker_info()
         index, count = (info.id, info.num_workers) if info else (0, 1)
         chain = Chain(self.ops, self.host_names)
         for path in self.files[index::count]:
             with open(path, "rb") as f:
-                rows = [_example_row(r) for r in iter_records(f, "tfrecord")]
+                rows = [example_row(r) for r in iter_records(f, "tfrecord")]
             for start in range(0, len(rows), BATCH):
                 image, label, ids = zip(*rows[start:start + BATCH])
                 out = chain({"image": np.array(image, dtype=object), "label": np.array(label), "id": np.array(ids)})
@@ -104,7 +104,7 @@ def run_dataloader(cfg, plan, cpus: int) -> tuple[float, float, int]:
     import json
     import subprocess
 
-    from smlaunch.pipelines.channels import channel_dir
+    from smlaunch.pipelines.sources.channels import channel_dir
 
     data_host = next(h for h in plan.hosts if h.subcluster == "data")
     out = subprocess.run([sys.executable, __file__, "--dataloader-only", str(channel_dir(data_host.opt_ml, "train")),
@@ -174,7 +174,7 @@ def main() -> int:
     decoder_rates()
     from smlaunch.cluster.host_tree import create_host_trees
     from smlaunch.cluster.local import LocalCluster
-    from smlaunch.pipelines.channels import deliver_channels
+    from smlaunch.pipelines.sources.channels import deliver_channels
 
     results: dict[str, list[tuple[float, float, int]]] = {"ray": [], "dataloader": []}
     with tempfile.TemporaryDirectory() as tmp:

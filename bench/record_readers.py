@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from smlaunch.pipelines.formats import iter_records, tfrecord
-from smlaunch.pipelines.pipe import READ_BUFFER, open_epoch
+from smlaunch.pipelines.sources.fifo import READ_BUFFER, open_epoch
 
 
 def write_file(path: Path, count: int, size: int, vary: bool = False) -> int:
