@@ -32,7 +32,7 @@ from ray.data.datasource import Datasource, ReadTask
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir
-from smlaunch.pipelines.sources.fastfile import open_channel_file
+from smlaunch.pipelines.sources.fastfile import open_channel_file, read_view
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
 from smlaunch.pipelines.formats.image_folder import image_class
 from smlaunch.pipelines.rows import (channel_records, folder_sample, parquet_samples, record_samples, row_blocks,
@@ -128,10 +128,13 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes):
     by_file: dict[str, list] = {}
     for rel, group in units:
         by_file.setdefault(rel, []).append(group)
+    view = read_view(directory)
+    if view is not None:
+        view = (view[0], dict(view[1]))
     for rel, groups in by_file.items():
         source = f"{directory}/{rel}"
         try:
-            stream = open_channel_file(directory, rel)
+            stream = open_channel_file(directory, rel, view)
         except OSError as exc:
             raise DataError(f"channel '{channel.name}': cannot open {source} on {host}: "
                             f"{exc.strerror or exc}") from None

@@ -1,0 +1,519 @@
+"""Record formats: rows/s our channel readers deliver vs each format's own reader, side by side.
+
+The builtin digits (32 px JPEGs of about 700 bytes, with labels) repeated to `--rows` samples, each
+sample a new key or id, are written once per format by the tool users write it with:
+
+- **image_folder**: PIL PNGs in class folders `digit-<label>/<id>.png` (torchvision's layout);
+- **webdataset**: `--shards` tar shards by webdataset's `TarWriter` (`<key>.jpg`, `.cls`, `.json`);
+- **parquet**: `--shards` files by pyarrow, the image as the Hugging Face `Image` struct
+  (`{bytes, path}`), row groups of `--row-group-rows`;
+- **tfrecord**: `--shards` shards by the `tfrecord` package's `TFRecordWriter`
+  (`image/encoded`, `image/class/label`, `id`).
+
+Each is then read in one pass, alternately by the two sides, on the same files and the same
+number of cores (`--cpus`), each side yielding encoded image bytes and labels (nothing decoded):
+
+- **ours**: the product's read path. A local Ray node of `--cpus` CPUs labelled as data host
+  `algo-2`; the channel is delivered to it as SageMaker would (`deliver_channels`: File mode,
+  hard links) and listed once (`list_channel`, as a run does before building its datasets; not
+  timed); each pass is `read_datasource(ChannelDatasource(...))` with the host's label selector
+  (and the data hosts' selector on the `DataContext`, as `build_datasets` sets it), consumed by
+  `iter_batches(batch_size=None)` in this process, counting rows. The clock starts when the
+  Dataset is created and stops at the last batch: Ray Data's per-pass overhead (planning,
+  scheduling the read tasks, moving blocks through the object store) is included, the cluster's
+  start is not (a job starts it once).
+- **reference**, in a process of its own with torch imported (forking DataLoader workers out of
+  a Ray driver is unsafe), its dataset object built before the clock starts:
+  image_folder: torchvision `ImageFolder(root, loader=<the file's bytes>)` in a
+  `DataLoader(num_workers=cpus, batch_size=64)` whose collate keeps lists;
+  webdataset: `wds.WebDataset(shards, shardshuffle=False).to_tuple("jpg;png", "cls")`, raw bytes, in
+  the same DataLoader (webdataset's default `split_by_worker` gives worker i every i-th shard);
+  parquet: pyarrow alone, `read_row_group(columns=[image, label])` of every row group over a
+  thread pool of `cpus` threads, sliced into 64-row batches of Python bytes and a label array;
+  tfrecord: the `tfrecord` package's `tfrecord_loader` (a protobuf parse of each Example), worker i
+  of the same DataLoader reading every i-th shard.
+- **Pipe mode, webdataset** (`webdataset_pipe_ratio`): ours is a local Pipe agent feeding the
+  host's FIFO (`start_pipe_agents`, the shards back to back) read by `PipeChannelDatasource`; the
+  reference is `wds.WebDataset("pipe:cat <one tar of the same samples>")` (webdataset cannot read
+  tars concatenated with their end blocks) in a DataLoader with one worker: one stream each.
+
+Runs alternate sides (and which goes first); each side keeps its best of `--runs`. To tell the
+readers' own cost from Ray Data's, two more figures are printed:
+
+- **reader alone**: once per File-mode format, each side's reader on one core with no Ray and
+  no DataLoader workers: ours is a read task's body (`file_reader._read_here`) over every file,
+  the reference the same loop with `num_workers=0` (webdataset: the first 2 shards on both sides);
+- **Ray Data floor**: the same rows already made into 64-row Arrow blocks in the object store,
+  handed on by `cpus` read tasks that do nothing else, through `read_datasource` + `iter_batches`,
+  with Ray's default planning and with `override_num_blocks=cpus`.
+
+    python bench/formats.py [--rows 20000] [--shards 8] [--cpus 2] [--runs 3] [--row-group-rows 1000]
+
+Ends with one line per format, `RESULT formats <format>_ratio=<ours / reference rows/s> goal=1.0`
+(image_folder, webdataset, parquet, tfrecord, File mode), then `webdataset_pipe_ratio` (Pipe mode).
+`--formats` picks some; `<format>_fastfile` (FastFile mode, the same reference) can be added, but
+image_folder in FastFile mode takes minutes at 20,000 files (see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from types import SimpleNamespace
+
+FORMATS = ("image_folder", "webdataset", "parquet", "tfrecord")
+KINDS = (*FORMATS, "webdataset_pipe")
+"""The default run: each format in File mode, then webdataset in Pipe mode."""
+CLASSES = [f"digit-{n}" for n in range(10)]
+HOST = "algo-2"
+BATCH = 64
+ALONE_WDS_SHARDS = 2
+"""webdataset's reader-alone figure reads this many shards (a whole pass takes ~6 s on one core)."""
+REFERENCES = {
+    "image_folder": "torchvision ImageFolder + DataLoader",
+    "webdataset": "wds.WebDataset + DataLoader",
+    "parquet": "pyarrow read_row_group, thread pool",
+    "tfrecord": "tfrecord_loader + DataLoader",
+    "webdataset_pipe": "wds.WebDataset(pipe:cat) + DataLoader(1 worker)",
+}
+
+
+# --- the data, written by the users' tools ------------------------------------------------------
+
+def digits(count: int) -> list[tuple[bytes, int, int]]:
+    """(JPEG bytes, label, id) of the builtin digits' train split, repeated to `count` rows, ids 0..count-1."""
+    from smlaunch.pipelines.builtin.digits import prepare_digits
+    from smlaunch.pipelines.formats import iter_records
+    from smlaunch.pipelines.rows import example_row
+
+    base = [example_row(r) for shard in sorted((prepare_digits() / "train").iterdir())
+            for r in iter_records(shard, "tfrecord")]
+    return [(base[i % len(base)][0], base[i % len(base)][1], i) for i in range(count)]
+
+
+def write_image_folder(root: Path, rows) -> None:
+    from PIL import Image
+
+    png: dict[bytes, bytes] = {}  # the repeated images are re-encoded once each
+    for folder in CLASSES:
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    for image, label, ident in rows:
+        if image not in png:
+            out = io.BytesIO()
+            Image.open(io.BytesIO(image)).save(out, "PNG")
+            png[image] = out.getvalue()
+        (root / CLASSES[label] / f"{ident:06d}.png").write_bytes(png[image])
+
+
+def _parts(rows, count: int):
+    per = -(-len(rows) // count)
+    return [rows[n * per:(n + 1) * per] for n in range(count)]
+
+
+def write_webdataset(folder: Path, rows, shards: int, combined: Path) -> None:
+    import webdataset as wds
+
+    def write(path: Path, part) -> None:
+        with wds.TarWriter(str(path)) as sink:
+            for image, label, ident in part:
+                sink.write({"__key__": f"sample{ident:06d}", "jpg": image, "cls": label,
+                            "json": {"source": "sklearn digits"}})
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, part in enumerate(_parts(rows, shards)):
+        write(folder / f"shard-{n:04d}.tar", part)
+    write(combined, rows)  # the Pipe reference's one stream
+
+
+def write_parquet(folder: Path, rows, files: int, row_group_rows: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    for n, part in enumerate(_parts(rows, files)):
+        table = pa.table({"image": pa.array([{"bytes": r[0], "path": None} for r in part], struct),
+                          "label": pa.array([r[1] for r in part], pa.int64())})
+        pq.write_table(table, folder / f"part-{n:05d}.parquet", row_group_size=row_group_rows)
+
+
+def write_tfrecords(folder: Path, rows, shards: int) -> None:
+    from tfrecord import TFRecordWriter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, part in enumerate(_parts(rows, shards)):
+        writer = TFRecordWriter(str(folder / f"train-{n:05d}-of-{shards:05d}"))
+        for image, label, ident in part:
+            writer.write({"image/encoded": (image, "byte"), "image/class/label": (label, "int"),
+                          "id": (ident, "int")})
+        writer.close()
+
+
+def write_all(source: Path, rows, args) -> dict[str, Path]:
+    paths = {fmt: source / fmt for fmt in FORMATS}
+    paths["combined"] = source / "webdataset-one-stream.tar"
+    started = time.perf_counter()
+    write_image_folder(paths["image_folder"], rows)
+    write_webdataset(paths["webdataset"], rows, args.shards, paths["combined"])
+    write_parquet(paths["parquet"], rows, args.shards, args.row_group_rows)
+    write_tfrecords(paths["tfrecord"], rows, args.shards)
+    sizes = {fmt: sum(p.stat().st_size for p in paths[fmt].rglob("*") if p.is_file()) for fmt in FORMATS}
+    print(f"wrote {len(rows)} rows per format in {time.perf_counter() - started:.1f} s: "
+          + ", ".join(f"{fmt} {size / 2**20:.1f} MiB" for fmt, size in sizes.items()), flush=True)
+    return paths
+
+
+# --- ours: Ray Data over the channel, on a local node labelled as the data host ------------------
+
+def ours_pass(source, cpus: int | None = None, **read_args) -> tuple[float, int, int]:
+    """(seconds, rows, batches) of one pass. With `cpus`: read exactly as `build_datasets` reads a
+    channel (`read_channel`, no chain); without: a plain `read_datasource` (the floor)."""
+    import ray.data
+
+    from smlaunch.pipelines.dataset import read_channel
+
+    started = time.perf_counter()
+    if cpus is not None:
+        ds = read_channel(source, source.channel, cpus)
+    else:
+        ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({HOST})"}, **read_args)
+    rows = batches = 0
+    for batch in ds.iter_batches(batch_size=None):
+        rows += len(batch["label"])
+        batches += 1
+    return time.perf_counter() - started, rows, batches
+
+
+def ours_alone(source, files: int | None) -> tuple[float, int, int]:
+    """Our reader with no Ray: one read task's body over the channel's first `files` files (all: None)."""
+    from smlaunch.pipelines.sources.file_reader import _read_here
+
+    units = [(rel, group) for rel, _, group in source.shares()[None]]
+    if files:
+        first = sorted({rel for rel, _ in units})[:files]
+        units = [unit for unit in units if unit[0] in first]
+    started = time.perf_counter()
+    blocks = list(_read_here(source.channel, HOST, units, source.roots, source.listing.classes,
+                             source.num_classes))
+    return time.perf_counter() - started, sum(b.num_rows for b in blocks), len(blocks)
+
+
+def _hand_on(refs):
+    import ray
+
+    yield from ray.get(refs)
+
+
+def premade_blocks(rows, tasks: int):
+    """A Datasource whose `tasks` read tasks only hand on 64-row blocks already in the object store."""
+    import pyarrow as pa
+    import ray
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    refs = [ray.put(pa.table({"image": pa.array([r[0] for r in part], pa.binary()),
+                              "label": pa.array([r[1] for r in part], pa.int64()),
+                              "id": pa.array([r[2] for r in part], pa.int64())}))
+            for part in (rows[i:i + BATCH] for i in range(0, len(rows), BATCH))]
+
+    class PremadeBlocks(Datasource):
+        def estimate_inmemory_data_size(self):
+            return None
+
+        def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+            meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
+            return [ReadTask(partial(_hand_on, refs[i::tasks]), meta, per_task_row_limit=per_task_row_limit)
+                    for i in range(tasks)]
+
+    return PremadeBlocks(), len(refs)
+
+
+# --- the references, in a process of their own ---------------------------------------------------
+
+def file_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def keep_lists(batch):
+    """A collate that keeps the batch as (images, labels) lists: nothing stacked or decoded."""
+    images, labels = zip(*batch)
+    return list(images), list(labels)
+
+
+def _tfrecord_shards():
+    import torch
+
+    class TFRecordShards(torch.utils.data.IterableDataset):
+        """Worker i of n reads every i-th shard with the `tfrecord` package's loader."""
+
+        def __init__(self, files: list[str]):
+            self.files = files
+
+        def __iter__(self):
+            from tfrecord.reader import tfrecord_loader
+
+            info = torch.utils.data.get_worker_info()
+            index, count = (info.id, info.num_workers) if info else (0, 1)
+            description = {"image/encoded": "byte", "image/class/label": "int"}
+            for path in self.files[index::count]:
+                for features in tfrecord_loader(path, None, description):
+                    yield features["image/encoded"], features["image/class/label"]
+
+    return TFRecordShards
+
+
+class References:
+    """Each reference reader. Its dataset object is built on the first request, outside the clock,
+    as a training script builds it once."""
+
+    def __init__(self, cpus: int):
+        import torch  # noqa: F401  (imported before any clock starts, as a training script has it)
+        import webdataset  # noqa: F401
+        from tfrecord.reader import tfrecord_loader  # noqa: F401
+
+        self.cpus = cpus
+        self.datasets: dict[tuple, object] = {}
+
+    def dataset(self, kind: str, path: str, files: int | None):
+        key = (kind, path, files)
+        if key in self.datasets:
+            return self.datasets[key]
+        import webdataset as wds
+
+        if kind == "image_folder":
+            from torchvision.datasets import ImageFolder
+
+            made = ImageFolder(path, loader=file_bytes)
+        elif kind == "webdataset":
+            shards = sorted(str(p) for p in Path(path).glob("*.tar"))[:files]
+            made = wds.WebDataset(shards, shardshuffle=False, empty_check=False).to_tuple("jpg;png", "cls")
+        elif kind == "webdataset_pipe":
+            made = wds.WebDataset(f"pipe:cat {path}", shardshuffle=False).to_tuple("jpg;png", "cls")
+        elif kind == "tfrecord":
+            made = _tfrecord_shards()(sorted(str(p) for p in Path(path).iterdir()))
+        else:  # parquet: (file, row group) units
+            import pyarrow.parquet as pq
+
+            made = [(str(p), g) for p in sorted(Path(path).glob("*.parquet"))
+                    for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+        self.datasets[key] = made
+        return made
+
+    def run(self, kind: str, path: str, alone: bool = False, files: int | None = None) -> tuple[float, int, int]:
+        """(seconds, rows, batches); `alone`: in this process, no workers or threads."""
+        dataset = self.dataset(kind, path, files)
+        workers = 0 if alone else 1 if kind == "webdataset_pipe" else self.cpus  # a Pipe stream is one stream
+        started = time.perf_counter()
+        rows, batches = self.parquet(dataset, workers) if kind == "parquet" else self.loader(dataset, workers)
+        return time.perf_counter() - started, rows, batches
+
+    @staticmethod
+    def loader(dataset, workers: int) -> tuple[int, int]:
+        import torch
+
+        loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=workers, collate_fn=keep_lists)
+        rows = batches = 0
+        for _, labels in loader:
+            rows += len(labels)
+            batches += 1
+        return rows, batches
+
+    @staticmethod
+    def parquet(units, threads: int) -> tuple[int, int]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pa.set_cpu_count(max(threads, 1))
+        pa.set_io_thread_count(max(threads, 1))
+
+        def read(unit):
+            path, group = unit
+            return pq.ParquetFile(path).read_row_group(group, columns=["image", "label"], use_threads=False)
+
+        rows = batches = 0
+        with ThreadPoolExecutor(max(threads, 1)) as pool:
+            for table in (pool.map(read, units) if threads else map(read, units)):
+                for batch in table.to_batches(BATCH):
+                    images = batch.column(0).field("bytes").to_pylist()
+                    labels = batch.column(1).to_numpy()
+                    rows += min(len(images), len(labels))
+                    batches += 1
+        return rows, batches
+
+
+def serve_references(cpus: int) -> None:
+    """Answer `{"kind", "path", "alone", "files"}` lines on stdin with `[seconds, rows, batches]` lines."""
+    references = References(cpus)
+    print(json.dumps("ready"), flush=True)
+    for line in sys.stdin:
+        print(json.dumps(references.run(**json.loads(line))), flush=True)
+
+
+class ReferenceProcess:
+    def __init__(self, cpus: int):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--reference-server", "--cpus", str(cpus)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if json.loads(self.proc.stdout.readline() or "null") != "ready":
+            raise RuntimeError("the reference process did not start")
+
+    def run(self, kind: str, path: Path, alone: bool = False, files: int | None = None) -> tuple[float, int, int]:
+        self.proc.stdin.write(json.dumps({"kind": kind, "path": str(path), "alone": alone, "files": files}) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the reference process died reading {kind}")
+        return tuple(json.loads(answer))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+# --- the run ----------------------------------------------------------------------------------------
+
+def side_by_side(name: str, runs: int, ours, reference) -> dict[str, tuple[float, int, int]]:
+    """Best (seconds, rows, batches) of each side over `runs` alternating runs, each printed."""
+    results: dict[str, list[tuple[float, int, int]]] = {"ours": [], "reference": []}
+    for n in range(runs):
+        for side in (("ours", "reference") if n % 2 == 0 else ("reference", "ours")):
+            took, rows, batches = ours() if side == "ours" else reference()
+            results[side].append((took, rows, batches))
+            print(f"  {name:21s} run {n + 1} {side:9s} {took:6.2f} s  {rows} rows in {batches:4d} batches  "
+                  f"{rows / took:9.0f} rows/s", flush=True)
+    counts = {rows for side in results.values() for _, rows, _ in side}
+    if len(counts) != 1:
+        raise RuntimeError(f"{name}: the two sides delivered different row counts: {sorted(counts)}")
+    return {side: min(times) for side, times in results.items()}
+
+
+def channel_kind(kind: str) -> tuple[str, str]:
+    """(record format, input mode) of a `--formats` entry."""
+    for suffix, mode in (("_pipe", "Pipe"), ("_fastfile", "FastFile")):
+        if kind.endswith(suffix):
+            return kind.removesuffix(suffix), mode
+    return kind, "File"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000, help="samples per format")
+    parser.add_argument("--shards", type=int, default=8, help="files of the webdataset, parquet and tfrecord layouts")
+    parser.add_argument("--row-group-rows", type=int, default=1000, help="rows per Parquet row group")
+    parser.add_argument("--cpus", type=int, default=2, help="CPUs of the data node (ours) and workers (reference)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--formats", nargs="+", default=list(KINDS),
+                        choices=[*KINDS, *(f"{fmt}_fastfile" for fmt in FORMATS)])
+    parser.add_argument("--reference-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.reference_server:
+        serve_references(args.cpus)
+        return 0
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    from smlaunch.cluster.plan import channel_plan
+    from smlaunch.config.schema import ChannelConfig
+    from smlaunch.pipelines.sources.channels import deliver_channels, start_pipe_agents
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+    from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
+
+    best: dict[str, dict[str, tuple[float, int, int]]] = {}
+    alone: dict[str, dict[str, float]] = {}
+    floors: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        rows = digits(args.rows)
+        paths = write_all(tmp / "source", rows, args)
+        opt_ml = str(tmp / HOST / "opt" / "ml")
+        roots = {HOST: opt_ml}
+        channels = {}
+        for kind in args.formats:
+            fmt, mode = channel_kind(kind)
+            channels[kind] = channel_plan(kind.replace("_", ""), ChannelConfig(
+                source=str(paths[fmt]), record_format=fmt, input_mode=mode), (HOST,), block_rows=BATCH)
+        plan = SimpleNamespace(channels=tuple(channels.values()),
+                               host=lambda name: SimpleNamespace(name=name, opt_ml=opt_ml))
+        deliver_channels(plan)
+        reference = ReferenceProcess(args.cpus)
+        started = time.perf_counter()
+        ray.init(address="local", num_cpus=args.cpus, labels={"ray-subcluster": "data", "sm-host": HOST},
+                 include_dashboard=False, object_store_memory=512 * 2**20, namespace="smlaunch-bench",
+                 log_to_driver=False)
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        # As `build_datasets` sets it: without a selector, Ray Data gives the read a budget of one task.
+        context.execution_options.label_selector = {"ray-subcluster": "data"}
+        logging.getLogger("ray.data").setLevel(logging.WARNING)  # no "Starting execution" lines per pass
+        print(f"Ray node up ({args.cpus} CPUs, labelled sm-host={HOST}) in {time.perf_counter() - started:.1f} s; "
+              f"machine: {os.cpu_count()} CPUs", flush=True)
+        agents = start_pipe_agents(plan, seed=0) if any(c.input_mode == "Pipe" for c in channels.values()) else []
+        try:
+            floor_source, blocks = premade_blocks(rows, args.cpus)
+            ours_pass(floor_source)  # starts the workers
+            for label, read_args in (("default planning", {}),
+                                     (f"override_num_blocks={args.cpus}", {"override_num_blocks": args.cpus})):
+                took, count, batches = min(ours_pass(floor_source, **read_args) for _ in range(args.runs))
+                floors[label] = count / took
+                print(f"Ray Data floor, {label}: {blocks} premade blocks of {BATCH} rows handed on by {args.cpus} "
+                      f"read tasks: {took:.2f} s, {count / took:.0f} rows/s in {batches} batches", flush=True)
+            for kind, channel in channels.items():
+                fmt = channel.record_format
+                if channel.input_mode == "Pipe":
+                    source = PipeChannelDatasource(channel, roots, timeout_s=60, num_classes=10)
+                    ref_kind, ref_path = kind, paths["combined"]
+                else:
+                    started = time.perf_counter()
+                    listing = list_channel(channel, roots)
+                    print(f"{kind}: listed {sum(len(f) for f in listing.files.values())} files on {HOST} in "
+                          f"{time.perf_counter() - started:.2f} s (once per run, not timed)", flush=True)
+                    source = ChannelDatasource(channel, listing, roots, num_classes=10)
+                    ref_kind, ref_path = fmt, paths[fmt]
+                best[kind] = side_by_side(kind, args.runs, partial(ours_pass, source, args.cpus),
+                                          partial(reference.run, ref_kind, ref_path))
+                if channel.input_mode == "File":
+                    files = ALONE_WDS_SHARDS if fmt == "webdataset" else None
+                    mine, theirs = ours_alone(source, files), reference.run(fmt, ref_path, alone=True, files=files)
+                    if mine[1] != theirs[1]:
+                        raise RuntimeError(f"{kind} alone: {mine[1]} rows (ours) vs {theirs[1]} (reference)")
+                    alone[kind] = {"ours": mine[1] / mine[0], "reference": theirs[1] / theirs[0]}
+                    print(f"  {kind:21s} reader alone, one core, no Ray or workers ({mine[1]} rows): "
+                          f"ours {alone[kind]['ours']:.0f} rows/s, reference {alone[kind]['reference']:.0f} rows/s",
+                          flush=True)
+        finally:
+            for agent in agents:
+                agent.stop()
+            reference.close()
+            ray.shutdown()
+
+    print(f"\nbest of {args.runs}, {args.rows} rows, {args.cpus} CPUs per side, machine: {os.cpu_count()} CPUs; "
+          "Ray Data floor " + ", ".join(f"{rate:.0f} rows/s ({label})" for label, rate in floors.items()))
+    print(f"{'format':17s} {'mode':8s} {'ours rows/s':>11s} {'reference':>10s} {'ratio':>5s}   "
+          f"{'alone: ours':>11s} {'reference':>10s}  reference reader")
+    ratios = {}
+    for kind, sides in best.items():
+        rate = {side: rows / took for side, (took, rows, _) in sides.items()}
+        ratios[kind] = rate["ours"] / rate["reference"]
+        mine, theirs = (f"{alone[kind][side]:.0f}" if kind in alone else "-" for side in ("ours", "reference"))
+        print(f"{kind:17s} {channels[kind].input_mode:8s} {rate['ours']:11.0f} {rate['reference']:10.0f} "
+              f"{ratios[kind]:5.2f}   {mine:>11s} {theirs:>10s}  {REFERENCES[kind.removesuffix('_fastfile')]}")
+    for kind, ratio in ratios.items():
+        print(f"RESULT formats {kind}_ratio={ratio:.2f} goal=1.0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
