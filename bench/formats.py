@@ -174,16 +174,16 @@ def write_all(source: Path, rows, args) -> dict[str, Path]:
 
 # --- ours: Ray Data over the channel, on a local node labelled as the data host ------------------
 
-def ours_pass(source, cpus: int | None = None, **read_args) -> tuple[float, int, int]:
-    """(seconds, rows, batches) of one pass. With `cpus`: read exactly as `build_datasets` reads a
+def ours_pass(source, as_run: bool = False, **read_args) -> tuple[float, int, int]:
+    """(seconds, rows, batches) of one pass. With `as_run`: read exactly as `build_datasets` reads a
     channel (`read_channel`, no chain); without: a plain `read_datasource` (the floor)."""
     import ray.data
 
     from smlaunch.pipelines.dataset import read_channel
 
     started = time.perf_counter()
-    if cpus is not None:
-        ds = read_channel(source, source.channel, cpus)
+    if as_run:
+        ds = read_channel(source, source.channel)
     else:
         ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({HOST})"}, **read_args)
     rows = batches = 0
@@ -482,7 +482,7 @@ def main() -> int:
                           f"{time.perf_counter() - started:.2f} s (once per run, not timed)", flush=True)
                     source = ChannelDatasource(channel, listing, roots, num_classes=10)
                     ref_kind, ref_path = fmt, paths[fmt]
-                best[kind] = side_by_side(kind, args.runs, partial(ours_pass, source, args.cpus),
+                best[kind] = side_by_side(kind, args.runs, partial(ours_pass, source, True),
                                           partial(reference.run, ref_kind, ref_path))
                 if channel.input_mode == "File":
                     files = ALONE_WDS_SHARDS if fmt == "webdataset" else None

@@ -47,7 +47,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
             source = PipeChannelDatasource(channel, roots, num_classes=num_classes)
         else:
             source = ChannelDatasource(channel, listings[channel.name], roots, num_classes)
-        ds = read_channel(source, channel, preprocess_cpus)
+        ds = read_channel(source, channel)
         datasets[channel.name] = ds.map_batches(
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),
             batch_size=cfg.pipeline.batch_size, batch_format="numpy",
@@ -56,13 +56,13 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
     return datasets
 
 
-def read_channel(source, channel, cpus: int):
+def read_channel(source, channel):
     """The channel's read, on its hosts. Ray Data plans the block count itself. Asking it for
     exactly as many blocks as read tasks (`override_num_blocks`) read 1.2-2x faster in
     bench/formats.py, but it hung a job: three train workers sharing a FastFile channel's few large
     blocks stopped at step 8 of 16 for over 7 minutes (tests/launcher/test_end_to_end.py, S3 test).
     Until that is understood (issue 22's epoch-boundary work), each task's output is split as Ray
-    Data decides; `cpus` is kept for that change."""
+    Data decides."""
     import ray.data
 
     return ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
