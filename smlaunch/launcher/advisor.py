@@ -4,7 +4,10 @@ hosts of which type the next run should add, at what predicted speed and cost.
 Three rates are measured in every run (pure arithmetic on the report here; nothing runs):
 
 * **GPU-bound rate**: images per second of trainer compute alone (step time minus the time spent
-  waiting for the batch), i.e. what the trainer would reach if data were free.
+  waiting for the batch), i.e. what the trainer would reach if data were free. A step record
+  holds every rank's images over the mean rank's time, so this is the rate of all the run's train
+  workers together; the report also gives it per worker (that rate x workers), and the
+  recommendation per GPU host, so a run on more or fewer GPU hosts scales its data hosts with them.
 * **Per-slot chain rate**: images per second one CPU slot of the preprocessing chain delivers
   (rows over chain seconds, summed per host by the trainer from each row's `prep_s`).
 * **Measured rate**: images per second the run actually trained at.
@@ -111,6 +114,7 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     else:
         overhead, efficiency = 0.0, min(1.0, max(0.3, rates["measured_images_per_s"] / modelled)) if modelled else 1.0
     gpu_price = sum(prices.get(h["instance_type"], math.nan) for h in train)
+    gpu_hosts = max(len(train), 1)
     images = epoch_images or 100_000
 
     def option(cpu_type: str | None, k: int) -> dict:
@@ -120,7 +124,8 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
         if overhead:  # each epoch pays its overhead once, whatever k is
             rate = per_epoch / (per_epoch / rate + overhead)
         hourly = gpu_price + (k * prices.get(cpu_type, math.nan) if k else 0.0)
-        return {"instance_type": cpu_type if k else None, "hosts": k, "images_per_s": round(rate, 2),
+        return {"instance_type": cpu_type if k else None, "hosts": k, "hosts_per_gpu_host": round(k / gpu_hosts, 2),
+                "images_per_s": round(rate, 2),
                 "bound": "trainer" if gpu_bound <= pipeline else "pipeline",
                 "cost_per_hour": _money(hourly), "cost_per_epoch": _money(hourly * images / rate / 3600)}
 
@@ -135,6 +140,8 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     same_type = _pick([o for o in table if o["hosts"] > 0])
     return {
         "rates": {k: round(v, 2) if v is not None and math.isfinite(v) else v for k, v in rates.items()},
+        "train_workers": workers,
+        "per_worker_images_per_s": round(gpu_bound / workers, 2) if math.isfinite(gpu_bound) else gpu_bound,
         "local_pipeline_images_per_s": round(local_rate, 2), "pipeline_images_per_s": round(now_rate, 2),
         "efficiency": round(efficiency, 3), "epoch_overhead_s": round(overhead, 2),
         "offload_pays": gpu_bound > OFFLOAD_RATIO * local_rate,
@@ -171,19 +178,24 @@ def advice_lines(advisor: dict) -> list[str]:
     if "error" in advisor:
         return [f"advisor: {advisor['error']}"]
     r, best, same = advisor["rates"], advisor["recommended"], advisor["recommended_same_type"]
-    lines = [f"advisor: GPU-bound {r['gpu_bound_images_per_s']} images/s, one chain slot "
+    workers = advisor.get("train_workers", 1)
+    each = f" ({workers} train workers x {advisor['per_worker_images_per_s']})" if workers > 1 else ""
+    lines = [f"advisor: GPU-bound {r['gpu_bound_images_per_s']} images/s{each}, one chain slot "
              f"{r['per_slot_images_per_s']} images/s, GPU host alone {advisor['local_pipeline_images_per_s']} "
              f"images/s, measured {r['measured_images_per_s']} images/s (efficiency {advisor['efficiency']})"]
     if not advisor["offload_pays"]:
         lines.append("advisor: the GPU host's own CPUs nearly keep up (GPU-bound rate < 1.3x theirs): "
                      "CPU hosts add little")
     cost = f"${best['cost_per_epoch']}/epoch" if best["cost_per_epoch"] is not None else "cost unknown (no price)"
-    what = (f"{best['hosts']} x {best['instance_type']}" if best["hosts"] else
+    per_host = (f" ({best['hosts_per_gpu_host']:g} per GPU host)"
+                if best["hosts"] and advisor.get("gpu_hosts", 1) > 1 else "")
+    what = (f"{best['hosts']} x {best['instance_type']}{per_host}" if best["hosts"] else
             f"no CPU hosts (the GPU {'host' if advisor.get('gpu_hosts', 1) == 1 else 'hosts'} alone)")
     lines.append(f"advisor: recommend {what}: predicted {best['images_per_s']} images/s, {cost} "
                  f"({advisor['epoch_images']} images{', assumed' if advisor['epoch_images_assumed'] else ''}; "
                  f"prices {advisor['prices_dated']})")
     if best["hosts"] and same["instance_type"] != best["instance_type"]:
-        lines.append(f"advisor: with {same['instance_type']} (this run's type): {plural(same['hosts'], 'host')}, "
+        per_host = f" ({same['hosts_per_gpu_host']:g} per GPU host)" if advisor.get("gpu_hosts", 1) > 1 else ""
+        lines.append(f"advisor: with {same['instance_type']} (this run's type): {plural(same['hosts'], 'host')}{per_host}, "
                      f"predicted {same['images_per_s']} images/s")
     return lines

@@ -8,11 +8,13 @@ from smlaunch.launcher.report import build_report
 
 
 def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, chain_s_per_row: float, steps: int = 60,
-                       steps_per_epoch: int | None = None, epoch_stall_s: float = 0.0):
-    """A report of `steps` steps of 32 images: each `compute_s` of trainer work plus `wait_s` waiting
+                       steps_per_epoch: int | None = None, epoch_stall_s: float = 0.0, sets: tuple = (),
+                       images: int = 32):
+    """A report of `steps` steps of `images` (all ranks'): each `compute_s` of trainer work plus `wait_s` waiting
     for data; the chain took `chain_s_per_row` per image on each of the two 1-CPU data hosts. With
-    `steps_per_epoch`, the first step of every epoch after the first also waits `epoch_stall_s`."""
-    cfg = load_config(configs / "tiny.yaml", [f"run.dir={tmp_path}"])
+    `steps_per_epoch`, the first step of every epoch after the first also waits `epoch_stall_s`.
+    `sets`: config overrides (more GPU hosts, more GPUs each)."""
+    cfg = load_config(configs / "tiny.yaml", [f"run.dir={tmp_path}", *sets])
     plan = build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
     step_time = compute_s + wait_s
     records, t = [], 1000.0
@@ -21,8 +23,8 @@ def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, ch
         stall = epoch_stall_s if steps_per_epoch and epoch > 1 and (n - 1) % steps_per_epoch == 0 else 0.0
         t += step_time + stall
         records.append({"step": n, "t": t, "epoch": epoch, "loss": 1.0, "step_time_s": step_time + stall,
-                        "data_wait_s": wait_s + stall, "images_per_s": 32 / (step_time + stall)})
-    rows = steps * 32 // 2
+                        "data_wait_s": wait_s + stall, "images_per_s": images / (step_time + stall)})
+    rows = steps * images // 2
     result = {"steps": records, "validation": [], "epochs": 1, "final_step": steps,
               "host_rows": {"algo-1": 0, "algo-2": rows, "algo-3": rows, "unknown": 0},
               "chain_by_host": {h: {"train_rows": rows, "chain_s": rows * chain_s_per_row} for h in ("algo-2", "algo-3")}}

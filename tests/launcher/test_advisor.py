@@ -89,3 +89,26 @@ def test_an_epoch_overhead_is_measured_and_paid_once_per_epoch_whatever_the_host
     assert table[2]["images_per_s"] == pytest.approx(640 / (640 / 200 + 2), rel=1e-3)
     # ... and for four hosts doubles only the part that is not overhead.
     assert table[4]["images_per_s"] == pytest.approx(640 / (640 / 400 + 2), rel=1e-3)
+
+
+def test_several_train_workers_are_rated_per_worker_and_hosts_are_recommended_per_gpu_host(configs, tmp_path):
+    # Two GPU hosts of two GPUs: 4 workers take 128 images per step in 0.04 s of compute (3200/s,
+    # 800/s each); two 1-CPU data hosts make 2 x 100/s.
+    report, plan = _run(configs, tmp_path, compute_s=0.04, wait_s=0.6, chain_s_per_row=0.01, images=128,
+                        sets=("cluster.instance_groups.0.instance_count=2", "cluster.instance_groups.0.gpus=2"))
+    assert plan.train_workers == 4
+    advisor = report["advisor"]
+    assert advisor["train_workers"] == 4 and advisor["gpu_hosts"] == 2
+    assert advisor["rates"]["gpu_bound_images_per_s"] == pytest.approx(3200)
+    assert advisor["per_worker_images_per_s"] == pytest.approx(800)
+    assert [o["hosts_per_gpu_host"] for o in advisor["table"][:5]] == [0, 0.5, 1, 1.5, 2]
+    # The trainer-bound answer is 8 hosts in all (k x 100/s reaches 3200/s only with 32 slots of
+    # c5.xlarge; bigger types get there with fewer): said per GPU host as well.
+    from smlaunch.launcher.advisor import advice_lines
+
+    best, same = advisor["recommended"], advisor["recommended_same_type"]
+    assert best["hosts_per_gpu_host"] == best["hosts"] / 2 and same["hosts_per_gpu_host"] == same["hosts"] / 2
+    lines = advice_lines(advisor)
+    assert "GPU-bound 3200.0 images/s (4 train workers x 800.0)" in lines[0]
+    assert f"recommend {best['hosts']} x {best['instance_type']} ({best['hosts_per_gpu_host']:g} per GPU host)" in lines[1]
+    assert f"{same['hosts']} hosts ({same['hosts_per_gpu_host']:g} per GPU host)" in lines[2]
