@@ -25,6 +25,7 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/local_default.py
+	$(VENV)/bin/python bench/epoch_boundary.py
 	$(VENV)/bin/python bench/bringup.py
 	$(VENV)/bin/python bench/record_readers.py
 	$(VENV)/bin/python bench/formats.py

@@ -19,8 +19,13 @@ own with torch already imported, as a training script has it; its workers fork f
 
     python bench/offload_vs_dataloader.py [--cpus 2] [--shards 4] [--repeats 3]
 
+A cold start is measured first, on a cluster of its own: the data host's workers are fresh, the
+warm-up a job starts with its trainer (`smlaunch.pipelines.warmup`) runs, and the first batch is
+asked for `--trainer-start-s` later, as a trainer asks once Ray Train has started it.
+
 Ends with `RESULT offload_vs_dataloader throughput_ratio=<ray/dataloader images/s>
-first_batch_ratio=<ray/dataloader seconds> goal=1.0/1.5` (>= 1.0 and <= 1.5).
+first_batch_ratio=<ray/dataloader seconds> cold_first_batch_ratio=<cold ray/dataloader seconds>
+goal=1.0/1.5/1.5` (>= 1.0, <= 1.5, <= 1.5).
 """
 
 from __future__ import annotations
@@ -66,6 +71,42 @@ def run_ray(cfg, plan) -> tuple[float, float, int]:
         first = first or time.perf_counter() - started
         rows += len(batch["label"])
     return first, time.perf_counter() - started, rows
+
+
+def cold_as_a_job_starts(args) -> tuple[float, float, int]:
+    """A fresh cluster's first pass, as a job gets it: the launcher starts the warm-up of the data
+    hosts' workers when training starts (`pipelines.warmup`), and the trainer asks for data once
+    Ray Train has started it. The clock starts at the request, as in `run_ray`. In a process of its
+    own: a driver keeps its first cluster's token, so a second cluster in this one cannot join."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, __file__, "--cold-only", "--cpus", str(args.cpus), "--shards",
+                          str(args.shards), "--trainer-start-s", str(args.trainer_start_s)],
+                         check=True, capture_output=True, text=True).stdout
+    took = tuple(json.loads(out.strip().splitlines()[-1]))
+    print(f"cold, warmed  ray        first_batch_s={took[0]:.2f} total_s={took[1]:.2f} images={took[2]} "
+          f"images_per_s={took[2] / took[1]:.1f}", flush=True)
+    return took
+
+
+def cold_only(args) -> None:
+    import json
+
+    from smlaunch.cluster.host_tree import create_host_trees
+    from smlaunch.cluster.local import LocalCluster
+    from smlaunch.pipelines.sources.channels import deliver_channels
+    from smlaunch.pipelines.warmup import warm_preprocess_workers
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, plan = build(Path(tmp), args.cpus, args.shards)
+        create_host_trees(plan)
+        deliver_channels(plan)
+        with LocalCluster(plan):
+            warm_preprocess_workers(plan, cfg.pipeline.ops)
+            time.sleep(args.trainer_start_s)
+            took = run_ray(cfg, plan)
+    print(json.dumps(took))
 
 
 from torch.utils.data import IterableDataset as _IterableDataset  # noqa: E402  (the bench needs torch anyway)
@@ -166,12 +207,20 @@ def main() -> int:
     parser.add_argument("--cpus", type=int, default=2, help="worker CPUs on each side")
     parser.add_argument("--shards", type=int, default=4, help="synthetic shards of 320 images to read")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--trainer-start-s", type=float, default=10.0,
+                        help="cold run: seconds between the warm-up and the first request for data, as Ray "
+                             "Train's start gives a job (about 20 s on the 2-core VM; less is harder)")
     parser.add_argument("--dataloader-only", help=argparse.SUPPRESS)
+    parser.add_argument("--cold-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dataloader_only:
         dataloader_only(args.dataloader_only, args.cpus)
         return 0
+    if args.cold_only:
+        cold_only(args)
+        return 0
     decoder_rates()
+    warmed = cold_as_a_job_starts(args)
     from smlaunch.cluster.host_tree import create_host_trees
     from smlaunch.cluster.local import LocalCluster
     from smlaunch.pipelines.sources.channels import deliver_channels
@@ -197,13 +246,16 @@ def main() -> int:
     for side, (first, rate) in median.items():
         print(f"median {side:10s} first_batch_s={first:.2f} images_per_s={rate:.1f}")
     cold = results["ray"][0]
-    print(f"ray cold (first run: data workers start and import torch) first_batch_s={cold[0]:.2f} "
+    print(f"ray cold, not warmed (first run: data workers start and import torch) first_batch_s={cold[0]:.2f} "
           f"images_per_s={cold[2] / cold[1]:.1f}")
+    print(f"ray cold, warmed as a job does (fresh cluster, warm-up, {args.trainer_start_s:g} s of trainer start) "
+          f"first_batch_s={warmed[0]:.2f} images_per_s={warmed[2] / warmed[1]:.1f}")
     print(f"machine: {os.cpu_count()} CPUs; {args.cpus} worker CPUs per side; {rows['ray'].pop()} images")
     throughput = median["ray"][1] / median["dataloader"][1]
     first_batch = median["ray"][0] / median["dataloader"][0]
+    cold_ratio = warmed[0] / median["dataloader"][0]
     print(f"RESULT offload_vs_dataloader throughput_ratio={throughput:.2f} first_batch_ratio={first_batch:.2f} "
-          "goal=1.0/1.5")
+          f"cold_first_batch_ratio={cold_ratio:.2f} goal=1.0/1.5/1.5")
     return 0
 
 

@@ -155,7 +155,9 @@ class Samplers:
         pinned = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector={"sm-host": h.name}) for h in plan.hosts}
         self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s, h.num_gpus)
                        for h in plan.hosts}
-        self.started = ray.get([a.start.remote() for a in self.actors.values()], timeout=60)
+        # Not waited for: each sampler starts sampling as soon as its process is up, and the job
+        # does not queue behind three process starts (`gather` waits for them, with a deadline).
+        self.started = [a.start.remote() for a in self.actors.values()]
 
     def gather(self, timeout_s: float = 30) -> dict[str, dict]:
         """Every host's series; a host that does not answer in time is reported empty, not waited for."""

@@ -42,6 +42,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.launcher.train_progress import TrainProgress
     from smlaunch.launcher.train_spec import builtin_rows, resumed_step, train_spec
     from smlaunch.pipelines.dataset import build_datasets, list_channels
+    from smlaunch.pipelines.warmup import warm_preprocess_workers
     from smlaunch.trainers.fit import fit
 
     listings = list_channels(plan)
@@ -51,6 +52,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     started = time.perf_counter()
     try:
         datasets = build_datasets(cfg, plan, listings, spec.num_classes)
+        warm_preprocess_workers(plan, cfg.pipeline.ops)  # while Ray Train starts its workers
         with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every) as progress:
             result = fit(cfg, plan, datasets, spec, fatal=lambda: progress.fatal)
     finally:

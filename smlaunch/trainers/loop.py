@@ -133,12 +133,18 @@ class _Run:
     def train(self) -> dict:
         import ray.train
 
+        from smlaunch.trainers.next_epoch import NextEpoch
+
         shard = ray.train.get_dataset_shard("train")
         pending = None  # this rank's numbers of the last step, summed over ranks one exchange later
+        primed = None  # the next epoch's batches, started before validation (`trainers.next_epoch`)
         while not self.stopped and not self._done():
-            pending, exhausted = self._epoch(shard, pending)
+            pending, exhausted = self._epoch(shard, pending, primed)
+            primed = None
             if exhausted:
                 self._close_epoch(complete=True)
+                if not self._done():
+                    primed = NextEpoch(self._torch_batches(shard))
                 if self.t.epochs or self.t.validation_every_epochs and \
                         self.epochs_done % self.t.validation_every_epochs == 0:
                     self._validate(self.epochs_done)
@@ -151,10 +157,10 @@ class _Run:
             self._close_epoch(complete=False)
         return self._result()
 
-    def _epoch(self, shard, pending):
+    def _epoch(self, shard, pending, primed=None):
         """Steps until this epoch's data runs out on every rank (True), or the run ends (False)."""
         resumed = self.consumed is not None or self.legacy_position > 0  # may rightly have nothing left
-        batches = self._batches(shard)
+        batches = self._batches(shard, primed)
         self.model.train()
         steps_here = 0
         while not (self.t.steps and self.step >= self.t.steps):
@@ -185,11 +191,15 @@ class _Run:
                         f"trainer.batch_size={self.t.batch_size} (a step needs one); the channel is empty or "
                         "too small (an empty Pipe FIFO?)")
 
-    def _batches(self, shard):
-        """This epoch's full batches; a final partial one is counted (delivered), not trained on."""
-        batches = shard.iter_torch_batches(batch_size=self.t.batch_size, drop_last=False, device=self.device,
-                                           prefetch_batches=self.t.prefetch_batches,
-                                           pin_memory=self.device.type == "cuda")
+    def _torch_batches(self, shard):
+        return shard.iter_torch_batches(batch_size=self.t.batch_size, drop_last=False, device=self.device,
+                                        prefetch_batches=self.t.prefetch_batches,
+                                        pin_memory=self.device.type == "cuda")
+
+    def _batches(self, shard, primed=None):
+        """This epoch's full batches (from `primed`, the epoch already started, if given); a final
+        partial one is counted (delivered), not trained on."""
+        batches = primed if primed is not None else self._torch_batches(shard)
         if self.consumed is not None:  # a resumed epoch: drop what the group had drawn before
             from smlaunch.trainers.resume import without_consumed
 

@@ -1,0 +1,50 @@
+"""The warm-up of the preprocessing hosts' workers, on the real 3-node cluster: one task per CPU
+slot of each data host, none on the train host, and the next task on a data host runs in a worker
+it warmed (Ray reuses it), with the chain's imports done."""
+
+import pytest
+
+from smlaunch.cluster.plan import LocalEnvironment, build_plan
+from smlaunch.config import load_config
+
+
+def _plan(configs, tmp_path):
+    cfg = load_config(configs / "hetero.yaml", ["cluster.instance_groups.1.instance_count=2",
+                                                f"run.dir={tmp_path}", "run.name=warm"])
+    return cfg, build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
+
+
+@pytest.mark.ray
+def test_every_data_slot_is_warmed_and_the_next_task_runs_in_a_warmed_worker(data_cluster, configs, tmp_path):
+    from smlaunch.pipelines.warmup import warm_preprocess_workers
+
+    ray = data_cluster
+    cfg, plan = _plan(configs, tmp_path)
+    slots = {h.name: h.num_cpus for h in plan.hosts if h.subcluster == "data"}
+    assert set(slots) == {"algo-2", "algo-3"}
+    done = ray.get(warm_preprocess_workers(plan, cfg.pipeline.ops), timeout=120)
+    assert sorted(d["host"] for d in done) == sorted(h for h, n in slots.items() for _ in range(n))
+    assert all(d["error"] is None for d in done), done
+    warmed = {d["pid"] for d in done if d["host"] == "algo-2"}
+
+    def _after_warm_up() -> dict:  # nested: pickled by value for the worker
+        import os
+        import sys
+
+        from smlaunch.pipelines.ops import chain
+
+        return {"pid": os.getpid(), "warm": chain._PROCESS_WARM, "torchvision": "torchvision.io" in sys.modules}
+
+    after = ray.get(ray.remote(_after_warm_up).options(num_cpus=1, label_selector={"sm-host": "algo-2"}).remote(),
+                    timeout=60)
+    assert after["pid"] in warmed and after["warm"] and after["torchvision"], (after, warmed)
+
+
+@pytest.mark.ray
+def test_a_chain_that_fails_is_reported_by_the_warm_up_not_raised(data_cluster, configs, tmp_path):
+    from smlaunch.pipelines.warmup import warm_preprocess_workers
+
+    cfg, plan = _plan(configs, tmp_path)
+    ops = load_config(configs / "hetero.yaml", ["pipeline.ops.2={op: user, function: 'no_such_module:fn'}"]).pipeline.ops
+    done = data_cluster.get(warm_preprocess_workers(plan, ops), timeout=120)
+    assert done and all("no_such_module" in d["error"] for d in done), done
