@@ -157,7 +157,7 @@ class Samplers:
                        for h in plan.hosts}
         # Not waited for: each sampler starts sampling as soon as its process is up, and the job
         # does not queue behind three process starts (`gather` waits for them, with a deadline).
-        self.started = [a.start.remote() for a in self.actors.values()]
+        self.started = [a.start.remote() for a in self.actors.values()]  # refs to each host's name
 
     def gather(self, timeout_s: float = 30) -> dict[str, dict]:
         """Every host's series; a host that does not answer in time is reported empty, not waited for."""

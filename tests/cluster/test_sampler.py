@@ -28,7 +28,8 @@ def test_every_host_is_sampled_and_a_busy_host_shows_it(data_cluster, configs, t
         return ray.get_runtime_context().get_node_labels()["sm-host"]
 
     samplers = Samplers(plan, interval_s=0.1)
-    assert sorted(samplers.started) == ["algo-1", "algo-2", "algo-3"]
+    # Not waited for at the start (the job goes on while they come up); each answers with its host.
+    assert sorted(ray.get(samplers.started, timeout=60)) == ["algo-1", "algo-2", "algo-3"]
     time.sleep(0.5)
     busy_from = time.time()
     spin = ray.remote(_spin).options(num_cpus=1, label_selector={"sm-host": "algo-2"})
