@@ -58,7 +58,6 @@ image_folder in FastFile mode takes minutes at 20,000 files (see BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import os
@@ -70,10 +69,10 @@ from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
-FORMATS = ("image_folder", "webdataset", "parquet", "tfrecord")
+from format_writers import FORMATS, digits, write_all  # bench/, this script's folder
+
 KINDS = (*FORMATS, "webdataset_pipe")
 """The default run: each format in File mode, then webdataset in Pipe mode."""
-CLASSES = [f"digit-{n}" for n in range(10)]
 HOST = "algo-2"
 BATCH = 64
 ALONE_WDS_SHARDS = 2
@@ -85,91 +84,6 @@ REFERENCES = {
     "tfrecord": "tfrecord_loader + DataLoader",
     "webdataset_pipe": "wds.WebDataset(pipe:cat) + DataLoader(1 worker)",
 }
-
-
-# --- the data, written by the users' tools ------------------------------------------------------
-
-def digits(count: int) -> list[tuple[bytes, int, int]]:
-    """(JPEG bytes, label, id) of the builtin digits' train split, repeated to `count` rows, ids 0..count-1."""
-    from smlaunch.pipelines.builtin.digits import prepare_digits
-    from smlaunch.pipelines.formats import iter_records
-    from smlaunch.pipelines.rows import example_row
-
-    base = [example_row(r) for shard in sorted((prepare_digits() / "train").iterdir())
-            for r in iter_records(shard, "tfrecord")]
-    return [(base[i % len(base)][0], base[i % len(base)][1], i) for i in range(count)]
-
-
-def write_image_folder(root: Path, rows) -> None:
-    from PIL import Image
-
-    png: dict[bytes, bytes] = {}  # the repeated images are re-encoded once each
-    for folder in CLASSES:
-        (root / folder).mkdir(parents=True, exist_ok=True)
-    for image, label, ident in rows:
-        if image not in png:
-            out = io.BytesIO()
-            Image.open(io.BytesIO(image)).save(out, "PNG")
-            png[image] = out.getvalue()
-        (root / CLASSES[label] / f"{ident:06d}.png").write_bytes(png[image])
-
-
-def _parts(rows, count: int):
-    per = -(-len(rows) // count)
-    return [rows[n * per:(n + 1) * per] for n in range(count)]
-
-
-def write_webdataset(folder: Path, rows, shards: int, combined: Path) -> None:
-    import webdataset as wds
-
-    def write(path: Path, part) -> None:
-        with wds.TarWriter(str(path)) as sink:
-            for image, label, ident in part:
-                sink.write({"__key__": f"sample{ident:06d}", "jpg": image, "cls": label,
-                            "json": {"source": "sklearn digits"}})
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for n, part in enumerate(_parts(rows, shards)):
-        write(folder / f"shard-{n:04d}.tar", part)
-    write(combined, rows)  # the Pipe reference's one stream
-
-
-def write_parquet(folder: Path, rows, files: int, row_group_rows: int) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    folder.mkdir(parents=True, exist_ok=True)
-    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    for n, part in enumerate(_parts(rows, files)):
-        table = pa.table({"image": pa.array([{"bytes": r[0], "path": None} for r in part], struct),
-                          "label": pa.array([r[1] for r in part], pa.int64())})
-        pq.write_table(table, folder / f"part-{n:05d}.parquet", row_group_size=row_group_rows)
-
-
-def write_tfrecords(folder: Path, rows, shards: int) -> None:
-    from tfrecord import TFRecordWriter
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for n, part in enumerate(_parts(rows, shards)):
-        writer = TFRecordWriter(str(folder / f"train-{n:05d}-of-{shards:05d}"))
-        for image, label, ident in part:
-            writer.write({"image/encoded": (image, "byte"), "image/class/label": (label, "int"),
-                          "id": (ident, "int")})
-        writer.close()
-
-
-def write_all(source: Path, rows, args) -> dict[str, Path]:
-    paths = {fmt: source / fmt for fmt in FORMATS}
-    paths["combined"] = source / "webdataset-one-stream.tar"
-    started = time.perf_counter()
-    write_image_folder(paths["image_folder"], rows)
-    write_webdataset(paths["webdataset"], rows, args.shards, paths["combined"])
-    write_parquet(paths["parquet"], rows, args.shards, args.row_group_rows)
-    write_tfrecords(paths["tfrecord"], rows, args.shards)
-    sizes = {fmt: sum(p.stat().st_size for p in paths[fmt].rglob("*") if p.is_file()) for fmt in FORMATS}
-    print(f"wrote {len(rows)} rows per format in {time.perf_counter() - started:.1f} s: "
-          + ", ".join(f"{fmt} {size / 2**20:.1f} MiB" for fmt, size in sizes.items()), flush=True)
-    return paths
 
 
 # --- ours: Ray Data over the channel, on a local node labelled as the data host ------------------

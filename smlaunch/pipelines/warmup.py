@@ -35,7 +35,8 @@ def warm_preprocess_workers(plan, ops: list) -> list:
 
 
 def warm_worker(ops: list) -> dict:
-    """In the worker: the imports of a read and a chain task, then the chain on one small JPEG.
+    """In the worker: the imports of a read and a chain task, then the job's `Chain` on one small
+    JPEG (which also marks the process warm, so the first real batch's time is the chain's own).
     Returns where it ran (host, pid) and the chain's error, if any."""
     import io
     import os
@@ -46,17 +47,15 @@ def warm_worker(ops: list) -> dict:
     import ray.data  # noqa: F401 (Ray Data's task-side modules)
     from PIL import Image
 
-    from smlaunch.pipelines.ops import chain
+    from smlaunch.pipelines.ops.chain import Chain
 
     done = {"host": ray.get_runtime_context().get_node_labels().get("sm-host"), "pid": os.getpid(), "error": None}
+    buf = io.BytesIO()
+    Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(buf, format="JPEG")
+    batch = {"image": np.array([buf.getvalue()], dtype=object), "label": np.zeros(1, np.int64),
+             "id": np.zeros(1, np.int64)}
     try:
-        buf = io.BytesIO()
-        Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(buf, format="JPEG")
-        images = [buf.getvalue()]
-        rng = np.random.default_rng(0)
-        for step in chain.plan_steps(ops):
-            images = step(images, rng, True)
+        Chain(ops, [])(batch)
     except Exception as exc:  # the real batch raises it again, with the sample named
         return {**done, "error": f"{type(exc).__name__}: {exc}"}
-    chain._PROCESS_WARM = True  # the first real batch's time is the chain's own, not imports
     return done
