@@ -64,17 +64,41 @@ class SimulatedJob:
         self.procs: dict[str, subprocess.Popen] = {}
         self.exited: dict[str, float] = {}
 
-    def start(self, host: str, command: str = "run", **overrides: str) -> subprocess.Popen:
-        """Start `host`'s `sm-launch COMMAND` with its own tree; `overrides` are environment variables."""
+    def start(self, host: str, command: str = "run", argv: list[str] | None = None,
+              **overrides: str) -> subprocess.Popen:
+        """Start `host`'s `sm-launch COMMAND` (or `argv`) with its own tree; `overrides` are
+        environment variables."""
         env = {**os.environ, "SAGEMAKER_BASE_DIR": str(self.trees[host]), "SMLAUNCH_HOSTS_FILE": str(self.hosts_file),
                "SMLAUNCH_RAY_TOKEN": self.token, "TRAINING_JOB_NAME": "simulated-job", "PYTHONUNBUFFERED": "1",
                "TMPDIR": str(self.tmp), **overrides}
         env.pop("RAY_ADDRESS", None)
         log = open(self.root / f"{host}.log", "w")
         self.procs[host] = subprocess.Popen(
-            [sys.executable, "-m", "smlaunch.launcher.cli", command, str(self.config)],
+            argv or [sys.executable, "-m", "smlaunch.launcher.cli", command, str(self.config)],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self.procs[host]
+
+    def start_under_toolkit(self, host: str, command: str = "run") -> subprocess.Popen:
+        """Start `host` as the toolkit recipe does: the `sagemaker-training` toolkit's real `train`
+        entry reads the host's hyperparameters, copies the source dir (this checkout's package and
+        the job's config, as a submitted job's tarball holds them) to /opt/ml/code and runs the
+        entry script from it, which execs `sm-launch`. Needs `sagemaker-training` installed."""
+        import json
+
+        source = self.root / "sourcedir"
+        if not source.exists():
+            package = Path(__file__).resolve().parents[1]
+            shutil.copytree(package, source / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copy(package.parent / "pyproject.toml", source)
+            shutil.copy(self.config, source / "job.yaml")
+        hyperparameters = {"config": "job.yaml", "sagemaker_program": "smlaunch/launcher/sm_entry.py",
+                           "sagemaker_submit_directory": str(source), "sagemaker_region": "us-east-1"}
+        (self.trees[host] / "input" / "config" / "hyperparameters.json").write_text(
+            json.dumps({k: json.dumps(v) for k, v in hyperparameters.items()}))
+        train = Path(sys.executable).with_name("train")
+        # SM_STUDIO_LOCAL_MODE: the toolkit skips waiting for DNS to resolve algo-N (here a hosts file does)
+        return self.start(host, command, argv=[str(train)], SMLAUNCH_PIP_INSTALL="0", SMLAUNCH_COMMAND=command,
+                          AWS_REGION="us-east-1", SM_STUDIO_LOCAL_MODE="true")
 
     def log(self, host: str) -> str:
         return (self.root / f"{host}.log").read_text()

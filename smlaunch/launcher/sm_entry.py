@@ -7,6 +7,12 @@ in which case the shipped code goes first on PYTHONPATH, and then *replaces itse
 `python -m smlaunch.launcher.cli <SMLAUNCH_COMMAND> <config>`, so the launcher keeps the PID and
 receives SIGTERM directly. Standard library only: nothing else is installed yet.
 
+In toolkit mode SageMaker's SIGTERM goes to the toolkit's `train`, which neither handles nor
+forwards it (toolkit issue #125): it exits at once and the launcher would train on, orphaned. So
+the script names its supervisor (the nearest ancestor that is not a shell, as `pid:start time`)
+in `SMLAUNCH_SUPERVISOR`; the launcher stops, checkpoints and exits when that process is gone
+(`launcher.stopping.watch_supervisor`), the same path as a SIGTERM of its own.
+
 The project is the nearest folder at or above this file holding `pyproject.toml`, so the same
 script also serves a source dir staged by hand for the SageMaker Python SDK
 (`entry_point="smlaunch/launcher/sm_entry.py"`); the config is `--config PATH` (a hyperparameter
@@ -23,6 +29,37 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROJECT = next((p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file()), HERE)
 COMMANDS = ("run", "check", "plan")
+SUPERVISOR_ENV = "SMLAUNCH_SUPERVISOR"
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "busybox"})
+
+
+def process_stat(pid: int) -> tuple[str, int, str] | None:
+    """(state, parent pid, start time in clock ticks) of `pid` from /proc, None if it is gone.
+    The start time tells a process from a later one that reuses its pid."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    return fields[0], int(fields[1]), fields[19]
+
+
+def supervisor(pid: int | None = None) -> str | None:
+    """`pid:start` of the process that started `pid` (default: this one), looking through shells
+    (`sh -c ...`); None for the container's PID 1 (container mode: it gets SIGTERM itself)."""
+    pid = os.getpid() if pid is None else pid
+    while pid != 1 and (stat := process_stat(pid)) is not None:
+        parent, parent_stat = stat[1], process_stat(stat[1])
+        if parent_stat is None:
+            return None
+        try:
+            comm = Path(f"/proc/{parent}/comm").read_text().strip()
+        except OSError:
+            return None
+        if parent == 1 or comm not in SHELLS:
+            return f"{parent}:{parent_stat[2]}"
+        pid = parent
+    return None
 
 
 def _fail(reason: str) -> int:
@@ -60,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                          "job reach PyPI, or set sagemaker.install_package: false for an image that has the dependencies")
     else:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    watched = supervisor()
+    if watched:
+        env[SUPERVISOR_ENV] = watched
     print(f"smlaunch_entry: exec sm-launch {command} {config}", flush=True)
     os.execve(sys.executable, [sys.executable, "-m", "smlaunch.launcher.cli", command, str(config)], env)
     return 0  # not reached

@@ -7,6 +7,9 @@ A relay thread then writes the `stop` key in Ray's KV store, which the train loo
 (`trainers.control`): every rank stops at the same step, checkpoints and returns, and the
 launcher shuts Ray down. If that has not happened after `STOP_GRACE_S`, the launcher gives up
 waiting and tears down anyway.
+
+Under the training toolkit the signal never reaches the launcher: the toolkit's `train` gets it and
+exits at once. `watch_supervisor` turns that exit into the same stop request.
 """
 
 from __future__ import annotations
@@ -36,14 +39,21 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame) -> None:
+        if not self.event.is_set():
+            # Not logged here: a signal handler may interrupt a thread that holds the logging lock.
+            self.request(signal.Signals(signum).name, f"{signal.Signals(signum).name} received", in_thread=True)
+
+    def request(self, name: str, why: str, in_thread: bool = False) -> None:
+        """Stop at the next step boundary; `name` goes into the outcome, `why` into the log."""
         if self.event.is_set():
             return
-        self.signal_name = signal.Signals(signum).name
+        self.signal_name = name
         self.event.set()
-        # Not logged here: a signal handler may interrupt a thread that holds the logging lock.
-        threading.Thread(target=logging.getLogger("smlaunch").warning, daemon=True,
-                         args=(f"{self.signal_name} received: stopping at the next step boundary "
-                               f"(up to {STOP_GRACE_S:.0f} s)",)).start()
+        line = f"{why}: stopping at the next step boundary (up to {STOP_GRACE_S:.0f} s)"
+        if in_thread:
+            threading.Thread(target=logging.getLogger("smlaunch").warning, daemon=True, args=(line,)).start()
+        else:
+            logging.getLogger("smlaunch").warning(line)
 
     def is_set(self) -> bool:
         return self.event.is_set()
@@ -76,3 +86,48 @@ def forward_stop_to_trainer(stop: StopRequest | None):
     finally:
         finished.set()
         thread.join(timeout=5)
+
+
+def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5) -> threading.Thread | None:
+    """Request a stop once the process `watched` (`pid:start time`, from `sm_entry.supervisor`) is gone.
+
+    Under the training toolkit that process is its `train`, which SageMaker's SIGTERM ends without
+    a word to its child. An exited process left unreaped (a zombie) counts as gone. Output the
+    toolkit piped to itself (its `capture_error`) then has no reader, so such a pipe is pointed at
+    /dev/null first: a write would otherwise fail mid-checkpoint (the log file keeps every line).
+    A pipe someone still reads (the container's log driver) is left alone.
+    """
+    if not watched:
+        return None
+    from smlaunch.launcher.sm_entry import process_stat
+
+    pid, start = watched.split(":", 1)
+
+    def gone() -> bool:
+        stat = process_stat(int(pid))
+        return stat is None or stat[0] in ("Z", "X") or stat[2] != start
+
+    def watch() -> None:
+        while not stop.event.wait(poll_s):
+            if gone():
+                _detach_dead_pipes()
+                stop.request("toolkit exit", f"the training toolkit (pid {pid}) that started sm-launch exited, "
+                             "as it does on SageMaker's SIGTERM, which it does not forward")
+                return
+
+    thread = threading.Thread(target=watch, name="smlaunch-supervisor-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _detach_dead_pipes() -> None:
+    import os
+    import select
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if any(events & select.POLLERR for _, events in poller.poll(0)):  # a pipe whose reader is gone
+            os.dup2(devnull, fd)
+    os.close(devnull)

@@ -6,7 +6,8 @@ part (the head trains, the others serve their CPUs and wait). `check` brings the
 runs one task per host to show the labels route work where the plan says, and tears it down.
 
 SIGTERM (StopTrainingJob, MaxRuntime, a spot interruption) stops training at the next step
-boundary with a checkpoint; the command then exits 143.
+boundary with a checkpoint; the command then exits 143. So does the exit of the training toolkit
+that started it (`SMLAUNCH_SUPERVISOR`, set by the entry script): the toolkit swallows the signal.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ def add_arguments(parser) -> None:
 
 
 def main(args, failure) -> int:
-    from smlaunch.launcher.stopping import StopRequest
+    import os
+
+    from smlaunch.launcher.sm_entry import SUPERVISOR_ENV
+    from smlaunch.launcher.stopping import StopRequest, watch_supervisor
 
     stop = StopRequest().install()
+    watch_supervisor(stop, os.environ.pop(SUPERVISOR_ENV, None))  # popped: Ray's processes must not inherit it
     job = load_job(args, failure)
     if job.sagemaker is not None:
         return _on_sagemaker(args.command, job, stop)
