@@ -23,6 +23,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+KmsKeyId = Annotated[str, Field(pattern=r"^[a-zA-Z0-9:/_-]+$", max_length=2048)]
+"""A KMS key id, key ARN, alias name (`alias/...`) or alias ARN; botocore's `KmsKeyId` shape."""
 SubnetId = Annotated[str, Field(pattern=r"^subnet-[0-9a-z]+$", max_length=32)]
 SecurityGroupId = Annotated[str, Field(pattern=r"^sg-[0-9a-z]+$", max_length=32)]
 
@@ -47,6 +49,15 @@ class VpcConfig(_Strict):
         if repeated:
             raise ValueError(f"{', '.join(repeated)} listed more than once")
         return value
+
+
+class RetryStrategy(_Strict):
+    """CreateTrainingJob `RetryStrategy`: SageMaker restarts a job that failed with an
+    InternalServerError (not one that failed in the job's own code), on new hosts; the job resumes
+    from its synced checkpoints as after a spot interruption."""
+
+    maximum_retry_attempts: int = Field(ge=1, le=30)
+    """How many times (1-30)."""
 
 
 class SageMakerConfig(_Strict):
@@ -90,6 +101,27 @@ class SageMakerConfig(_Strict):
     """Tags on the training job."""
     vpc: Optional[VpcConfig] = None
     """Subnets and security groups the hosts join; required for a `file_system` channel."""
+    volume_kms_key: Optional[KmsKeyId] = None
+    """ResourceConfig.VolumeKmsKeyId: the KMS key for each host's EBS volume. Instance types with
+    local NVMe storage (g5, g6, p4d, p5, c5d, ...) encrypt it in hardware and refuse a key."""
+    output_kms_key: Optional[KmsKeyId] = None
+    """OutputDataConfig.KmsKeyId: the KMS key SageMaker encrypts the model and output artifacts with."""
+    enable_network_isolation: bool = False
+    """EnableNetworkIsolation: the containers make no network calls except to each other (Ray and
+    NCCL still work). Needs `install_package: false` (no PyPI) and no `model.pretrained` download;
+    `entry: toolkit` then gets its source through a `code` channel, as the SageMaker Python SDK does."""
+    enable_inter_container_traffic_encryption: bool = False
+    """EnableInterContainerTrafficEncryption: traffic between hosts is encrypted (IPsec). Every
+    byte Ray moves between hosts (the preprocessed batches, object transfers) and NCCL's gradients
+    pay for it: expect lower images/s on a job whose data hosts ship many batches; measure it."""
+    retry_strategy: Optional[RetryStrategy] = None
+    """RetryStrategy, e.g. `{maximum_retry_attempts: 2}`."""
+    keep_alive_period_s: Optional[int] = Field(default=None, ge=0, le=3600)
+    """ResourceConfig.KeepAlivePeriodInSeconds: keep the hosts in a managed warm pool this long
+    after the job (0-3600; billed), so the next matching job skips provisioning."""
+    tensorboard_s3_uri: Optional[str] = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    """TensorBoardOutputConfig.S3OutputPath: SageMaker syncs the head's live TensorBoard events
+    (`/opt/ml/output/data/tensorboard`) there while the job runs; point TensorBoard at it."""
 
     @field_validator("environment")
     @classmethod
@@ -108,6 +140,13 @@ class SageMakerConfig(_Strict):
             if key.lower().startswith("aws:") or not 1 <= len(key) <= 128:
                 raise ValueError(f"tag key {key!r}: 1-128 characters, not starting with aws:")
         return value
+
+    @model_validator(mode="after")
+    def _isolation(self):
+        if self.enable_network_isolation and self.install_package:
+            raise ValueError("enable_network_isolation: the hosts cannot reach PyPI to install the package; set "
+                             "install_package: false and use an image that has smlaunch's dependencies")
+        return self
 
     @model_validator(mode="after")
     def _spot(self):

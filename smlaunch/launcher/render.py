@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from smlaunch.launcher.live_events import wait_pct
+
 PLOTS = ("throughput.png", "data_wait.png", "utilisation.png")
 
 
@@ -81,14 +83,14 @@ def _plots(report: dict, out_dir: Path) -> list[Path]:
     ax.set_xlabel("seconds since the first step began" if steps and "t" in steps[0] else "step")
     ax.set_ylabel("images/s", color="tab:blue")
     twin = ax.twinx()
-    twin.plot(xs, [_wait_pct(s) for s in steps], color="tab:red", lw=0.8, alpha=0.6)
+    twin.plot(xs, [wait_pct(s) for s in steps], color="tab:red", lw=0.8, alpha=0.6)
     twin.set_ylabel("data wait % of step", color="tab:red")
     twin.set_ylim(0, 100)
     ax.set_title(f"{report['job']}: throughput ({report['summary']['images_per_s']} images/s steady)")
     written.append(_save(fig, out_dir / "throughput.png"))
 
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.bar([s["step"] for s in steps], [_wait_pct(s) for s in steps], width=1.0, color="tab:red")
+    ax.bar([s["step"] for s in steps], [wait_pct(s) for s in steps], width=1.0, color="tab:red")
     ax.set_xlabel("step")
     ax.set_ylabel("data wait % of step time")
     ax.set_ylim(0, 100)
@@ -148,10 +150,6 @@ def _t0(report: dict) -> float:
     return min(starts, default=0.0)
 
 
-def _wait_pct(step: dict) -> float:
-    return 100 * step["data_wait_s"] / step["step_time_s"] if step["step_time_s"] else 0.0
-
-
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -162,27 +160,35 @@ def _save(fig, path: Path) -> Path:
 
 
 def _tensorboard(report: dict, directory: Path) -> Path:
-    """Scalars per step (loss, images/s, data wait %) and per sample (CPU/GPU % per host)."""
-    import shutil
+    """Scalars per step (loss, images/s, data wait %) and per sample (CPU/GPU % per host).
 
-    from tensorboardX import SummaryWriter
+    Where the job wrote its steps live (`live_events`, a `.live` file), only the host samples are
+    added; otherwise (a report rendered again elsewhere) everything is written. Either way the
+    earlier non-live files go first, so rendering twice never doubles a scalar."""
+    from smlaunch.launcher.live_events import LIVE_SUFFIX, LiveEvents
 
-    shutil.rmtree(directory, ignore_errors=True)  # re-rendering replaces, never duplicates, the events
+    directory.mkdir(parents=True, exist_ok=True)
+    live = any(p.name.endswith(LIVE_SUFFIX) for p in directory.iterdir())
+    for old in directory.iterdir():
+        if old.is_file() and not old.name.endswith(LIVE_SUFFIX):
+            old.unlink()
     t0 = _t0(report)
-    with SummaryWriter(str(directory)) as writer:
-        for s in report["steps"]:
-            for name, value in (("train/loss", s["loss"]), ("train/images_per_s", s["images_per_s"]),
-                                ("train/data_wait_pct", _wait_pct(s))):
-                writer.add_scalar(name, value, s["step"], walltime=s.get("t"))
-        for v in report.get("validation", []):
-            writer.add_scalar("validation/accuracy", v["accuracy"], v["step"])
+    events = LiveEvents(directory, suffix="")
+    try:
+        if not live:
+            for s in report["steps"]:
+                events.step(s)
+            for v in report.get("validation", []):
+                events.validation(v)
         for host, series in report.get("samples", {}).items():
             for x in series.get("samples", []):
                 tick = int(round((x["t"] - t0) * 10))  # tenths of a second since the first step
-                writer.add_scalar(f"hosts/{host}/cpu_pct", x["cpu_pct"], tick, walltime=x["t"])
+                events.scalar(f"hosts/{host}/cpu_pct", x["cpu_pct"], tick, walltime=x["t"])
                 for g, value in enumerate(x.get("gpu_pct", [])):
                     if value is not None:
-                        writer.add_scalar(f"hosts/{host}/gpu{g}_pct", value, tick, walltime=x["t"])
+                        events.scalar(f"hosts/{host}/gpu{g}_pct", value, tick, walltime=x["t"])
+    finally:
+        events.close()
     return directory
 
 

@@ -160,18 +160,19 @@ def _file_system_errors(name: str, channel: dict, request: dict) -> list[str]:
     return errors
 
 
-def config_problems(cfg: LaunchConfig, entry: str) -> list[str]:
+def config_problems(cfg: LaunchConfig) -> list[str]:
     """What the config asks that the service would refuse, naming the config field; checked before
     any upload. (Group count, routing, manifests and instance counts are already refused at load.)"""
     problems = []  # instance types: refused at load (config.instance_types)
     if len(cfg.cluster.instance_groups) > MAX_GROUPS:
         problems.append(f"cluster.instance_groups: {len(cfg.cluster.instance_groups)} groups, a job may have at "
                         f"most {MAX_GROUPS}")
-    from smlaunch.launcher.training_job import CODE_CHANNEL
+    from smlaunch.launcher.training_job import CODE_CHANNEL, uses_code_channel
 
+    code_channel = cfg.sagemaker is not None and uses_code_channel(cfg.sagemaker)
     for name, ch in cfg.channels.items():
-        if entry == "container" and name == CODE_CHANNEL:
-            problems.append(f"channels.{name}: the name is taken by the source channel of sagemaker.entry: container")
+        if code_channel and name == CODE_CHANNEL:
+            problems.append(f"channels.{name}: the name is taken by the channel that carries the source tarball")
         if ch.is_manifest and not ch.source.startswith("s3://"):
             problems.append(f"channels.{name}.source: a local augmented manifest cannot be submitted (its -ref "
                             "attributes must name S3 objects); upload it and give its s3:// URI")
@@ -186,9 +187,38 @@ def config_problems(cfg: LaunchConfig, entry: str) -> list[str]:
         state = "is not a file" if Path(weights).expanduser().exists() else "does not exist"
         problems.append(f"model.pretrained: {weights} {state}; submit uploads a local weights file (or give "
                         "its s3:// URI)")
-    if len(cfg.channels) + (entry == "container") > 20:
+    problems += _account_problems(cfg)
+    if len(cfg.channels) + code_channel > 20:
         problems.append(f"channels: {len(cfg.channels)} channels, a job may have at most 20 "
-                        "(one is taken by the source in container entry mode)")
+                        "(one is taken by the source tarball's channel)")
+    return problems
+
+
+LOCAL_STORAGE_FAMILIES = frozenset({"g4dn", "g4ad", "g5", "g6", "g6e", "gr6", "p3dn", "p4d", "p4de", "p5", "p5e",
+                                    "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
+"""Accelerated families with NVMe instance storage (AWS EC2 instance type pages); CPU families
+with it end in `d` (c5d, m5d, r5d, c6id, m7gd). SageMaker refuses a VolumeKmsKeyId on them."""
+
+
+def has_local_storage(instance_type: str) -> bool:
+    family = instance_type.removeprefix("ml.").split(".")[0]
+    return family in LOCAL_STORAGE_FAMILIES or bool(re.fullmatch(r"[cmrxz]\d+[a-z]*d", family))
+
+
+def _account_problems(cfg: LaunchConfig) -> list[str]:
+    """Settings of the `sagemaker:` section that clash with the rest of the config."""
+    sm, problems = cfg.sagemaker, []
+    if sm is None:
+        return problems
+    if sm.volume_kms_key:
+        local = [f"{g.name} ({g.instance_type})" for g in cfg.cluster.instance_groups if has_local_storage(g.instance_type)]
+        if local:
+            problems.append(f"sagemaker.volume_kms_key: {', '.join(local)} use local NVMe storage, which SageMaker "
+                            "encrypts in hardware and refuses a VolumeKmsKeyId for; remove the key or use types "
+                            "without instance storage")
+    if sm.enable_network_isolation and cfg.model.pretrained is not False:
+        problems.append(f"model.pretrained: under sagemaker.enable_network_isolation the hosts cannot download "
+                        f"{cfg.model.pretrained} from S3; bake the weights into the image or turn isolation off")
     return problems
 
 

@@ -39,6 +39,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.cluster.board import start_board
     from smlaunch.cluster.sampler import Samplers
     from smlaunch.launcher.report import build_report, write_report
+    from smlaunch.launcher.live_events import LiveEvents
     from smlaunch.launcher.train_progress import TrainProgress
     from smlaunch.launcher.train_spec import builtin_rows, resumed_step, train_spec
     from smlaunch.pipelines.dataset import build_datasets, list_channels
@@ -53,7 +54,9 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     try:
         datasets = build_datasets(cfg, plan, listings, spec.num_classes)
         warm_preprocess_workers(plan, cfg.pipeline.ops)  # while Ray Train starts its workers
-        with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every) as progress:
+        events = LiveEvents(Path(host_opt_ml(plan.head_host)) / "output" / "data" / "tensorboard")
+        with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every,
+                           events) as progress:
             result = fit(cfg, plan, datasets, spec, fatal=lambda: progress.fatal)
     finally:
         samples = samplers.gather()

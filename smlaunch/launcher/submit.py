@@ -39,7 +39,7 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     if job_name is not None and not re.fullmatch(JOB_NAME, job_name):
         raise ConfigError(f"--job-name {job_name!r}: 1-63 letters, digits and hyphens, starting and ending "
                           "with a letter or digit")
-    problems = config_problems(cfg, sm.entry)
+    problems = config_problems(cfg)
     if problems:
         raise ConfigError("; ".join(problems))
     _preflight(cfg)

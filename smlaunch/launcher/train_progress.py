@@ -10,7 +10,8 @@ Rank 0 posts a record per optimizer step, each validation result and its notes t
   `sm-launch submit`'s MetricDefinitions read from a SageMaker job's stdout:
   `step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x>`, and
   `validation step=<n> epoch=<n> accuracy=<x> loss=<x>`;
-* notes and warnings the workers sent.
+* notes and warnings the workers sent;
+* the same scalars as TensorBoard events, written as they come (`live_events`), when given a writer.
 
 Printed here, on the driver, the lines carry no Ray prefix and no colour codes, wherever stdout goes.
 """
@@ -63,8 +64,8 @@ class _TrainBar(Progress):
 class TrainProgress:
     """Context manager around `fit`: drains the board on a thread until the body returns."""
 
-    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int):
-        self.board, self.log_every = board, log_every
+    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int, events=None):
+        self.board, self.log_every, self.events = board, log_every, events
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
         self.fatal: dict | None = None
@@ -81,6 +82,8 @@ class TrainProgress:
         self._thread.join(timeout=15)
         self._drain(final=True)
         self.bar.close()
+        if self.events is not None:
+            self.events.close()
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -105,8 +108,12 @@ class TrainProgress:
             self.bar.step(event)
             if event["step"] % self.log_every == 0 or event["step"] == 1:
                 log.info(metric_line(event))
+            if self.events is not None:
+                self.events.step(event)
         elif kind == "validation":
             log.info(validation_line(event))
+            if self.events is not None:
+                self.events.validation(event)
         elif kind == "resumed":  # also a worker group restarted after a crash: the bar steps back
             self.last_step = event["step"]
             self.bar.update(event["step"] - self.bar.n)

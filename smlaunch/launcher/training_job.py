@@ -12,7 +12,11 @@ File-mode channel routed to every group) and `exec`s the entry script, which `ex
 sm-launch ends up PID 1 and receives SageMaker's SIGTERM itself. `toolkit` leaves the image's
 own entry (`train`) in place and names the entry script in the `sagemaker_program` and
 `sagemaker_submit_directory` hyperparameters, as the SageMaker Python SDK does; the toolkit
-then downloads the tarball itself but does not forward SIGTERM (toolkit issue #125).
+then downloads the tarball itself but does not forward SIGTERM (toolkit issue #125; the entry
+script has the launcher watch the toolkit instead, `launcher.stopping.watch_supervisor`). Under
+network isolation the toolkit cannot reach S3 either: the tarball then comes by the same code
+channel as in container mode and `sagemaker_submit_directory` names its local path, as the
+SageMaker Python SDK does.
 
 Data channels (../shared/notes/sagemaker.md §4): an S3 channel names its S3 data type as the
 config does (a ManifestFile's S3Uri is the manifest object, not a prefix) and is routed with
@@ -36,6 +40,8 @@ CONFIG_NAME = "smlaunch-config.yaml"
 TARBALL = "sourcedir.tar.gz"
 CODE_CHANNEL = "smlaunch-code"
 """The File-mode channel that carries the tarball in container mode (not a name a data channel may use)."""
+TENSORBOARD_LOCAL_PATH = "/opt/ml/output/data/tensorboard"
+"""Where the head writes live TensorBoard events (`launcher.live_events`), synced by TensorBoardOutputConfig."""
 TOKEN_ENV = "SMLAUNCH_RAY_TOKEN"  # = launcher.sagemaker_run.TOKEN_ENV, without importing it
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 CONTAINER_SCRIPT = ('set -e; ml="${SAGEMAKER_BASE_DIR:-/opt/ml}"; mkdir -p "$ml/code"; '
@@ -158,15 +164,18 @@ def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
     algorithm: dict = {"TrainingImage": sm.image_uri, "TrainingInputMode": "File",
                        "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS]}
     hyperparameters: dict[str, str] = {}
-    if sm.entry == "container":
-        algorithm["ContainerEntrypoint"] = ["/bin/sh", "-c", CONTAINER_SCRIPT]
+    if uses_code_channel(sm):
         # The service wants InstanceGroupNames on every channel or none: the code goes to every group.
         inputs.append({"ChannelName": CODE_CHANNEL, "InputMode": "File", "RecordWrapperType": "None",
                        "DataSource": {"S3DataSource": {
                            "S3DataType": "S3Prefix", "S3Uri": sourcedir_uri(cfg, job_name),
                            "S3DataDistributionType": "FullyReplicated", "InstanceGroupNames": groups}}})
+    if sm.entry == "container":
+        algorithm["ContainerEntrypoint"] = ["/bin/sh", "-c", CONTAINER_SCRIPT]
     else:
-        toolkit = {"sagemaker_program": ENTRY_SCRIPT, "sagemaker_submit_directory": sourcedir_uri(cfg, job_name),
+        submitted = (f"/opt/ml/input/data/{CODE_CHANNEL}/{TARBALL}" if sm.enable_network_isolation
+                     else sourcedir_uri(cfg, job_name))
+        toolkit = {"sagemaker_program": ENTRY_SCRIPT, "sagemaker_submit_directory": submitted,
                    "sagemaker_container_log_level": 20, "sagemaker_job_name": job_name}
         if region:
             toolkit["sagemaker_region"] = region
@@ -198,9 +207,36 @@ def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
         request["HyperParameters"] = hyperparameters
     if sm.vpc is not None:
         request["VpcConfig"] = {"SecurityGroupIds": list(sm.vpc.security_group_ids), "Subnets": list(sm.vpc.subnets)}
+    _account_settings(sm, request)
     if sm.tags:
         request["Tags"] = [{"Key": k, "Value": v} for k, v in sm.tags.items()]
     return request
+
+
+def uses_code_channel(sm) -> bool:
+    """The source tarball comes by the File-mode `CODE_CHANNEL`: always in container mode, and under
+    network isolation in toolkit mode (the toolkit cannot download it)."""
+    return sm.entry == "container" or sm.enable_network_isolation
+
+
+def _account_settings(sm, request: dict) -> None:
+    """Encryption, isolation, retries, warm pool and TensorBoard: set only when configured, so a
+    request without them stays what the SageMaker Python SDK builds by default."""
+    if sm.volume_kms_key:
+        request["ResourceConfig"]["VolumeKmsKeyId"] = sm.volume_kms_key
+    if sm.keep_alive_period_s is not None:
+        request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = sm.keep_alive_period_s
+    if sm.output_kms_key:
+        request["OutputDataConfig"]["KmsKeyId"] = sm.output_kms_key
+    if sm.enable_network_isolation:
+        request["EnableNetworkIsolation"] = True
+    if sm.enable_inter_container_traffic_encryption:
+        request["EnableInterContainerTrafficEncryption"] = True
+    if sm.retry_strategy is not None:
+        request["RetryStrategy"] = {"MaximumRetryAttempts": sm.retry_strategy.maximum_retry_attempts}
+    if sm.tensorboard_s3_uri:
+        request["TensorBoardOutputConfig"] = {"S3OutputPath": sm.tensorboard_s3_uri,
+                                              "LocalPath": TENSORBOARD_LOCAL_PATH}
 
 
 def masked(request: dict) -> dict:
