@@ -9,7 +9,7 @@ because `schema` imports this module.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -33,7 +33,7 @@ class VpcConfig(_Strict):
     """The VPC the job's hosts join (CreateTrainingJob `VpcConfig`). SageMaker mounts an FSx for
     Lustre or EFS channel only from inside the file system's VPC, so `submit` refuses a
     `file_system` channel without it. Inside a VPC the hosts reach S3 only through an S3 VPC
-    endpoint or a NAT gateway, PyPI (`install_package: true`) only through a NAT gateway, and the
+    endpoint or a NAT gateway, PyPI (`install_package`) only through a NAT gateway, and the
     security groups must let the job's hosts reach each other (an inbound rule from the group
     itself) for Ray and NCCL. Counts and shapes are botocore's `VpcConfig` limits."""
 
@@ -79,9 +79,11 @@ class SageMakerConfig(_Strict):
     command: Literal["run", "check", "plan"] = "run"
     """What every host runs: `run` trains; `check` only brings the Ray cluster up and down; `plan` prints
     each host's plan."""
-    install_package: bool = True
-    """pip-install the shipped package (and its dependencies, from PyPI) on each host before starting;
-    false for an image that already has the dependencies (the shipped code is then put on PYTHONPATH)."""
+    install_package: Union[Literal["auto"], bool] = "auto"
+    """How the shipped package gets onto each host. `auto`: if the image already has every dependency
+    at a version pyproject.toml allows, the shipped code only goes on PYTHONPATH (no network, well
+    under a second); otherwise as `true`. `true`: pip-install it and its dependencies (from PyPI,
+    20-30 s per host even when all are present). `false`: never install (PYTHONPATH only)."""
     max_run_s: int = Field(default=86400, ge=1, le=MAX_RUN_LIMIT_S)
     """MaxRuntimeInSeconds: SageMaker sends SIGTERM after this long (and kills 120 s later)."""
     spot: bool = False
@@ -108,7 +110,7 @@ class SageMakerConfig(_Strict):
     """OutputDataConfig.KmsKeyId: the KMS key SageMaker encrypts the model and output artifacts with."""
     enable_network_isolation: bool = False
     """EnableNetworkIsolation: the containers make no network calls except to each other (Ray and
-    NCCL still work). Needs `install_package: false` (no PyPI) and no `model.pretrained` download;
+    NCCL still work). Needs an image with the dependencies (`install_package` not `true`: no PyPI) and no `model.pretrained` download;
     `entry: toolkit` then gets its source through a `code` channel, as the SageMaker Python SDK does."""
     enable_inter_container_traffic_encryption: bool = False
     """EnableInterContainerTrafficEncryption: traffic between hosts is encrypted (IPsec). Every
@@ -143,9 +145,9 @@ class SageMakerConfig(_Strict):
 
     @model_validator(mode="after")
     def _isolation(self):
-        if self.enable_network_isolation and self.install_package:
+        if self.enable_network_isolation and self.install_package is True:
             raise ValueError("enable_network_isolation: the hosts cannot reach PyPI to install the package; set "
-                             "install_package: false and use an image that has smlaunch's dependencies")
+                             "install_package: auto or false and use an image that has smlaunch's dependencies")
         return self
 
     @model_validator(mode="after")

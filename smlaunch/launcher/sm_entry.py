@@ -2,8 +2,11 @@
 
 Runs on every host, in either entry way: exec'd by the container entrypoint line (container mode,
 so it is PID 1) or started by the SageMaker training toolkit as `sagemaker_program` (toolkit
-mode). It installs the shipped package (and its dependencies) unless `SMLAUNCH_PIP_INSTALL=0`,
-in which case the shipped code goes first on PYTHONPATH, and then *replaces itself* with
+mode). `SMLAUNCH_PIP_INSTALL` says how the shipped package gets onto the host: `auto` (the
+default) checks that this Python already has every dependency the shipped pyproject.toml names, at
+a version it allows, and then only puts the shipped code first on PYTHONPATH (well under a second,
+no network); anything missing and `1` pip-install the package (20-30 s, from PyPI); `0` never
+installs. It then *replaces itself* with
 `python -m smlaunch.launcher.cli <SMLAUNCH_COMMAND> <config>`, so the launcher keeps the PID and
 receives SIGTERM directly. Standard library only: nothing else is installed yet.
 
@@ -62,6 +65,53 @@ def supervisor(pid: int | None = None) -> str | None:
     return None
 
 
+def missing_requirements(project: Path) -> list[str] | None:
+    """The dependencies in `project`'s pyproject.toml (and those of their extras, one level down)
+    that this Python lacks or has at a version outside the range; None if that cannot be told
+    (no tomllib before Python 3.11, no pyproject). Versions are compared with the `packaging`
+    that pip vendors; without it, being installed is enough."""
+    try:
+        import tomllib
+        from importlib import metadata
+
+        requirements = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
+    except (ImportError, OSError, KeyError, ValueError):
+        return None
+    try:
+        from pip._vendor.packaging.requirements import Requirement
+    except ImportError:
+        Requirement = None  # noqa: N806
+    missing = []
+
+    def check(line: str, extras_of: str | None = None) -> None:
+        if Requirement is None:
+            name = line.split(";")[0].split("[")[0].split(">")[0].split("<")[0].split("=")[0].split("!")[0].strip()
+            version, extras, wanted = _installed(metadata, name), (), None
+        else:
+            req = Requirement(line)
+            if extras_of is not None and (req.marker is None or not req.marker.evaluate({"extra": extras_of})):
+                return
+            name, extras, wanted = req.name, req.extras, req.specifier
+            version = _installed(metadata, name)
+        if version is None or (wanted is not None and not wanted.contains(version, prereleases=True)):
+            missing.append(line.split(";")[0].strip())
+            return
+        for extra in extras:
+            for dependency in metadata.requires(name) or []:
+                check(dependency, extra)
+
+    for line in requirements:
+        check(line)
+    return missing
+
+
+def _installed(metadata, name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _fail(reason: str) -> int:
     """One line on stderr and in SageMaker's failure file (its first 1024 characters become FailureReason)."""
     print(f"sm-launch: error: {reason}", file=sys.stderr, flush=True)
@@ -88,8 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
     env = dict(os.environ)
-    if env.get("SMLAUNCH_PIP_INSTALL", "1") != "0":
-        print(f"smlaunch_entry: pip install {PROJECT}", flush=True)
+    mode = env.get("SMLAUNCH_PIP_INSTALL", "auto")
+    missing = missing_requirements(PROJECT) if mode == "auto" else None
+    if missing == []:
+        print("smlaunch_entry: every dependency is installed; the shipped code goes on PYTHONPATH", flush=True)
+    if mode == "1" or (mode == "auto" and missing != []):
+        why = f" (missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})" if missing else ""
+        print(f"smlaunch_entry: pip install {PROJECT}{why}", flush=True)
         done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
                                "--quiet", str(PROJECT)], check=False)
         if done.returncode != 0:

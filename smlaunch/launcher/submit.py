@@ -86,9 +86,9 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
         members = pack_sourcedir(shipped, tarball)
         _upload_file(s3, tarball, sourcedir_uri(cfg, name))
     log(f"submit: source tarball ({len(members)} files, config {CONFIG_NAME}) -> {sourcedir_uri(cfg, name)}")
-    if sm.vpc is not None and sm.install_package:
-        log("submit: note: the hosts pip-install smlaunch's dependencies from PyPI, which a VPC reaches only "
-            "through a NAT gateway (else set sagemaker.install_package: false with an image that has them)")
+    if sm.vpc is not None and sm.install_package is not False:
+        log("submit: note: a host whose image lacks smlaunch's dependencies pip-installs them from PyPI, which a "
+            "VPC reaches only through a NAT gateway (an image that has them needs no network)")
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:

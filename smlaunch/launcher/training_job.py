@@ -182,7 +182,7 @@ def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
         # JSON-encoded values, as the SageMaker Python SDK writes them and the toolkit decodes them
         hyperparameters = {k: json.dumps(v) for k, v in toolkit.items()}
     environment = {**sm.environment, TOKEN_ENV: ray_token, "SMLAUNCH_COMMAND": sm.command,
-                   "SMLAUNCH_PIP_INSTALL": "1" if sm.install_package else "0", "PYTHONUNBUFFERED": "1"}
+                   "SMLAUNCH_PIP_INSTALL": {"auto": "auto", True: "1", False: "0"}[sm.install_package], "PYTHONUNBUFFERED": "1"}
     stopping = {"MaxRuntimeInSeconds": sm.max_run_s}
     if sm.wait_s is not None:
         stopping["MaxWaitTimeInSeconds"] = sm.wait_s

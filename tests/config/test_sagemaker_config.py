@@ -8,7 +8,7 @@ from smlaunch.errors import ConfigError
 
 def test_shipped_hetero_config_has_a_submittable_sagemaker_section(configs):
     sm = load_config(configs / "hetero.yaml").sagemaker
-    assert sm.entry == "container" and sm.command == "run" and sm.install_package
+    assert sm.entry == "container" and sm.command == "run" and sm.install_package == "auto"
     assert sm.wait_s is None and sm.prefix == "smlaunch"
     assert load_config(configs / "tiny.yaml").sagemaker is None  # optional: only submit needs it
 

@@ -3,8 +3,8 @@
 SageMaker's SIGTERM (StopTrainingJob, MaxRuntime, a spot interruption) goes to the training
 toolkit's `train` when the toolkit starts the job; it does not forward it and exits at once. The
 launcher watches the process that started it (`SMLAUNCH_SUPERVISOR`, set by the entry script) and
-takes the SIGTERM path when it is gone. The container path (SIGTERM to the launcher itself) is in
-`tests/reliability/test_host_loss.py`.
+takes the SIGTERM path when it is gone. The job test below has both paths at once: two hosts under
+the toolkit, one host whose launcher gets the signal itself (the container path).
 """
 
 import json
@@ -83,33 +83,39 @@ def test_a_process_that_is_not_watched_is_not_stopped():
 
 
 @pytest.mark.ray
-def test_sigterm_to_the_toolkits_train_on_every_host_checkpoints_every_launcher_leaves_and_the_next_job_resumes(
-        tmp_path):
+def test_sigterm_on_both_entry_paths_checkpoints_every_launcher_leaves_and_the_next_job_resumes(tmp_path):
+    """One 3-host job with both entry paths, as a stop reaches them: the head (algo-2) and algo-3
+    run under the toolkit's real `train` and SageMaker's SIGTERM goes to `train`; algo-1 runs
+    sm-launch as the container's PID 1 would and gets the SIGTERM itself."""
     pytest.importorskip("sagemaker_training")
     job = FakeJob(tmp_path, steps=400)
     try:
-        trains = {h: job.start_under_toolkit(h) for h in HOSTS}
+        job.start("algo-1")
+        trains = {h: job.start_under_toolkit(h) for h in ("algo-2", "algo-3")}
         job.wait_for_text("algo-2", "step=4 ", 300)
-        launchers = {}
-        for host, train in trains.items():
+        launchers = {job.procs["algo-1"].pid}
+        for train in trains.values():
             children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(train.pid)], capture_output=True, text=True)
-            (launchers[host],) = [int(p) for p in children.stdout.split()]
+            launchers |= {int(p) for p in children.stdout.split()}
+        assert len(launchers) == 3
         signalled = time.monotonic()
-        for train in trains.values():  # SageMaker signals every container's entry process
-            train.send_signal(signal.SIGTERM)
-        assert {h: t.wait(10) for h, t in trains.items()} == {h: -signal.SIGTERM for h in HOSTS}
-        while any(alive(p) for p in launchers.values()) and time.monotonic() - signalled < 30:
+        for host in HOSTS:  # SageMaker signals every container's entry process
+            job.procs[host].send_signal(signal.SIGTERM)
+        assert {h: t.wait(10) for h, t in trains.items()} == {h: -signal.SIGTERM for h in trains}  # gone at once
+        while any(alive(p) for p in launchers) and time.monotonic() - signalled < 30:
             time.sleep(0.2)
-        assert not any(alive(p) for p in launchers.values()), {h: job.log(h)[-2000:] for h in HOSTS}
+        assert not any(alive(p) for p in launchers), {h: job.log(h)[-2000:] for h in HOSTS}
+        assert job.wait(5)["algo-1"] == 143
 
         head = job.log("algo-2")
         assert "the training toolkit (pid" in head
         report = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())
         stopped = report["summary"]["stopped_at_step"]
         assert f"stopped at step {stopped} on request; checkpoint written" in head
+        assert f"stopped early at step {stopped}" in head
         assert 4 <= stopped < 400 and len(report["steps"]) == stopped
         assert list((job.trees["algo-2"] / "checkpoints").rglob("state.pt")), "no checkpoint written on stop"
-        # a stop is not a failure, and the toolkit, gone, reported no success either
+        # a stop is not a failure; and the toolkit, gone, reported no success either
         for host in HOSTS:
             assert job.failure(host) is None, job.failure(host)
             assert not (job.trees[host] / "output" / "success").exists()

@@ -90,8 +90,8 @@ def test_dry_run_prints_the_request_as_json_and_sends_nothing(aws, capsys):
 
 
 def test_container_submit_uploads_creates_the_job_and_its_entrypoint_runs(aws, capsys, tmp_path):
-    code, out, err = submit(aws, capsys, "--set", "sagemaker.command=plan", "--set", "sagemaker.install_package=false",
-                            "--set", "sagemaker.tags={team: vision}", job="box-1")
+    code, out, err = submit(aws, capsys, "--set", "sagemaker.command=plan", "--set", "sagemaker.tags={team: vision}",
+                            job="box-1")
     assert code == 0, err
     (request,) = aws.create_requests()
     assert validate_request(request) == []
@@ -131,6 +131,10 @@ def test_container_submit_uploads_creates_the_job_and_its_entrypoint_runs(aws, c
     ran = subprocess.run(argv, env=host_env(request, tree), capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert (tree / "code" / "smlaunch" / "launcher" / "cli.py").is_file()
+    # install_package: auto, and this Python has every dependency: nothing installed, no network
+    assert request["Environment"]["SMLAUNCH_PIP_INSTALL"] == "auto"
+    assert "every dependency is installed; the shipped code goes on PYTHONPATH" in ran.stdout
+    assert "pip install" not in ran.stdout
     assert "SageMaker job: this host is algo-1 (head, train_group)" in ran.stdout
     assert "train: File tfrecord (FullyReplicated) from builtin:digits/train -> /opt/ml/input/data/train on algo-2" \
         in ran.stdout

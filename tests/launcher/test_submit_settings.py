@@ -62,9 +62,9 @@ def test_account_settings_reach_the_request_and_an_isolated_toolkit_job_gets_its
 @pytest.mark.parametrize("overrides, expected", [
     ([f"sagemaker.volume_kms_key={KEY_ARN}"],
      "sagemaker.volume_kms_key: train_group (ml.g5.xlarge) use local NVMe storage"),
-    (["sagemaker.enable_network_isolation=true"],
+    (["sagemaker.enable_network_isolation=true", "sagemaker.install_package=true"],
      "sagemaker: enable_network_isolation: the hosts cannot reach PyPI to install the package; set "
-     "install_package: false"),
+     "install_package: auto or false"),
     (["sagemaker.enable_network_isolation=true", "sagemaker.install_package=false", "model.pretrained=s3://b/w.pt"],
      "model.pretrained: under sagemaker.enable_network_isolation the hosts cannot download s3://b/w.pt"),
     (["sagemaker.retry_strategy={maximum_retry_attempts: 31}"],
