@@ -3,7 +3,7 @@
 A module offers `add_arguments(parser)` (its flags; imports nothing heavy) and
 `main(args, failure) -> exit status`, which runs inside `cli.main`'s error boundary: it raises
 `ConfigError`/`UserError` for the user's mistakes and points `failure` at the `/opt/ml` tree whose
-`output/failure` should carry the reason. `run` and `check` share a module.
+`output/failure` should carry the reason. `run` and `check` share a module, as do `status`, `logs` and `stop`.
 """
 
 COMMANDS = {
@@ -13,6 +13,11 @@ COMMANDS = {
               "bring the cluster up on every host, run one task per host, tear it down"),
     "submit": ("smlaunch.launcher.commands.submit",
                "create the SageMaker training job (uploads the code, local channels); --dry-run prints it"),
+    "status": ("smlaunch.launcher.commands.jobs", "a submitted job's status, hosts, times and failure reason"),
+    "logs": ("smlaunch.launcher.commands.jobs",
+             "a submitted job's CloudWatch logs, every host's merged in time order and labelled; --follow"),
+    "stop": ("smlaunch.launcher.commands.jobs",
+             "stop a submitted job: every host checkpoints at the next step boundary and exits"),
     "report": ("smlaunch.launcher.commands.report",
                "draw a run's report again (Markdown, PNG plots, TensorBoard) and recompute the verdict and advisor"),
     "inspect": ("smlaunch.launcher.commands.inspect",

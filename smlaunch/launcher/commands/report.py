@@ -1,7 +1,9 @@
 """`sm-launch report RUN_DIR`: draw a run's report again from its `report.json`.
 
 RUN_DIR may be a local run's directory (the head's `hosts/<head>/opt/ml/output/data` is found
-under it), a job's downloaded `output/data` folder, or the `report.json` itself. The verdict and
+under it), a job's downloaded `output/data` folder, the `report.json` itself, or a submitted
+job's output in S3: `--job NAME` (found with DescribeTrainingJob) or the `s3://.../output.tar.gz`
+URI, downloaded and unpacked into `./<job>-output` (or `--into DIR`) first. The verdict and
 the advisor are computed again, with `--price TYPE=USD` on top of the prices the run used.
 """
 
@@ -18,7 +20,11 @@ log = logging.getLogger("smlaunch")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", help="a run directory, an output/data folder, or a report.json")
+    parser.add_argument("run_dir", nargs="?",
+                        help="a run directory, an output/data folder, a report.json, or a job's s3://.../output.tar.gz")
+    parser.add_argument("--job", help="a submitted training job: read its report from its output in S3")
+    parser.add_argument("--into", help="where a job's output is unpacked (default: ./<job>-output)")
+    parser.add_argument("--region", help="AWS region for --job and s3:// (default: boto3's)")
     parser.add_argument("--price", action="append", default=[], metavar="TYPE=USD",
                         help="USD per instance-hour for an ml.* type, over the run's prices (repeatable)")
 
@@ -26,11 +32,27 @@ def add_arguments(parser) -> None:
 def main(args, failure) -> int:
     from smlaunch.launcher.report import log_summary
 
-    path, report = rerender(args.run_dir, args.price)
+    run_dir = args.run_dir
+    if args.job or (run_dir or "").startswith("s3://"):
+        run_dir = str(_download(args))
+    elif not run_dir:
+        raise UserError("report: give a run directory, a report.json, an s3:// output URI or --job NAME")
+    path, report = rerender(run_dir, args.price)
     log_summary(report, log)
     log.log(RESULT, f"report: {path} (summary.md, throughput.png, data_wait.png, utilisation.png, tensorboard/ "
                     "beside it)")
     return 0
+
+
+def _download(args) -> Path:
+    from smlaunch.launcher import job_client
+
+    sagemaker, _, s3 = job_client.clients(args.region)
+    uri = job_client.output_uri(job_client.describe(sagemaker, args.job)) if args.job else args.run_dir
+    name = args.job or uri.rstrip("/").split("/")[-3 if uri.endswith(".tar.gz") else -2]
+    into = Path(args.into or f"{name}-output")
+    log.info(f"report: {uri} -> {into}")
+    return job_client.fetch_output(s3, uri, into)
 
 
 def find_report(path: str) -> Path:
