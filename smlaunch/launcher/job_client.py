@@ -13,13 +13,15 @@ from __future__ import annotations
 import tarfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from smlaunch.errors import UserError
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 ENDED = ("Completed", "Failed", "Stopped")
 FOLLOW_POLL_S = 5.0
+LATE_S = 60
+"""How late (by timestamp) a host's line may reach CloudWatch and still be shown when following."""
 
 
 def _call(what: str, job: str, fn, **kwargs):
@@ -27,11 +29,15 @@ def _call(what: str, job: str, fn, **kwargs):
 
     try:
         return fn(**kwargs)
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise UserError(f"{what} {job}: {error.get('Code', 'error')}: {error.get('Message') or exc}") from None
-    except BotoCoreError as exc:
-        raise UserError(f"{what} {job}: {exc}") from None
+    except (ClientError, BotoCoreError) as exc:
+        raise _one_line(what, job, exc) from None
+
+
+def _one_line(what: str, job: str, exc: Exception) -> UserError:
+    error = getattr(exc, "response", {}).get("Error", {})
+    if error:
+        return UserError(f"{what} {job}: {error.get('Code', 'error')}: {error.get('Message') or exc}")
+    return UserError(f"{what} {job}: {exc}")
 
 
 def clients(region: str | None):
@@ -92,34 +98,45 @@ def host_of(stream: str, job: str) -> str:
     return head if tail.isdigit() and head else name
 
 
-def log_lines(logs, job: str, start_ms: int = 0) -> Iterator[tuple[int, str, str]]:
-    """(timestamp ms, host, message) of every host's stream from `start_ms`, in time order."""
-    kwargs = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{job}/", "startTime": start_ms, "interleaved": True}
+def log_events(logs, job: str, start_ms: int = 0) -> list[dict]:
+    """Every host's events from `start_ms` on, in time order; none yet if the log group or the job's
+    streams do not exist yet (a job that has just been submitted)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    kwargs = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{job}/", "startTime": start_ms}
     events = []
-    while True:
-        page = _call("FilterLogEvents", job, logs.filter_log_events, **kwargs)
-        events += page.get("events", [])
-        if not page.get("nextToken") or not page.get("events"):
-            break
-        kwargs["nextToken"] = page["nextToken"]
-    for e in sorted(events, key=lambda e: (e["timestamp"], e.get("ingestionTime", 0))):
-        yield e["timestamp"], host_of(e["logStreamName"], job), e["message"].rstrip("\n")
+    try:
+        for page in logs.get_paginator("filter_log_events").paginate(**kwargs):  # an empty page may still go on
+            events += page.get("events", [])
+    except (ClientError, BotoCoreError) as exc:
+        if getattr(exc, "response", {}).get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return []
+        raise _one_line("FilterLogEvents", job, exc) from None
+    return sorted(events, key=lambda e: (e["timestamp"], e.get("ingestionTime", 0), e.get("eventId", "")))
 
 
 def follow_logs(sagemaker, logs, job: str, emit: Callable[[str], None], follow: bool,
                 poll_s: float = FOLLOW_POLL_S, sleep=time.sleep) -> str:
-    """Print every line once, labelled `[algo-N]`; with `follow`, until the job has ended. Returns its status."""
-    seen: set[tuple[int, str, str]] = set()
+    """Print every line once, labelled `[algo-N]`; with `follow`, until the job has ended. Returns its status.
+
+    Each poll asks again from `LATE_S` before the newest line seen, since a slower host's lines
+    arrive later with earlier timestamps; events are told apart by their id, and ids older than
+    that window are forgotten, so memory stays bounded however long the job runs."""
+    seen: dict[str, int] = {}
     start_ms = 0
     while True:
         status = describe(sagemaker, job)["TrainingJobStatus"]  # read before the lines: none after it is missed
-        for event in log_lines(logs, job, start_ms):
-            if event not in seen:
-                seen.add(event)
-                emit(f"[{event[1]}] {event[2]}")
-                start_ms = max(start_ms, event[0])
+        for e in log_events(logs, job, max(0, start_ms - LATE_S * 1000)):
+            key = e.get("eventId") or f"{e['logStreamName']}/{e['timestamp']}/{e['message']}"
+            if key in seen:
+                continue
+            seen[key] = e["timestamp"]
+            emit(f"[{host_of(e['logStreamName'], job)}] {e['message'].rstrip(chr(10))}")
+            start_ms = max(start_ms, e["timestamp"])
         if not follow or status in ENDED:
             return status
+        horizon = start_ms - 2 * LATE_S * 1000
+        seen = {k: t for k, t in seen.items() if t >= horizon}
         sleep(poll_s)
 
 
@@ -130,10 +147,25 @@ def fetch_output(s3, uri: str, into: Path) -> Path:
     bucket, key = uri[5:].split("/", 1)
     if not key.endswith(".tar.gz"):
         key = key.rstrip("/") + "/output.tar.gz"
+    import tempfile
+
     into.mkdir(parents=True, exist_ok=True)
-    archive = into / "output.tar.gz"
-    _call("GetObject", f"s3://{bucket}/{key}", s3.download_file, Bucket=bucket, Key=key, Filename=str(archive))
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    archive.unlink()
+    with tempfile.TemporaryDirectory(prefix="smlaunch-output-") as tmp:
+        archive = Path(tmp) / "output.tar.gz"
+        _call("GetObject", f"s3://{bucket}/{key}", s3.download_file, Bucket=bucket, Key=key, Filename=str(archive))
+        with tarfile.open(archive) as tar:
+            _extract(tar, into)
     return into
+
+
+def _extract(tar: tarfile.TarFile, into: Path) -> None:
+    """Regular files and folders only, each inside `into` (tarfile's `data` filter where Python has it)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(into, filter="data")
+        return
+    root = into.resolve()
+    for member in tar.getmembers():
+        target = (root / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or (target != root and root not in target.parents):
+            raise UserError(f"{member.name}: not a plain file inside the job's output; not unpacked")
+        tar.extract(member, root)

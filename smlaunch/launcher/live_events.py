@@ -28,8 +28,8 @@ class LiveEvents:
     validation/loss per validation; any other scalar through `scalar`.
 
     Written synchronously with tensorboardX's `EventsWriter` (its `SummaryWriter` queues events to a
-    thread, and its flush does not wait for that queue), flushed at most `FLUSH_S` after a write,
-    at each validation and at close.
+    thread, and its flush does not wait for that queue), flushed at most `FLUSH_S` after a write
+    (`flush_if_due`), at each validation and at close.
     """
 
     def __init__(self, directory: str | Path, suffix: str = LIVE_SUFFIX):
@@ -37,15 +37,15 @@ class LiveEvents:
 
         Path(directory).mkdir(parents=True, exist_ok=True)
         self._writer = EventsWriter(str(Path(directory) / "events"), suffix)
-        self._flushed = time.monotonic()
+        self._flushed, self._dirty = time.monotonic(), False
 
     def scalar(self, tag: str, value: float, step: int, walltime: float | None = None) -> None:
         from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.summary import scalar
 
         self._writer.write_event(Event(summary=scalar(tag, value), step=step, wall_time=walltime or time.time()))
-        if time.monotonic() - self._flushed >= FLUSH_S:
-            self.flush()
+        self._dirty = True
+        self.flush_if_due()
 
     def step(self, record: dict) -> None:
         for tag, value in (("train/loss", record["loss"]), ("train/images_per_s", record["images_per_s"]),
@@ -57,9 +57,15 @@ class LiveEvents:
         self.scalar("validation/loss", result["loss"], result["step"])
         self.flush()
 
+    def flush_if_due(self) -> None:
+        """Flush if something was written and the last flush is `FLUSH_S` old; the progress thread
+        calls this every poll, so a burst of steps before a stall is on disk within `FLUSH_S`."""
+        if self._dirty and time.monotonic() - self._flushed >= FLUSH_S:
+            self.flush()
+
     def flush(self) -> None:
         self._writer.flush()
-        self._flushed = time.monotonic()
+        self._flushed, self._dirty = time.monotonic(), False
 
     def close(self) -> None:
         self._writer.close()

@@ -10,11 +10,12 @@ installs. It then *replaces itself* with
 `python -m smlaunch.launcher.cli <SMLAUNCH_COMMAND> <config>`, so the launcher keeps the PID and
 receives SIGTERM directly. Standard library only: nothing else is installed yet.
 
-In toolkit mode SageMaker's SIGTERM goes to the toolkit's `train`, which neither handles nor
-forwards it (toolkit issue #125): it exits at once and the launcher would train on, orphaned. So
-the script names its supervisor (the nearest ancestor that is not a shell, as `pid:start time`)
-in `SMLAUNCH_SUPERVISOR`; the launcher stops, checkpoints and exits when that process is gone
-(`launcher.stopping.watch_supervisor`), the same path as a SIGTERM of its own.
+In toolkit mode SageMaker's SIGTERM goes to the container's PID 1, not to the launcher
+(`launcher.supervisor` has the cases). The script names its supervisor (the nearest ancestor that
+is not a shell, as `pid:start time`) in `SMLAUNCH_SUPERVISOR`, and the launcher stops, checkpoints
+and exits when that process is gone (`launcher.stopping.watch_supervisor`), the same path as a
+SIGTERM of its own. Where PID 1 has no SIGTERM handler, no process will learn of a stop, and the
+script says so at start.
 
 The project is the nearest folder at or above this file holding `pyproject.toml`, so the same
 script also serves a source dir staged by hand for the SageMaker Python SDK
@@ -33,49 +34,23 @@ HERE = Path(__file__).resolve().parent
 PROJECT = next((p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file()), HERE)
 COMMANDS = ("run", "check", "plan")
 SUPERVISOR_ENV = "SMLAUNCH_SUPERVISOR"
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "busybox"})
-
-
-def process_stat(pid: int) -> tuple[str, int, str] | None:
-    """(state, parent pid, start time in clock ticks) of `pid` from /proc, None if it is gone.
-    The start time tells a process from a later one that reuses its pid."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
-    return fields[0], int(fields[1]), fields[19]
-
-
-def supervisor(pid: int | None = None) -> str | None:
-    """`pid:start` of the process that started `pid` (default: this one), looking through shells
-    (`sh -c ...`); None for the container's PID 1 (container mode: it gets SIGTERM itself)."""
-    pid = os.getpid() if pid is None else pid
-    while pid != 1 and (stat := process_stat(pid)) is not None:
-        parent, parent_stat = stat[1], process_stat(stat[1])
-        if parent_stat is None:
-            return None
-        try:
-            comm = Path(f"/proc/{parent}/comm").read_text().strip()
-        except OSError:
-            return None
-        if parent == 1 or comm not in SHELLS:
-            return f"{parent}:{parent_stat[2]}"
-        pid = parent
-    return None
-
-
 def missing_requirements(project: Path) -> list[str] | None:
     """The dependencies in `project`'s pyproject.toml (and those of their extras, one level down)
     that this Python lacks or has at a version outside the range; None if that cannot be told
-    (no tomllib before Python 3.11, no pyproject). Versions are compared with the `packaging`
+    (no TOML parser, no readable pyproject). Versions are compared with the `packaging`
     that pip vendors; without it, being installed is enough."""
+    from importlib import metadata
+
     try:
         import tomllib
-        from importlib import metadata
-
+    except ImportError:  # Python 3.10: the TOML parser pip vendors
+        try:
+            from pip._vendor import tomli as tomllib
+        except ImportError:
+            return None
+    try:
         requirements = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
-    except (ImportError, OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError):
         return None
     try:
         from pip._vendor.packaging.requirements import Requirement
@@ -137,8 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     command = os.environ.get("SMLAUNCH_COMMAND", "run")
     if command not in COMMANDS:
         return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
+    sys.path.insert(0, str(PROJECT))  # the shipped package: its supervisor module is standard library only
+    from smlaunch.launcher.supervisor import is_alive, pid1_ignores_sigterm, supervisor
+
+    watched = supervisor()  # now: an install takes 20-30 s, and the supervisor may be gone by then
+    deaf = pid1_ignores_sigterm()
+    if deaf:
+        print(f"smlaunch_entry: warning: this container's PID 1 ({deaf}) has no SIGTERM handler, so a stop or spot "
+              "interruption reaches no process here; SageMaker kills the job 120 s later and it resumes from the "
+              "last periodic checkpoint (trainer.checkpoint_interval). sagemaker.entry: container makes sm-launch "
+              "PID 1 and stops it cleanly", flush=True)
     env = dict(os.environ)
     mode = env.get("SMLAUNCH_PIP_INSTALL", "auto")
+    if mode not in ("auto", "1", "0"):
+        return _fail(f"SMLAUNCH_PIP_INSTALL={mode!r}: expected auto, 1 or 0 (sagemaker.install_package)")
     missing = missing_requirements(PROJECT) if mode == "auto" else None
     if missing == []:
         print("smlaunch_entry: every dependency is installed; the shipped code goes on PYTHONPATH", flush=True)
@@ -152,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                          "job reach PyPI, or set sagemaker.install_package: false for an image that has the dependencies")
     else:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    watched = supervisor()
     if watched:
+        if not is_alive(watched):  # gone while we installed: the stop came before sm-launch could start
+            print("smlaunch_entry: the process that started this script has exited (a stop); not starting", flush=True)
+            return 143
         env[SUPERVISOR_ENV] = watched
     print(f"smlaunch_entry: exec sm-launch {command} {config}", flush=True)
     os.execve(sys.executable, [sys.executable, "-m", "smlaunch.launcher.cli", command, str(config)], env)

@@ -89,27 +89,23 @@ def forward_stop_to_trainer(stop: StopRequest | None):
 
 
 def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5) -> threading.Thread | None:
-    """Request a stop once the process `watched` (`pid:start time`, from `sm_entry.supervisor`) is gone.
+    """Request a stop once the process `watched` (`pid:start time`, from `supervisor.supervisor`) is gone.
 
-    Under the training toolkit that process is its `train`, which SageMaker's SIGTERM ends without
-    a word to its child. An exited process left unreaped (a zombie) counts as gone. Output the
-    toolkit piped to itself (its `capture_error`) then has no reader, so such a pipe is pointed at
-    /dev/null first: a write would otherwise fail mid-checkpoint (the log file keeps every line).
-    A pipe someone still reads (the container's log driver) is left alone.
+    Under the training toolkit that process is its `train`, which a SIGTERM it receives ends without
+    a word to its child. Output the toolkit piped to itself (stdout and stderr, with its
+    `capture_error`) then has no reader, so such a pipe is pointed elsewhere first, or a write would
+    fail mid-checkpoint: to the container's own stdout on a SageMaker host (so CloudWatch still gets
+    the lines), else /dev/null (the log file keeps every line). A pipe someone still reads is left alone.
     """
     if not watched:
         return None
-    from smlaunch.launcher.sm_entry import process_stat
+    from smlaunch.launcher.supervisor import is_alive
 
-    pid, start = watched.split(":", 1)
-
-    def gone() -> bool:
-        stat = process_stat(int(pid))
-        return stat is None or stat[0] in ("Z", "X") or stat[2] != start
+    pid = watched.split(":", 1)[0]
 
     def watch() -> None:
         while not stop.event.wait(poll_s):
-            if gone():
+            if not is_alive(watched):
                 _detach_dead_pipes()
                 stop.request("toolkit exit", f"the training toolkit (pid {pid}) that started sm-launch exited, "
                              "as it does on SageMaker's SIGTERM, which it does not forward")
@@ -124,10 +120,17 @@ def _detach_dead_pipes() -> None:
     import os
     import select
 
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    target = None
+    if os.environ.get("TRAINING_JOB_NAME") and os.getpid() != 1:  # a SageMaker host: PID 1's stdout is the log stream
+        try:
+            target = os.open("/proc/1/fd/1", os.O_WRONLY | os.O_APPEND)
+        except OSError:
+            target = None
+    if target is None:
+        target = os.open(os.devnull, os.O_WRONLY)
     for fd in (1, 2):
         poller = select.poll()
         poller.register(fd, select.POLLOUT)
         if any(events & select.POLLERR for _, events in poller.poll(0)):  # a pipe whose reader is gone
-            os.dup2(devnull, fd)
-    os.close(devnull)
+            os.dup2(target, fd)
+    os.close(target)

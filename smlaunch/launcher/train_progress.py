@@ -82,13 +82,24 @@ class TrainProgress:
         self._thread.join(timeout=15)
         self._drain(final=True)
         self.bar.close()
-        if self.events is not None:
-            self.events.close()
+        self._write_events("close")
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
             self._drain()
             self.bar.tick()
+            self._write_events("flush_if_due")
+
+    def _write_events(self, what: str, *args) -> None:
+        """TensorBoard is a view: a failed write (a full disk) turns it off, never the progress thread,
+        which must go on passing the ranks' fatal errors to `fit`."""
+        if self.events is None:
+            return
+        try:
+            getattr(self.events, what)(*args)
+        except Exception as exc:  # noqa: BLE001
+            log.warning(f"TensorBoard events off for the rest of the run: {type(exc).__name__}: {exc}")
+            self.events = None
 
     def _drain(self, final: bool = False) -> None:
         import ray
@@ -108,12 +119,10 @@ class TrainProgress:
             self.bar.step(event)
             if event["step"] % self.log_every == 0 or event["step"] == 1:
                 log.info(metric_line(event))
-            if self.events is not None:
-                self.events.step(event)
+            self._write_events("step", event)
         elif kind == "validation":
             log.info(validation_line(event))
-            if self.events is not None:
-                self.events.validation(event)
+            self._write_events("validation", event)
         elif kind == "resumed":  # also a worker group restarted after a crash: the bar steps back
             self.last_step = event["step"]
             self.bar.update(event["step"] - self.bar.n)

@@ -60,3 +60,14 @@ def test_without_live_events_the_report_writes_every_step(configs, tmp_path):
     write_report(report, tmp_path / "out")
     seen = scalars(tmp_path / "out" / "tensorboard")
     assert {("train/loss", s["step"]) for s in report["steps"]} <= set(seen)
+
+
+def test_a_failing_events_writer_turns_tensorboard_off_not_the_progress(tmp_path):
+    class Full:
+        def step(self, record):
+            raise OSError(28, "No space left on device")
+
+    progress = TrainProgress(board=None, total_steps=10, initial_step=0, log_every=5, events=Full())
+    progress.handle(step(1))  # no exception: the thread that passes fatal errors on must survive
+    progress.handle({"kind": "fatal", "text": "bad record"})
+    assert progress.events is None and progress.fatal == {"kind": "fatal", "text": "bad record"}

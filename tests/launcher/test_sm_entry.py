@@ -28,3 +28,14 @@ def test_a_project_that_cannot_be_read_means_install(tmp_path):
     assert missing_requirements(tmp_path) is None  # no pyproject.toml
     (tmp_path / "pyproject.toml").write_text("not toml = = =")
     assert missing_requirements(tmp_path) is None
+
+
+def test_an_unknown_install_mode_is_refused_in_one_line_with_the_failure_file(tmp_path, monkeypatch, capsys):
+    from smlaunch.launcher.sm_entry import main
+
+    monkeypatch.setenv("SMLAUNCH_PIP_INSTALL", "yes")
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path))
+    assert main(["--config", "configs/tiny.yaml"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "sm-launch: error: SMLAUNCH_PIP_INSTALL='yes': expected auto, 1 or 0 (sagemaker.install_package)")
+    assert (tmp_path / "output" / "failure").read_text().startswith("SMLAUNCH_PIP_INSTALL='yes'")

@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from sagemaker_job import HOSTS, FakeJob
-from smlaunch.launcher.sm_entry import process_stat
+from smlaunch.launcher.supervisor import process_stat
 
 CHILD = """
 import sys
-from smlaunch.launcher.sm_entry import supervisor
+from smlaunch.launcher.supervisor import supervisor
 from smlaunch.launcher.stopping import StopRequest, watch_supervisor
 
 out = sys.argv[1]

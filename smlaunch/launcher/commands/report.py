@@ -33,6 +33,9 @@ def main(args, failure) -> int:
     from smlaunch.launcher.report import log_summary
 
     run_dir = args.run_dir
+    if args.job and run_dir:
+        raise UserError(f"report: --job {args.job} reads the job's output from S3; give no RUN_DIR with it "
+                        "(--into says where it is unpacked)")
     if args.job or (run_dir or "").startswith("s3://"):
         run_dir = str(_download(args))
     elif not run_dir:
@@ -49,7 +52,8 @@ def _download(args) -> Path:
 
     sagemaker, _, s3 = job_client.clients(args.region)
     uri = job_client.output_uri(job_client.describe(sagemaker, args.job)) if args.job else args.run_dir
-    name = args.job or uri.rstrip("/").split("/")[-3 if uri.endswith(".tar.gz") else -2]
+    parts = [p for p in uri[5:].split("/") if p]  # .../<job>/output/output.tar.gz, as SageMaker writes it
+    name = args.job or (parts[-3] if len(parts) >= 4 and parts[-2] == "output" else "job")
     into = Path(args.into or f"{name}-output")
     log.info(f"report: {uri} -> {into}")
     return job_client.fetch_output(s3, uri, into)
