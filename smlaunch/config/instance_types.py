@@ -20,6 +20,7 @@ CPU host adds.
 from __future__ import annotations
 
 import difflib
+import re
 import functools
 from typing import NamedTuple
 
@@ -149,3 +150,14 @@ def known_spec(name: str) -> InstanceSpec | None:
 def is_cpu_only(name: str) -> bool:
     spec = SPECS.get(name)
     return spec is not None and spec.gpus == 0 and spec.accelerator is None
+
+
+LOCAL_STORAGE_FAMILIES = frozenset({"g4dn", "g4ad", "g5", "g6", "g6e", "gr6", "p3dn", "p4d", "p4de", "p5", "p5e",
+                                    "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
+"""Accelerated families with NVMe instance storage (AWS EC2 instance type pages); CPU families
+with it end in `d` (c5d, m5d, r5d, c6id, m7gd). SageMaker refuses a VolumeKmsKeyId on them."""
+
+
+def has_local_storage(instance_type: str) -> bool:
+    family = instance_type.removeprefix("ml.").split(".")[0]
+    return family in LOCAL_STORAGE_FAMILIES or bool(re.fullmatch(r"[cmrxz]\d+[a-z]*d", family))

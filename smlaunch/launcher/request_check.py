@@ -194,23 +194,14 @@ def config_problems(cfg: LaunchConfig) -> list[str]:
     return problems
 
 
-LOCAL_STORAGE_FAMILIES = frozenset({"g4dn", "g4ad", "g5", "g6", "g6e", "gr6", "p3dn", "p4d", "p4de", "p5", "p5e",
-                                    "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
-"""Accelerated families with NVMe instance storage (AWS EC2 instance type pages); CPU families
-with it end in `d` (c5d, m5d, r5d, c6id, m7gd). SageMaker refuses a VolumeKmsKeyId on them."""
-
-
-def has_local_storage(instance_type: str) -> bool:
-    family = instance_type.removeprefix("ml.").split(".")[0]
-    return family in LOCAL_STORAGE_FAMILIES or bool(re.fullmatch(r"[cmrxz]\d+[a-z]*d", family))
-
-
 def _account_problems(cfg: LaunchConfig) -> list[str]:
     """Settings of the `sagemaker:` section that clash with the rest of the config."""
     sm, problems = cfg.sagemaker, []
     if sm is None:
         return problems
     if sm.volume_kms_key:
+        from smlaunch.config.instance_types import has_local_storage
+
         local = [f"{g.name} ({g.instance_type})" for g in cfg.cluster.instance_groups if has_local_storage(g.instance_type)]
         if local:
             problems.append(f"sagemaker.volume_kms_key: {', '.join(local)} use local NVMe storage, which SageMaker "

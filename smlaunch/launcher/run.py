@@ -54,7 +54,11 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     try:
         datasets = build_datasets(cfg, plan, listings, spec.num_classes)
         warm_preprocess_workers(plan, cfg.pipeline.ops)  # while Ray Train starts its workers
-        events = LiveEvents(Path(host_opt_ml(plan.head_host)) / "output" / "data" / "tensorboard")
+        try:  # TensorBoard is a view: a folder that cannot be written costs the events, not the job
+            events = LiveEvents(Path(host_opt_ml(plan.head_host)) / "output" / "data" / "tensorboard")
+        except OSError as exc:
+            log.warning(f"TensorBoard events off: {exc}")
+            events = None
         with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every,
                            events) as progress:
             result = fit(cfg, plan, datasets, spec, fatal=lambda: progress.fatal)

@@ -26,6 +26,7 @@ default `smlaunch-config.yaml` (what `sm-launch submit` ships).
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROJECT = next((p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file()), HERE)
 COMMANDS = ("run", "check", "plan")
-SUPERVISOR_ENV = "SMLAUNCH_SUPERVISOR"
+
+
 def missing_requirements(project: Path) -> list[str] | None:
     """The dependencies in `project`'s pyproject.toml (and those of their extras, one level down)
     that this Python lacks or has at a version outside the range; None if that cannot be told
@@ -60,7 +62,7 @@ def missing_requirements(project: Path) -> list[str] | None:
 
     def check(line: str, extras_of: str | None = None) -> None:
         if Requirement is None:
-            name = line.split(";")[0].split("[")[0].split(">")[0].split("<")[0].split("=")[0].split("!")[0].strip()
+            name = re.match(r"\s*([A-Za-z0-9._-]+)", line).group(1)  # a PEP 508 line starts with its name
             version, extras, wanted = _installed(metadata, name), (), None
         else:
             req = Requirement(line)
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
     sys.path.insert(0, str(PROJECT))  # the shipped package: its supervisor module is standard library only
-    from smlaunch.launcher.supervisor import is_alive, pid1_ignores_sigterm, supervisor
+    from smlaunch.launcher.supervisor import SUPERVISOR_ENV, is_alive, pid1_ignores_sigterm, supervisor
 
     watched = supervisor()  # now: an install takes 20-30 s, and the supervisor may be gone by then
     deaf = pid1_ignores_sigterm()

@@ -20,6 +20,8 @@ import os
 import signal
 from pathlib import Path
 
+SUPERVISOR_ENV = "SMLAUNCH_SUPERVISOR"
+"""Where the entry script passes `supervisor()` to the launcher it execs."""
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "busybox"})
 
 

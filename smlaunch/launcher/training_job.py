@@ -12,8 +12,8 @@ File-mode channel routed to every group) and `exec`s the entry script, which `ex
 sm-launch ends up PID 1 and receives SageMaker's SIGTERM itself. `toolkit` leaves the image's
 own entry (`train`) in place and names the entry script in the `sagemaker_program` and
 `sagemaker_submit_directory` hyperparameters, as the SageMaker Python SDK does; the toolkit
-then downloads the tarball itself but does not forward SIGTERM (toolkit issue #125; the entry
-script has the launcher watch the toolkit instead, `launcher.stopping.watch_supervisor`). Under
+then downloads the tarball itself but does not forward SIGTERM (toolkit issue #125; the launcher
+watches the toolkit instead, which helps where the image's PID 1 passes SIGTERM on: `launcher.supervisor`). Under
 network isolation the toolkit cannot reach S3 either: the tarball then comes by the same code
 channel as in container mode and `sagemaker_submit_directory` names its local path, as the
 SageMaker Python SDK does.

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from smlaunch.launcher.request_check import has_local_storage, validate_request
+from smlaunch.config.instance_types import has_local_storage
+from smlaunch.launcher.request_check import validate_request
 from smlaunch.launcher.training_job import CODE_CHANNEL, TARBALL, TENSORBOARD_LOCAL_PATH
 from test_submit import VPC, fake_host, host_env, sets, submit
 

@@ -29,8 +29,8 @@ def add_arguments(parser) -> None:
 def main(args, failure) -> int:
     import os
 
-    from smlaunch.launcher.sm_entry import SUPERVISOR_ENV
     from smlaunch.launcher.stopping import StopRequest, watch_supervisor
+    from smlaunch.launcher.supervisor import SUPERVISOR_ENV
 
     stop = StopRequest().install()
     watch_supervisor(stop, os.environ.pop(SUPERVISOR_ENV, None))  # popped: Ray's processes must not inherit it
