@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test bench plan clean
+.PHONY: setup sdk-venvs run test bench plan clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,13 +14,25 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The SageMaker Python SDK majors the README's recipes are tested with (tests/launcher/test_sdk_recipes.py),
+# each in its own venv: both are the `sagemaker` distribution, and their pins clash with the project's.
+SDK_V2 := sagemaker==2.257.*
+SDK_V3 := sagemaker==3.27.*
+.venv-sdk/%/.installed:
+	$(PYTHON) -m venv .venv-sdk/$*
+	.venv-sdk/$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-sdk/$*/bin/python -m pip install --quiet '$(SDK_$(shell echo $* | tr a-z A-Z))'
+	touch $@
+
+sdk-venvs: .venv-sdk/v2/.installed .venv-sdk/v3/.installed
+
 run: setup
 	$(VENV)/bin/sm-launch configs/hetero.yaml
 
 plan: setup
 	$(VENV)/bin/sm-launch plan configs/hetero.yaml
 
-test: setup
+test: setup sdk-venvs
 	$(VENV)/bin/python -m pytest
 
 bench: setup
@@ -38,4 +50,4 @@ bench: setup
 	$(VENV)/bin/python bench/seed_workload.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .venv-sdk runs .pytest_cache

@@ -47,8 +47,9 @@ class Aws:
         return [json.loads(e["body"]) for e in self.recorded()
                 if {k.lower(): v for k, v in e["headers"].items()}.get("x-amz-target") == "SageMaker.CreateTrainingJob"]
 
-    def keys(self, prefix: str = "") -> list[str]:
-        return [o["Key"] for o in self.s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix).get("Contents", [])]
+    def keys(self, prefix: str = "", bucket: str | None = None) -> list[str]:
+        listing = self.s3.list_objects_v2(Bucket=bucket or self.bucket, Prefix=prefix)
+        return [o["Key"] for o in listing.get("Contents", [])]
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ sagemaker-training toolkit (which downloads the tarball from the same server). N
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from smlaunch.cluster.host_tree import write_host_tree
 from smlaunch.launcher.cli import main
 from smlaunch.launcher.request_check import validate_request
 from smlaunch.launcher.training_job import CODE_CHANNEL, METRIC_DEFINITIONS, TARBALL
+from sm_hosts import fake_host, host_env, run_toolkit
 
 ROOT = Path(__file__).resolve().parents[2]
 HETERO = str(ROOT / "configs" / "hetero.yaml")
@@ -31,31 +30,6 @@ def submit(aws, capsys, *extra: str, job: str) -> tuple[int, str, str]:
     code = main(["submit", HETERO, "--job-name", job, "--set", f"sagemaker.bucket={aws.bucket}", *extra])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def fake_host(root: Path, request: dict, host: str) -> tuple[Path, str]:
-    """The /opt/ml tree SageMaker would give `host` for this request (hosts numbered group by group)."""
-    groups, n = [], 0
-    for g in request["ResourceConfig"]["InstanceGroups"]:
-        hosts = [f"algo-{n + i + 1}" for i in range(g["InstanceCount"])]
-        n += len(hosts)
-        groups.append({"instance_group_name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
-                       "hosts": hosts})
-    group = next(g["instance_group_name"] for g in groups if host in g["hosts"])
-    # a channel without InstanceGroupNames (a file system has none) reaches every group
-    channels = {c["ChannelName"]: c["InputMode"] for c in request["InputDataConfig"]
-                if group in c["DataSource"].get("S3DataSource", {}).get("InstanceGroupNames", [group])}
-    tree = write_host_tree(root / host / "opt" / "ml", host, groups, channels)
-    (tree / "input" / "config" / "hyperparameters.json").write_text(json.dumps(request.get("HyperParameters", {})))
-    return tree, group
-
-
-def host_env(request: dict, tree: Path, **extra: str) -> dict:
-    """The job's Environment on a host; PYTHONPATH dropped so only the shipped code can be imported."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(request["Environment"], SAGEMAKER_BASE_DIR=str(tree),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra)
-    return env
 
 
 def sets(*overrides: str) -> list[str]:
@@ -162,45 +136,6 @@ def test_toolkit_submit_runs_the_entry_script_under_the_training_toolkit(aws, ca
     assert (tree / "code" / "smlaunch_entry.py").is_file()  # unpacked by the toolkit
     assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
     assert "head: algo-1 (train_group, ml.g5.xlarge) at algo-1:6379" in ran.stdout
-
-
-def run_toolkit(aws, request: dict, tree: Path) -> subprocess.CompletedProcess:
-    """What a PyTorch training image does with `train`: the toolkit reads /opt/ml, downloads the
-    submit directory from S3, exports SM_* and runs sagemaker_program with the hyperparameters as arguments."""
-    toolkit = ("from sagemaker_training import entry_point, environment\n"
-               "env = environment.Environment()\n"
-               "entry_point.run(uri=env.module_dir, user_entry_point=env.user_entry_point, "
-               "args=env.to_cmd_args(), env_vars=env.to_env_vars())\n")
-    env = host_env(request, tree, S3_ENDPOINT_URL=aws.endpoint, AWS_REGION="us-east-1", SM_STUDIO_LOCAL_MODE="true",
-                   TRAINING_JOB_NAME=request["TrainingJobName"])
-    ran = subprocess.run([sys.executable, "-c", toolkit], env=env, capture_output=True, text=True, timeout=120,
-                         cwd=tree.parent)
-    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
-    return ran
-
-
-def test_the_readme_sdk_layout_runs_under_the_toolkit(aws, tmp_path):
-    """The README's SageMaker Python SDK example: a source dir staged from the checkout,
-    entry_point smlaunch/launcher/sm_entry.py, hyperparameter config=configs/hetero.yaml."""
-    pytest.importorskip("sagemaker_training")
-    with tarfile.open(tmp_path / "sourcedir.tar.gz", "w:gz") as tar:
-        for name in ("smlaunch", "pyproject.toml", "README.md", "configs"):
-            tar.add(ROOT / name, name, filter=lambda i: None if "__pycache__" in i.name else i)
-    aws.s3.upload_file(str(tmp_path / "sourcedir.tar.gz"), aws.bucket, "sdk/sourcedir.tar.gz")
-    hp = {"config": "configs/hetero.yaml", "sagemaker_program": "smlaunch/launcher/sm_entry.py",
-          "sagemaker_submit_directory": f"s3://{aws.bucket}/sdk/sourcedir.tar.gz", "sagemaker_region": "us-east-1"}
-    request = {"TrainingJobName": "sdk-1", "HyperParameters": {k: json.dumps(v) for k, v in hp.items()},
-               "Environment": {"SMLAUNCH_RAY_TOKEN": "r" * 43, "SMLAUNCH_PIP_INSTALL": "0", "SMLAUNCH_COMMAND": "plan"},
-               "ResourceConfig": {"InstanceGroups": [
-                   {"InstanceGroupName": "train_group", "InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
-                   {"InstanceGroupName": "data_group", "InstanceType": "ml.c5.4xlarge", "InstanceCount": 1}]},
-               "InputDataConfig": [{"ChannelName": c, "InputMode": "File",
-                                    "DataSource": {"S3DataSource": {"InstanceGroupNames": ["data_group"]}}}
-                                   for c in ("train", "validation")]}
-    tree, _ = fake_host(tmp_path, request, "algo-2")
-    ran = run_toolkit(aws, request, tree)
-    assert "exec sm-launch plan " + str(tree / "code" / "configs" / "hetero.yaml") in ran.stdout
-    assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
 
 
 FSX = "{type: FSxLustre, id: fs-0123456789abcdef0, directory: /fsx/digits/train}"
