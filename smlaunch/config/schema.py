@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
 from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
+from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.sagemaker import SageMakerConfig
 from smlaunch.config.op_specs import OpSpec
 
@@ -348,6 +349,8 @@ class LaunchConfig(_Strict):
     monitor: MonitorConfig = MonitorConfig()
     sagemaker: Optional[SageMakerConfig] = None
     """How `sm-launch submit` creates the training job; only submit reads it."""
+    kuberay: Optional[KubeRayConfig] = None
+    """How `sm-launch kuberay` writes the RayJob manifest; only that command reads it."""
 
     @model_validator(mode="after")
     def _cross(self):
@@ -359,6 +362,9 @@ class LaunchConfig(_Strict):
                 if group not in groups:
                     raise ValueError(f"channels.{name}.instance_groups: no instance group {group!r}; "
                                      f"groups: {sorted(groups)}")
+        head_group = self.kuberay.head_group if self.kuberay else None
+        if head_group is not None and head_group not in groups:
+            raise ValueError(f"kuberay.head_group: no instance group {head_group!r}; groups: {sorted(groups)}")
         if "train" not in self.channels:
             raise ValueError(f"channels: a channel named 'train' is required; channels: {sorted(self.channels)}")
         train = self.channels["train"]

@@ -20,7 +20,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from sm_hosts import fake_host, host_env, run_toolkit
 from smlaunch.launcher.cli import main

@@ -13,6 +13,8 @@ COMMANDS = {
               "bring the cluster up on every host, run one task per host, tear it down"),
     "submit": ("smlaunch.launcher.commands.submit",
                "create the SageMaker training job (uploads the code, local channels); --dry-run prints it"),
+    "kuberay": ("smlaunch.launcher.commands.kuberay",
+                "print the job as a KubeRay RayJob manifest (and its config as a ConfigMap) for kubectl apply"),
     "status": ("smlaunch.launcher.commands.jobs", "a submitted job's status, hosts, times and failure reason"),
     "logs": ("smlaunch.launcher.commands.jobs",
              "a submitted job's CloudWatch logs, every host's merged in time order and labelled; --follow"),

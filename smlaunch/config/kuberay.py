@@ -1,0 +1,48 @@
+"""The `kuberay:` section: how `sm-launch kuberay` turns the job into a KubeRay `RayJob`.
+
+Only that command reads it, and every field has a default, so `sm-launch kuberay CONFIG --image
+IMAGE` works on any config. The instance groups stay the unit: each becomes one worker group with
+the group's instance count as replicas and the group's instance spec as pod requests. The base
+class repeats `schema._Strict` because `schema` imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""An RFC 1123 label, what Kubernetes wants of a namespace and of the names derived from the job."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KubeRayConfig(_Strict):
+    """A RayJob for the job: a head pod that trains nothing by default, and one worker group per
+    instance group."""
+
+    image: Optional[str] = Field(default=None, min_length=1)
+    """The image every pod runs: Ray at the version this machine has, and smlaunch installed
+    (`pip install <checkout>`). `--image` overrides it; one of the two is required."""
+    namespace: Optional[str] = Field(default=None, pattern=K8S_NAME, max_length=63)
+    """The namespace of the ConfigMap and the RayJob; default: kubectl's current one."""
+    head_group: Optional[str] = None
+    """None (the default): the head is a pod of its own that offers Ray no CPUs or GPUs, so no
+    preprocessing or training lands on it. A group's name: the head is that group's first host
+    (labelled and sized as it), as on SageMaker, and the group's worker replicas are one fewer."""
+    head_cpus: int = Field(default=2, ge=1)
+    """CPU request of a head pod of its own (the driver: plan, report, Ray's GCS)."""
+    head_memory_gib: float = Field(default=8, gt=0)
+    node_selector: Literal["instance_type", "none"] = "instance_type"
+    """`instance_type`: pin each group to nodes of its EC2 type (`node.kubernetes.io/instance-type:
+    g5.xlarge` for `ml.g5.xlarge`), as on EKS; `none`: let the scheduler place pods anywhere
+    their requests fit."""
+    max_run_s: int = Field(default=7200, ge=60)
+    """`activeDeadlineSeconds`: KubeRay fails the job and deletes the cluster after this long."""
+    ttl_after_finished_s: int = Field(default=300, ge=0)
+    """How long the finished cluster stays (for `kubectl logs`) before KubeRay deletes it."""
+    service_account: Optional[str] = Field(default=None, pattern=K8S_NAME, max_length=253)
+    """The pods' service account (e.g. one with an IAM role for `s3://` channels on EKS)."""

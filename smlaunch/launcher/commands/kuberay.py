@@ -1,0 +1,33 @@
+"""`sm-launch kuberay CONFIG [--image IMAGE]`: print the job as a ConfigMap and a KubeRay RayJob.
+
+Starts nothing and needs no cluster: pipe it to `kubectl apply -f -`. The config is checked as
+`plan` checks it first, so a config that would fail to run fails here, in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from smlaunch.console import RESULT
+from smlaunch.launcher.commands.job import add_config_arguments
+
+log = logging.getLogger("smlaunch")
+
+
+def add_arguments(parser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--image", help="the image every pod runs (Ray and smlaunch installed); "
+                                        "default: kuberay.image")
+
+
+def main(args, failure) -> int:
+    from importlib.metadata import version
+
+    from smlaunch.config import load_config
+    from smlaunch.launcher.kuberay import manifest, manifest_yaml
+    from smlaunch.launcher.preflight import preflight
+
+    cfg = load_config(args.config, args.overrides)
+    preflight(cfg, sources=False)
+    log.log(RESULT, manifest_yaml(manifest(cfg, args.image, version("ray"))).rstrip())
+    return 0
