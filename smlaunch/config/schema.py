@@ -71,12 +71,21 @@ class ClusterConfig(_Strict):
     object_store_mb: Optional[int] = Field(default=None, ge=64)
     """Ray object store per host. Default on a SageMaker job: Ray's (30 % of the host's memory);
     in a local simulation: 30 % of this machine shared by the simulated hosts, 256 MiB..4 GiB."""
+    node_labels: dict[str, dict[str, str]] = {}
+    """On a Ray cluster that is already running (`--address`): per group, the node labels that
+    select its nodes. Default for a group: `{sm-group: <name>}`, what smlaunch and its KubeRay
+    manifest set; map a group to labels the cluster already has (e.g. a worker group's)."""
 
     @model_validator(mode="after")
     def _groups(self):
         names = [g.name for g in self.instance_groups]
         if len(set(names)) != len(names):
             raise ValueError(f"instance group names must be unique, got {names}")
+        for group, labels in self.node_labels.items():
+            if group not in names:
+                raise ValueError(f"node_labels: no instance group {group!r}; groups: {names}")
+            if not labels:
+                raise ValueError(f"node_labels.{group}: give at least one label (key: value)")
         if self.train_group is not None and self.train_group not in names:
             raise ValueError(f"train_group {self.train_group!r} is not an instance group; groups: {names}")
         return self

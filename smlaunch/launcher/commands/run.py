@@ -24,6 +24,9 @@ log = logging.getLogger("smlaunch")
 
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
+    parser.add_argument("--address", help="a Ray cluster that is already running (default: RAY_ADDRESS): start "
+                                          "nothing, match its labelled nodes to the config's groups; `check` "
+                                          "only, for now")
 
 
 def main(args, failure) -> int:
@@ -32,12 +35,45 @@ def main(args, failure) -> int:
     from smlaunch.launcher.stopping import StopRequest, watch_supervisor
     from smlaunch.launcher.supervisor import SUPERVISOR_ENV
 
+    address = args.address or _ray_address()
+    if address:
+        return _attached(args, address)
     stop = StopRequest().install()
     watch_supervisor(stop, os.environ.pop(SUPERVISOR_ENV, None))  # popped: Ray's processes must not inherit it
     job = load_job(args, failure)
     if job.sagemaker is not None:
         return _on_sagemaker(args.command, job, stop)
     return _local(args.command, job, stop)
+
+
+def _ray_address() -> str | None:
+    """RAY_ADDRESS names a running cluster, except on a SageMaker host (the job brings its own up)."""
+    import os
+
+    from smlaunch.cluster.sagemaker_env import is_sagemaker_host
+
+    return None if is_sagemaker_host() else os.environ.get("RAY_ADDRESS") or None
+
+
+def _attached(args, address: str) -> int:
+    """`check` on a running cluster; `run` there is refused in one line until it is built."""
+    from smlaunch.config import load_config
+    from smlaunch.errors import UserError
+    from smlaunch.launcher.attached import check_attached
+    from smlaunch.launcher.preflight import preflight
+
+    cfg = load_config(args.config, args.overrides)
+    preflight(cfg, sources=False)
+    if args.command == "run":
+        raise UserError(f"run on the Ray cluster at {address} (--address / RAY_ADDRESS): not built yet; "
+                        f"`sm-launch check CONFIG --address {address}` checks that cluster against the config, "
+                        "and without an address the job runs on a local simulated cluster")
+    attached = check_attached(cfg, address, log.info)
+    groups = "; ".join(f"{name}: {plural(len(nodes), 'node')} ({', '.join(n.short for n in nodes)})"
+                       for name, nodes in attached.groups.items())
+    workers = f"{attached.train_workers} train workers on {'GPUs' if attached.on_gpu else 'CPUs'}"
+    log.log(RESULT, f"cluster at {address}: every group has its nodes and each ran a task; {groups}; {workers}")
+    return 0
 
 
 def _local(command: str, job, stop) -> int:
