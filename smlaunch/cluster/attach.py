@@ -55,6 +55,8 @@ class AttachedCluster:
     train_workers: int
     on_gpu: bool
     notes: tuple[str, ...] = field(default=())
+    unmatched: tuple[Node, ...] = field(default=())
+    """Live nodes no group claims (a KubeRay head pod, another team's pool): never given work."""
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -100,7 +102,9 @@ def match_groups(cfg: LaunchConfig, entries: list[dict], address: str) -> Attach
                         f"({train.instance_count} x {train.instance_type}); set trainer.max_workers={gpus} or add nodes")
     if gpus == 0 and train.spec.gpus:
         notes.append(f"{train_group}: no GPU on its nodes; {planned} CPU workers (gloo) stand in for the planned GPUs")
-    return AttachedCluster(address, train_group, matched, planned, on_gpu=gpus > 0, notes=tuple(notes))
+    unmatched = tuple(n for n in nodes if n.node_id not in owner)
+    return AttachedCluster(address, train_group, matched, planned, on_gpu=gpus > 0, notes=tuple(notes),
+                           unmatched=unmatched)
 
 
 def _labels(labels: dict[str, str]) -> str:

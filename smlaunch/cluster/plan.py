@@ -21,6 +21,31 @@ SUBCLUSTER = "ray-subcluster"
 """Ray Data sizes its budget per value of this exact label key (see ../shared/notes/ray.md §3)."""
 HOST_LABEL = "sm-host"
 GROUP_LABEL = "sm-group"
+NODE_ID_LABEL = "ray.io/node-id"
+"""Ray's own label on every node: how hosts are named and pinned on a cluster smlaunch did not start."""
+HOST_LABEL_ENV = "SMLAUNCH_HOST_LABEL"
+
+
+def host_label() -> str:
+    """The node label that names a host and pins work to it: `sm-host`, which smlaunch sets on the
+    clusters it starts, or `ray.io/node-id` on a running cluster it attached to (`--address`),
+    whose nodes carry no per-host label of ours. The attached driver sets it for the whole Ray
+    job (its runtime environment), so every task and actor reads the same key."""
+    import os
+
+    return os.environ.get(HOST_LABEL_ENV) or HOST_LABEL
+
+
+def host_selector(name: str) -> dict[str, str]:
+    """A label selector for the host named `name`."""
+    return {host_label(): name}
+
+
+def this_host() -> str | None:
+    """The host a task or actor runs on, by `host_label()`."""
+    import ray
+
+    return ray.get_runtime_context().get_node_labels().get(host_label()) if ray.is_initialized() else None
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,12 @@ class LaunchPlan:
     `trainer.lr_scaling: linear`)."""
     worker_env: dict[str, str] = field(default_factory=dict)
     """Variables for the train workers' processes (NCCL's, on SageMaker)."""
+    host_label: str = HOST_LABEL
+    """The node label naming hosts (`host_label()` in the job's processes): `ray.io/node-id` on an
+    attached cluster."""
+    output_dir: str | None = None
+    """Where model/, checkpoints/ and output/data/ go: `run_dir` on a cluster smlaunch attached to
+    (no host has an /opt/ml there); None: the head's /opt/ml tree."""
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -148,7 +179,7 @@ class LaunchPlan:
     @property
     def worker_selectors(self) -> list[dict[str, str]]:
         """Ray Train's per-worker label selectors: each worker on the host the plan gives it."""
-        return [{**self.train_selector, HOST_LABEL: w.host} for w in self.workers]
+        return [{**self.train_selector, self.host_label: w.host} for w in self.workers]
 
     @property
     def head_host(self) -> HostPlan:

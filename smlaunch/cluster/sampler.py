@@ -151,8 +151,10 @@ class Samplers:
     def __init__(self, plan, interval_s: float):
         import ray
 
+        from smlaunch.cluster.plan import host_selector
+
         actor = ray.remote(HostSampler)
-        pinned = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector={"sm-host": h.name}) for h in plan.hosts}
+        pinned = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector=host_selector(h.name)) for h in plan.hosts}
         self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s, h.num_gpus)
                        for h in plan.hosts}
         # Not waited for: each sampler starts sampling as soon as its process is up, and the job

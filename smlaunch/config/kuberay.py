@@ -44,5 +44,12 @@ class KubeRayConfig(_Strict):
     """`activeDeadlineSeconds`: KubeRay fails the job and deletes the cluster after this long."""
     ttl_after_finished_s: int = Field(default=300, ge=0)
     """How long the finished cluster stays (for `kubectl logs`) before KubeRay deletes it."""
+    shared_volume_claim: Optional[str] = Field(default=None, pattern=K8S_NAME, max_length=253)
+    """A PersistentVolumeClaim (ReadWriteMany: EFS, FSx for Lustre, NFS) mounted on every pod at
+    `shared_mount`. The pods' own disks go with the cluster when the job ends, and rank 0 writes the
+    model and checkpoints on its own pod: `run.dir` must be on this volume to keep them. Path
+    channels (not `s3://`) must be on it too."""
+    shared_mount: str = Field(default="/mnt/shared", pattern=r"^/.+$")
+    """Where `shared_volume_claim` is mounted in every pod."""
     service_account: Optional[str] = Field(default=None, pattern=K8S_NAME, max_length=253)
     """The pods' service account (e.g. one with an IAM role for `s3://` channels on EKS)."""

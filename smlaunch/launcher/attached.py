@@ -22,8 +22,9 @@ REACH_TIMEOUT_S = 10
 
 
 @contextlib.contextmanager
-def connected(address: str):
-    """A driver connection to the cluster at `address`; one line when it cannot be made."""
+def connected(address: str, env_vars: dict[str, str] | None = None):
+    """A driver connection to the cluster at `address`; one line when it cannot be made.
+    `env_vars` go into the Ray job's runtime environment: every task and actor of the job sees them."""
     host, _, port = address.rpartition(":")
     if host and port.isdigit() and "://" not in address:  # `auto` and ray:// fail on their own
         from smlaunch.cluster.rendezvous import wait_for_port
@@ -36,7 +37,8 @@ def connected(address: str):
 
     console.quiet_ray()
     try:
-        ray.init(address=address, **console.ray_init_options())
+        ray.init(address=address, runtime_env={"env_vars": dict(env_vars)} if env_vars else None,
+                 **console.ray_init_options())
     except Exception as exc:  # ConnectionError, an auth failure, a version mismatch: Ray's own words
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"cannot connect to the Ray cluster at {address}: {first}") from exc

@@ -43,7 +43,11 @@ def k8s_name(job: str) -> str:
 
 
 def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dict]:
-    """[ConfigMap, RayJob] for `cfg`; `image` overrides `kuberay.image`."""
+    """[ConfigMap, RayJob] for `cfg`; `image` overrides `kuberay.image`. The job runs attached to
+    the RayJob's cluster, so what an attached run refuses (Pipe channels, ...) is refused here."""
+    from smlaunch.cluster.attached_plan import attachable
+
+    attachable(cfg)
     kuberay = cfg.kuberay or KubeRayConfig()
     image = image or kuberay.image
     if not image:
@@ -90,6 +94,27 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
     return [config_map, job]
 
 
+def storage_notes(cfg: LaunchConfig) -> list[str]:
+    """Where the job's outputs and path channels would live in the cluster: a warning per place
+    that is a pod's own disk (gone with the cluster); ConfigError for a `run.dir` off the shared
+    volume when one is mounted."""
+    kuberay = cfg.kuberay or KubeRayConfig()
+    mount = kuberay.shared_mount.rstrip("/") + "/"
+    paths = {f"channels.{name}.source": ch.source for name, ch in cfg.channels.items()
+             if not ch.source.startswith(("s3://", "builtin:"))}
+    if not kuberay.shared_volume_claim:
+        return [f"run.dir: {cfg.run.dir} is on the pods' own disks: the model and checkpoints (written on rank 0's "
+                "pod) and the report (the head's) go with the cluster when the job ends; set "
+                "kuberay.shared_volume_claim and a run.dir under its mount"] + [
+            f"{field}: {source} must be on a volume every data pod mounts (kuberay.shared_volume_claim)"
+            for field, source in paths.items()]
+    if not (cfg.run.dir.rstrip("/") + "/").startswith(mount):
+        raise ConfigError(f"run.dir: {cfg.run.dir} is not under kuberay.shared_mount ({kuberay.shared_mount}); "
+                          f"the pods keep nothing else: set run.dir={mount}runs")
+    return [f"{field}: {source} is not under {kuberay.shared_mount}; every data pod must see it"
+            for field, source in paths.items() if not (source.rstrip("/") + "/").startswith(mount)]
+
+
 def group_name(name: str) -> str:
     """A worker group's name must be a DNS label (KubeRay names the pods after it)."""
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50] or "group"
@@ -132,9 +157,15 @@ def pod(group, image: str, kuberay: KubeRayConfig, *, container: str, config_map
                                    {"containerPort": 8265, "name": "dashboard"},
                                    {"containerPort": 10001, "name": "client"}]
     spec: dict = {"containers": [spec_container]}
+    mounts, volumes = [], []
     if config_map:
-        spec_container["volumeMounts"] = [{"name": "smlaunch-config", "mountPath": CONFIG_DIR, "readOnly": True}]
-        spec["volumes"] = [{"name": "smlaunch-config", "configMap": {"name": config_map}}]
+        mounts.append({"name": "smlaunch-config", "mountPath": CONFIG_DIR, "readOnly": True})
+        volumes.append({"name": "smlaunch-config", "configMap": {"name": config_map}})
+    if kuberay.shared_volume_claim:
+        mounts.append({"name": "shared", "mountPath": kuberay.shared_mount})
+        volumes.append({"name": "shared", "persistentVolumeClaim": {"claimName": kuberay.shared_volume_claim}})
+    if mounts:
+        spec_container["volumeMounts"], spec["volumes"] = mounts, volumes
     if group is not None and kuberay.node_selector == "instance_type":
         spec["nodeSelector"] = {"node.kubernetes.io/instance-type": group.instance_type.removeprefix("ml.")}
     if group is not None and group.spec.gpus:  # GPU node groups are usually tainted so CPU pods stay off

@@ -12,7 +12,7 @@ import yaml
 
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
-from smlaunch.launcher.train_spec import checkpoint_dir, host_opt_ml
+from smlaunch.launcher.train_spec import checkpoint_dir, output_root
 
 log = logging.getLogger("smlaunch")
 
@@ -55,7 +55,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
         datasets = build_datasets(cfg, plan, listings, spec.num_classes)
         warm_preprocess_workers(plan, cfg.pipeline.ops)  # while Ray Train starts its workers
         try:  # TensorBoard is a view: a folder that cannot be written costs the events, not the job
-            events = LiveEvents(Path(host_opt_ml(plan.head_host)) / "output" / "data" / "tensorboard")
+            events = LiveEvents(Path(output_root(plan)) / "output" / "data" / "tensorboard")
         except OSError as exc:
             log.warning(f"TensorBoard events off: {exc}")
             events = None
@@ -72,7 +72,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
         result["classes"] = data_classes
     report = build_report(plan, result, cfg.trainer.batch_size, timings, samples,
                           cfg.monitor.model_dump(), builtin_rows(cfg, "train"))
-    path = write_report(report, Path(host_opt_ml(plan.head_host)) / "output" / "data")
+    path = write_report(report, Path(output_root(plan)) / "output" / "data")
     report["path"] = str(path)
     return report
 

@@ -31,7 +31,7 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         model=cfg.model.name, num_classes=num_classes, image_size=crops[-1],
         seed=cfg.seed, trainer=t, learning_rate=plan.learning_rate, total_steps=total, epoch_rows=rows,
         workers=plan.workers, host_names=tuple(h.name for h in plan.hosts),
-        model_dir=str(Path(host_opt_ml(plan.head_host), "model").resolve()),
+        model_dir=str(Path(output_root(plan), "model").resolve()),
         checkpoint_dir=checkpoint_dir(cfg, plan), config_sha256=config_hash(cfg), normalize=_normalize(cfg),
         fragile_channels=tuple(fragile_channels(plan)), resume_from=resume_from,
         pretrained=pretrained_weights(cfg), class_names=names)
@@ -123,9 +123,15 @@ def _normalize(cfg: LaunchConfig) -> dict:
 
 
 def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
-    """`trainer.checkpoint_dir`, else the head's `/opt/ml/checkpoints` (absolute: Ray Train needs it)."""
-    return str(Path(cfg.trainer.checkpoint_dir or Path(host_opt_ml(plan.head_host)) / "checkpoints")
+    """`trainer.checkpoint_dir`, else `checkpoints` of the output root (absolute: Ray Train needs it)."""
+    return str(Path(cfg.trainer.checkpoint_dir or Path(output_root(plan)) / "checkpoints")
                .expanduser().resolve())
+
+
+def output_root(plan: LaunchPlan) -> str:
+    """Where model/, checkpoints/ and output/data/ go: the head's /opt/ml, as SageMaker uploads
+    them from there, or the run directory on a cluster smlaunch attached to (`plan.output_dir`)."""
+    return plan.output_dir or host_opt_ml(plan.head_host)
 
 
 def host_opt_ml(host) -> str:

@@ -7,7 +7,7 @@ on `DataConfig`, because Ray Train replaces a Dataset's execution options when t
 
 from __future__ import annotations
 
-from smlaunch.cluster.plan import LaunchPlan
+from smlaunch.cluster.plan import LaunchPlan, host_label
 from smlaunch.config.schema import LaunchConfig
 
 
@@ -65,4 +65,4 @@ def read_channel(source, channel):
     Data decides."""
     import ray.data
 
-    return ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"})
+    return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"})

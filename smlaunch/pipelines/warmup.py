@@ -23,13 +23,15 @@ def warm_preprocess_workers(plan, ops: list) -> list:
     (nobody needs to wait for them)."""
     import ray
 
+    from smlaunch.cluster.plan import host_selector
+
     subcluster = "data" if plan.data_selector else "train"
     task = ray.remote(warm_worker)
     refs = []
     for host in plan.hosts:
         if host.subcluster != subcluster:
             continue
-        pinned = task.options(num_cpus=1, max_retries=0, label_selector={"sm-host": host.name})
+        pinned = task.options(num_cpus=1, max_retries=0, label_selector=host_selector(host.name))
         refs.extend(pinned.remote(list(ops)) for _ in range(max(int(host.num_cpus), 1)))
     return refs
 
@@ -47,9 +49,10 @@ def warm_worker(ops: list) -> dict:
     import ray.data  # noqa: F401 (Ray Data's task-side modules)
     from PIL import Image
 
+    from smlaunch.cluster.plan import this_host
     from smlaunch.pipelines.ops.chain import Chain
 
-    done = {"host": ray.get_runtime_context().get_node_labels().get("sm-host"), "pid": os.getpid(), "error": None}
+    done = {"host": this_host(), "pid": os.getpid(), "error": None}
     buf = io.BytesIO()
     Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(buf, format="JPEG")
     batch = {"image": np.array([buf.getvalue()], dtype=object), "label": np.zeros(1, np.int64),

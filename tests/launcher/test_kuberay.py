@@ -132,3 +132,24 @@ def test_a_bad_kuberay_section_is_refused_in_one_line(capsys, overrides, expecte
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], err
+
+
+def test_outputs_on_a_shared_volume_claim_every_pod_mounts_and_a_warning_without_one(validator, capsys):
+    code, docs, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "kuberay.shared_volume_claim=team-efs",
+                              "--set", "run.dir=/mnt/shared/runs")
+    assert code == 0 and err == ""
+    job = docs[1]
+    assert problems(validator, job) == []
+    cluster = job["spec"]["rayClusterSpec"]
+    pods = [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
+    for pod in pods:  # rank 0's pod writes the model, the head the report: all of them see the volume
+        assert {"name": "shared", "persistentVolumeClaim": {"claimName": "team-efs"}} in pod["spec"]["volumes"]
+        assert {"name": "shared", "mountPath": "/mnt/shared"} in pod["spec"]["containers"][0]["volumeMounts"]
+    # a run.dir off the volume would be lost with the pods: refused in one line
+    code, _, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "kuberay.shared_volume_claim=team-efs")
+    assert code == 2 and err.strip().splitlines() == [
+        "sm-launch: error: run.dir: runs is not under kuberay.shared_mount (/mnt/shared); the pods keep nothing "
+        "else: set run.dir=/mnt/shared/runs"]
+    # without a volume the manifest still prints (stdout stays YAML for kubectl), with a warning on stderr
+    code, docs, err = kuberay(capsys, HETERO, "--image", "i:1")
+    assert code == 0 and len(docs) == 2 and err.startswith("sm-launch: warning: run.dir: runs is on the pods' own disks")

@@ -21,13 +21,17 @@ def add_arguments(parser) -> None:
 
 
 def main(args, failure) -> int:
+    import sys
     from importlib.metadata import version
 
     from smlaunch.config import load_config
-    from smlaunch.launcher.kuberay import manifest, manifest_yaml
+    from smlaunch.launcher.kuberay import manifest, manifest_yaml, storage_notes
     from smlaunch.launcher.preflight import preflight
 
     cfg = load_config(args.config, args.overrides)
     preflight(cfg, sources=False)
-    log.log(RESULT, manifest_yaml(manifest(cfg, args.image, version("ray"))).rstrip())
+    documents = manifest(cfg, args.image, version("ray"))
+    for note in storage_notes(cfg):  # stderr: stdout is piped to kubectl apply
+        print(f"sm-launch: warning: {note}", file=sys.stderr)
+    log.log(RESULT, manifest_yaml(documents).rstrip())
     return 0

@@ -4,6 +4,8 @@ Locally: every host of the config is simulated as a Ray node on this machine, th
 and the report is written on the head's simulated tree. On a SageMaker host: this host takes its
 part (the head trains, the others serve their CPUs and wait). `check` brings the same cluster up,
 runs one task per host to show the labels route work where the plan says, and tears it down.
+With `--address` (or RAY_ADDRESS off SageMaker) both work on a Ray cluster that is already
+running, starting and stopping nothing there (`launcher.attached_run`).
 
 SIGTERM (StopTrainingJob, MaxRuntime, a spot interruption) stops training at the next step
 boundary with a checkpoint; the command then exits 143. So does the exit of the training toolkit
@@ -25,8 +27,8 @@ log = logging.getLogger("smlaunch")
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--address", help="a Ray cluster that is already running (default: RAY_ADDRESS): start "
-                                          "nothing, match its labelled nodes to the config's groups; `check` "
-                                          "only, for now")
+                                          "nothing, match its labelled nodes to the config's groups and run "
+                                          "there")
 
 
 def main(args, failure) -> int:
@@ -35,10 +37,10 @@ def main(args, failure) -> int:
     from smlaunch.launcher.stopping import StopRequest, watch_supervisor
     from smlaunch.launcher.supervisor import SUPERVISOR_ENV
 
+    stop = StopRequest().install()
     address = args.address or _ray_address()
     if address:
-        return _attached(args, address)
-    stop = StopRequest().install()
+        return _attached(args, address, stop)
     watch_supervisor(stop, os.environ.pop(SUPERVISOR_ENV, None))  # popped: Ray's processes must not inherit it
     job = load_job(args, failure)
     if job.sagemaker is not None:
@@ -55,19 +57,25 @@ def _ray_address() -> str | None:
     return None if is_sagemaker_host() else os.environ.get("RAY_ADDRESS") or None
 
 
-def _attached(args, address: str) -> int:
-    """`check` on a running cluster; `run` there is refused in one line until it is built."""
+def _attached(args, address: str, stop) -> int:
+    """The job, or `check`, on a running cluster: nothing started there, nothing left behind."""
     from smlaunch.config import load_config
-    from smlaunch.errors import UserError
-    from smlaunch.launcher.attached import check_attached
     from smlaunch.launcher.preflight import preflight
 
     cfg = load_config(args.config, args.overrides)
     preflight(cfg, sources=False)
     if args.command == "run":
-        raise UserError(f"run on the Ray cluster at {address} (--address / RAY_ADDRESS): not built yet; "
-                        f"`sm-launch check CONFIG --address {address}` checks that cluster against the config, "
-                        "and without an address the job runs on a local simulated cluster")
+        from smlaunch.launcher.attached_run import run_attached
+        from smlaunch.launcher.report import log_summary
+
+        report = run_attached(cfg, address, stop)
+        log_summary(report, log)
+        log.log(RESULT, f"report: {report['path']}")
+        return 143 if report["summary"].get("stopped_at_step") is not None else 0
+    from smlaunch.cluster.attached_plan import attachable
+    from smlaunch.launcher.attached import check_attached
+
+    attachable(cfg)
     attached = check_attached(cfg, address, log.info)
     groups = "; ".join(f"{name}: {plural(len(nodes), 'node')} ({', '.join(n.short for n in nodes)})"
                        for name, nodes in attached.groups.items())

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from smlaunch.cluster.plan import this_host
 from smlaunch.errors import DataError
 from smlaunch.config import op_specs as specs
 from smlaunch.pipelines.ops.transforms import OPS, Images, UndecodableImage, blur_image, center_crop
@@ -81,8 +82,8 @@ class Chain:
     """Callable applied by `Dataset.map_batches`: runs the ops and tags rows with their host and
     the chain's time per row.
 
-    It runs as a Ray task on a data node; `host` is looked up there, from the node's `sm-host`
-    label, so the trainer can count where every row was produced.
+    It runs as a Ray task on a data node; `host` is looked up there, from the node's host label
+    (`cluster.plan.host_label`), so the trainer can count where every row was produced.
     """
 
     def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None,
@@ -119,8 +120,5 @@ class Chain:
                 "prep_s": np.full(len(ids), seconds, dtype=np.float32)}
 
     def _host_index(self) -> int:
-        import ray
-
-        labels = ray.get_runtime_context().get_node_labels() if ray.is_initialized() else {}
-        name = labels.get("sm-host")
+        name = this_host()
         return self.host_names.index(name) if name in self.host_names else -1

@@ -1,7 +1,7 @@
 """A Ray Data source over a File, FastFile or file-system channel, read on the hosts that hold it.
 
 Paths are relative to `/opt/ml/input/data/<channel>`; a read task looks up the host it runs on
-(its node's `sm-host` label) and opens that host's copy, as a task on a SageMaker host reads its
+(its node's host label, `cluster.plan.host_label`) and opens that host's copy, as a task on a SageMaker host reads its
 own `/opt/ml`. Each sample is read once per pass:
 
 * FullyReplicated, or a file system (FSx, EFS) every host mounts: every receiving host sees every
@@ -29,7 +29,7 @@ import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from smlaunch.cluster.plan import ChannelPlan
+from smlaunch.cluster.plan import ChannelPlan, host_selector, this_host
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fastfile import open_channel_file, read_view
@@ -93,7 +93,7 @@ class ChannelDatasource(Datasource):
 
 def _read_units(channel: ChannelPlan, holder: str | None, units: list, roots: dict[str, str | None],
                 classes, num_classes):
-    host = ray.get_runtime_context().get_node_labels().get("sm-host")
+    host = this_host()
     files = list(dict.fromkeys(rel for rel, _ in units))
     if holder is not None and host != holder:
         # The holder's files are on no other host: if it is gone (this is a retry after it died),
@@ -102,7 +102,7 @@ def _read_units(channel: ChannelPlan, holder: str | None, units: list, roots: di
         if not host_alive(holder):
             raise sharded_lost_error(channel.name, holder, roots.get(holder), files)
         stream = ray.remote(_read_here).options(num_returns="streaming", num_cpus=0, max_retries=0,
-                                                label_selector={"sm-host": holder})
+                                                label_selector=host_selector(holder))
         try:
             for ref in stream.remote(channel, holder, units, roots, classes, num_classes):
                 yield ray.get(ref)

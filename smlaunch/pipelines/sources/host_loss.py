@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 
+from smlaunch.cluster.plan import host_label
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fifo import fifo_path
@@ -33,10 +34,10 @@ class HostLost(DataError):
 
 
 def alive_hosts() -> set[str]:
-    """`sm-host` labels of the Ray nodes that are alive."""
+    """Host names (`host_label()`) of the Ray nodes that are alive."""
     import ray
 
-    return {n.get("Labels", {}).get("sm-host") for n in ray.nodes() if n.get("Alive")}
+    return {n.get("Labels", {}).get(host_label()) for n in ray.nodes() if n.get("Alive")}
 
 
 def host_alive(host: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from smlaunch.cluster.plan import host_selector
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir, list_host_channel
 
@@ -47,7 +48,7 @@ def list_channel(channel, roots: dict[str, str | None]) -> ChannelListing:
     sharded = channel.distribution == "ShardedByS3Key" and channel.file_system is None
     hosts = list(channel.hosts) if sharded else [channel.hosts[0]]
     lister = ray.remote(_list_or_empty)
-    refs = {h: lister.options(num_cpus=0, max_retries=0, label_selector={"sm-host": h}).remote(
+    refs = {h: lister.options(num_cpus=0, max_retries=0, label_selector=host_selector(h)).remote(
         roots[h], channel.name, channel.record_format, channel.fields[1]) for h in hosts}
     answers = dict(zip(refs, ray.get(list(refs.values()), timeout=LIST_TIMEOUT_S)))
     files = {h: a["files"] for h, a in answers.items() if a["files"]}

@@ -29,7 +29,7 @@ import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from smlaunch.cluster.plan import ChannelPlan
+from smlaunch.cluster.plan import ChannelPlan, host_selector
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.host_loss import host_alive, lost_error, reader_name
@@ -151,7 +151,7 @@ def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s, num_classes=
         raise lost_error(channel.name, channel.hosts, host, opt_ml, None)
     reader = PipeHostReader.options(
         name=reader_name(channel.name, host), namespace="smlaunch", get_if_exists=True, lifetime="detached",
-        label_selector={"sm-host": host}).remote(channel, opt_ml, keep, timeout_s, num_classes)
+        label_selector=host_selector(host)).remote(channel, opt_ml, keep, timeout_s, num_classes)
     epoch = None
     try:
         task = ray.get_runtime_context().get_task_id()

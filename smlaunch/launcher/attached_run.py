@@ -1,0 +1,104 @@
+"""`sm-launch run CONFIG --address ADDR`: the job on a Ray cluster that is already running.
+
+Nothing is started or stopped there. The driver connects, matches the labelled nodes to the
+config's groups (`cluster.attach`, one line for what is missing, before any work), plans the job
+on them (`cluster.attached_plan`), exposes the channels on the receiving nodes (`node_trees`), and
+trains with the same datasets, selectors and trainer as the local simulation and SageMaker
+(`launcher.run.train_on_cluster`). The job's actors are the driver's, so they end with it; its
+channel trees and its stop key are removed; the cluster is left as it was found.
+
+Every host is named and pinned by its Ray node id (`host_label()` is `ray.io/node-id` for the
+whole Ray job, set in its runtime environment), since the cluster's nodes carry group labels,
+not per-host ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+
+from smlaunch.cluster.plan import HOST_LABEL_ENV, NODE_ID_LABEL
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import UserError
+
+log = logging.getLogger("smlaunch")
+
+
+def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
+    """Train `cfg` on the cluster at `address`; returns the report (also written under run.dir)."""
+    from smlaunch import console
+    from smlaunch.cluster.attach import match_groups
+    from smlaunch.cluster.attached_plan import attachable, attached_plan
+    from smlaunch.launcher.attached import connected
+    from smlaunch.launcher.commands.plan import summary
+    from smlaunch.launcher.report import write_report
+    from smlaunch.launcher.run import prepare_job, train_on_cluster
+    from smlaunch.launcher.stopping import forward_stop_to_trainer
+    from smlaunch.pipelines.sources.node_trees import node_trees
+
+    attachable(cfg)
+    started = time.perf_counter()
+    with _host_label_env(), connected(address, env_vars={HOST_LABEL_ENV: NODE_ID_LABEL}) as ray:
+        if stop is not None:
+            stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
+        _refuse_a_second_job(ray, address)
+        attached = match_groups(cfg, ray.nodes(), address)
+        plan = attached_plan(cfg, attached, time.strftime("%Y%m%d-%H%M%S"))
+        console.log_to_file(Path(plan.run_dir) / "logs" / "sm-launch.log")
+        for line in summary(cfg, plan):
+            log.info(line)
+        log.info(f"run directory: {plan.run_dir} (model, checkpoints, report; rank 0's node writes there too)")
+        resume_from = prepare_job(cfg, plan)
+        endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
+        with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as plan:
+            timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
+            with forward_stop_to_trainer(stop):
+                report = train_on_cluster(cfg, plan, resume_from, timings)
+    report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
+    write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
+    return report
+
+
+@contextlib.contextmanager
+def _host_label_env():
+    """The driver's own side of the switch the job's runtime environment makes on the nodes."""
+    saved = os.environ.get(HOST_LABEL_ENV)
+    os.environ[HOST_LABEL_ENV] = NODE_ID_LABEL
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(HOST_LABEL_ENV, None)
+        else:
+            os.environ[HOST_LABEL_ENV] = saved
+
+
+def _refuse_a_second_job(ray, address: str) -> None:
+    """The run's board is a named actor that dies with its driver: a live one is another job's."""
+    from smlaunch.cluster.board import NAME, NAMESPACE
+
+    try:
+        ray.get_actor(NAME, namespace=NAMESPACE)
+    except ValueError:
+        return
+    raise UserError(f"cluster at {address}: another smlaunch job is running there (its {NAME} actor is alive); "
+                    "one job per cluster: wait for it, or give this job a cluster of its own")
+
+
+@contextlib.contextmanager
+def _stop_key_cleared():
+    """The stop request lives in the cluster's KV store, which outlives the job: clear it before
+    (an earlier stopped run's would stop this one at step 1) and after."""
+    from ray.experimental import internal_kv
+
+    from smlaunch.cluster.job_state import NAMESPACE, STOP
+
+    internal_kv._internal_kv_del(STOP, namespace=NAMESPACE)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            internal_kv._internal_kv_del(STOP, namespace=NAMESPACE)

@@ -1,0 +1,122 @@
+"""Channel trees on the nodes of a running Ray cluster (`--address`), made and removed by the job.
+
+The readers find a channel at `<opt_ml>/input/data/<channel>` on the host they run on, on
+SageMaker and in the local simulation alike. A cluster smlaunch attached to has no `/opt/ml`, so
+each receiving node gets a small tree of its own under its temporary directory, made by a task
+pinned to it, holding per channel either
+
+* a FastFile view (`fastfile.write_view`) of an `s3://` prefix (or a ManifestFile's objects),
+  listed once by the driver: bytes
+  are fetched on demand, nothing is copied; or
+* a link to the channel's path as the node sees it (a shared file system: FSx, EFS, NFS), or to a
+  builtin dataset prepared on the node.
+
+The trees are removed when the job ends, failed or not; the cluster keeps nothing of the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from smlaunch.cluster.plan import LaunchPlan, host_selector
+from smlaunch.errors import DataError
+
+TREE_TIMEOUT_S = 300
+"""Making a tree may prepare a builtin dataset on the node (seconds); removing one is instant."""
+
+
+@contextlib.contextmanager
+def node_trees(plan: LaunchPlan, s3_endpoint: str | None, log=None):
+    """Yield the plan with each receiving node's tree (`with_node_trees`); remove them after."""
+    import ray
+
+    from smlaunch.cluster.attached_plan import with_node_trees
+    from smlaunch.pipelines.sources.channels import channel_objects
+
+    listed = {}
+    for channel in plan.channels:
+        if channel.source.startswith("s3://") or channel.s3_data_type == "ManifestFile":
+            listed[channel.name] = channel_objects(channel, s3_endpoint)
+            if not listed[channel.name][1]:
+                raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
+    nodes = list(dict.fromkeys(h for c in plan.channels for h in c.hosts))
+    task = ray.remote(_make_tree)
+    run = Path(plan.run_dir).name
+    refs = {node: task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(
+        run, node, [(c, *listed.get(c.name, (None, None))) for c in plan.channels if node in c.hosts])
+        for node in nodes}
+    trees = {}
+    try:
+        for node, ref in refs.items():
+            try:
+                trees[node] = ray.get(ref, timeout=TREE_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise DataError(f"node {node[:8]}: its channel tree was not made within {TREE_TIMEOUT_S} s") from None
+            except ray.exceptions.RayTaskError as exc:
+                raise _cause(exc) from None
+        if log:
+            log(f"channels exposed on {len(trees)} nodes (views and links under each node's temporary directory)")
+        yield with_node_trees(plan, trees)
+    finally:
+        _remove(trees, log)
+
+
+def _cause(exc) -> Exception:
+    """The user error inside a task's failure, else Ray's."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, DataError) else exc
+
+
+def _remove(trees: dict[str, str], log) -> None:
+    import ray
+
+    if not trees:
+        return
+    task = ray.remote(_remove_tree)
+    refs = [task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(tree) for node, tree in trees.items()]
+    try:
+        ray.get(refs, timeout=60)
+    except Exception as exc:  # a node lost mid-run: its tree went with it, or stays in its temp dir
+        if log:
+            log(f"warning: channel trees not all removed ({type(exc).__name__}); they are under the nodes' "
+                f"temporary directories, named smlaunch-*")
+
+
+def _make_tree(run: str, node: str, channels: list) -> str:
+    """On the node: `<tmp>/smlaunch-<run>-<node>/opt/ml` with each channel's view or link."""
+    from smlaunch.pipelines.sources.channels import channel_dir, channel_source
+    from smlaunch.pipelines.sources.fastfile import write_view
+
+    opt_ml = Path(tempfile.gettempdir()) / f"smlaunch-{run}-{node[:12]}" / "opt" / "ml"
+    for channel, source, objects in channels:
+        target = channel_dir(opt_ml, channel.name)
+        if objects is not None:
+            write_view(target, source, objects)
+            continue
+        try:
+            folder = Path(channel_source(channel).uri).resolve()
+        except DataError as exc:
+            raise DataError(f"{exc} on node {node[:8]} ({_address()}); a path channel must be on every "
+                            "receiving node (a shared file system)") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        target.symlink_to(folder, target_is_directory=True)
+    return str(opt_ml)
+
+
+def _remove_tree(opt_ml: str) -> None:
+    """On the node: the tree's top folder (links inside are removed, never followed)."""
+    top = Path(opt_ml).parents[1]
+    if top.name.startswith("smlaunch-") and top.is_dir():
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _address() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address() if ray.is_initialized() else os.uname().nodename
