@@ -13,7 +13,8 @@ plan is read off the nodes `cluster.attach` matched to the groups:
   FastFile), a path as a shared file system (FSx, EFS, NFS: the same path on every node). Nothing
   is copied, so ShardedByS3Key has nothing to shard: each object is read once across the nodes;
 * outputs (model, checkpoints, report) go to the run directory, which rank 0's node and the driver
-  must both see (a shared path; on one machine, any path).
+  must both see: a shared path (on one machine, any path), or an `s3://` URI (`trainers.s3_store`;
+  the driver then stages its own files locally and uploads them at the end).
 
 `attachable` holds the rules that need only the config, so `plan` and `check` apply them too.
 """
@@ -41,14 +42,14 @@ def attachable(cfg: LaunchConfig) -> None:
     if cfg.run.s3_seed:
         raise ConfigError("run.s3_seed: it fills the local simulation's S3 server; a running Ray cluster reads "
                           "s3:// channels from S3 itself (run.s3_endpoint for another endpoint)")
-    if cfg.run.dir.startswith("s3://"):
-        raise ConfigError(f"run.dir: {cfg.run.dir}: an s3:// run directory is not supported yet on a running Ray "
-                          "cluster; give a path that the driver and the train nodes share")
+    if cfg.run.dir.startswith("s3://") and not cfg.run.dir.removeprefix("s3://").strip("/"):
+        raise ConfigError(f"run.dir: {cfg.run.dir} names no bucket (expected s3://bucket/prefix)")
 
 
-def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str) -> LaunchPlan:
+def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, staging: str = "runs") -> LaunchPlan:
     """The job's plan on `attached`; UserError when its nodes cannot hold the workers or the chain.
-    The hosts' `opt_ml` is None until the channel trees exist on the nodes (`with_node_trees`)."""
+    The hosts' `opt_ml` is None until the channel trees exist on the nodes (`with_node_trees`).
+    With an `s3://` run.dir, the driver's own files (logs, report) are staged under `staging`."""
     attachable(cfg)
     specs = {g.name: g for g in cfg.cluster.instance_groups}
     train_nodes = attached.groups[attached.train_group]
@@ -76,14 +77,17 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str) ->
     notes += [f"channel {c.name}: {c.source} read where it is by {plural(len(c.hosts), 'node')} "
               f"({'on demand from S3' if c.source.startswith('s3://') else 'a path every node must see'}), nothing copied"
               for c in channels]
-    run_dir = str(Path(cfg.run.dir) / (cfg.run.name or f"{cfg.job}-{started}"))
+    name = cfg.run.name or f"{cfg.job}-{started}"
+    run_dir = output_dir = str(Path(cfg.run.dir) / name)
+    if cfg.run.dir.startswith("s3://"):
+        run_dir, output_dir = str(Path(staging) / name), f"{cfg.run.dir.rstrip('/')}/{name}"
     everyone = [n for nodes in attached.groups.values() for n in nodes] + list(attached.unmatched)
     return LaunchPlan(
         job=cfg.job, run_dir=run_dir, hosts=tuple(hosts), head=train_nodes[0].node_id,
         train_selector=_selector(train_nodes, "train", everyone),
         data_selector=_selector(data_nodes, "data", everyone) if data_nodes else None,
         channels=channels, notes=tuple(notes), mode="attached", head_address=attached.address,
-        join_timeout_s=cfg.cluster.join_timeout_s, host_label=NODE_ID_LABEL, output_dir=run_dir, **training_numbers(cfg, workers))
+        join_timeout_s=cfg.cluster.join_timeout_s, host_label=NODE_ID_LABEL, output_dir=output_dir, **training_numbers(cfg, workers))
 
 
 def with_node_trees(plan: LaunchPlan, trees: dict[str, str]) -> LaunchPlan:

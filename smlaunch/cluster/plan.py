@@ -15,6 +15,7 @@ from pathlib import Path
 from smlaunch.cluster.topology import (GroupShape, WorkerPlan, as_cpu_stand_ins, choose_train_group,
                                        place_workers, receiving_groups)
 from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import ConfigError
 from smlaunch.text import plural
 
 SUBCLUSTER = "ray-subcluster"
@@ -211,6 +212,9 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     groups = cfg.cluster.instance_groups
     train_group, _ = choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in groups],
                                         cfg.cluster.train_group)
+    if cfg.run.dir.startswith("s3://"):
+        raise ConfigError(f"run.dir: {cfg.run.dir}: the local simulation keeps its hosts' trees in the run directory; "
+                          "give a path (an s3:// run.dir is for a running Ray cluster: run --address, kuberay)")
     run_dir = Path(cfg.run.dir) / (cfg.run.name or f"{cfg.job}-{env.started}")
     notes: list[str] = []
     total_vcpus = sum(g.spec.vcpus * g.instance_count for g in groups)

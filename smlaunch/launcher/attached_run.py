@@ -20,16 +20,17 @@ import os
 import time
 from pathlib import Path
 
+from smlaunch import console
 from smlaunch.cluster.plan import HOST_LABEL_ENV, NODE_ID_LABEL
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import UserError
+from smlaunch.trainers.s3_store import check_writable, is_s3, join, upload_dir
 
 log = logging.getLogger("smlaunch")
 
 
 def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
     """Train `cfg` on the cluster at `address`; returns the report (also written under run.dir)."""
-    from smlaunch import console
     from smlaunch.cluster.attach import match_groups
     from smlaunch.cluster.attached_plan import attachable, attached_plan
     from smlaunch.launcher.attached import connected
@@ -41,39 +42,81 @@ def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
 
     attachable(cfg)
     started = time.perf_counter()
-    with _host_label_env(), connected(address, env_vars={HOST_LABEL_ENV: NODE_ID_LABEL}) as ray:
+    env = {HOST_LABEL_ENV: NODE_ID_LABEL, **_endpoint_env(cfg)}
+    with _driver_env(env), connected(address, env_vars=env) as ray:
         if stop is not None:
             stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
         _refuse_a_second_job(ray, address)
         attached = match_groups(cfg, ray.nodes(), address)
-        plan = attached_plan(cfg, attached, time.strftime("%Y%m%d-%H%M%S"))
-        console.log_to_file(Path(plan.run_dir) / "logs" / "sm-launch.log")
-        for line in summary(cfg, plan):
-            log.info(line)
-        log.info(f"run directory: {plan.run_dir} (model, checkpoints, report; rank 0's node writes there too)")
-        resume_from = prepare_job(cfg, plan)
-        endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
-        with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as plan:
-            timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
-            with forward_stop_to_trainer(stop):
-                report = train_on_cluster(cfg, plan, resume_from, timings)
-    report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
-    write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
+        plan = attached_plan(cfg, attached, time.strftime("%Y%m%d-%H%M%S"), staging=_staging_root())
+        if is_s3(plan.output_dir):
+            check_writable(plan.output_dir)
+        with _uploaded(plan):
+            console.log_to_file(Path(plan.run_dir) / "logs" / "sm-launch.log")
+            for line in summary(cfg, plan):
+                log.info(line)
+            log.info(f"run directory: {plan.output_dir} (model, checkpoints, report; rank 0's node writes there too)")
+            resume_from = prepare_job(cfg, plan)
+            endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
+            with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as plan:
+                timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
+                with forward_stop_to_trainer(stop):
+                    report = train_on_cluster(cfg, plan, resume_from, timings)
+            report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
+            write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
+    if is_s3(plan.output_dir):
+        report["path"] = join(plan.output_dir, "output", "data", Path(report["path"]).name)
     return report
 
 
+def _endpoint_env(cfg: LaunchConfig) -> dict[str, str]:
+    """`run.s3_endpoint` (a URL) for every S3 client of the job: boto3's and pyarrow's, on the
+    driver and on every node (channels, pretrained weights, an `s3://` run.dir)."""
+    url = cfg.run.s3_endpoint
+    return {"AWS_ENDPOINT_URL_S3": url} if url not in (None, "aws") else {}
+
+
+def _staging_root() -> str:
+    import tempfile
+
+    return str(Path(tempfile.gettempdir()) / "smlaunch-staging")
+
+
 @contextlib.contextmanager
-def _host_label_env():
-    """The driver's own side of the switch the job's runtime environment makes on the nodes."""
-    saved = os.environ.get(HOST_LABEL_ENV)
-    os.environ[HOST_LABEL_ENV] = NODE_ID_LABEL
+def _uploaded(plan):
+    """With an `s3://` run directory: the driver's staged files (logs, resolved config, TensorBoard
+    events, report) uploaded there when the run ends, failed or not, then removed here; kept and
+    named if the upload fails."""
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop(HOST_LABEL_ENV, None)
-        else:
-            os.environ[HOST_LABEL_ENV] = saved
+        if is_s3(plan.output_dir):
+            import shutil
+
+            try:
+                count = upload_dir(plan.run_dir, plan.output_dir)
+            except Exception as exc:  # noqa: BLE001 - the run's own outcome matters more; say where the files are
+                log.warning(f"could not upload {plan.run_dir} to {plan.output_dir} ({exc}); the logs and report "
+                            "stay there")
+            else:
+                log.info(f"uploaded {count} files (logs, config, report) to {plan.output_dir}")
+                console.close_file()
+                shutil.rmtree(plan.run_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _driver_env(env: dict[str, str]):
+    """The driver's own side of what the job's runtime environment sets on the nodes."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _refuse_a_second_job(ray, address: str) -> None:

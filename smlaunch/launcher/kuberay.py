@@ -102,15 +102,17 @@ def storage_notes(cfg: LaunchConfig) -> list[str]:
     mount = kuberay.shared_mount.rstrip("/") + "/"
     paths = {f"channels.{name}.source": ch.source for name, ch in cfg.channels.items()
              if not ch.source.startswith(("s3://", "builtin:"))}
+    on_s3 = cfg.run.dir.startswith("s3://")  # outputs uploaded: the pods' role must be able to write there
     if not kuberay.shared_volume_claim:
-        return [f"run.dir: {cfg.run.dir} is on the pods' own disks: the model and checkpoints (written on rank 0's "
-                "pod) and the report (the head's) go with the cluster when the job ends; set "
-                "kuberay.shared_volume_claim and a run.dir under its mount"] + [
+        return ([] if on_s3 else [
+            f"run.dir: {cfg.run.dir} is on the pods' own disks: the model and checkpoints (written on rank 0's "
+            "pod) and the report (the head's) go with the cluster when the job ends; set "
+            "kuberay.shared_volume_claim and a run.dir under its mount, or an s3:// run.dir"]) + [
             f"{field}: {source} must be on a volume every data pod mounts (kuberay.shared_volume_claim)"
             for field, source in paths.items()]
-    if not (cfg.run.dir.rstrip("/") + "/").startswith(mount):
+    if not on_s3 and not (cfg.run.dir.rstrip("/") + "/").startswith(mount):
         raise ConfigError(f"run.dir: {cfg.run.dir} is not under kuberay.shared_mount ({kuberay.shared_mount}); "
-                          f"the pods keep nothing else: set run.dir={mount}runs")
+                          f"the pods keep nothing else: set run.dir={mount}runs (or an s3:// URI)")
     return [f"{field}: {source} is not under {kuberay.shared_mount}; every data pod must see it"
             for field, source in paths.items() if not (source.rstrip("/") + "/").startswith(mount)]
 

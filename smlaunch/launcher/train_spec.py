@@ -13,6 +13,7 @@ from pathlib import Path
 
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
+from smlaunch.trainers.s3_store import is_s3, join
 
 
 def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = None,
@@ -31,7 +32,7 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         model=cfg.model.name, num_classes=num_classes, image_size=crops[-1],
         seed=cfg.seed, trainer=t, learning_rate=plan.learning_rate, total_steps=total, epoch_rows=rows,
         workers=plan.workers, host_names=tuple(h.name for h in plan.hosts),
-        model_dir=str(Path(output_root(plan), "model").resolve()),
+        model_dir=_absolute(join(model_root(plan), "model")),
         checkpoint_dir=checkpoint_dir(cfg, plan), config_sha256=config_hash(cfg), normalize=_normalize(cfg),
         fragile_channels=tuple(fragile_channels(plan)), resume_from=resume_from,
         pretrained=pretrained_weights(cfg), class_names=names)
@@ -123,15 +124,24 @@ def _normalize(cfg: LaunchConfig) -> dict:
 
 
 def checkpoint_dir(cfg: LaunchConfig, plan: LaunchPlan) -> str:
-    """`trainer.checkpoint_dir`, else `checkpoints` of the output root (absolute: Ray Train needs it)."""
-    return str(Path(cfg.trainer.checkpoint_dir or Path(output_root(plan)) / "checkpoints")
-               .expanduser().resolve())
+    """`trainer.checkpoint_dir`, else `checkpoints` beside the model (absolute: Ray Train needs it)."""
+    return _absolute(cfg.trainer.checkpoint_dir or join(model_root(plan), "checkpoints"))
+
+
+def model_root(plan: LaunchPlan) -> str:
+    """Where model/ and checkpoints/ go: the head's /opt/ml, as SageMaker uploads them from there,
+    or the run directory (a path or an `s3://` URI) on a cluster smlaunch attached to."""
+    return plan.output_dir or host_opt_ml(plan.head_host)
 
 
 def output_root(plan: LaunchPlan) -> str:
-    """Where model/, checkpoints/ and output/data/ go: the head's /opt/ml, as SageMaker uploads
-    them from there, or the run directory on a cluster smlaunch attached to (`plan.output_dir`)."""
-    return plan.output_dir or host_opt_ml(plan.head_host)
+    """Where the driver writes output/data/ (report, TensorBoard): beside the model, or, when that
+    is on S3, the local run directory, which is uploaded there when the run ends."""
+    return plan.run_dir if is_s3(plan.output_dir) else model_root(plan)
+
+
+def _absolute(where: str) -> str:
+    return where if is_s3(where) else str(Path(where).expanduser().resolve())
 
 
 def host_opt_ml(host) -> str:

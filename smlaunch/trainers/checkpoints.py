@@ -44,8 +44,13 @@ def is_complete(directory: Path) -> bool:
         return False
 
 
-def latest_complete(root: str | os.PathLike) -> Path | None:
-    """The complete checkpoint with the highest step under `root` (any run), or None."""
+def latest_complete(root: str | os.PathLike) -> Path | str | None:
+    """The complete checkpoint with the highest step under `root` (any run), or None; under an
+    `s3://` root, its URI (`s3_store.latest_complete`)."""
+    if str(root).startswith("s3://"):
+        from smlaunch.trainers.s3_store import latest_complete as latest_on_s3
+
+        return latest_on_s3(str(root))
     root = Path(root)
     if not root.is_dir():
         return None
@@ -59,8 +64,16 @@ def latest_complete(root: str | os.PathLike) -> Path | None:
 
 
 def load_state(directory: str | os.PathLike) -> dict:
+    """The state in `directory`, or in the `s3://` checkpoint it names (downloaded, hash checked)."""
     import torch
 
+    if str(directory).startswith("s3://"):
+        import tempfile
+
+        from smlaunch.trainers.s3_store import fetch_checkpoint
+
+        with tempfile.TemporaryDirectory(prefix="smlaunch-resume-") as tmp:
+            return torch.load(fetch_checkpoint(str(directory), tmp) / STATE, map_location="cpu", weights_only=False)
     return torch.load(Path(directory) / STATE, map_location="cpu", weights_only=False)
 
 

@@ -14,6 +14,20 @@ CLASSES = "classes.json"
 
 
 def save_model(model, config: dict, step: int, final: dict) -> None:
+    """Into `config["model_dir"]`; an `s3://` one gets the files through a temporary directory."""
+    if config["model_dir"].startswith("s3://"):
+        import tempfile
+
+        from smlaunch.trainers.s3_store import upload_dir
+
+        with tempfile.TemporaryDirectory(prefix="smlaunch-model-") as tmp:
+            _save(model, {**config, "model_dir": tmp}, step, final)
+            upload_dir(tmp, config["model_dir"])
+        return
+    _save(model, config, step, final)
+
+
+def _save(model, config: dict, step: int, final: dict) -> None:
     import torch
 
     model_dir = config["model_dir"]

@@ -47,7 +47,9 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -
     from ray.train.torch import TorchTrainer
 
     from smlaunch.trainers.loop import train_loop
+    from smlaunch.trainers.s3_store import ray_storage
 
+    storage_path, storage_filesystem = ray_storage(spec.checkpoint_dir)
     selector_options = {name: ExecutionOptions(label_selector=plan.preprocess_selector) for name in datasets}
     trainer = TorchTrainer(
         train_loop,
@@ -57,7 +59,7 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -
         # A run name of its own per launch: Ray Train would otherwise resume silently from whatever
         # run of the same name it finds; resuming is ours (`resume_from`, complete checkpoints only).
         run_config=RunConfig(name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                             storage_path=spec.checkpoint_dir,
+                             storage_path=storage_path, storage_filesystem=storage_filesystem,
                              failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
                              worker_runtime_env={"env_vars": dict(plan.worker_env)} if plan.worker_env else None),

@@ -37,6 +37,9 @@ def _choose(spec) -> tuple[str, str] | None:
     import ray.train
 
     restarted = ray.train.get_checkpoint()  # this fit restarted after a worker failed
+    if restarted is not None and type(restarted.filesystem).__name__ == "S3FileSystem":
+        path = f"s3://{restarted.path}"  # fetched and hash-checked by load_state
+        return path, f"the last checkpoint of this run ({path})"
     if restarted is not None:
         path = _newer_complete(restarted.path) or restarted.path
         return path, f"the last checkpoint of this run ({path})"

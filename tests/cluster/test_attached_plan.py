@@ -8,6 +8,7 @@ from test_attach import HETERO, cfg, node
 
 from smlaunch.cluster.attach import match_groups
 from smlaunch.cluster.attached_plan import attachable, attached_plan
+from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
 from smlaunch.errors import ConfigError, UserError
 
@@ -36,6 +37,17 @@ def test_hosts_are_the_matched_nodes_by_id_and_outputs_go_to_the_run_directory()
     assert all(h.opt_ml is None for h in plan.hosts)  # until the nodes' trees exist
 
 
+
+def test_an_s3_run_dir_is_the_output_and_the_driver_stages_its_files_locally():
+    nodes = [node(1, ray_subcluster="train", sm__group="train_group"), node(2, ray_subcluster="data", sm__group="data_group")]
+    config = load_config(HETERO, ["run.dir=s3://team-runs/jobs/", "run.name=r1"])
+    plan = attached_plan(config, match_groups(config, nodes, "head:6379"), "20261123-120000", staging="/tmp/stage")
+    assert (plan.output_dir, plan.run_dir) == ("s3://team-runs/jobs/r1", str(Path("/tmp/stage/r1")))
+    with pytest.raises(ConfigError, match=r"^run\.dir: s3://team-runs/jobs/: the local simulation keeps its hosts' "
+                                          r"trees in the run directory; give a path"):
+        build_plan(config, LocalEnvironment(cpus=8, gpus=0, started="20261123-120000"))
+
+
 def test_cpu_stand_ins_spread_over_the_train_nodes_cpus_and_too_few_cpus_fail_in_one_line():
     two = [node(1, sm__group="train_group"), node(2, sm__group="train_group"), node(3, sm__group="data_group")]
     plan = plan_of(two, "cluster.instance_groups.0.instance_type=ml.g5.12xlarge")  # 4 GPUs planned, none there
@@ -61,7 +73,7 @@ def test_a_node_labelled_like_the_data_group_but_not_matched_turns_the_selector_
 
 @pytest.mark.parametrize("override, field", [
     ("channels.train.input_mode=Pipe", "channels.train.input_mode: Pipe exists only on a SageMaker job"),
-    ("run.dir=s3://bucket/runs", "run.dir: s3://bucket/runs: an s3:// run directory is not supported yet"),
+    ("run.dir=s3://", "run.dir: s3:// names no bucket"),
     ("run.s3_seed={'s3://b/p/': builtin:digits}", "run.s3_seed: it fills the local simulation's S3 server"),
 ])
 def test_what_a_running_cluster_cannot_do_is_refused_from_the_config_alone(override, field):

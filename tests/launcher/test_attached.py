@@ -186,3 +186,55 @@ def test_run_trains_on_the_labelled_nodes_reads_channels_where_they_are_and_leav
     assert set(state["actors"]) <= {"_StatsActor", "_AutoscalingCoordinatorActor"}, state
     assert state["free_cpus"] == state["cpus"] == 3 and state["stop"] is False, state
     assert not list(Path(tempfile.gettempdir()).glob("smlaunch-attached-*"))
+
+
+def s3_tree(s3, uri: str) -> dict[str, int]:
+    """Keys under `uri` (relative) and their sizes."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+    return {o["Key"][len(prefix.rstrip("/")) + 1:]: o["Size"] for page in pages for o in page.get("Contents", [])}
+
+
+@pytest.mark.ray
+def test_an_s3_run_dir_gets_model_checkpoints_and_report_and_the_next_run_resumes_from_s3(cluster, tmp_path):
+    """No disk shared between the driver and the nodes: everything the run keeps goes to S3, and a
+    second run finds the first one's checkpoint there (rank 0 downloads it and checks its hash)."""
+    import json
+
+    from user_layouts import digits, write_image_folder, write_parquet
+
+    address, env = cluster
+    write_image_folder(tmp_path / "train", digits("train"))
+    write_parquet(tmp_path / "validation", digits("validation"), files=1, row_group_size=120)
+    staging = Path(tempfile.gettempdir()) / "smlaunch-staging" / "attached"
+    with LocalS3({"s3://team-data/digits/validation/": tmp_path / "validation",
+                  "s3://team-runs/keep/": tmp_path / "validation"}) as s3:
+        config = job_config(tmp_path, s3.endpoint_url)
+        missing = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://no-such-bucket/runs")
+        assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+            "sm-launch: error: run.dir: cannot write to s3://no-such-bucket/runs/attached (NoSuchBucket); create "
+            "the bucket or grant s3:PutObject and s3:DeleteObject on it"]
+        first = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
+                          "--set", "trainer.steps=16", "--set", "trainer.checkpoint_interval=8", timeout=600)
+        assert first.returncode == 0, first.stderr[-4000:]
+        after_first = s3_tree(s3, "s3://team-runs/jobs/attached")
+        second = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
+                           "--set", "trainer.steps=24", "--set", "trainer.checkpoint_interval=8", timeout=600)
+        assert second.returncode == 0, second.stderr[-4000:]
+        keys = s3_tree(s3, "s3://team-runs/jobs/attached")
+        report = json.loads(s3.client().get_object(Bucket="team-runs", Key="jobs/attached/output/data/report.json")
+                            ["Body"].read())
+    for name in ("model/model.pt", "model/model.json", "model/classes.json", "resolved_config.yaml",
+                 "logs/sm-launch.log", "output/data/report.json"):
+        assert after_first.get(name), (name, sorted(after_first))
+    import re
+
+    steps = sorted(m.group(1) for k in after_first if (m := re.fullmatch(r"checkpoints/run-[^/]+/(step-\d+)/state.pt", k)))
+    assert steps == ["step-00000008", "step-00000016"], sorted(after_first)
+    assert any(k.startswith("output/data/tensorboard/") for k in after_first)
+    assert report["summary"]["resumed_at_step"] == 16, report["summary"]
+    assert report["summary"]["resumed_from"].startswith("s3://team-runs/jobs/attached/checkpoints/run-")
+    assert report["summary"]["resumed_from"].endswith("/step-00000016")
+    assert report["summary"]["steps"] == 24 and any(k.endswith("step-00000024/state.pt") for k in keys)
+    assert "uploaded" in second.stdout + second.stderr and not staging.exists()
+    assert not (ROOT / "s3:").exists() and not (ROOT / "runs" / "attached").exists()

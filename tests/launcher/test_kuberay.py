@@ -149,7 +149,10 @@ def test_outputs_on_a_shared_volume_claim_every_pod_mounts_and_a_warning_without
     code, _, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "kuberay.shared_volume_claim=team-efs")
     assert code == 2 and err.strip().splitlines() == [
         "sm-launch: error: run.dir: runs is not under kuberay.shared_mount (/mnt/shared); the pods keep nothing "
-        "else: set run.dir=/mnt/shared/runs"]
+        "else: set run.dir=/mnt/shared/runs (or an s3:// URI)"]
     # without a volume the manifest still prints (stdout stays YAML for kubectl), with a warning on stderr
     code, docs, err = kuberay(capsys, HETERO, "--image", "i:1")
     assert code == 0 and len(docs) == 2 and err.startswith("sm-launch: warning: run.dir: runs is on the pods' own disks")
+    # an s3:// run.dir needs no volume: the outputs are uploaded (configs/hetero.yaml's channels are S3 too)
+    code, docs, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "run.dir=s3://team-runs/jobs")
+    assert code == 0 and len(docs) == 2 and err == ""
