@@ -215,6 +215,9 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     if cfg.run.dir.startswith("s3://"):
         raise ConfigError(f"run.dir: {cfg.run.dir}: the local simulation keeps its hosts' trees in the run directory; "
                           "give a path (an s3:// run.dir is for a running Ray cluster: run --address, kuberay)")
+    if (cfg.trainer.checkpoint_dir or "").startswith("s3://"):
+        raise ConfigError(f"trainer.checkpoint_dir: {cfg.trainer.checkpoint_dir}: a local run checkpoints to a path; "
+                          "s3:// is for a running Ray cluster (run --address, kuberay)")
     run_dir = Path(cfg.run.dir) / (cfg.run.name or f"{cfg.job}-{env.started}")
     notes: list[str] = []
     total_vcpus = sum(g.spec.vcpus * g.instance_count for g in groups)

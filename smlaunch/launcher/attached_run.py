@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,15 +49,23 @@ def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
             stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
         _refuse_a_second_job(ray, address)
         attached = match_groups(cfg, ray.nodes(), address)
-        plan = attached_plan(cfg, attached, time.strftime("%Y%m%d-%H%M%S"), staging=_staging_root())
-        if is_s3(plan.output_dir):
-            check_writable(plan.output_dir)
-        with _uploaded(plan):
+        staging = tempfile.mkdtemp(prefix="smlaunch-staging-") if is_s3(cfg.run.dir) else None
+        try:
+            plan = attached_plan(cfg, attached, time.strftime("%Y%m%d-%H%M%S"), staging=staging or "unused")
+            for where, field in ((plan.output_dir, "run.dir"), (cfg.trainer.checkpoint_dir, "trainer.checkpoint_dir")):
+                if is_s3(where):
+                    check_writable(where, field)
+        except BaseException:
+            if staging:
+                os.rmdir(staging)  # still empty
+            raise
+        with _uploaded(plan, staging):
             console.log_to_file(Path(plan.run_dir) / "logs" / "sm-launch.log")
             for line in summary(cfg, plan):
                 log.info(line)
             log.info(f"run directory: {plan.output_dir} (model, checkpoints, report; rank 0's node writes there too)")
             resume_from = prepare_job(cfg, plan)
+            _check_rank0_sees(plan, ray)
             endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
             with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as plan:
                 timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
@@ -76,19 +85,46 @@ def _endpoint_env(cfg: LaunchConfig) -> dict[str, str]:
     return {"AWS_ENDPOINT_URL_S3": url} if url not in (None, "aws") else {}
 
 
-def _staging_root() -> str:
-    import tempfile
+def _check_rank0_sees(plan, ray) -> None:
+    """A path run.dir must be one file system for the driver and rank 0's node (the model and
+    checkpoints are written there, the report and the resume listing here): a marker the driver
+    writes is looked for from that node, and its absence fails in one line before any work."""
+    if is_s3(plan.output_dir):
+        return
+    import uuid
 
-    return str(Path(tempfile.gettempdir()) / "smlaunch-staging")
+    from smlaunch.cluster.plan import host_selector
+
+    node = plan.workers[0].host
+    marker = Path(plan.output_dir) / f".smlaunch-visible-{uuid.uuid4().hex[:12]}"
+    marker.write_text("")
+    try:
+        seen = ray.get(ray.remote(_exists).options(num_cpus=0, label_selector=host_selector(node))
+                       .remote(str(marker)), timeout=60)
+    finally:
+        marker.unlink(missing_ok=True)
+    if not seen:
+        raise UserError(f"run.dir: {Path(plan.output_dir).parent} is not the same directory on node {node} (rank 0's, "
+                        "which writes the model and checkpoints there) as here; give a path every node and the driver "
+                        "mount (a shared file system), or an s3:// URI")
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
 
 
 @contextlib.contextmanager
-def _uploaded(plan):
+def _uploaded(plan, staging: str | None):
     """With an `s3://` run directory: the driver's staged files (logs, resolved config, TensorBoard
-    events, report) uploaded there when the run ends, failed or not, then removed here; kept and
-    named if the upload fails."""
+    events, report) uploaded there when the run ends, failed or not (the log then ends with why),
+    then removed here; kept and named if the upload fails."""
     try:
         yield
+    except BaseException as exc:
+        if is_s3(plan.output_dir):
+            text = str(exc).strip()
+            log.error(f"the run failed: {text.splitlines()[0] if text else type(exc).__name__}")
+        raise
     finally:
         if is_s3(plan.output_dir):
             import shutil
@@ -101,7 +137,7 @@ def _uploaded(plan):
             else:
                 log.info(f"uploaded {count} files (logs, config, report) to {plan.output_dir}")
                 console.close_file()
-                shutil.rmtree(plan.run_dir, ignore_errors=True)
+                shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager

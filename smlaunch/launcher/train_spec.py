@@ -97,9 +97,14 @@ def resumed_step(resume_from: str | None) -> int:
     """The step a checkpoint holds (0 for none), for the progress bar's start."""
     if not resume_from:
         return 0
+    from smlaunch.errors import UserError
+    from smlaunch.trainers.s3_store import read_json
+
     try:
+        if is_s3(resume_from):
+            return int(read_json(join(resume_from, "meta.json"))["step"])
         return int(json.loads((Path(resume_from) / "meta.json").read_text())["step"])
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, UserError):
         return 0
 
 

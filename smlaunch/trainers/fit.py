@@ -39,6 +39,10 @@ class UnevenSplit(DataConfig):
         return output
 
 
+START_RETRIES = 2
+"""Worker-group starts Ray Train retries after the first times out (Ray Train's default: without end)."""
+
+
 def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -> dict:
     """Train and return rank 0's result (per-step records, validation, rows per host, ranks).
     `fatal()` returns a rank's posted user error (`TrainProgress.fatal`), which ends the fit."""
@@ -60,7 +64,10 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -
         # run of the same name it finds; resuming is ours (`resume_from`, complete checkpoints only).
         run_config=RunConfig(name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
                              storage_path=storage_path, storage_filesystem=storage_filesystem,
-                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
+                             # Ray Train retries a worker group that cannot start (60 s each) without
+                             # end by default: on a cluster shared with another job that would wait for ever.
+                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures,
+                                                          controller_failure_limit=START_RETRIES),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
                              worker_runtime_env={"env_vars": dict(plan.worker_env)} if plan.worker_env else None),
         datasets=datasets,
@@ -73,6 +80,7 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -
 
         if user_error_in(exc) is None:
             _raise_if_a_train_host_was_lost(plan)
+            _raise_if_workers_never_started(exc, plan)
         raise
 
 
@@ -119,6 +127,23 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"].return_value
+
+
+def _raise_if_workers_never_started(exc: BaseException, plan: LaunchPlan) -> None:
+    """Ray Train gave up placing the worker group (`START_RETRIES` + 1 tries): one line saying
+    what it waited for, instead of the controller's traceback."""
+    from smlaunch.errors import UserError
+
+    chain = [exc, getattr(exc, "controller_failure", None), exc.__cause__]
+    if not any(type(e).__name__ in ("WorkerGroupStartupTimeoutError", "InsufficientClusterResourcesError")
+               for e in chain if e is not None):
+        return
+    wants = "GPU" if plan.use_gpu else "CPU"
+    hosts = ", ".join(dict.fromkeys(w.host for w in plan.workers))
+    each_s = float(os.environ.get("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60"))
+    raise UserError(f"the {plan.train_workers} train workers (1 {wants} each, on {hosts}) could not be placed in "
+                    f"{START_RETRIES + 1} tries of {each_s:g} s: another job holds those nodes' {wants}s, or they "
+                    "left; free them, or set trainer.max_workers lower") from None
 
 
 def _raise_if_a_train_host_was_lost(plan: LaunchPlan) -> None:

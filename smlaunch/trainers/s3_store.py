@@ -19,6 +19,7 @@ job), so the driver, rank 0 and Ray Train all talk to the same S3.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -105,7 +106,8 @@ def upload_dir(local: str | os.PathLike, uri: str) -> int:
     for path in sorted(Path(local).rglob("*")):
         if path.is_file():
             rel = path.relative_to(local).as_posix()
-            _client().upload_file(str(path), bucket, f"{key}/{rel}".lstrip("/"))
+            with _one_line(f"uploading {rel} to {uri}"):
+                _client().upload_file(str(path), bucket, f"{key}/{rel}".lstrip("/"))
             count += 1
     return count
 
@@ -119,16 +121,39 @@ def download_dir(uri: str, local: str | os.PathLike) -> int:
             continue
         target = Path(local, item["Key"][len(key) + 1:])
         target.parent.mkdir(parents=True, exist_ok=True)
-        _client().download_file(bucket, item["Key"], str(target))
+        with _one_line(f"downloading s3://{bucket}/{item['Key']}"):
+            _client().download_file(bucket, item["Key"], str(target))
         count += 1
     return count
+
+
+def read_json(uri: str):
+    """The JSON object at `uri`."""
+    import json
+
+    bucket, key = split(uri)
+    with _one_line(f"reading {uri}"):
+        return json.loads(_client().get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+@contextlib.contextmanager
+def _one_line(doing: str):
+    """An S3 failure as one UserError line (a rank's UserError ends the job at once, where any
+    other error would have Ray Train restart the group and fail the same way again)."""
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        raise UserError(f"run.dir: {doing} failed ({exc.response.get('Error', {}).get('Code', '') or exc})") from None
+    except (BotoCoreError, Boto3Error) as exc:
+        raise UserError(f"run.dir: {doing} failed ({exc})") from None
 
 
 def latest_complete(uri: str) -> str | None:
     """The newest checkpoint `uri/<run>/step-N` (any run) whose `state.pt` has the size its
     `meta.json` gives, as an `s3://` URI; None if there is none."""
-    import json
-
     from smlaunch.trainers.checkpoints import META, STATE
 
     bucket, key = split(uri)
@@ -137,10 +162,10 @@ def latest_complete(uri: str) -> str | None:
     for meta_key in sorted((k for k in sizes if pattern.match(k)), key=lambda k: k.split("/")[-2], reverse=True):
         directory = meta_key.rsplit("/", 1)[0]
         try:
-            meta = json.loads(_client().get_object(Bucket=bucket, Key=meta_key)["Body"].read())
+            meta = read_json(f"s3://{bucket}/{meta_key}")
             if sizes.get(f"{directory}/{STATE}") == meta["size"]:
                 return f"s3://{bucket}/{directory}"
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             pass
         log.warning(f"checkpoint s3://{bucket}/{directory} is incomplete (cut short while written); skipping it")
     return None

@@ -62,22 +62,27 @@ def node_trees(plan: LaunchPlan, s3_endpoint: str | None, log=None):
             log(f"channels exposed on {len(trees)} nodes (views and links under each node's temporary directory)")
         yield with_node_trees(plan, trees)
     finally:
-        _remove(trees, log)
+        _remove(run, list(refs), log)  # every node asked, made or not: one that failed half-way too
 
 
 def _cause(exc) -> Exception:
-    """The user error inside a task's failure, else Ray's."""
+    """The user error inside a task's failure, else Ray's as one line naming what failed."""
     cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, DataError) else exc
+    if isinstance(cause, DataError):
+        return cause
+    text = str(cause if cause is not None else exc).strip().splitlines()
+    return DataError(f"channel trees: making a node's tree failed: {type(cause or exc).__name__}: "
+                     f"{text[-1] if text else ''}")
 
 
-def _remove(trees: dict[str, str], log) -> None:
+def _remove(run: str, nodes: list[str], log) -> None:
     import ray
 
-    if not trees:
+    if not nodes:
         return
     task = ray.remote(_remove_tree)
-    refs = [task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(tree) for node, tree in trees.items()]
+    refs = [task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(run, node)
+            for node in nodes]
     try:
         ray.get(refs, timeout=60)
     except Exception as exc:  # a node lost mid-run: its tree went with it, or stays in its temp dir
@@ -88,30 +93,43 @@ def _remove(trees: dict[str, str], log) -> None:
 
 def _make_tree(run: str, node: str, channels: list) -> str:
     """On the node: `<tmp>/smlaunch-<run>-<node>/opt/ml` with each channel's view or link."""
-    from smlaunch.pipelines.sources.channels import channel_dir, channel_source
-    from smlaunch.pipelines.sources.fastfile import write_view
-
-    opt_ml = Path(tempfile.gettempdir()) / f"smlaunch-{run}-{node[:12]}" / "opt" / "ml"
-    for channel, source, objects in channels:
-        target = channel_dir(opt_ml, channel.name)
-        if objects is not None:
-            write_view(target, source, objects)
-            continue
-        try:
-            folder = Path(channel_source(channel).uri).resolve()
-        except DataError as exc:
-            raise DataError(f"{exc} on node {node[:8]} ({_address()}); a path channel must be on every "
-                            "receiving node (a shared file system)") from None
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink():
-            target.unlink()
-        target.symlink_to(folder, target_is_directory=True)
+    opt_ml = _tree(run, node)
+    try:
+        for channel, source, objects in channels:
+            _expose(opt_ml, node, channel, source, objects)
+    except BaseException:
+        _remove_tree(run, node)  # no half-made tree left behind
+        raise
     return str(opt_ml)
 
 
-def _remove_tree(opt_ml: str) -> None:
+def _tree(run: str, node: str) -> Path:
+    """The node's tree, under its own temporary directory (computed there)."""
+    return Path(tempfile.gettempdir()) / f"smlaunch-{run}-{node[:12]}" / "opt" / "ml"
+
+
+def _expose(opt_ml: Path, node: str, channel, source, objects) -> None:
+    from smlaunch.pipelines.sources.channels import channel_dir, channel_source
+    from smlaunch.pipelines.sources.fastfile import write_view
+
+    target = channel_dir(opt_ml, channel.name)
+    if objects is not None:
+        write_view(target, source, objects)
+        return
+    try:
+        folder = Path(channel_source(channel).uri).resolve()
+    except DataError as exc:
+        raise DataError(f"{exc} on node {node[:8]} ({_address()}); a path channel must be on every "
+                        "receiving node (a shared file system)") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink():
+        target.unlink()
+    target.symlink_to(folder, target_is_directory=True)
+
+
+def _remove_tree(run: str, node: str) -> None:
     """On the node: the tree's top folder (links inside are removed, never followed)."""
-    top = Path(opt_ml).parents[1]
+    top = _tree(run, node).parents[1]
     if top.name.startswith("smlaunch-") and top.is_dir():
         shutil.rmtree(top, ignore_errors=True)
 
