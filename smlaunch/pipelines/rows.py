@@ -29,7 +29,7 @@ from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
 from smlaunch.pipelines.corrupt import skip_policy
 from smlaunch.pipelines.formats import RecordError, iter_records
-from smlaunch.pipelines.formats.example import decode_example
+from smlaunch.pipelines.formats.example import example_values
 from smlaunch.pipelines.sources.manifest import group_attributes
 
 Sample = tuple[str, bytes, object, object]
@@ -44,8 +44,7 @@ def derived_id(image: bytes) -> int:
 
 def example_row(record: bytes, fields=("image/encoded", "image/class/label", "id")) -> tuple[bytes, int, int]:
     """(image, label, id) of one tf.train.Example record, as a File-mode read makes its row."""
-    example = decode_example(record)
-    image, label, ident = (_first(example.get(name)) if name else None for name in fields)
+    image, label, ident = example_values(record, fields)
     return _checked(image, label, ident, None, "image, label", False)
 
 
@@ -63,16 +62,14 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str) 
             yield (f"{source} row {n}", unit[0], unit[1].decode(errors="replace"),
                    unit[2].decode(errors="replace") if len(names) > 2 else None)
         return
-    image_key, label_key, id_key = channel.fields
+    fields = tuple(channel.fields)
     for n, record in enumerate(records):
-        where = f"{source} record {n}"
         try:
-            example = decode_example(record)
+            image, label, ident = example_values(record, fields)
         except DataError as exc:
-            yield where, None, None, exc
+            yield f"{source} record {n}", None, None, exc
             continue
-        yield (where, _first(example.get(image_key)), _first(example.get(label_key)),
-               _first(example.get(id_key)) if id_key else None)
+        yield f"{source} record {n}", image, label, ident
 
 
 def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> Iterator[Sample]:
@@ -90,27 +87,76 @@ def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> I
             raise DataError(f"channel '{channel.name}': {exc}") from None
 
 
-def parquet_samples(channel: ChannelPlan, stream, source: str, row_groups: list[int] | None) -> Iterator[Sample]:
-    from smlaunch.pipelines.formats.parquet import iter_rows
+def parquet_samples(channel: ChannelPlan, stream, source: str, row_groups: list[int] | None,
+                    num_classes: int | None = None) -> Iterator[Sample | pa.Table]:
+    """The chosen row groups: each as one checked table when its columns pass the checks, or row
+    by row (to name the bad row and apply the skip policy) when they do not. Row by row costs
+    several times the read itself (bench/formats.py), so a clean row group never takes that path."""
+    from smlaunch.pipelines.formats.parquet import group_rows, iter_groups
 
     image, label, sample_id = channel.fields
-    for n, data, value, ident in iter_rows(stream, source, row_groups,
-                                           {"image": image, "label": label, "id": sample_id}):
-        yield f"{source} row {n}", data, value, ident
+    fields = {"image": image, "label": label, "id": sample_id}
+    for start, table in iter_groups(stream, source, row_groups, fields):
+        block = _checked_columns(table, fields, num_classes, channel.id_required)
+        if block is not None:
+            yield block
+            continue
+        for n, data, value, ident in group_rows(table, start, fields):
+            yield f"{source} row {n}", data, value, ident
+
+
+def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_required: bool) -> pa.Table | None:
+    """`table` as a block, if every row would pass `_checked`, judged column-wise; None if some
+    row might not (or the columns need a per-row conversion, as string labels do)."""
+    import pyarrow.compute as pc
+
+    images, labels = table.column(fields["image"]), table.column(fields["label"])
+    if table.num_rows == 0 or images.null_count or labels.null_count or not pa.types.is_integer(labels.type):
+        return None
+    bounds = pc.min_max(labels)
+    if (pc.min(pc.binary_length(images)).as_py() == 0 or bounds["min"].as_py() < 0
+            or (num_classes is not None and bounds["max"].as_py() >= num_classes)):
+        return None
+    if fields.get("id"):
+        ids = table.column(fields["id"])
+        if ids.null_count or not pa.types.is_integer(ids.type):
+            return None
+        try:
+            ids = ids.cast(pa.int64())  # a safe cast: an id past int64 fails, and takes the per-row path
+        except pa.ArrowInvalid:
+            return None
+    elif id_required:
+        return None
+    else:
+        ids = pa.array([derived_id(data) for data in images.to_pylist()], pa.int64())
+    return pa.table({"image": images.cast(pa.binary()), "label": labels.cast(pa.int64()), "id": ids}).combine_chunks()
 
 
 def folder_sample(source: str, data: bytes, label: int) -> Iterator[Sample]:
     yield source, data, label, None
 
 
-def row_blocks(channel: ChannelPlan, samples: Iterable[Sample], num_classes: int | None = None
+def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_classes: int | None = None
                ) -> Iterator[pa.Table]:
-    """Arrow blocks of checked rows; every error names the channel, the source and the sample."""
+    """Arrow blocks of checked rows; every error names the channel, the source and the sample.
+    A table among the samples holds rows already checked column-wise (`parquet_samples`)."""
     policy = skip_policy(channel.name, channel.max_corrupted_records)
     need = _need(channel)
+    size = channel.block_rows
     rows: dict[str, list] = {"image": [], "label": [], "id": []}
+    carry, room = None, size  # rows of a checked table not yet in a block; rows still to add to them
     try:
-        for where, image, label, ident in samples:
+        for item in samples:
+            if isinstance(item, pa.Table):  # already checked, column-wise
+                whole = pa.concat_tables([t for t in (carry, _table(rows) if rows["id"] else None, item) if t])
+                full = whole.num_rows - whole.num_rows % size
+                for start in range(0, full, size):
+                    yield whole.slice(start, size)
+                carry = whole.slice(full) if full < whole.num_rows else None
+                room = size - (carry.num_rows if carry else 0)
+                rows = {"image": [], "label": [], "id": []}
+                continue
+            where, image, label, ident = item
             try:
                 row = _checked(image, label, ident, num_classes, need, channel.id_required)
             except DataError as exc:
@@ -120,16 +166,23 @@ def row_blocks(channel: ChannelPlan, samples: Iterable[Sample], num_classes: int
                 continue
             for key, value in zip(("image", "label", "id"), row):
                 rows[key].append(value)
-            if len(rows["id"]) == channel.block_rows:
-                yield _table(rows)
+            if len(rows["id"]) == room:
+                yield _joined(carry, rows)
+                carry, room = None, size
                 rows = {"image": [], "label": [], "id": []}
     except RecordError as exc:
         raise DataError(f"channel '{channel.name}': {exc}") from None
     except DataError as exc:
         message = str(exc)
         raise DataError(message if message.startswith("channel '") else f"channel '{channel.name}': {message}") from None
-    if rows["id"]:
-        yield _table(rows)
+    if carry or rows["id"]:
+        yield _joined(carry, rows)
+
+
+def _joined(carry: pa.Table | None, rows) -> pa.Table:
+    if carry is None:
+        return _table(rows)
+    return pa.concat_tables([carry, _table(rows)]).combine_chunks() if rows["id"] else carry
 
 
 def _checked(image, label, ident, num_classes: int | None, need: str, id_required: bool) -> tuple[bytes, int, int]:
@@ -164,10 +217,6 @@ def _need(channel: ChannelPlan) -> str:
     what = {"webdataset": "extensions", "parquet": "columns"}.get(channel.record_format, "features")
     image, label, ident = channel.fields
     return f"{what} {image}, {label}" + (f", {ident}" if ident else "") + "; set the channel's fields to rename them"
-
-
-def _first(values):
-    return values[0] if values else None
 
 
 def _table(rows) -> pa.Table:

@@ -47,9 +47,10 @@ def describe(stream: BinaryIO | str, source: str, label: str | None) -> tuple[in
     return groups, largest
 
 
-def iter_rows(stream: BinaryIO | str, source: str, row_groups: list[int] | None,
-              fields: dict[str, str | None]) -> Iterator[tuple[int, bytes, object, object]]:
-    """(row number in the file, image bytes, label, id or None) of the chosen row groups."""
+def iter_groups(stream: BinaryIO | str, source: str, row_groups: list[int] | None,
+                fields: dict[str, str | None]) -> Iterator[tuple[int, pa.Table]]:
+    """(row number in the file of its first row, table) of each chosen row group, holding only
+    the image (as binary), label and id columns."""
     file = open_parquet(stream, source)
     schema = file.schema_arrow
     wanted = [fields["image"], fields["label"]] + ([fields["id"]] if fields.get("id") else [])
@@ -63,11 +64,19 @@ def iter_rows(stream: BinaryIO | str, source: str, row_groups: list[int] | None,
             table = file.read_row_group(group, columns=wanted)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{source}: row group {group} is unreadable ({exc})") from None
-        images = _image_bytes(table.column(fields["image"]), source)
-        labels = table.column(fields["label"]).to_pylist()
-        ids = table.column(fields["id"]).to_pylist() if fields.get("id") else [None] * len(labels)
-        for n, (image, label, sample) in enumerate(zip(images, labels, ids)):
-            yield starts[group] + n, image, label, sample
+        image = table.schema.get_field_index(fields["image"])
+        yield starts[group], table.set_column(image, fields["image"], _image_bytes(table.column(image), source))
+
+
+def group_rows(table: pa.Table, start: int, fields: dict[str, str | None]
+               ) -> Iterator[tuple[int, bytes, object, object]]:
+    """(row number in the file, image bytes, label, id or None) of one row group, row by row:
+    the slow path, taken to name the row a column-wise check found wrong."""
+    images = table.column(fields["image"]).to_pylist()
+    labels = table.column(fields["label"]).to_pylist()
+    ids = table.column(fields["id"]).to_pylist() if fields.get("id") else [None] * len(labels)
+    for n, (image, label, sample) in enumerate(zip(images, labels, ids)):
+        yield start + n, image, label, sample
 
 
 def _group_starts(metadata) -> list[int]:
@@ -78,7 +87,7 @@ def _group_starts(metadata) -> list[int]:
     return starts
 
 
-def _image_bytes(column: pa.ChunkedArray, source: str) -> list[bytes | None]:
+def _image_bytes(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
     kind = column.type
     if pa.types.is_struct(kind):
         if kind.get_field_index("bytes") < 0:
@@ -88,4 +97,4 @@ def _image_bytes(column: pa.ChunkedArray, source: str) -> list[bytes | None]:
     if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
         raise DataError(f"{source}: the image column holds {kind}, not encoded image bytes (binary, or a struct "
                         "with a bytes field)")
-    return column.to_pylist()
+    return column

@@ -120,10 +120,10 @@ def _read_here(channel: ChannelPlan, host: str, units: list, roots: dict[str, st
         raise DataError(f"channel '{channel.name}': read task landed on host {host}, which does not "
                         f"receive the channel (hosts: {sorted(roots)})")
     directory = channel_dir(roots[host], channel.name)
-    yield from row_blocks(channel, _samples(channel, directory, host, units, classes), num_classes)
+    yield from row_blocks(channel, _samples(channel, directory, host, units, classes, num_classes), num_classes)
 
 
-def _samples(channel: ChannelPlan, directory, host: str, units: list, classes):
+def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, num_classes):
     """The samples of `units`, file after file (a Parquet file's row groups read in one opening)."""
     by_file: dict[str, list] = {}
     for rel, group in units:
@@ -143,7 +143,7 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes):
             if fmt == "image_folder":
                 yield from folder_sample(source, stream.read(), classes.index(image_class(rel)))
             elif fmt == "parquet":
-                yield from parquet_samples(channel, stream, source, None if None in groups else groups)
+                yield from parquet_samples(channel, stream, source, None if None in groups else groups, num_classes)
             elif fmt == "webdataset":
                 yield from webdataset_samples(channel, stream, source)
             else:

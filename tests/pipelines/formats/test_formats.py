@@ -4,7 +4,8 @@ import struct
 
 import pytest
 
-from smlaunch.pipelines.formats.example import decode_example, encode_example
+from smlaunch.pipelines.formats import example
+from smlaunch.pipelines.formats.example import decode_example, encode_example, example_values
 from smlaunch.pipelines.formats.tfrecord import RecordError, encode_record, read_file, read_records, write_records
 
 
@@ -84,6 +85,25 @@ def test_example_decodes_unpacked_ints():
     entry = b"\x0a\x01k" + b"\x12" + bytes([len(feature)]) + feature
     example = b"\x0a" + bytes([len(entry) + 2]) + b"\x0a" + bytes([len(entry)]) + entry
     assert decode_example(example) == {"k": [5]}
+
+
+@pytest.mark.parametrize("parser", ["protobuf", "pure Python"])
+def test_example_values_take_the_first_of_each_named_feature(tmp_path, monkeypatch, parser):
+    """What a TFRecord read takes from each record, parsed by upb, or by the pure-Python codec
+    where protobuf is missing; the record is the `tfrecord` package's."""
+    from tfrecord.writer import TFRecordWriter
+
+    if parser == "pure Python":
+        monkeypatch.setattr(example, "_example_class", lambda: None)
+    writer = TFRecordWriter(str(tmp_path / "ref.tfrecord"))
+    writer.write({"img": (b"\xff\xd8jpeg", "byte"), "cls": ([7, 8], "int"), "f": ([0.5, 2.0], "float"),
+                  "none": ([], "int")})
+    writer.close()
+    (record,) = read_file(tmp_path / "ref.tfrecord")
+    assert example_values(record, ("img", "cls", "f", "none", "absent", None)) == (b"\xff\xd8jpeg", 7, 0.5, None,
+                                                                                  None, None)
+    with pytest.raises(Exception, match="^not a tf.train.Example"):
+        example_values(record[:-3], ("img",))
 
 
 # Skipping damage: `on_corrupt` sees one error per damaged region, good records come back in order.

@@ -1,0 +1,65 @@
+"""Rows of a Parquet file as `row_blocks` makes them: clean row groups checked column-wise, the
+others row by row, in the file's order and in blocks of `block_rows`, a bad row named."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from smlaunch.cluster.plan import channel_plan
+from smlaunch.config.schema import ChannelConfig
+from smlaunch.errors import DataError
+from smlaunch.pipelines.rows import derived_id, parquet_samples, row_blocks
+
+IMAGES = [bytes([n % 251, n // 251, 7]) * 5 for n in range(150)]
+LABELS = [n % 10 for n in range(150)]
+
+
+def write(path, groups: list[pa.Table]):
+    with pq.ParquetWriter(path, groups[0].schema) as writer:
+        for table in groups:
+            writer.write_table(table)
+
+
+def group(lo, hi, labels=None, kind=pa.int64()):
+    return pa.table({"image": pa.array(IMAGES[lo:hi], pa.binary()),
+                     "label": pa.array(labels if labels is not None else LABELS[lo:hi], kind)})
+
+
+def blocks(*paths, num_classes=10):
+    channel = channel_plan("pq", ChannelConfig(source=str(paths[0].parent), record_format="parquet"), ("algo-2",),
+                           block_rows=64)
+
+    def samples():
+        for path in paths:
+            with open(path, "rb") as stream:
+                yield from parquet_samples(channel, stream, str(path), None, num_classes)
+    return list(row_blocks(channel, samples(), num_classes))
+
+
+def test_clean_and_row_by_row_groups_keep_the_order_in_full_blocks(tmp_path):
+    # The middle file's labels are strings, read row by row; the others are checked column-wise.
+    paths = [tmp_path / f"part-{n}.parquet" for n in range(3)]
+    write(paths[0], [group(0, 30), group(30, 50)])
+    write(paths[1], [group(50, 100, [str(v) for v in LABELS[50:100]], pa.string())])
+    write(paths[2], [group(100, 150, kind=pa.uint8())])
+    got = blocks(*paths)
+    assert [b.num_rows for b in got] == [64, 64, 22]
+    table = pa.concat_tables(got)
+    assert table.column("image").to_pylist() == IMAGES
+    assert table.column("label").to_pylist() == LABELS
+    assert table.column("id").to_pylist() == [derived_id(image) for image in IMAGES]
+    assert table.schema == pa.schema([("image", pa.binary()), ("label", pa.int64()), ("id", pa.int64())])
+
+
+@pytest.mark.parametrize("labels, message", [
+    ([*LABELS[50:57], None, *LABELS[58:100]], "row 57: no label (columns image, label;"),
+    ([*LABELS[50:60], 12, *LABELS[61:100]], "row 60: label 12 is not a class index 0..9 (model.num_classes: 10)"),
+])
+def test_a_bad_row_in_a_clean_looking_file_is_named(tmp_path, labels, message):
+    path = tmp_path / "bad.parquet"
+    write(path, [group(0, 50), group(50, 100, labels), group(100, 150)])
+    with pytest.raises(DataError) as info:
+        blocks(path)
+    assert str(info.value).startswith(f"channel 'pq': {path} {message}"), info.value
