@@ -43,7 +43,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.launcher.train_progress import TrainProgress
     from smlaunch.launcher.train_spec import builtin_rows, resumed_step, train_spec
     from smlaunch.pipelines.dataset import build_datasets, list_channels
-    from smlaunch.pipelines.warmup import warm_preprocess_workers
+    from smlaunch.pipelines.warmup import warm_preprocess_workers, warm_ray_data
     from smlaunch.trainers.fit import fit
 
     listings = list_channels(plan)
@@ -54,6 +54,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     try:
         datasets = build_datasets(cfg, plan, listings, spec.num_classes)
         warm_preprocess_workers(plan, cfg.pipeline.ops)  # while Ray Train starts its workers
+        warm_ray_data(plan)
         try:  # TensorBoard is a view: a folder that cannot be written costs the events, not the job
             events = LiveEvents(Path(output_root(plan)) / "output" / "data" / "tensorboard")
         except OSError as exc:

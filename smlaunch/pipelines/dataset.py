@@ -34,6 +34,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.label_selector = plan.preprocess_selector
     ctx.enable_progress_bars = False
+    ctx.target_max_block_size = block_bytes(cfg) or ctx.target_max_block_size
     host_names = [h.name for h in plan.hosts]
     preprocess_on = "data" if plan.data_selector else "train"
     preprocess_cpus = sum(h.num_cpus for h in plan.hosts if h.subcluster == preprocess_on)
@@ -54,6 +55,27 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
             compute=ray.data.TaskPoolStrategy(size=preprocess_cpus), num_cpus=1,
             label_selector=plan.preprocess_selector)
     return datasets
+
+
+def block_bytes(cfg: LaunchConfig) -> int | None:
+    """Ray Data's target block size for the job: 3/4 of the chain's output for one batch (uint8
+    CHW at the last crop or resize size), at least 1 MiB; None (Ray's 128 MiB) when no op sets a
+    size (the config requires a crop, so only for a chain built outside it).
+
+    A map task merges what it yields until the merged block passes the target, and only then
+    hands it on. At 128 MiB a chain task over 224 px images gave nothing to the trainer until it
+    had made 28 batches or finished its input, which is what a cold job's first batch waited
+    for. Below one batch's output, each batch leaves as soon as it is made; Ray slices only a
+    block of 1.5x the target or more, so a batch is never cut. bench/offload_vs_dataloader.py,
+    2-core VM: a cold first batch of 3.0 s instead of 3.5 s (BENCHMARKS.md)."""
+    from smlaunch.config.op_specs import CenterCrop, RandomResizedCrop, Resize
+
+    side = None
+    for op in cfg.pipeline.ops:
+        side = op.size if isinstance(op, (RandomResizedCrop, CenterCrop, Resize)) else side
+    if side is None:
+        return None
+    return max(1 << 20, 3 * side * side * cfg.pipeline.batch_size * 3 // 4)
 
 
 def read_channel(source, channel):

@@ -6,6 +6,7 @@ import pytest
 
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
+from smlaunch.pipelines.dataset import block_bytes
 
 
 @pytest.mark.ray
@@ -22,14 +23,31 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     create_host_trees(plan)
     deliver_channels(plan)
     ctx = data_cluster.data.DataContext.get_current()
-    saved = ctx.execution_options.label_selector
+    saved = ctx.execution_options.label_selector, ctx.target_max_block_size
     try:
         datasets = build_datasets(cfg, plan)
-        hosts = np.concatenate([b["host"] for b in datasets["train"].iter_batches(batch_size=None)])
+        blocks = list(datasets["train"].iter_batches(batch_size=None))
+        hosts = np.concatenate([b["host"] for b in blocks])
     finally:
-        ctx.execution_options.label_selector = saved
+        ctx.execution_options.label_selector, ctx.target_max_block_size = saved
+    # 32 px crops: one batch's output is far below the 1 MiB floor, so blocks gather several
+    # batches, but none passes 1.5x the target (where Ray would slice it).
+    assert block_bytes(cfg) == 1 << 20
+    assert max(sum(column.nbytes for column in b.values()) for b in blocks) < 1.5 * (1 << 20)
     names = [h.name for h in plan.hosts]
     produced = {name: int((hosts == i).sum()) for i, name in enumerate(names)}
     assert len(hosts) == 1437  # every training digit
     assert produced["algo-1"] == 0 and (hosts >= 0).all()  # all on data nodes: 100 %
     assert produced["algo-2"] + produced["algo-3"] == 1437
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["pipeline.batch_size=32"], 3 * 224 * 224 * 32 * 3 // 4),  # one batch: 4.8 MB; a block below it
+    (["pipeline.batch_size=128",
+      "pipeline.ops=[{op: decode_image}, {op: resize, size: 400}, {op: center_crop, size: 384}, {op: to_uint8_chw}]"],
+     3 * 384 * 384 * 128 * 3 // 4),
+    (["pipeline.batch_size=8"], 1 << 20),  # one batch of 1.2 MB: the 1 MiB floor
+])
+def test_block_bytes_keep_one_chain_batch_per_block(configs, overrides, expected):
+    cfg = load_config(configs / "seed-vit-blur.yaml", overrides)
+    assert block_bytes(cfg) == expected

@@ -48,3 +48,18 @@ def test_a_chain_that_fails_is_reported_by_the_warm_up_not_raised(data_cluster, 
     ops = load_config(configs / "hetero.yaml", ["pipeline.ops.2={op: user, function: 'no_such_module:fn'}"]).pipeline.ops
     done = data_cluster.get(warm_preprocess_workers(plan, ops), timeout=120)
     assert done and all("no_such_module" in d["error"] for d in done), done
+
+
+@pytest.mark.ray
+def test_ray_data_is_warmed_from_the_drivers_node_and_its_row_read_on_a_data_host(data_cluster, configs, tmp_path):
+    """Ray Data's autoscaling coordinator stays on the node of the first execution that asks
+    for it (a lost data host would take it along), so the one-row execution runs on the driver's
+    node; its read goes to the preprocessing hosts like every other task of the run."""
+    from smlaunch.pipelines.warmup import warm_ray_data
+
+    ray = data_cluster
+    cfg, plan = _plan(configs, tmp_path)
+    done = ray.get(warm_ray_data(plan), timeout=120)
+    data_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Labels"].get("ray-subcluster") == "data"}
+    assert done["node"] == ray.get_runtime_context().get_node_id(), done
+    assert done["row_made_on"] in data_nodes, (done, data_nodes)
