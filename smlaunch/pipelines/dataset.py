@@ -67,7 +67,8 @@ def block_bytes(cfg: LaunchConfig) -> int | None:
     had made 28 batches or finished its input, which is what a cold job's first batch waited
     for. Below one batch's output, each batch leaves as soon as it is made; Ray slices only a
     block of 1.5x the target or more, so a batch is never cut. bench/offload_vs_dataloader.py,
-    2-core VM: a cold first batch of 3.0 s instead of 3.5 s (BENCHMARKS.md)."""
+    2-core VM: a cold first batch of 3.0 s instead of 3.5 s, for about 5 % of the pass's
+    images/s (a block per batch, not per chain task; BENCHMARKS.md)."""
     from smlaunch.config.op_specs import CenterCrop, RandomResizedCrop, Resize
 
     side = None
