@@ -82,28 +82,21 @@ def warm_worker(ops: list) -> dict:
     import os
 
     import numpy as np
-    import pyarrow
+    import pyarrow  # noqa: F401 (the read tasks' blocks)
     import ray
     import ray.data  # noqa: F401 (Ray Data's task-side modules)
     from PIL import Image
 
-    from ray.data.block import BlockAccessor
-
     from smlaunch.cluster.plan import this_host
-    from smlaunch.pipelines.formats.example import _example_class
     from smlaunch.pipelines.ops.chain import Chain
-    from smlaunch.pipelines.sources import file_reader, pipe_reader  # noqa: F401 (the read tasks' code)
 
     done = {"host": this_host(), "pid": os.getpid(), "error": None}
     buf = io.BytesIO()
     Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(buf, format="JPEG")
     batch = {"image": np.array([buf.getvalue()], dtype=object), "label": np.zeros(1, np.int64),
              "id": np.zeros(1, np.int64)}
-    _example_class()  # the protobuf messages a TFRecord read parses with
     try:
-        table = pyarrow.table({"image": pyarrow.array(list(batch["image"]), pyarrow.binary()),
-                               "label": batch["label"], "id": batch["id"]})
-        Chain(ops, [])(BlockAccessor.for_block(table).to_batch_format("numpy"))
+        Chain(ops, [])(batch)
     except Exception as exc:  # the real batch raises it again, with the sample named
         return {**done, "error": f"{type(exc).__name__}: {exc}"}
     return done

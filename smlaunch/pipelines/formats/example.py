@@ -8,8 +8,9 @@ repeated values, as protobuf parsers must.
 
 Reading is the hot path of a TFRecord channel, so `example_values` parses with protobuf's C
 parser (upb, which Ray already installs) through the same messages declared at run time: about
-3x the pure-Python parser here, which stays as the fallback where protobuf is missing, and as the
-reference the tests compare against.
+5x the pure-Python parser (264k against 52k Examples/s of a 700-byte image, one core). The
+pure-Python parser stays as the fallback where protobuf is missing, and as the reference the
+tests compare against.
 """
 
 from __future__ import annotations
