@@ -36,24 +36,34 @@ def all_reduce(tensor, world: int):
     return tensor
 
 
-def validate(model, device, host_rows, step: int, epoch: int, world: int, norm: dict, autocast) -> dict:
-    """Accuracy and mean loss over this rank's validation shard, summed over ranks."""
-    import torch
-    import ray.train
+def validate(model, batches, device, host_rows, step: int, epoch: int, world: int, norm: dict, autocast) -> dict:
+    """Accuracy and mean loss over this rank's validation shard (`batches`), summed over ranks.
 
-    model.eval()
+    Ranks' shards may differ in batches (a shard can even be empty: a few large blocks split over
+    many ranks), so nothing inside the loop may be a collective. A DDP model's forward is one: it
+    broadcasts the buffers (BatchNorm statistics) from rank 0 on every call, so a rank with more
+    batches waited in that broadcast while the others waited in the final all-reduce, for ever. The
+    buffers are broadcast once here, before the loop, and the forward runs on the wrapped module."""
+    import torch
+
+    net = getattr(model, "module", model)
+    if world > 1:
+        import torch.distributed as dist
+
+        for buffer in net.buffers():  # every rank validates with rank 0's statistics, as DDP's forward would
+            dist.broadcast(buffer, 0)
+    net.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, rows, summed loss (NCCL: on device)
     with torch.no_grad():
-        for batch in ray.train.get_dataset_shard("validation").iter_torch_batches(
-                batch_size=256, device=device, pin_memory=device.type == "cuda"):
+        for batch in batches:
             count_hosts(host_rows, batch)
             with autocast():
-                logits = model(normalise(batch["image"], device, norm)).float()
+                logits = net(normalise(batch["image"], device, norm)).float()
             labels = batch["label"].to(device)
             totals += torch.stack([(logits.argmax(1) == labels).sum().double(),
                                    torch.tensor(float(len(labels)), dtype=torch.float64, device=device),
                                    torch.nn.functional.cross_entropy(logits, labels, reduction="sum").double()])
-    model.train()
+    net.train()
     correct, rows, loss = all_reduce(totals, world).tolist()
     return {"step": step, "epoch": epoch, "accuracy": round(correct / max(rows, 1), 5),
             "loss": round(loss / max(rows, 1), 5), "rows": int(rows)}

@@ -290,10 +290,14 @@ class _Run:
             self.epochs_done += 1
 
     def _validate(self, epoch: int) -> None:
+        import ray.train
+
         from smlaunch.trainers.evaluate import validate
 
-        self.validation.append(validate(self.model, self.device, self.host_rows, self.step, epoch, self.world,
-                                        self.spec.normalize, self.autocast))
+        batches = ray.train.get_dataset_shard("validation").iter_torch_batches(
+            batch_size=256, device=self.device, pin_memory=self.device.type == "cuda")
+        self.validation.append(validate(self.model, batches, self.device, self.host_rows, self.step, epoch,
+                                        self.world, self.spec.normalize, self.autocast))
         self.outbox.put("validation", **self.validation[-1])
 
     def _finish(self) -> None:
