@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -130,6 +131,21 @@ def local_s3(cfg: LaunchConfig, plan: LaunchPlan):
             _set_env(saved)
 
 
+def preload_driver_imports() -> threading.Thread:
+    """Import torch (Ray Train's torch trainer and the TensorBoard writer need it) in a thread while
+    the cluster starts: the driver mostly waits for the simulated hosts then, and the 2-4 s the
+    import takes would otherwise sit between the cluster being up and Ray Train starting. Only
+    modules that do not import ray: ray must load after the cluster's auth settings are in the
+    environment (`LocalCluster.__enter__`)."""
+    def load() -> None:
+        import torch  # noqa: F401
+        import tensorboardX.event_file_writer  # noqa: F401
+
+    thread = threading.Thread(target=load, name="preload-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 def _set_env(values: dict) -> None:
     for key, value in values.items():
         if value is None:
@@ -145,6 +161,7 @@ def _train_locally(cfg, plan, resume_from, agents, started, stop) -> dict:
     from smlaunch.text import plural
 
     log.info(f"cluster: starting {plural(len(plan.hosts), 'simulated host')}")
+    preload_driver_imports()
     try:
         with LocalCluster(plan):
             if stop is not None:
