@@ -80,12 +80,16 @@ def block_bytes(cfg: LaunchConfig) -> int | None:
 
 
 def read_channel(source, channel):
-    """The channel's read, on its hosts. Ray Data plans the block count itself. Asking it for
-    exactly as many blocks as read tasks (`override_num_blocks`) read 1.2-2x faster in
-    bench/formats.py, but it hung a job: three train workers sharing a FastFile channel's few large
-    blocks stopped at step 8 of 16 for over 7 minutes (tests/launcher/test_end_to_end.py, S3 test).
-    Until that is understood (issue 22's epoch-boundary work), each task's output is split as Ray
-    Data decides."""
+    """The channel's read, on its hosts. Ray Data plans the block count itself, and splits each
+    read task's output into several blocks when it has fewer tasks than its planned count.
+
+    Asking for exactly one block per read task (`override_num_blocks`) reads 1.3-1.5x faster in
+    bench/formats.py (no split), but a job's ranks then share a few large blocks unevenly: in
+    tests/launcher/test_end_to_end.py's S3 job, 4 blocks (one per read task) over 3 ranks, 16
+    steps covered 1231 of the epoch's 1436 rows instead of all of them: the ranks with less
+    waited through drain steps while one rank worked through its extra block. Balance across the GPUs is worth more than the read's speed. (That
+    change had also hung the job; the cause was the validation loop, fixed in
+    `trainers.evaluate.validate`.)"""
     import ray.data
 
     return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"})
