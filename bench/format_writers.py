@@ -13,24 +13,45 @@ FORMATS = ("image_folder", "webdataset", "parquet", "tfrecord")
 CLASSES = [f"digit-{n}" for n in range(10)]
 
 
-def digits(count: int) -> list[tuple[bytes, int, int]]:
-    """(JPEG bytes, label, id) of the builtin digits' train split, repeated to `count` rows, ids 0..count-1."""
+def digits(count: int, px: int | None = None) -> list[tuple[bytes, int, int]]:
+    """(JPEG bytes, label, id) of the builtin digits' train split, repeated to `count` rows, ids 0..count-1.
+
+    `px`: each digit resized to `px` x `px` RGB with seeded noise and saved as a JPEG (quality 90),
+    so records are photo-sized (about 16 KB at 224 px) instead of 700 bytes."""
     from smlaunch.pipelines.builtin.digits import prepare_digits
     from smlaunch.pipelines.formats import iter_records
     from smlaunch.pipelines.rows import example_row
 
     base = [example_row(r) for shard in sorted((prepare_digits() / "train").iterdir())
             for r in iter_records(shard, "tfrecord")]
+    if px is not None:
+        base = [(_photo_sized(image, px, seed), label, ident) for seed, (image, label, ident) in enumerate(base)]
     return [(base[i % len(base)][0], base[i % len(base)][1], i) for i in range(count)]
 
 
-def write_image_folder(root: Path, rows) -> None:
+def _photo_sized(image: bytes, px: int, seed: int) -> bytes:
+    import numpy as np
+    from PIL import Image
+
+    big = np.asarray(Image.open(io.BytesIO(image)).convert("RGB").resize((px, px), Image.BICUBIC), dtype=np.int16)
+    noisy = big + np.random.default_rng(seed).normal(0, 12, big.shape).astype(np.int16)
+    out = io.BytesIO()
+    Image.fromarray(noisy.clip(0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def write_image_folder(root: Path, rows, as_jpeg: bool = False) -> None:
+    """PNGs re-encoded by PIL, or with `as_jpeg` the rows' own PIL-written JPEGs as `.jpg` files (an
+    ImageNet-style folder; photo-sized PNGs would be several times larger than users' files)."""
     from PIL import Image
 
     png: dict[bytes, bytes] = {}  # the repeated images are re-encoded once each
     for folder in CLASSES:
         (root / folder).mkdir(parents=True, exist_ok=True)
     for image, label, ident in rows:
+        if as_jpeg:
+            (root / CLASSES[label] / f"{ident:06d}.jpg").write_bytes(image)
+            continue
         if image not in png:
             out = io.BytesIO()
             Image.open(io.BytesIO(image)).save(out, "PNG")
@@ -86,7 +107,7 @@ def write_all(source: Path, rows, args) -> dict[str, Path]:
     paths = {fmt: source / fmt for fmt in FORMATS}
     paths["combined"] = source / "webdataset-one-stream.tar"
     started = time.perf_counter()
-    write_image_folder(paths["image_folder"], rows)
+    write_image_folder(paths["image_folder"], rows, as_jpeg=args.image_px is not None)
     write_webdataset(paths["webdataset"], rows, args.shards, paths["combined"])
     write_parquet(paths["parquet"], rows, args.shards, args.row_group_rows)
     write_tfrecords(paths["tfrecord"], rows, args.shards)

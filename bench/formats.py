@@ -48,6 +48,10 @@ readers' own cost from Ray Data's, two more figures are printed:
   with Ray's default planning and with `override_num_blocks=cpus`.
 
     python bench/formats.py [--rows 20000] [--shards 8] [--cpus 2] [--runs 3] [--row-group-rows 1000]
+                            [--image-px N]
+
+`--image-px 224` makes the records photo-sized (each digit resized with noise, JPEG, about 16 KB;
+image folders then hold `.jpg` files): the same comparison where the bytes, not the rows, cost.
 
 Ends with one line per format, `RESULT formats <format>_ratio=<ours / reference rows/s> goal=1.0`
 (image_folder, webdataset, parquet, tfrecord, File mode), then `webdataset_pipe_ratio` (Pipe mode).
@@ -327,6 +331,9 @@ def main() -> int:
     parser.add_argument("--row-group-rows", type=int, default=1000, help="rows per Parquet row group")
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the data node (ours) and workers (reference)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--image-px", type=int, default=None,
+                        help="photo-sized records: digits resized to this many px with noise, JPEG (image "
+                             "folders get .jpg files); default: the 32 px digits (about 700 bytes)")
     parser.add_argument("--formats", nargs="+", default=list(KINDS),
                         choices=[*KINDS, *(f"{fmt}_fastfile" for fmt in FORMATS)])
     parser.add_argument("--reference-server", action="store_true", help=argparse.SUPPRESS)
@@ -350,7 +357,7 @@ def main() -> int:
     floors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        rows = digits(args.rows)
+        rows = digits(args.rows, args.image_px)
         paths = write_all(tmp / "source", rows, args)
         opt_ml = str(tmp / HOST / "opt" / "ml")
         roots = {HOST: opt_ml}
