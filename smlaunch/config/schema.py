@@ -265,6 +265,11 @@ class TrainerConfig(_Strict):
     """Start from the newest complete checkpoint in `checkpoint_dir`, if there is one."""
     max_failures: int = Field(default=2, ge=0)
     """Times the train worker group restarts from the last checkpoint after a worker dies."""
+    stop_grace_s: float = Field(default=75, gt=0, le=90)
+    """After SIGTERM, how long the trainer gets to reach a step boundary and checkpoint; past it
+    the launcher ends the job without that checkpoint. SageMaker kills 120 s after its SIGTERM
+    (hence at most 90: Ray's shutdown on every host needs the rest); on Kubernetes keep it below
+    the pod's `terminationGracePeriodSeconds`."""
     validation_every_epochs: int = Field(default=1, ge=0)
     """With `steps`: validate every N epochs (0: only at the end). With `epochs`: every epoch."""
     log_every: int = Field(default=10, gt=0)

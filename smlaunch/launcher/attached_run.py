@@ -70,7 +70,7 @@ def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
             with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as plan:
                 timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
                 with forward_stop_to_trainer(stop):
-                    report = train_on_cluster(cfg, plan, resume_from, timings)
+                    report = train_on_cluster(cfg, plan, resume_from, timings, stop)
             report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
             write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
     if is_s3(plan.output_dir):

@@ -34,13 +34,16 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
     return str(found) if found else None
 
 
-def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None, timings: dict) -> dict:
+def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None, timings: dict,
+                     stop=None) -> dict:
     """Datasets, trainer, report, on the Ray cluster this process is connected to; `plan` is final
-    (on SageMaker: after every host joined), and the workers' spec is built from it here."""
+    (on SageMaker: after every host joined), and the workers' spec is built from it here. A `stop`
+    the trainer has not honoured within its grace ends the fit (`stopping.overdue`)."""
     from smlaunch.cluster.board import start_board
     from smlaunch.cluster.sampler import Samplers
     from smlaunch.launcher.report import build_report, write_report
     from smlaunch.launcher.live_events import LiveEvents
+    from smlaunch.launcher.stopping import overdue
     from smlaunch.launcher.train_progress import TrainProgress
     from smlaunch.launcher.train_spec import builtin_rows, resumed_step, train_spec
     from smlaunch.pipelines.dataset import build_datasets, list_channels
@@ -63,7 +66,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
             events = None
         with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every,
                            events) as progress:
-            result = fit(cfg, plan, datasets, spec, fatal=lambda: progress.fatal)
+            result = fit(cfg, plan, datasets, spec, fatal=lambda: progress.fatal or overdue(stop))
     finally:
         samples = samplers.gather()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
@@ -169,7 +172,7 @@ def _train_locally(cfg, plan, resume_from, agents, started, stop) -> dict:
             timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
             log.info(f"cluster: {plural(len(plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
             with forward_stop_to_trainer(stop):
-                return train_on_cluster(cfg, plan, resume_from, timings)
+                return train_on_cluster(cfg, plan, resume_from, timings, stop)
     finally:
         for agent in agents:
             agent.stop()

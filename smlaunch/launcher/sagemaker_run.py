@@ -23,12 +23,15 @@ from smlaunch.cluster.plan import HOST_LABEL, LaunchPlan
 from smlaunch.cluster.sagemaker_env import SageMakerEnvironment
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import UserError
-from smlaunch.launcher.stopping import STOP_GRACE_S, StopRequest
+from smlaunch.launcher.stopping import StopRequest
 
 TOKEN_ENV = "SMLAUNCH_RAY_TOKEN"
 NODE_START_S = 90.0
 LEAVE_WAIT_S = 8.0
 POLL_S = 0.5
+HARD_STOP_AFTER_GRACE_S = 10.0
+"""After `trainer.stop_grace_s`, how much longer the head waits before it exits at once (the fit did not
+end on its own deadline), and twice that for a worker host waiting on the head; 90 + 20 < 120."""
 
 
 @dataclass
@@ -153,10 +156,10 @@ def _train(cfg, plan, resume_from, stop, started) -> dict:
     from smlaunch.launcher.run import train_on_cluster
     from smlaunch.launcher.stopping import forward_stop_to_trainer
 
-    def give_up() -> None:  # SIGTERM and the trainer has not stopped: leave inside the 120 s
-        if stop.event.wait() and not finished.wait(STOP_GRACE_S):
-            logging.getLogger("smlaunch").error(f"trainer did not stop within {STOP_GRACE_S:.0f} s of "
-                                                f"{stop.signal_name}; shutting down")
+    def give_up() -> None:  # the fit's own deadline (`overdue`) did not end it either: leave inside the 120 s
+        if stop.event.wait() and not finished.wait(stop.grace_s + HARD_STOP_AFTER_GRACE_S):
+            logging.getLogger("smlaunch").error(f"trainer did not stop within {stop.grace_s + HARD_STOP_AFTER_GRACE_S:g} s "
+                                                f"of {stop.signal_name}; shutting down")
             os._exit(143)  # the node child follows (PDEATHSIG); workers see the head vanish
 
     finished = threading.Event()
@@ -164,7 +167,7 @@ def _train(cfg, plan, resume_from, stop, started) -> dict:
     try:
         with forward_stop_to_trainer(stop):
             report = train_on_cluster(cfg, plan, resume_from,
-                                      {"cluster_start_s": round(time.perf_counter() - started, 2)})
+                                      {"cluster_start_s": round(time.perf_counter() - started, 2)}, stop)
     finally:
         finished.set()
     return report
@@ -278,7 +281,7 @@ def watch_head(state: JobState, node, head: str, stop: StopRequest, poll_s: floa
                                   f"(host failed or was stopped)")
         if stop.is_set():
             stop_seen = stop_seen or now
-            if now - stop_seen > STOP_GRACE_S + 10:
+            if now - stop_seen > stop.grace_s + 2 * HARD_STOP_AFTER_GRACE_S:
                 return HostOutcome(143, f"{stop.signal_name} received and the head did not finish in time")
         time.sleep(poll_s)
 

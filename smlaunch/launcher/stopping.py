@@ -5,8 +5,9 @@ StopTrainingJob, MaxRuntimeInSeconds and (users assume) spot reclaims send SIGTE
 launcher, running as the entry point, handles it itself. The handler only records the request.
 A relay thread then writes the `stop` key in Ray's KV store, which the train loop polls
 (`trainers.control`): every rank stops at the same step, checkpoints and returns, and the
-launcher shuts Ray down. If that has not happened after `STOP_GRACE_S`, the launcher gives up
-waiting and tears down anyway.
+launcher shuts Ray down. If that has not happened after `trainer.stop_grace_s`, the launcher
+gives up waiting and ends the job anyway (`overdue`, on every path; SageMaker's head also has a
+hard deadline a little later, in `sagemaker_run`).
 
 Under the training toolkit the signal never reaches the launcher: the toolkit's `train` gets it and
 exits at once. `watch_supervisor` turns that exit into the same stop request.
@@ -17,13 +18,13 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from contextlib import contextmanager
 
 from smlaunch.cluster.job_state import NAMESPACE, STOP
 
 STOP_GRACE_S = 75.0
-"""After SIGTERM, how long the trainer gets to reach a step boundary and checkpoint; the rest of
-SageMaker's 120 s covers Ray's shutdown on every host."""
+"""The default of `trainer.stop_grace_s`, until the config is loaded (`StopRequest.grace_s`)."""
 
 
 class StopRequest:
@@ -32,6 +33,10 @@ class StopRequest:
     def __init__(self):
         self.event = threading.Event()
         self.signal_name: str | None = None
+        self.at: float | None = None
+        """`time.monotonic()` when the stop was requested."""
+        self.grace_s = STOP_GRACE_S
+        """`trainer.stop_grace_s`, set once the config is loaded."""
 
     def install(self, signals=(signal.SIGTERM,)) -> "StopRequest":
         for sig in signals:
@@ -48,8 +53,9 @@ class StopRequest:
         if self.event.is_set():
             return
         self.signal_name = name
+        self.at = time.monotonic()
         self.event.set()
-        line = f"{why}: stopping at the next step boundary (up to {STOP_GRACE_S:.0f} s)"
+        line = f"{why}: stopping at the next step boundary (up to {self.grace_s:g} s)"
         if in_thread:
             threading.Thread(target=logging.getLogger("smlaunch").warning, daemon=True, args=(line,)).start()
         else:
@@ -57,6 +63,19 @@ class StopRequest:
 
     def is_set(self) -> bool:
         return self.event.is_set()
+
+
+def overdue(stop: StopRequest | None) -> dict | None:
+    """A fatal event for `trainers.fit` once a requested stop is `grace_s` old and the trainer is
+    still running: it never reached a step boundary (a step or its data took that long), and a
+    billed cluster must not wait on it. The job then ends in one line, without the stop's
+    checkpoint; the next run resumes from the last complete one."""
+    if stop is None or stop.at is None or time.monotonic() - stop.at < stop.grace_s:
+        return None
+    return {"error": "UserError",
+            "text": f"the trainer did not stop within {stop.grace_s:g} s of {stop.signal_name} (trainer.stop_grace_s): "
+                    "no step boundary was reached, so no checkpoint was written on the stop; the next run resumes "
+                    "from the last complete one"}
 
 
 @contextmanager

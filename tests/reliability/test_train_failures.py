@@ -217,3 +217,38 @@ def test_losing_one_of_two_gpu_hosts_ends_the_job_in_one_line_naming_it(tmp_path
     assert re.search(rf"^sm-launch: error: {line}", text, re.M), text[-3000:]
     assert (head(tmp_path, "lost") / "output" / "failure").read_text().startswith(line)
     assert took < 60, took
+
+
+@pytest.mark.ray
+def test_a_stop_the_trainer_cannot_reach_ends_the_job_after_the_grace_in_one_line(tmp_path):
+    """SIGTERM while the trainer waits for data that takes far longer than `trainer.stop_grace_s`
+    (a chain op sleeping 1 s per image): no step boundary comes, so the launcher must not wait for
+    one; the job ends after the grace in one line, exit 1, and the cluster is torn down."""
+    import psutil
+
+    from test_data_host_loss import output, start
+
+    slow = "pipeline.ops.2={op: user, function: 'host_loss_ops:slow', params: {seconds: 1.0}}"
+    job, _ = start(tmp_path, "stuck", slow, "trainer.stop_grace_s=3", "trainer.steps=40")
+    try:
+        deadline = time.monotonic() + 120
+        while "hosts up after" not in output(tmp_path, "stuck") and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.poll() is None, output(tmp_path, "stuck")[-3000:]
+        children = psutil.Process(job.pid).children(recursive=True)
+        time.sleep(5)  # the trainer is starting or waiting for its first batch
+        job.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        job.wait(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = output(tmp_path, "stuck")
+    assert job.returncode == 1 and 3 <= took < 30, (job.returncode, took, text[-3000:])
+    assert "SIGTERM received: stopping at the next step boundary (up to 3 s)" in text
+    last = (tmp_path / "stuck.err").read_text().strip().splitlines()[-1]
+    assert last == ("sm-launch: error: the trainer did not stop within 3 s of SIGTERM (trainer.stop_grace_s): no step "
+                    "boundary was reached, so no checkpoint was written on the stop; the next run resumes from the "
+                    "last complete one"), last
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # nothing left behind

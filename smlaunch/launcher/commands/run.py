@@ -43,6 +43,7 @@ def main(args, failure) -> int:
         return _attached(args, address, stop)
     watch_supervisor(stop, os.environ.pop(SUPERVISOR_ENV, None))  # popped: Ray's processes must not inherit it
     job = load_job(args, failure)
+    stop.grace_s = job.cfg.trainer.stop_grace_s
     if job.sagemaker is not None:
         return _on_sagemaker(args.command, job, stop)
     return _local(args.command, job, stop)
@@ -63,6 +64,7 @@ def _attached(args, address: str, stop) -> int:
     from smlaunch.launcher.preflight import preflight
 
     cfg = load_config(args.config, args.overrides)
+    stop.grace_s = cfg.trainer.stop_grace_s
     preflight(cfg, sources=False)
     if args.command == "run":
         from smlaunch.launcher.attached_run import run_attached
