@@ -22,8 +22,9 @@ import time
 from contextlib import contextmanager
 
 from smlaunch.cluster.job_state import NAMESPACE, STOP
+from smlaunch.config.schema import TrainerConfig
 
-STOP_GRACE_S = 75.0
+STOP_GRACE_S = TrainerConfig.model_fields["stop_grace_s"].default
 """The default of `trainer.stop_grace_s`, until the config is loaded (`StopRequest.grace_s`)."""
 
 
