@@ -23,6 +23,8 @@ reconstruction after a lost host deliver each sample once (see `host_loss`).
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from functools import partial
 
 import ray
@@ -34,8 +36,7 @@ from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fastfile import open_channel_file, read_view
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
-from smlaunch.pipelines.formats.image_folder import image_class
-from smlaunch.pipelines.rows import (channel_records, folder_sample, parquet_samples, record_samples, row_blocks,
+from smlaunch.pipelines.rows import (channel_records, folder_tables, parquet_samples, record_samples, row_blocks,
                                      webdataset_samples)
 from smlaunch.pipelines.sources.listing import ChannelListing
 
@@ -54,6 +55,11 @@ class ChannelDatasource(Datasource):
         self.listing = listing
         self.roots = roots
         self.num_classes = num_classes
+        self._shares: dict | None = None
+        self._tasks: dict[tuple, list[ReadTask]] = {}
+        """Ray's planning asks for the read tasks five times per execution (size estimate,
+        parallelism, split factor, metadata, input), and every epoch executes again: for 100,000
+        image files, building them each time was most of the driver's CPU (py-spy)."""
 
     def get_name(self) -> str:
         return f"Channel[{self.channel.name}]"
@@ -63,10 +69,13 @@ class ChannelDatasource(Datasource):
 
     def shares(self) -> dict[str | None, list[Unit]]:
         """Units to read once, by the host that must read them (None: any receiving host)."""
-        files = self.listing.files
-        if self.channel.distribution == "ShardedByS3Key" and self.channel.file_system is None:
-            return {host: self._units(listed) for host, listed in files.items()}
-        return {None: self._units(next(iter(files.values())))}
+        if self._shares is None:
+            files = self.listing.files
+            if self.channel.distribution == "ShardedByS3Key" and self.channel.file_system is None:
+                self._shares = {host: self._units(listed) for host, listed in files.items()}
+            else:
+                self._shares = {None: self._units(next(iter(files.values())))}
+        return self._shares
 
     def _units(self, files) -> list[Unit]:
         groups = self.listing.row_groups
@@ -75,6 +84,12 @@ class ChannelDatasource(Datasource):
         return [(rel, size // max(groups[rel], 1), g) for rel, size in files for g in range(groups[rel])]
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
+        key = (parallelism, per_task_row_limit)
+        if key not in self._tasks:
+            self._tasks[key] = self._read_tasks(parallelism, per_task_row_limit)
+        return self._tasks[key]
+
+    def _read_tasks(self, parallelism: int, per_task_row_limit) -> list[ReadTask]:
         shares = self.shares()
         tasks = []
         for host, units in shares.items():
@@ -123,6 +138,36 @@ def _read_here(channel: ChannelPlan, host: str, units: list, roots: dict[str, st
     yield from row_blocks(channel, _samples(channel, directory, host, units, classes, num_classes), num_classes)
 
 
+@contextmanager
+def folder_files(directory):
+    """`read(rel)`: a file's bytes under `directory`, opened relative to the directory's descriptor.
+
+    An image folder is many small files, and resolving each one's full path
+    (`/opt/ml/input/data/<channel>/<class>/<file>`) was most of opening it: `openat` on the
+    channel directory, with one `read` sized by `fstat`, reads 2.3x the files per second of
+    `open(path).read()` (bench/formats.py, BENCHMARKS.md)."""
+    base = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+    def read(rel: str) -> bytes:
+        fd = os.open(rel, os.O_RDONLY | os.O_CLOEXEC, dir_fd=base)
+        try:
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)
+            if len(data) == size:  # a short read of a regular file is its end
+                return data
+            parts = [data]  # the file changed size since fstat: read on to its end
+            while chunk := os.read(fd, 1 << 20):
+                parts.append(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
+    try:
+        yield read
+    finally:
+        os.close(base)
+
+
 def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, num_classes):
     """The samples of `units`, file after file (a Parquet file's row groups read in one opening)."""
     by_file: dict[str, list] = {}
@@ -131,18 +176,39 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
     view = read_view(directory)
     if view is not None:
         view = (view[0], dict(view[1]))
+
+    def opened(rel: str):
+        try:
+            return open_channel_file(directory, rel, view)
+        except OSError as exc:
+            raise DataError(f"channel '{channel.name}': cannot open {directory}/{rel} on {host}: "
+                            f"{exc.strerror or exc}") from None
+
+    if channel.record_format == "image_folder":  # the listing holds class images only
+        label = {name: index for index, name in enumerate(classes)}
+
+        def files():
+            if view is not None:  # FastFile: objects fetched on demand
+                for rel in by_file:
+                    with opened(rel) as stream:
+                        yield rel, stream.read(), label[rel[:rel.index("/")]]
+                return
+            with folder_files(directory) as read:
+                for rel in by_file:
+                    try:
+                        data = read(rel)
+                    except OSError as exc:
+                        raise DataError(f"channel '{channel.name}': cannot open {directory}/{rel} on {host}: "
+                                        f"{exc.strerror or exc}") from None
+                    yield rel, data, label[rel[:rel.index("/")]]
+
+        yield from folder_tables(files(), num_classes, channel.block_rows, f"{directory}/")
+        return
     for rel, groups in by_file.items():
         source = f"{directory}/{rel}"
-        try:
-            stream = open_channel_file(directory, rel, view)
-        except OSError as exc:
-            raise DataError(f"channel '{channel.name}': cannot open {source} on {host}: "
-                            f"{exc.strerror or exc}") from None
-        with stream:
+        with opened(rel) as stream:
             fmt = channel.record_format
-            if fmt == "image_folder":
-                yield from folder_sample(source, stream.read(), classes.index(image_class(rel)))
-            elif fmt == "parquet":
+            if fmt == "parquet":
                 yield from parquet_samples(channel, stream, source, None if None in groups else groups, num_classes)
             elif fmt == "webdataset":
                 yield from webdataset_samples(channel, stream, source)

@@ -7,6 +7,7 @@ tests/launcher/test_user_data_jobs.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -190,6 +191,50 @@ def test_bad_webdataset_samples_fail_in_one_line_or_are_skipped_and_counted(data
     assert "shard-0002.tar sample nolabel at byte 0: no label (extensions jpg;jpeg;png;webp, cls" in firsts, firsts
     assert "sample mislabelled at byte 2560: label 12 is not a class index 0..9 (model.num_classes: 10)" in firsts
     assert "shard-0001.tar: not a readable tar archive near byte " in firsts, firsts
+
+
+@pytest.mark.ray
+def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_ones_all_arrive(data_cluster, tmp_path,
+                                                                                          rows):
+    """An empty image file and an eleventh class folder (label 10 with `model.num_classes` 10) each
+    name the channel and the file; skipped, every other image still arrives once, in blocks that
+    mix good tables and bad files; a file gone after the listing names the file and the host."""
+    from smlaunch.pipelines.corrupt import corrupt_summary, start_counter
+
+    root = write_image_folder(tmp_path / "folder", rows[:150])
+    (root / CLASSES[0] / "empty.png").write_bytes(b"")
+    (root / "extra").mkdir()
+    for n in range(2):
+        (root / "extra" / f"x{n}.png").write_bytes(next((root / CLASSES[1]).glob("*.png")).read_bytes())
+    good = sorted((label, derived_id(p.read_bytes())) for label, name in enumerate(CLASSES)
+                  for p in (root / name).glob("*.png") if p.stat().st_size)
+    start_counter({"badfolder": 0})
+    message = read_error(data_cluster, tmp_path / "a", channel("badfolder", root, record_format="image_folder"))
+    assert "channel 'badfolder': " in message and ("empty.png: no image (an image file in a class folder)" in message
+                                                  or "label 10 is not a class index 0..9" in message), message
+
+    start_counter({"skipfolder": 3})
+    got = read(data_cluster, tmp_path / "b", channel("skipfolder", root, record_format="image_folder",
+                                                     max_corrupted_records=3))
+    assert got == good
+    summary = corrupt_summary()["skipfolder"]
+    firsts = " | ".join(summary["first"])
+    assert summary["skipped"] == 3 and "digit-0/empty.png: no image" in firsts, summary
+    assert "extra/x0.png: label 10 is not a class index 0..9 (model.num_classes: 10)" in firsts, firsts
+
+    clean = write_image_folder(tmp_path / "clean", rows[:60])
+    gone = sorted((clean / CLASSES[2]).glob("*.png"))[0].name
+
+    def remove_after_listing(listing):
+        for host in HOSTS:
+            (tmp_path / "c" / host / "opt/ml/input/data/gonefolder" / CLASSES[2] / gone).unlink()
+
+    start_counter({"gonefolder": 0})
+    with pytest.raises(Exception) as info:
+        read(data_cluster, tmp_path / "c", channel("gonefolder", clean, record_format="image_folder"),
+             listing_check=remove_after_listing)
+    assert re.search(rf"channel 'gonefolder': cannot open \S+/{CLASSES[2]}/{gone} on algo-[23]: No such file",
+                     str(info.value)), str(info.value)
 
 
 @pytest.mark.ray
