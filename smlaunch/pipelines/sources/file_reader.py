@@ -102,6 +102,7 @@ class ChannelDatasource(Datasource):
                                      input_files=tuple(dict.fromkeys(rel for rel, _, _ in mine)))
                 read = partial(_read_units, self.channel, host, [(rel, g) for rel, _, g in mine], self.roots,
                                self.listing.classes, self.num_classes)
+                read.__name__ = f"read_{self.channel.name}"  # Ray's warning for a read task over 1 MiB needs one
                 tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
         return tasks
 

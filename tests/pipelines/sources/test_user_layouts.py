@@ -238,6 +238,33 @@ def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_one
 
 
 @pytest.mark.ray
+def test_a_read_task_listing_over_a_mebibyte_of_file_names_reads(data_cluster, tmp_path, rows):
+    """Few read tasks over many files make each task's pickle large; past 1 MiB Ray Data warns,
+    naming the read function, which a bare `functools.partial` does not have (it failed the pass
+    with an AttributeError)."""
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    folder = tmp_path / "long" / CLASSES[0]
+    folder.mkdir(parents=True)
+    for n in range(5000):
+        (folder / f"{n:05d}{'x' * 240}.png").write_bytes(rows[0][0])
+    ch = channel("long", tmp_path / "long", record_format="image_folder", s3_distribution="FullyReplicated")
+    plan = fake_plan(tmp_path, ch)
+    roots = {h: plan.host(h).opt_ml for h in HOSTS}
+    from smlaunch.pipelines.sources.channels import deliver_channels
+
+    deliver_channels(plan)
+    source = ChannelDatasource(ch, list_channel(ch, roots), roots, num_classes=10)
+    import cloudpickle
+
+    assert len(cloudpickle.dumps(source.get_read_tasks(1)[0])) > 1 << 20
+    ds = data_cluster.data.read_datasource(source, label_selector={"sm-host": "in(algo-2,algo-3)"},
+                                           override_num_blocks=1)
+    assert ds.count() == 5000
+
+
+@pytest.mark.ray
 def test_parquet_without_the_label_column_names_the_columns(data_cluster, tmp_path, rows):
     import pyarrow as pa
     import pyarrow.parquet as pq
