@@ -17,7 +17,8 @@ number of cores (`--cpus`), each side yielding encoded image bytes and labels (n
   `algo-2`; the channel is delivered to it as SageMaker would (`deliver_channels`: File mode,
   hard links) and listed once (`list_channel`, as a run does before building its datasets; not
   timed); each pass is `read_datasource(ChannelDatasource(...))` with the host's label selector
-  (and the data hosts' selector on the `DataContext`, as `build_datasets` sets it), consumed by
+  (and on the `DataContext`, as `build_datasets` sets them, the data hosts' selector and the main
+  job's block size, `use_block_size(block_bytes(configs/hetero.yaml))`), consumed by
   `iter_batches(batch_size=None)` in this process, counting rows. The clock starts when the
   Dataset is created and stops at the last batch: Ray Data's per-pass overhead (planning,
   scheduling the read tasks, moving blocks through the object store) is included, the cluster's
@@ -48,7 +49,7 @@ readers' own cost from Ray Data's, two more figures are printed:
   with Ray's default planning and with `override_num_blocks=cpus`.
 
     python bench/formats.py [--rows 20000] [--shards 8] [--cpus 2] [--runs 3] [--row-group-rows 1000]
-                            [--image-px N]
+                            [--image-px N] [--block-bytes N]
 
 `--image-px 224` makes the records photo-sized (each digit resized with noise, JPEG, about 16 KB;
 image folders then hold `.jpg` files): the same comparison where the bytes, not the rows, cost.
@@ -75,6 +76,7 @@ from types import SimpleNamespace
 
 from format_writers import FORMATS, digits, write_all  # bench/, this script's folder
 
+ROOT = Path(__file__).resolve().parents[1]
 KINDS = (*FORMATS, "webdataset_pipe")
 """The default run: each format in File mode, then webdataset in Pipe mode."""
 HOST = "algo-2"
@@ -334,6 +336,9 @@ def main() -> int:
     parser.add_argument("--image-px", type=int, default=None,
                         help="photo-sized records: digits resized to this many px with noise, JPEG (image "
                              "folders get .jpg files); default: the 32 px digits (about 700 bytes)")
+    parser.add_argument("--block-bytes", type=int, default=None,
+                        help="Ray Data's target block size for ours; default: the main job's (block_bytes of "
+                             "configs/hetero.yaml, as a run sets it); 0: Ray's own default (128 MiB)")
     parser.add_argument("--formats", nargs="+", default=list(KINDS),
                         choices=[*KINDS, *(f"{fmt}_fastfile" for fmt in FORMATS)])
     parser.add_argument("--reference-server", action="store_true", help=argparse.SUPPRESS)
@@ -346,7 +351,9 @@ def main() -> int:
     import ray
 
     from smlaunch.cluster.plan import channel_plan
+    from smlaunch.config import load_config
     from smlaunch.config.schema import ChannelConfig
+    from smlaunch.pipelines.dataset import block_bytes, use_block_size
     from smlaunch.pipelines.sources.channels import deliver_channels, start_pipe_agents
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import list_channel
@@ -376,11 +383,15 @@ def main() -> int:
                  log_to_driver=False)
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
-        # As `build_datasets` sets it: without a selector, Ray Data gives the read a budget of one task.
+        # As `build_datasets` sets them: without a selector, Ray Data gives the read a budget of one
+        # task; the block size is the main job's (configs/hetero.yaml).
         context.execution_options.label_selector = {"ray-subcluster": "data"}
+        job_blocks = block_bytes(load_config(ROOT / "configs" / "hetero.yaml"))
+        use_block_size(context, job_blocks if args.block_bytes is None else args.block_bytes)
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # no "Starting execution" lines per pass
         print(f"Ray node up ({args.cpus} CPUs, labelled sm-host={HOST}) in {time.perf_counter() - started:.1f} s; "
-              f"machine: {os.cpu_count()} CPUs", flush=True)
+              f"machine: {os.cpu_count()} CPUs; Ray Data's target block size "
+              f"{context.target_max_block_size / 2**20:g} MiB", flush=True)
         agents = start_pipe_agents(plan, seed=0) if any(c.input_mode == "Pipe" for c in channels.values()) else []
         try:
             floor_source, blocks = premade_blocks(rows, args.cpus)

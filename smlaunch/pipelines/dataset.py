@@ -34,7 +34,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.label_selector = plan.preprocess_selector
     ctx.enable_progress_bars = False
-    ctx.target_max_block_size = block_bytes(cfg) or ctx.target_max_block_size
+    use_block_size(ctx, block_bytes(cfg))
     host_names = [h.name for h in plan.hosts]
     preprocess_on = "data" if plan.data_selector else "train"
     preprocess_cpus = sum(h.num_cpus for h in plan.hosts if h.subcluster == preprocess_on)
@@ -79,17 +79,35 @@ def block_bytes(cfg: LaunchConfig) -> int | None:
     return max(1 << 20, 3 * side * side * cfg.pipeline.batch_size * 3 // 4)
 
 
+def use_block_size(ctx, size: int | None) -> None:
+    """The job's block size (`block_bytes`) on a `DataContext`; Ray's 128 MiB when None. It bounds
+    the read's blocks as well as the chain's: a Dataset carries one context for all its operators."""
+    if size:
+        ctx.target_max_block_size = size
+
+
 def read_channel(source, channel):
-    """The channel's read, on its hosts. Ray Data plans the block count itself, and splits each
-    read task's output into several blocks when it has fewer tasks than its planned count.
+    """The channel's read, on its hosts. For files, Ray Data plans the block count itself, and
+    splits each read task's output into several blocks when it has fewer tasks than its planned
+    count.
 
     Asking for exactly one block per read task (`override_num_blocks`) reads 1.3-1.5x faster in
     bench/formats.py (no split), but a job's ranks then share a few large blocks unevenly: in
     tests/launcher/test_end_to_end.py's S3 job, 4 blocks (one per read task) over 3 ranks, 16
     steps covered 1231 of the epoch's 1436 rows instead of all of them: the ranks with less
-    waited through drain steps while one rank worked through its extra block. Balance across the GPUs is worth more than the read's speed. (That
-    change had also hung the job; the cause was the validation loop, fixed in
-    `trainers.evaluate.validate`.)"""
+    waited through drain steps while one rank worked through its extra block. Balance across the
+    GPUs is worth more than the read's speed. (That change had also hung the job; the cause was
+    the validation loop, fixed in `trainers.evaluate.validate`.)
+
+    A Pipe channel is one stream per host, whose blocks leave as they fill (`use_block_size`),
+    so they are already many and small; Ray's split (its 200 planned blocks over the hosts' few
+    tasks) cut each again 100 ways, into blocks of a few rows whose cost per block then set the
+    pace: bench/formats.py's Pipe read, 2,600 blocks for 20,000 rows. It gets one block count per
+    stream, so no split."""
     import ray.data
 
-    return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"})
+    from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
+
+    pipe = isinstance(source, PipeChannelDatasource)
+    return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"},
+                                    override_num_blocks=len(channel.hosts) if pipe else None)
