@@ -41,7 +41,7 @@ number of cores (`--cpus`), each side yielding encoded image bytes and labels (n
 Runs alternate sides (and which goes first); each side keeps its best of `--runs`. To tell the
 readers' own cost from Ray Data's, two more figures are printed:
 
-- **reader alone**: once per File-mode format, each side's reader on one core with no Ray and
+- **reader alone**: best of `--runs` per File-mode format, each side's reader on one core with no Ray and
   no DataLoader workers: ours is a read task's body (`file_reader._read_here`) over every file,
   the reference the same loop with `num_workers=0` (webdataset: the first 2 shards on both sides);
 - **Ray Data floor**: the same rows already made into 64-row Arrow blocks in the object store,
@@ -418,7 +418,8 @@ def main() -> int:
                                           partial(reference.run, ref_kind, ref_path))
                 if channel.input_mode == "File":
                     files = ALONE_WDS_SHARDS if fmt == "webdataset" else None
-                    mine, theirs = ours_alone(source, files), reference.run(fmt, ref_path, alone=True, files=files)
+                    mine = min(ours_alone(source, files) for _ in range(args.runs))
+                    theirs = min(reference.run(fmt, ref_path, alone=True, files=files) for _ in range(args.runs))
                     if mine[1] != theirs[1]:
                         raise RuntimeError(f"{kind} alone: {mine[1]} rows (ours) vs {theirs[1]} (reference)")
                     alone[kind] = {"ours": mine[1] / mine[0], "reference": theirs[1] / theirs[0]}

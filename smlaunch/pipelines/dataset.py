@@ -97,17 +97,9 @@ def read_channel(source, channel):
     steps covered 1231 of the epoch's 1436 rows instead of all of them: the ranks with less
     waited through drain steps while one rank worked through its extra block. Balance across the
     GPUs is worth more than the read's speed. (That change had also hung the job; the cause was
-    the validation loop, fixed in `trainers.evaluate.validate`.)
-
-    A Pipe channel is one stream per host, whose blocks leave as they fill (`use_block_size`),
-    so they are already many and small; Ray's split (its 200 planned blocks over the hosts' few
-    tasks) cut each again 100 ways, into blocks of a few rows whose cost per block then set the
-    pace: bench/formats.py's Pipe read, 2,600 blocks for 20,000 rows. It gets one block count per
-    stream, so no split."""
+    the validation loop, fixed in `trainers.evaluate.validate`.) A source may fix its own count
+    (`block_count`): a Pipe channel's streams do."""
     import ray.data
 
-    from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
-
-    pipe = isinstance(source, PipeChannelDatasource)
     return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"},
-                                    override_num_blocks=len(channel.hosts) if pipe else None)
+                                    override_num_blocks=source.block_count())

@@ -83,6 +83,10 @@ class ChannelDatasource(Datasource):
             return [(rel, size, None) for rel, size in files]
         return [(rel, size // max(groups[rel], 1), g) for rel, size in files for g in range(groups[rel])]
 
+    def block_count(self) -> None:
+        """None: Ray Data plans the block count (see `dataset.read_channel` for why)."""
+        return None
+
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         key = (parallelism, per_task_row_limit)
         if key not in self._tasks:
@@ -187,24 +191,9 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
         except OSError as exc:
             raise unreadable(rel, exc) from None
 
-    if channel.record_format == "image_folder":  # the listing holds class images only
-        label = {name: index for index, name in enumerate(classes)}
-
-        def files():
-            if view is not None:  # FastFile: objects fetched on demand
-                for rel in by_file:
-                    with opened(rel) as stream:
-                        yield rel, stream.read(), label[rel[:rel.index("/")]]
-                return
-            with folder_files(directory) as read:
-                for rel in by_file:
-                    try:
-                        data = read(rel)
-                    except OSError as exc:
-                        raise unreadable(rel, exc) from None
-                    yield rel, data, label[rel[:rel.index("/")]]
-
-        yield from folder_tables(files(), num_classes, channel.block_rows, f"{directory}/")
+    if channel.record_format == "image_folder":
+        files = _folder_images(directory, by_file, classes, opened if view is not None else None, unreadable)
+        yield from folder_tables(files, num_classes, channel.block_rows, f"{directory}/")
         return
     for rel, groups in by_file.items():
         source = f"{directory}/{rel}"
@@ -216,3 +205,21 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
                 yield from webdataset_samples(channel, stream, source)
             else:
                 yield from record_samples(channel, channel_records(channel, stream, source), source)
+
+
+def _folder_images(directory, rels, classes, opened, unreadable):
+    """(rel, bytes, label) of an image folder's files (the listing holds class images only);
+    `opened`: a FastFile view's opener (objects fetched on demand), else files are read from disk."""
+    label = {name: index for index, name in enumerate(classes)}
+    if opened is not None:
+        for rel in rels:
+            with opened(rel) as stream:
+                yield rel, stream.read(), label[rel[:rel.index("/")]]
+        return
+    with folder_files(directory) as read:
+        for rel in rels:
+            try:
+                data = read(rel)
+            except OSError as exc:
+                raise unreadable(rel, exc) from None
+            yield rel, data, label[rel[:rel.index("/")]]

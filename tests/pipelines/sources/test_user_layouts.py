@@ -242,6 +242,9 @@ def test_a_read_task_listing_over_a_mebibyte_of_file_names_reads(data_cluster, t
     """Few read tasks over many files make each task's pickle large; past 1 MiB Ray Data warns,
     naming the read function, which a bare `functools.partial` does not have (it failed the pass
     with an AttributeError)."""
+    import cloudpickle
+
+    from smlaunch.pipelines.sources.channels import deliver_channels
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import list_channel
 
@@ -252,12 +255,8 @@ def test_a_read_task_listing_over_a_mebibyte_of_file_names_reads(data_cluster, t
     ch = channel("long", tmp_path / "long", record_format="image_folder", s3_distribution="FullyReplicated")
     plan = fake_plan(tmp_path, ch)
     roots = {h: plan.host(h).opt_ml for h in HOSTS}
-    from smlaunch.pipelines.sources.channels import deliver_channels
-
     deliver_channels(plan)
     source = ChannelDatasource(ch, list_channel(ch, roots), roots, num_classes=10)
-    import cloudpickle
-
     assert len(cloudpickle.dumps(source.get_read_tasks(1)[0])) > 1 << 20
     ds = data_cluster.data.read_datasource(source, label_selector={"sm-host": "in(algo-2,algo-3)"},
                                            override_num_blocks=1)
