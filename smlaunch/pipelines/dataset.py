@@ -47,7 +47,9 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
         if channel.input_mode == "Pipe":
             source = PipeChannelDatasource(channel, roots, num_classes=num_classes)
         else:
-            source = ChannelDatasource(channel, listings[channel.name], roots, num_classes)
+            source = ChannelDatasource(channel, listings[channel.name], roots, num_classes,
+                                       cpus={h: plan.host(h).num_cpus for h in channel.hosts},
+                                       ranks=plan.train_workers)
         ds = read_channel(source, channel)
         datasets[channel.name] = ds.map_batches(
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),
@@ -87,18 +89,19 @@ def use_block_size(ctx, size: int | None) -> None:
 
 
 def read_channel(source, channel):
-    """The channel's read, on its hosts. For files, Ray Data plans the block count itself, and
-    splits each read task's output into several blocks when it has fewer tasks than its planned
-    count.
+    """The channel's read, on its hosts, in the number of blocks its source asks for
+    (`block_count`; None: Ray Data plans it). Ray splits each read task's output evenly when a
+    pass has fewer tasks than blocks.
 
-    Asking for exactly one block per read task (`override_num_blocks`) reads 1.3-1.5x faster in
-    bench/formats.py (no split), but a job's ranks then share a few large blocks unevenly: in
-    tests/launcher/test_end_to_end.py's S3 job, 4 blocks (one per read task) over 3 ranks, 16
-    steps covered 1231 of the epoch's 1436 rows instead of all of them: the ranks with less
-    waited through drain steps while one rank worked through its extra block. Balance across the
-    GPUs is worth more than the read's speed. (That change had also hung the job; the cause was
-    the validation loop, fixed in `trainers.evaluate.validate`.) A source may fix its own count
-    (`block_count`): a Pipe channel's streams do."""
+    - Files (`ChannelDatasource`): at most one read task per CPU of the reading hosts, each
+      task's output cut into enough blocks that the ranks get equal shares
+      (`file_reader.balanced_blocks`). One block per read task would read faster (no split),
+      but the ranks then share a few large blocks unevenly: in tests/launcher/test_end_to_end.py's
+      S3 job, 4 blocks over 3 ranks, 16 steps covered 1231 of the epoch's 1436 rows, the ranks
+      with less waiting through drain steps while one worked through its extra block. Balance
+      across the GPUs is worth more than the read's speed.
+    - Pipe: one block count per stream, so Ray does not split a stream's blocks, which already
+      leave as they fill (`PipeChannelDatasource.block_count`)."""
     import ray.data
 
     return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"},

@@ -56,6 +56,83 @@ def test_file_mode_each_sample_exactly_once(data_cluster, tmp_path, distribution
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("distribution", ["FullyReplicated", "ShardedByS3Key"])
+def test_read_tasks_are_bounded_by_the_hosts_cpus_and_ray_still_makes_its_planned_blocks(data_cluster, tmp_path,
+                                                                                        distribution):
+    """One read task per CPU of the hosts that read the share (not one per planned block), while
+    the blocks the ranks share stay as many as Ray planned: each sample once, in >= 16 blocks."""
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    objects = write_shards(tmp_path / "src", count=12, per_shard=50)
+    roots = {h: str(tmp_path / h / "opt/ml") for h in HOSTS}
+    for i, host in enumerate(HOSTS):
+        target = Path(roots[host]) / "input/data/train"
+        target.mkdir(parents=True)
+        for rel, _ in objects_for_host(objects, distribution, i, len(HOSTS)):
+            (target / rel).hardlink_to(tmp_path / "src" / rel)
+    channel = plan("train", distribution=distribution)
+    listing = list_channel(channel, roots)
+    bounded = ChannelDatasource(channel, listing, roots, cpus={"algo-2": 1, "algo-3": 2})
+    tasks = bounded.get_read_tasks(200)
+    assert len(tasks) == (3 if distribution == "FullyReplicated" else 1 + 2), len(tasks)
+    assert len(ChannelDatasource(channel, listing, roots).get_read_tasks(200)) == 12  # unbounded: one per file
+    ds = data_cluster.data.read_datasource(bounded, label_selector={"sm-host": "in(algo-2,algo-3)"},
+                                           override_num_blocks=16)
+    batches = list(ds.iter_batches(batch_size=None))
+    assert sorted(int(i) for batch in batches for i in batch["id"]) == list(range(600))
+    assert len(batches) >= 16, len(batches)
+
+
+def test_balanced_blocks_give_small_channels_a_multiple_of_the_ranks_and_large_ones_ray_s_count():
+    from smlaunch.pipelines.sources.file_reader import balanced_blocks
+
+    mib = 2**20
+    for tasks, ranks in ((2, 3), (2, 5), (2, 7), (3, 2), (4, 8), (1, 1)):
+        count = balanced_blocks(tasks, 2 * mib, mib, cpus=2, ranks=ranks)
+        assert count % ranks == 0 and count % tasks == 0 and count >= 4 * ranks, (tasks, ranks, count)
+    # 140 GB over 32 tasks: one block per MiB each, as Ray plans it; no rounding to the ranks.
+    assert balanced_blocks(32, 140 * 10**9, mib, cpus=32, ranks=8) == 32 * round(140 * 10**9 / 32 / mib)
+    assert balanced_blocks(8, 16 * mib, mib, cpus=2, ranks=1) == 16  # the bench's 20,000 TFRecord rows: no split
+
+
+@pytest.mark.ray
+def test_three_ranks_get_equal_shares_of_a_small_channel_read_by_two_tasks(data_cluster, tmp_path):
+    """The S3 job's shape: 2 read tasks (1 CPU per host), 3 ranks splitting the rows as Ray
+    Train does (`streaming_split(3, equal=False)`): each sample once, the shares within a block."""
+    import threading
+
+    from smlaunch.pipelines.dataset import read_channel
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    objects = write_shards(tmp_path / "src", count=4, per_shard=359)
+    roots = {h: str(tmp_path / h / "opt/ml") for h in HOSTS}
+    for i, host in enumerate(HOSTS):
+        target = Path(roots[host]) / "input/data/train"
+        target.mkdir(parents=True)
+        for rel, _ in objects_for_host(objects, "ShardedByS3Key", i, len(HOSTS)):
+            (target / rel).hardlink_to(tmp_path / "src" / rel)
+    channel = plan("train", distribution="ShardedByS3Key")
+    source = ChannelDatasource(channel, list_channel(channel, roots), roots, cpus={h: 1 for h in HOSTS}, ranks=3)
+    assert len(source.get_read_tasks(source.block_count())) == 2 and source.block_count() % 3 == 0
+    shares: list[list[int]] = [[], [], []]
+
+    def consume(rank, split):
+        shares[rank] = [int(i) for batch in split.iter_batches(batch_size=None) for i in batch["id"]]
+
+    threads = [threading.Thread(target=consume, args=(rank, split))
+               for rank, split in enumerate(read_channel(source, channel).streaming_split(3, equal=False))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(i for share in shares for i in share) == list(range(4 * 359))
+    sizes = sorted(len(share) for share in shares)
+    assert sizes[-1] - sizes[0] <= 4 * 359 // source.block_count() + 1, sizes
+
+
+@pytest.mark.ray
 def test_fastfile_views_over_s3_sharded_each_sample_exactly_once(data_cluster, tmp_path, s3):
     objects = write_shards(tmp_path / "src", count=4, per_shard=25)
     s3.create_bucket(Bucket="fastfile")
