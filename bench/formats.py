@@ -16,8 +16,8 @@ number of cores (`--cpus`), each side yielding encoded image bytes and labels (n
 - **ours**: the product's read path. A local Ray node of `--cpus` CPUs labelled as data host
   `algo-2`; the channel is delivered to it as SageMaker would (`deliver_channels`: File mode,
   hard links) and listed once (`list_channel`, as a run does before building its datasets; not
-  timed); each pass is `read_channel(ChannelDatasource(...))` (the host's CPUs given, as
-  `build_datasets` gives them), with the host's label selector
+  timed); each pass is `read_channel(ChannelDatasource(...))` (the host's CPUs and one rank, this
+  process, given as `build_datasets` gives a job's), with the host's label selector
   (and on the `DataContext`, as `build_datasets` sets them, the data hosts' selector and the main
   job's block size, `use_block_size(block_bytes(configs/hetero.yaml))`), consumed by
   `iter_batches(batch_size=None)` in this process, counting rows. The clock starts when the
@@ -413,7 +413,7 @@ def main() -> int:
                     listing = list_channel(channel, roots)
                     print(f"{kind}: listed {sum(len(f) for f in listing.files.values())} files on {HOST} in "
                           f"{time.perf_counter() - started:.2f} s (once per run, not timed)", flush=True)
-                    source = ChannelDatasource(channel, listing, roots, num_classes=10, cpus={HOST: args.cpus})
+                    source = ChannelDatasource(channel, listing, roots, num_classes=10, cpus={HOST: args.cpus}, ranks=1)
                     ref_kind, ref_path = fmt, paths[fmt]
                 best[kind] = side_by_side(kind, args.runs, partial(ours_pass, source, True),
                                           partial(reference.run, ref_kind, ref_path))

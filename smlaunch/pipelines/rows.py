@@ -20,9 +20,10 @@ whole and a folder of small images does not become a block per image.
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from typing import BinaryIO, Iterable, Iterator
 
+import google_crc32c
 import pyarrow as pa
 
 from smlaunch.cluster.plan import ChannelPlan
@@ -37,9 +38,14 @@ Sample = tuple[str, bytes, object, object]
 
 
 def derived_id(image: bytes) -> int:
-    """A 63-bit id from the image bytes (BLAKE2b): stable across runs and hosts, and wide enough
-    that distinct images of a large dataset do not collide (CRC-32 would, past ~77k images)."""
-    return int.from_bytes(hashlib.blake2b(image, digest_size=8).digest(), "little") >> 1
+    """A 63-bit id from the image bytes: stable across runs and hosts, and wide enough that
+    distinct images of a large dataset do not collide (one CRC-32 would, past ~77k images).
+
+    Two CRCs of different polynomials side by side (zlib's CRC-32, and CRC-32C in hardware via
+    google-crc32c): 4.7 us for a 16 KB JPEG on the 2-core VM where BLAKE2b took 17.5 us, which
+    was half of reading a folder of photo-sized images (cProfile of `file_reader._read_here`).
+    Not a cryptographic hash: ids only tell a dataset's own images apart."""
+    return ((zlib.crc32(image) << 32) | google_crc32c.value(image)) >> 1
 
 
 def example_row(record: bytes, fields=("image/encoded", "image/class/label", "id")) -> tuple[bytes, int, int]:
