@@ -37,6 +37,17 @@ def read_ids(ray, channel: ChannelPlan, roots) -> list[int]:
     return sorted(int(i) for batch in ds.iter_batches(batch_size=None) for i in batch["id"])
 
 
+def deliver(tmp_path: Path, objects, distribution: str) -> dict[str, str]:
+    """Each host's /opt/ml with its objects of `tmp_path/src` in `input/data/train`, as File mode delivers them."""
+    roots = {h: str(tmp_path / h / "opt/ml") for h in HOSTS}
+    for i, host in enumerate(HOSTS):
+        target = Path(roots[host]) / "input/data/train"
+        target.mkdir(parents=True)
+        for rel, _ in objects_for_host(objects, distribution, i, len(HOSTS)):
+            (target / rel).hardlink_to(tmp_path / "src" / rel)
+    return roots
+
+
 def plan(name, mode="File", distribution="FullyReplicated", limit=0) -> ChannelPlan:
     return ChannelPlan(name=name, input_mode=mode, record_format="tfrecord", source="", hosts=HOSTS,
                        distribution=distribution, max_corrupted_records=limit)
@@ -46,12 +57,7 @@ def plan(name, mode="File", distribution="FullyReplicated", limit=0) -> ChannelP
 @pytest.mark.parametrize("distribution", ["FullyReplicated", "ShardedByS3Key"])
 def test_file_mode_each_sample_exactly_once(data_cluster, tmp_path, distribution):
     objects = write_shards(tmp_path / "src", count=5, per_shard=40)
-    roots = {h: str(tmp_path / h / "opt/ml") for h in HOSTS}
-    for i, host in enumerate(HOSTS):
-        target = Path(roots[host]) / "input/data/train"
-        target.mkdir(parents=True)
-        for rel, _ in objects_for_host(objects, distribution, i, len(HOSTS)):
-            (target / rel).hardlink_to(tmp_path / "src" / rel)
+    roots = deliver(tmp_path, objects, distribution)
     assert read_ids(data_cluster, plan("train", distribution=distribution), roots) == list(range(200))
 
 
@@ -65,12 +71,7 @@ def test_read_tasks_are_bounded_by_the_hosts_cpus_and_ray_still_makes_its_planne
     from smlaunch.pipelines.sources.listing import list_channel
 
     objects = write_shards(tmp_path / "src", count=12, per_shard=50)
-    roots = {h: str(tmp_path / h / "opt/ml") for h in HOSTS}
-    for i, host in enumerate(HOSTS):
-        target = Path(roots[host]) / "input/data/train"
-        target.mkdir(parents=True)
-        for rel, _ in objects_for_host(objects, distribution, i, len(HOSTS)):
-            (target / rel).hardlink_to(tmp_path / "src" / rel)
+    roots = deliver(tmp_path, objects, distribution)
     channel = plan("train", distribution=distribution)
     listing = list_channel(channel, roots)
     bounded = ChannelDatasource(channel, listing, roots, cpus={"algo-2": 1, "algo-3": 2})
@@ -107,12 +108,7 @@ def test_three_ranks_get_equal_shares_of_a_small_channel_read_by_two_tasks(data_
     from smlaunch.pipelines.sources.listing import list_channel
 
     objects = write_shards(tmp_path / "src", count=4, per_shard=359)
-    roots = {h: str(tmp_path / h / "opt/ml") for h in HOSTS}
-    for i, host in enumerate(HOSTS):
-        target = Path(roots[host]) / "input/data/train"
-        target.mkdir(parents=True)
-        for rel, _ in objects_for_host(objects, "ShardedByS3Key", i, len(HOSTS)):
-            (target / rel).hardlink_to(tmp_path / "src" / rel)
+    roots = deliver(tmp_path, objects, "ShardedByS3Key")
     channel = plan("train", distribution="ShardedByS3Key")
     source = ChannelDatasource(channel, list_channel(channel, roots), roots, cpus={h: 1 for h in HOSTS}, ranks=3)
     assert len(source.get_read_tasks(source.block_count())) == 2 and source.block_count() % 3 == 0
