@@ -33,10 +33,10 @@ CHUNK = 1 << 20
 ZERO = bytes(BLOCK)
 REGULAR = frozenset(b"0\x007")
 LINKS_AND_DEVICES = frozenset(b"123456")
-X_PAX, L_LONGNAME, S_SPARSE = b"xLS"
-NEXT_MEMBER = frozenset(b"xgLK")
-"""Headers that describe the member after them (pax, global pax, GNU long name and link name)."""
 """Member types whose size field says nothing about data following them (as `tarfile` reads them)."""
+X_PAX, G_GLOBAL, L_LONGNAME, S_SPARSE = b"xgLS"
+NEXT_MEMBER = frozenset(b"xLK")
+"""Headers that describe the member after them (pax, GNU long name and link name)."""
 USTAR = b"ustar\x0000"
 
 
@@ -56,8 +56,8 @@ def iter_members(stream: BinaryIO, source: str) -> Iterator[tuple[int, str, byte
         offset = base + pos
         header = buf[pos:pos + BLOCK]
         if len(header) < BLOCK:
-            if not header:
-                return
+            if not header.strip(b"\0"):
+                return  # the end, or end-of-archive padding cut short: nothing of a member is lost
             raise RecordError(f"{source}: the tar archive ends inside a header at byte {offset} "
                               f"({len(header)} of {BLOCK} bytes)")
         pos += BLOCK
@@ -66,8 +66,10 @@ def iter_members(stream: BinaryIO, source: str) -> Iterator[tuple[int, str, byte
         if start is None:
             start = offset
         kind, name, size = _parse_header(header, source, offset)
-        name = extra.get("path", name)
-        size = 0 if kind in LINKS_AND_DEVICES else extra.get("size", size)
+        if kind in LINKS_AND_DEVICES:
+            size = 0
+        elif kind not in NEXT_MEMBER and kind != G_GLOBAL:  # a pax path or size is the member's, not a header's
+            name, size = extra.get("path", name), extra.get("size", size)
         padded = size + (-size % BLOCK)
         if pos + padded > len(buf):
             buf, pos, base = _refill(stream, buf, pos, base, padded)
@@ -79,7 +81,9 @@ def iter_members(stream: BinaryIO, source: str) -> Iterator[tuple[int, str, byte
             extra.update(_pax_records(data, source, offset))
         elif kind == L_LONGNAME:
             extra["path"] = data.split(b"\0", 1)[0].decode("utf-8", "replace")
-        elif kind == S_SPARSE:
+        elif kind == G_GLOBAL:
+            start = None  # describes the archive, not the next member
+        elif kind == S_SPARSE or extra.get("sparse"):
             raise RecordError(f"{source}: member {name} at byte {start} is a GNU sparse file, which a shard "
                               "cannot hold; write the shard without --sparse")
         elif kind not in NEXT_MEMBER:
@@ -105,19 +109,22 @@ def _refill(stream: BinaryIO, buf: bytes, pos: int, base: int, need: int) -> tup
 def _parse_header(header: bytes, source: str, offset: int) -> tuple[int, str, int]:
     """(type flag, path, size) of one header block, after checking its checksum."""
     try:
-        stored = int(header[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+        stored = int(header[148:156].split(b"\0", 1)[0].strip(), 8)  # an empty field is no checksum: ValueError
         size = _number(header[124:136])
     except ValueError:
         raise RecordError(f"{source}: not a tar header at byte {offset} (its number fields are not octal)") from None
     # The checksum is the sum of the header's bytes with its own field read as spaces. Adler-32's
     # low half is 1 + that sum modulo 65521, computed in C: 0.3 us a header where `sum()` took
     # 2.2 us, a fifth of the whole walk. A damaged header passes only if its sum moved by a
-    # multiple of 65521.
+    # multiple of 65521 (the sum of a header is at most 130,560). On a mismatch the exact sums
+    # decide, the signed one too (old tars summed signed chars, and `tarfile` accepts it).
     field = sum(header[148:156])
     if (stored + field - 8 * 32 + 1) % 65521 != zlib.adler32(header) & 0xFFFF:
         computed = sum(header) - field + 8 * 32
-        raise RecordError(f"{source}: bad tar header checksum at byte {offset} (stored {stored}, "
-                          f"computed {computed})")
+        signed = computed - 256 * sum(1 for b in header[:148] + header[156:] if b > 127)
+        if stored != signed:
+            raise RecordError(f"{source}: bad tar header checksum at byte {offset} (stored {stored}, "
+                              f"computed {computed})")
     name = header[:100].split(b"\0", 1)[0]
     if header[257:265] == USTAR and header[345] != 0:
         name = header[345:500].split(b"\0", 1)[0] + b"/" + name
@@ -132,22 +139,27 @@ def _number(field: bytes) -> int:
     return int(digits, 8) if digits else 0
 
 
-def _pax_records(data: bytes, source: str, offset: int) -> dict[str, str | int]:
-    """`path` and `size` of a pax extended header (`<length> <key>=<value>\\n` records)."""
-    found: dict[str, str | int] = {}
+def _pax_records(data: bytes, source: str, offset: int) -> dict[str, str | int | bool]:
+    """`path` and `size` of a pax extended header (`<length> <key>=<value>\\n` records), and
+    `sparse` if it describes a GNU sparse file (`GNU.sparse.*` keys)."""
+    found: dict[str, str | int | bool] = {}
     pos = 0
     while pos < len(data) and data[pos] != 0:
         space = data.find(b" ", pos)
         try:
-            length = int(data[pos:space]) if space > pos else 0
+            if space <= pos:
+                raise ValueError
+            length = int(data[pos:space])
+            if length <= space - pos or pos + length > len(data):
+                raise ValueError
             key, _, value = data[space + 1:pos + length - 1].partition(b"=")
             if key == b"path":
                 found["path"] = value.decode("utf-8", "replace")
             elif key == b"size":
                 found["size"] = int(value)
+            elif key.startswith(b"GNU.sparse."):
+                found["sparse"] = True
         except ValueError:
-            length = 0
-        if length <= space - pos:
-            raise RecordError(f"{source}: bad pax extended header at byte {offset}")
+            raise RecordError(f"{source}: bad pax extended header at byte {offset}") from None
         pos += length
     return found

@@ -114,16 +114,20 @@ class ChannelDatasource(Datasource):
             return None
         import ray.data
 
-        tasks = sum(min(len(units), self._task_bound(host)) for host, units in self.shares().items() if units)
+        tasks = sum(self._task_count(host, units, sys.maxsize) for host, units in self.shares().items() if units)
         target = ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
         return balanced_blocks(tasks, self.estimate_inmemory_data_size(), target, sum(self.cpus.values()),
                                self.ranks)
 
-    def _task_bound(self, holder: str | None) -> int:
-        """Read tasks for the share of `holder` (None: any receiving host): its CPUs, or all of theirs."""
+    def _task_count(self, holder: str | None, units: list[Unit], parallelism: int) -> int:
+        """Read tasks for the share of `holder` (None: any receiving host): one per CPU of the host
+        (of all of them for a shared share) when the CPUs are known, else Ray's parallelism
+        spread over the shares; never more than its units. `block_count` counts with this too."""
         if self.cpus is None:
-            return sys.maxsize
-        return max(1, self.cpus.get(holder, 1) if holder is not None else sum(self.cpus.values()))
+            bound = max(1, parallelism // len(self.shares()))
+        else:
+            bound = max(1, self.cpus.get(holder, 1) if holder is not None else sum(self.cpus.values()))
+        return max(1, min(bound, len(units)))
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         key = (parallelism, per_task_row_limit)
@@ -135,7 +139,7 @@ class ChannelDatasource(Datasource):
         shares = self.shares()
         tasks = []
         for host, units in shares.items():
-            count = max(1, min(max(1, parallelism // len(shares)), len(units), self._task_bound(host)))
+            count = self._task_count(host, units, parallelism)
             for g in range(count):
                 mine = units[g::count]
                 if not mine:

@@ -152,3 +152,57 @@ def test_damage_is_named_with_the_source_and_the_byte_offset():
     assert ours(data[:second]) == [(0, "a.jpg", b"a" * 600)]  # a whole member, then the end: no error
     with pytest.raises(RecordError, match=r"^shard.tar: not a tar header at byte 0 "):
         ours(b"PK\x03\x04" + b"\xff" * 508)  # not an archive at all
+
+
+def _header(name: str, kind: bytes, data: bytes) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, len(data)
+    return info.tobuf(tarfile.USTAR_FORMAT) + data + bytes(-len(data) % 512)
+
+
+def _pax(**records) -> bytes:
+    body = b""
+    for key, value in records.items():
+        record = f" {key.replace('_', '.')}={value}\n".encode()
+        length = len(record) + len(str(len(record) + len(str(len(record)))))
+        body += str(length).encode() + record
+    return _header("././@PaxHeader", tarfile.XHDTYPE, body)
+
+
+def test_what_other_writers_put_around_members():
+    """A global pax header (git archive) is not the first member's; a pax size belongs to the
+    member, not to a pax header after it; end padding cut short loses nothing; old tars' signed
+    checksums are accepted, as tarfile accepts them."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": "v1"}) as archive:
+        info = tarfile.TarInfo("a.jpg")
+        info.size = 3
+        archive.addfile(info, io.BytesIO(b"abc"))
+    assert ours(out.getvalue()) == tarfile_members(out.getvalue()) == [(1024, "a.jpg", b"abc")]
+
+    member = tarfile.TarInfo("short")
+    member.size = 1000
+    stacked = _pax(size=1000) + _pax(path="long.jpg") + member.tobuf(tarfile.USTAR_FORMAT) + b"q" * 1024 + bytes(1024)
+    assert ours(stacked) == tarfile_members(stacked) == [(0, "long.jpg", b"q" * 1000)]
+
+    assert ours(_header("a.jpg", tarfile.REGTYPE, b"abc") + bytes(100)) == [(0, "a.jpg", b"abc")]
+
+    signed = bytearray(_header("ete.jpg", tarfile.REGTYPE, b"x"))
+    signed[0:3] = b"\xe9t\xe9"  # bytes above 127 in the name: signed and unsigned sums differ
+    signed[148:156] = b" " * 8
+    total = sum(b - 256 if b > 127 else b for b in signed[:512])
+    signed[148:156] = b"%06o\0 " % total
+    assert [data for _, _, data in ours(bytes(signed))] == [b"x"] == [d for _, _, d in tarfile_members(bytes(signed))]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda: _header("x", tarfile.XHDTYPE, b"garbage") + _header("a.jpg", tarfile.REGTYPE, b"a"),
+     r"bad pax extended header at byte 0"),
+    (lambda: _pax(GNU_sparse_major=1, GNU_sparse_minor=0) + _header("a.jpg", tarfile.REGTYPE, b"a"),
+     r"member a.jpg at byte 0 is a GNU sparse file"),
+    (lambda: _header("a.jpg", tarfile.REGTYPE, b"a")[:148] + bytes(8) + _header("a.jpg", tarfile.REGTYPE, b"a")[156:],
+     r"not a tar header at byte 0"),  # no checksum at all
+])
+def test_damaged_headers_are_named_not_looped_on(damage, message):
+    with pytest.raises(RecordError, match=message):
+        ours(damage())

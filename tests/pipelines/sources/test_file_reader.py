@@ -97,6 +97,30 @@ def test_balanced_blocks_give_small_channels_a_multiple_of_the_ranks_and_large_o
     assert balanced_blocks(8, 16 * mib, mib, cpus=2, ranks=1) == 16  # the bench's 20,000 TFRecord rows: no split
 
 
+@pytest.mark.parametrize("cpus", [{"a": 16, "b": 4, "c": 4, "d": 4}, {"a": 1, "b": 3}, {"a": 2}])
+@pytest.mark.parametrize("ranks", [1, 3, 4])
+def test_ray_s_split_of_the_read_tasks_ends_in_the_block_count_asked_for(cpus, ranks, monkeypatch):
+    """Ray's arithmetic (set_read_parallelism: size splits per task, then a split factor up to the
+    count asked for) over the tasks the source makes for that count: the count it asked for."""
+    import math
+
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import ChannelListing
+
+    import ray.data
+
+    monkeypatch.setattr(ray.data.DataContext.get_current(), "target_max_block_size", 2**20)  # a job's 1 MiB
+    files = {host: [(f"{host}/part-{n}", 60_000) for n in range(40)] for host in cpus}
+    channel = ChannelPlan(name="train", input_mode="File", record_format="tfrecord", source="", hosts=tuple(cpus),
+                          distribution="ShardedByS3Key")
+    source = ChannelDatasource(channel, ChannelListing(files=files), {h: None for h in cpus}, cpus=cpus, ranks=ranks)
+    asked = source.block_count()
+    tasks = len(source.get_read_tasks(asked))
+    estimated = tasks * round(max(1, source.estimate_inmemory_data_size() / tasks / 2**20))
+    made = estimated * math.ceil(asked / estimated) if estimated < asked else estimated
+    assert tasks == sum(cpus.values()) and made == asked and made % ranks == 0, (tasks, asked, made)
+
+
 @pytest.mark.ray
 def test_three_ranks_get_equal_shares_of_a_small_channel_read_by_two_tasks(data_cluster, tmp_path):
     """The S3 job's shape: 2 read tasks (1 CPU per host), 3 ranks splitting the rows as Ray
