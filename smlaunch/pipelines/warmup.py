@@ -47,7 +47,8 @@ def warm_ray_data(plan):
     coordinator and its stats actor, each pinned to the node that asks first), and until the
     coordinator answers, the executor runs one task at a time: a cold job's first batch waited
     about 2 s for that while the data hosts' other CPUs sat idle (Ray timeline, 2-core VM). Done
-    here, it happens while Ray Train starts. On the driver's node, because the actors stay where
+    here, it happens while Ray Train starts. (Every later execution waits only for the
+    coordinator's answer, not for the actor: `pipelines.budget`.) On the driver's node, because the actors stay where
     they are made: a data host may be lost, the driver's node is the run's."""
     import ray
 

@@ -36,6 +36,7 @@ from ray.data.datasource import Datasource, ReadTask
 
 from smlaunch.cluster.plan import ChannelPlan, host_selector, this_host
 from smlaunch.errors import DataError
+from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fastfile import open_channel_file, read_view
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
@@ -130,6 +131,7 @@ class ChannelDatasource(Datasource):
         return max(1, min(bound, len(units)))
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
+        budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
         key = (parallelism, per_task_row_limit)
         if key not in self._tasks:
             self._tasks[key] = self._read_tasks(parallelism, per_task_row_limit)

@@ -31,6 +31,7 @@ from ray.data.datasource import Datasource, ReadTask
 
 from smlaunch.cluster.plan import ChannelPlan, host_selector
 from smlaunch.errors import DataError
+from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.host_loss import host_alive, lost_error, reader_name
 from smlaunch.pipelines.sources.fifo import DEFAULT_TIMEOUT_S, PipeEpochs
@@ -142,6 +143,7 @@ class PipeChannelDatasource(Datasource):
         return len(self.roots)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
+        budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
         hosts = sorted(self.roots)
         tasks = []
         for i, host in enumerate(hosts):
