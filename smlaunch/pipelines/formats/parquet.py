@@ -60,8 +60,8 @@ def iter_groups(stream: BinaryIO | str, source: str, row_groups: list[int] | Non
                         "channel's fields: {image, label, id}")
     starts = _group_starts(file.metadata)
     for group in (range(file.metadata.num_row_groups) if row_groups is None else row_groups):
-        try:
-            table = file.read_row_group(group, columns=wanted)
+        try:  # one thread: a pass already runs one read task per CPU, and Arrow's pool only competed with them
+            table = file.read_row_group(group, columns=wanted, use_threads=False)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{source}: row group {group} is unreadable ({exc})") from None
         image = table.schema.get_field_index(fields["image"])

@@ -196,3 +196,19 @@ def test_corrupt_records_are_skipped_within_the_allowance_and_counted(data_clust
     assert "more than max_corrupted_records=1" in str(failure.value)
     assert isinstance(failure.value, DataError) or "DataError" in str(type(failure.value)) or \
         "bad data CRC in record at byte" in str(failure.value)
+
+
+def test_folder_files_reads_whole_files_around_the_first_read_size(tmp_path):
+    """Files below, at and above the first read (which skips `fstat` when it comes back short),
+    and a file of several mebibytes, come back whole; an empty file comes back empty."""
+    import os
+
+    from smlaunch.pipelines.sources.file_reader import FIRST_READ_BYTES, folder_files
+
+    sizes = [0, 1, 700, FIRST_READ_BYTES - 1, FIRST_READ_BYTES, FIRST_READ_BYTES + 1, 3 * FIRST_READ_BYTES + 7, 5 << 20]
+    (tmp_path / "cls").mkdir()
+    for size in sizes:
+        (tmp_path / "cls" / f"{size}.png").write_bytes(os.urandom(size))
+    with folder_files(tmp_path) as read:
+        assert [read(f"cls/{size}.png") == (tmp_path / "cls" / f"{size}.png").read_bytes() for size in sizes] == \
+            [True] * len(sizes)
