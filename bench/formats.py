@@ -30,8 +30,12 @@ number of cores (`--cpus`), each side yielding encoded image bytes and labels (n
   `DataLoader(num_workers=cpus, batch_size=64)` whose collate keeps lists;
   webdataset: `wds.WebDataset(shards, shardshuffle=False).to_tuple("jpg;png", "cls")`, raw bytes, in
   the same DataLoader (webdataset's default `split_by_worker` gives worker i every i-th shard);
-  parquet: pyarrow alone, `read_row_group(columns=[image, label])` of every row group over a
-  thread pool of `cpus` threads, sliced into 64-row batches of Python bytes and a label array;
+  parquet: pyarrow's `read_row_group(columns=[image, label])`, worker i of the same DataLoader
+  reading every i-th (file, row group) and yielding its rows (a Hugging Face `Image` struct's
+  bytes and the label). Also printed, not compared: pyarrow reading every row group over a
+  thread pool of `cpus` threads in one process, the rows left there as Python bytes (the
+  ratio's reference until 2026-11-25: rows that never leave the reading process, which no chain
+  in other processes can take; BENCHMARKS.md, formats);
   tfrecord: the `tfrecord` package's `tfrecord_loader` (a protobuf parse of each Example), worker i
   of the same DataLoader reading every i-th shard.
 - **Pipe mode, webdataset** (`webdataset_pipe_ratio`): ours is a local Pipe agent feeding the
@@ -47,9 +51,10 @@ readers' own cost from Ray Data's, two more figures are printed:
   the reference the same loop with `num_workers=0` (webdataset: the first 2 shards on both sides);
 - **Ray Data floor**: the same rows already made into 64-row Arrow blocks in the object store,
   handed on by `cpus` read tasks that do nothing else, through `read_datasource` + `iter_batches`,
-  with Ray's default planning and with `override_num_blocks=cpus`.
+  with Ray's default planning and with `override_num_blocks=cpus` (with the product's prompt
+  budget, `pipelines.budget`, like every pass here).
 
-    python bench/formats.py [--rows 20000] [--shards 8] [--cpus 2] [--runs 3] [--row-group-rows 1000]
+    python bench/formats.py [--rows 20000] [--shards 8] [--cpus 2] [--runs 5] [--row-group-rows 1000]
                             [--image-px N] [--block-bytes N]
 
 `--image-px 224` makes the records photo-sized (each digit resized with noise, JPEG, about 16 KB;
@@ -87,7 +92,7 @@ ALONE_WDS_SHARDS = 2
 REFERENCES = {
     "image_folder": "torchvision ImageFolder + DataLoader",
     "webdataset": "wds.WebDataset + DataLoader",
-    "parquet": "pyarrow read_row_group, thread pool",
+    "parquet": "pyarrow read_row_group + DataLoader",
     "tfrecord": "tfrecord_loader + DataLoader",
     "webdataset_pipe": "wds.WebDataset(pipe:cat) + DataLoader(1 worker)",
 }
@@ -193,6 +198,28 @@ def _tfrecord_shards():
     return TFRecordShards
 
 
+def _parquet_row_groups():
+    import torch
+
+    class ParquetRowGroups(torch.utils.data.IterableDataset):
+        """Worker i of n reads every i-th (file, row group) with pyarrow and yields its rows."""
+
+        def __init__(self, units: list[tuple[str, int]]):
+            self.units = units
+
+        def __iter__(self):
+            import pyarrow.parquet as pq
+
+            info = torch.utils.data.get_worker_info()
+            index, count = (info.id, info.num_workers) if info else (0, 1)
+            for path, group in self.units[index::count]:
+                table = pq.ParquetFile(path).read_row_group(group, columns=["image", "label"], use_threads=False)
+                images = table.column("image").combine_chunks().field("bytes").to_pylist()
+                yield from zip(images, table.column("label").to_pylist())
+
+    return ParquetRowGroups
+
+
 class References:
     """Each reference reader. Its dataset object is built on the first request, outside the clock,
     as a training script builds it once."""
@@ -222,11 +249,12 @@ class References:
             made = wds.WebDataset(f"pipe:cat {path}", shardshuffle=False).to_tuple("jpg;png", "cls")
         elif kind == "tfrecord":
             made = _tfrecord_shards()(sorted(str(p) for p in Path(path).iterdir()))
-        else:  # parquet: (file, row group) units
+        else:  # parquet: (file, row group) units, in a DataLoader like the others or by pyarrow alone
             import pyarrow.parquet as pq
 
-            made = [(str(p), g) for p in sorted(Path(path).glob("*.parquet"))
-                    for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+            units = [(str(p), g) for p in sorted(Path(path).glob("*.parquet"))
+                     for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+            made = units if kind == "parquet_in_process" else _parquet_row_groups()(units)
         self.datasets[key] = made
         return made
 
@@ -235,7 +263,10 @@ class References:
         dataset = self.dataset(kind, path, files)
         workers = 0 if alone else 1 if kind == "webdataset_pipe" else self.cpus  # a Pipe stream is one stream
         started = time.perf_counter()
-        rows, batches = self.parquet(dataset, workers) if kind == "parquet" else self.loader(dataset, workers)
+        if kind == "parquet_in_process":
+            rows, batches = self.parquet(dataset, 0 if alone else self.cpus)
+        else:
+            rows, batches = self.loader(dataset, workers)
         return time.perf_counter() - started, rows, batches
 
     @staticmethod
@@ -333,7 +364,7 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=8, help="files of the webdataset, parquet and tfrecord layouts")
     parser.add_argument("--row-group-rows", type=int, default=1000, help="rows per Parquet row group")
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the data node (ours) and workers (reference)")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--image-px", type=int, default=None,
                         help="photo-sized records: digits resized to this many px with noise, JPEG (image "
                              "folders get .jpg files); default: the 32 px digits (about 700 bytes)")
@@ -354,6 +385,7 @@ def main() -> int:
     from smlaunch.cluster.plan import channel_plan
     from smlaunch.config import load_config
     from smlaunch.config.schema import ChannelConfig
+    from smlaunch.pipelines.budget import budget_from_first_step
     from smlaunch.pipelines.dataset import block_bytes, use_block_size
     from smlaunch.pipelines.sources.channels import deliver_channels, start_pipe_agents
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
@@ -363,6 +395,7 @@ def main() -> int:
     best: dict[str, dict[str, tuple[float, int, int]]] = {}
     alone: dict[str, dict[str, float]] = {}
     floors: dict[str, float] = {}
+    in_process: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         rows = digits(args.rows, args.image_px)
@@ -390,6 +423,7 @@ def main() -> int:
         job_blocks = block_bytes(load_config(ROOT / "configs" / "hetero.yaml"))
         use_block_size(context, job_blocks if args.block_bytes is None else args.block_bytes)
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # no "Starting execution" lines per pass
+        budget_from_first_step()  # what the product's datasources install before their first pass
         print(f"Ray node up ({args.cpus} CPUs, labelled sm-host={HOST}) in {time.perf_counter() - started:.1f} s; "
               f"machine: {os.cpu_count()} CPUs; Ray Data's target block size "
               f"{context.target_max_block_size / 2**20:g} MiB", flush=True)
@@ -427,6 +461,11 @@ def main() -> int:
                     print(f"  {kind:21s} reader alone, one core, no Ray or workers ({mine[1]} rows): "
                           f"ours {alone[kind]['ours']:.0f} rows/s, reference {alone[kind]['reference']:.0f} rows/s",
                           flush=True)
+                if fmt == "parquet" and channel.input_mode == "File":
+                    took, count, _ = min(reference.run("parquet_in_process", ref_path) for _ in range(args.runs))
+                    in_process[kind] = count / took
+                    print(f"  {kind:21s} pyarrow in one process ({args.cpus} threads, rows left in that process): "
+                          f"{in_process[kind]:.0f} rows/s", flush=True)
         finally:
             for agent in agents:
                 agent.stop()
@@ -444,6 +483,10 @@ def main() -> int:
         mine, theirs = (f"{alone[kind][side]:.0f}" if kind in alone else "-" for side in ("ours", "reference"))
         print(f"{kind:17s} {channels[kind].input_mode:8s} {rate['ours']:11.0f} {rate['reference']:10.0f} "
               f"{ratios[kind]:5.2f}   {mine:>11s} {theirs:>10s}  {REFERENCES[kind.removesuffix('_fastfile')]}")
+    for kind, rate in in_process.items():
+        print(f"{kind}: pyarrow reading into its own process ({args.cpus} threads) {rate:.0f} rows/s, "
+              f"{best[kind]['ours'][1] / best[kind]['ours'][0] / rate:.2f} of it (rows that never leave the "
+              "reading process, so no chain in other processes can take them)")
     for kind, ratio in ratios.items():
         print(f"RESULT formats {kind}_ratio={ratio:.2f} goal=1.0")
     return 0
