@@ -121,15 +121,18 @@ def ours_pass(source, as_run: bool = False, **read_args) -> tuple[float, int, in
 
 def ours_alone(source, files: int | None) -> tuple[float, int, int]:
     """Our reader with no Ray: one read task's body over the channel's first `files` files (all: None)."""
+    import ray.data
+
     from smlaunch.pipelines.sources.file_reader import _read_here
 
-    units = [(rel, group) for rel, _, group in source.shares()[None]]
+    units = [(rel, group, size) for rel, size, group in source.shares()[None]]
     if files:
-        first = sorted({rel for rel, _ in units})[:files]
+        first = sorted({rel for rel, _, _ in units})[:files]
         units = [unit for unit in units if unit[0] in first]
     started = time.perf_counter()
+    block_bytes = ray.data.DataContext.get_current().target_max_block_size  # the job's, as a read task has it
     blocks = list(_read_here(source.channel, HOST, units, source.roots, source.listing.classes,
-                             source.num_classes))
+                             source.num_classes, block_bytes))
     return time.perf_counter() - started, sum(b.num_rows for b in blocks), len(blocks)
 
 

@@ -28,7 +28,9 @@ import time
 
 PROMPT_WINDOW_S = 2.0
 """How long an execution keeps asking for its limits at every step before falling back to Ray's
-interval (a subcluster that really has nothing would otherwise be polled at every step)."""
+interval: an answer of nothing (another Dataset holds the whole subcluster) looks the same as no
+answer, and would otherwise be asked again at every step. The coordinator's client keeps one
+call in flight, so asking again costs a `ray.wait(timeout=0)` until the last call is answered."""
 
 _installed = False
 

@@ -33,6 +33,10 @@ from smlaunch.pipelines.formats import RecordError, iter_records
 from smlaunch.pipelines.formats.example import example_values
 from smlaunch.pipelines.sources.manifest import group_attributes
 
+ROW_OVERHEAD_BYTES = 20
+"""What a row holds in an Arrow block besides its image bytes: the image's 4-byte offset, the
+label and the id (8 bytes each); counted so that blocks cut by bytes match `Table.nbytes`."""
+
 Sample = tuple[str, bytes, object, object]
 """(where in the source, image bytes, label as found, id as found or None)."""
 
@@ -171,7 +175,7 @@ def folder_tables(files: Iterable[tuple[str, bytes, int]], num_classes: int | No
             continue
         images.append(data)
         labels.append(label)
-        pending += len(data) + 16
+        pending += len(data) + ROW_OVERHEAD_BYTES
         if (pending >= block_bytes) if block_bytes else len(images) == size:
             yield _table({"image": images, "label": labels, "id": derived_ids(images)})
             images, labels, pending = [], [], 0
@@ -204,9 +208,14 @@ def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_c
             if isinstance(item, pa.Table):  # already checked, column-wise
                 whole = pa.concat_tables([t for t in (carry, _table(rows) if rows["id"] else None, item) if t])
                 rows, pending = {"image": [], "label": [], "id": []}, 0
-                # Whole blocks of `size` rows, or of the rows that make `block_bytes` (just over it,
-                # so Ray's output buffer hands each on as it is, neither merged nor sliced).
-                step = -(-block_bytes * whole.num_rows // max(whole.nbytes, 1)) if block_bytes else size
+                # Whole blocks of `size` rows, or of about `block_bytes`: Ray's output buffer hands a
+                # block of 1 to 1.5 times its target on as it is, and merges or slices the others.
+                if block_bytes and whole.nbytes < block_bytes * 3 // 2:
+                    carry = None if whole.nbytes >= block_bytes else whole
+                    if carry is None:
+                        yield whole
+                    continue
+                step = -(-block_bytes * whole.num_rows // whole.nbytes) if block_bytes else size
                 cut = whole.num_rows - whole.num_rows % step
                 for start in range(0, cut, step):
                     yield whole.slice(start, step)
@@ -222,7 +231,7 @@ def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_c
                 continue
             for key, value in zip(("image", "label", "id"), row):
                 rows[key].append(value)
-            pending += len(row[0]) + 16
+            pending += len(row[0]) + ROW_OVERHEAD_BYTES
             carried = carry.num_rows if carry else 0
             if full(carried + len(rows["id"]), (carry.nbytes if carry else 0) + pending):
                 yield _joined(carry, rows)

@@ -64,7 +64,7 @@ def test_blocks_cut_by_bytes_take_whole_row_groups_and_rows_until_the_size_in_or
     # Each block but the last about the size (Ray Data hands a block under 1.5x its target on as
     # it is), whether cut from row groups or filled by rows read one by one.
     assert all(900 <= b.nbytes < 1500 for b in got[:-1]), [b.nbytes for b in got]
-    assert sum(b.num_rows for b in got) == 150 and len(got) == 5
+    assert sum(b.num_rows for b in got) == 150
     table = pa.concat_tables(got)
     assert table.column("image").to_pylist() == IMAGES
     assert table.column("id").to_pylist() == [derived_id(image) for image in IMAGES]

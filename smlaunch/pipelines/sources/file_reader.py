@@ -153,7 +153,7 @@ class ChannelDatasource(Datasource):
                     continue
                 meta = BlockMetadata(num_rows=None, size_bytes=sum(s for _, s, _ in mine), exec_stats=None,
                                      input_files=tuple(dict.fromkeys(rel for rel, _, _ in mine)))
-                read = partial(_read_units, self.channel, host, PackedUnits([(rel, g) for rel, _, g in mine]),
+                read = partial(_read_units, self.channel, host, PackedUnits([(rel, g, size) for rel, size, g in mine]),
                                self.roots, self.listing.classes, self.num_classes)
                 read.__name__ = f"read_{self.channel.name}"  # Ray's warning for a read task over 1 MiB needs one
                 tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
@@ -161,26 +161,28 @@ class ChannelDatasource(Datasource):
 
 
 class PackedUnits:
-    """A read task's `(relative path, row group or None)` units, packed as one string and one
-    array. A read task is pickled and put in the object store at every pass, and its units are
-    most of it: 50,000 tuples took the driver 20 ms to pickle and the worker 12 ms to load, the
-    joined string 0.1 ms and 3 ms (ray.cloudpickle, 2-core VM). Iterates as the tuples."""
+    """A read task's `(relative path, row group or None, listed bytes)` units, packed as one string
+    and two arrays. A read task is pickled and put in the object store at every pass, and its
+    units are most of it: 50,000 tuples took the driver 20 ms to pickle and the worker 12 ms to
+    load, the joined string 0.1 ms and 3 ms (ray.cloudpickle, 2-core VM). Iterates as the tuples.
+    The listed bytes are a file's size when the channel was listed (a row group's share of it
+    for Parquet): what an image file's one `read` expects (`folder_files`)."""
 
-    __slots__ = ("paths", "groups")
+    __slots__ = ("paths", "groups", "sizes")
 
     def __init__(self, units):
-        self.paths = "\0".join(rel for rel, _ in units)  # no file name holds a NUL
-        groups = [-1 if group is None else group for _, group in units]
+        self.paths = "\0".join(rel for rel, _, _ in units)  # no file name holds a NUL
+        groups = [-1 if group is None else group for _, group, _ in units]
         self.groups = None if all(group < 0 for group in groups) else array("q", groups)
+        self.sizes = array("q", [size for _, _, size in units])
 
     def __iter__(self):
         paths = self.paths.split("\0") if self.paths else []
-        if self.groups is None:
-            return ((rel, None) for rel in paths)
-        return ((rel, None if group < 0 else group) for rel, group in zip(paths, self.groups))
+        groups = self.groups if self.groups is not None else [-1] * len(paths)
+        return ((rel, None if group < 0 else group, size) for rel, group, size in zip(paths, groups, self.sizes))
 
     def __len__(self) -> int:
-        return self.paths.count("\0") + 1 if self.paths else 0
+        return len(self.sizes)
 
 
 DEFAULT_BLOCK_BYTES = 128 * 2**20
@@ -213,6 +215,8 @@ def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int) -
 def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits, roots: dict[str, str | None],
                 classes, num_classes):
     host = this_host()
+    # Ray Data sets the job's context in this task, not in a task it starts: the block size goes on as an argument.
+    block_bytes = ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
     if holder is not None and host != holder:
         # The holder's files are on no other host: if it is gone (this is a retry after it died),
         # a task pinned to it would wait forever; say so instead. The streaming task is not
@@ -222,7 +226,7 @@ def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits, ro
         stream = ray.remote(_read_here).options(num_returns="streaming", num_cpus=0, max_retries=0,
                                                 label_selector=host_selector(holder))
         try:
-            for ref in stream.remote(channel, holder, units, roots, classes, num_classes):
+            for ref in stream.remote(channel, holder, units, roots, classes, num_classes, block_bytes):
                 yield ray.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
                 ray.exceptions.NodeDiedError):
@@ -230,51 +234,48 @@ def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits, ro
                 raise sharded_lost_error(channel.name, holder, roots.get(holder), _files(units)) from None
             raise
         return
-    yield from _read_here(channel, host, units, roots, classes, num_classes)
+    yield from _read_here(channel, host, units, roots, classes, num_classes, block_bytes)
 
 
 def _files(units) -> list[str]:
-    return list(dict.fromkeys(rel for rel, _ in units))
+    return list(dict.fromkeys(rel for rel, _, _ in units))
 
 
-def _read_here(channel: ChannelPlan, host: str, units: list, roots: dict[str, str | None], classes, num_classes):
+def _read_here(channel: ChannelPlan, host: str, units, roots: dict[str, str | None], classes, num_classes,
+               block_bytes: int):
+    """`units`' rows in Arrow tables of about `block_bytes` (Ray Data's target block size, which
+    its output buffer would merge the rows into anyway: `rows.row_blocks`)."""
     if host not in roots:
         raise DataError(f"channel '{channel.name}': read task landed on host {host}, which does not "
                         f"receive the channel (hosts: {sorted(roots)})")
     directory = channel_dir(roots[host], channel.name)
-    # Tables of Ray Data's target block size, which its output buffer would merge the rows into
-    # anyway (`rows.row_blocks`); Ray Data sets the job's context in the task.
-    block_bytes = ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
     samples = _samples(channel, directory, host, units, classes, num_classes, block_bytes)
     yield from row_blocks(channel, samples, num_classes, block_bytes)
 
 
-FIRST_READ_BYTES = 1 << 16
-"""What `folder_files` reads before asking a file's size: most image files are smaller."""
-
-
 @contextmanager
 def folder_files(directory):
-    """`read(rel)`: a file's bytes under `directory`, opened relative to the directory's descriptor.
+    """`read(rel, size)`: a file's bytes under `directory`, opened relative to the directory's
+    descriptor, read in one `read` of the `size` it was listed with.
 
     An image folder is many small files, and resolving each one's full path
     (`/opt/ml/input/data/<channel>/<class>/<file>`) was most of opening it: `openat` on the
     channel directory did 2.3x the files per second of `open(path).read()` in a bare loop over
-    20,000 small files (BENCHMARKS.md, formats). A file is read with one `read` of
-    `FIRST_READ_BYTES` and its size asked (`fstat`) only when that read comes back full: the
-    `fstat` before every read cost a quarter of the loop (182k -> 240k files/s of 700 bytes)."""
+    20,000 small files (BENCHMARKS.md, formats). Taking the size from the listing instead of an
+    `fstat` before each read was another 182k -> 240k files/s of 700 bytes. Any other length
+    than the listed one (the file changed since, or a file system that returns short reads, as
+    some FUSE mounts do) reads on to the end of the file, so nothing is cut off."""
     base = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
 
-    def read(rel: str) -> bytes:
+    def read(rel: str, size: int) -> bytes:
         fd = os.open(rel, os.O_RDONLY | os.O_CLOEXEC, dir_fd=base)
         try:
-            data = os.read(fd, FIRST_READ_BYTES)
-            if len(data) < FIRST_READ_BYTES:  # a short read of a regular file is its end
+            data = os.read(fd, size + 1)
+            if len(data) == size:
                 return data
-            parts, want = [data], max(os.fstat(fd).st_size - len(data), 0) + 1  # a larger file: the rest at once
-            while chunk := os.read(fd, want):
+            parts = [data]
+            while chunk := os.read(fd, 1 << 20):
                 parts.append(chunk)
-                want = 1 << 20  # the file grew since fstat
             return b"".join(parts)
         finally:
             os.close(fd)
@@ -288,8 +289,10 @@ def folder_files(directory):
 def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, num_classes, block_bytes: int):
     """The samples of `units`, file after file (a Parquet file's row groups read in one opening)."""
     by_file: dict[str, list] = {}
-    for rel, group in units:
+    sizes: dict[str, int] = {}
+    for rel, group, size in units:
         by_file.setdefault(rel, []).append(group)
+        sizes[rel] = size
     view = read_view(directory)
     if view is not None:
         view = (view[0], dict(view[1]))
@@ -304,7 +307,7 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
             raise unreadable(rel, exc) from None
 
     if channel.record_format == "image_folder":
-        files = _folder_images(directory, by_file, classes, opened if view is not None else None, unreadable)
+        files = _folder_images(directory, sizes, classes, opened if view is not None else None, unreadable)
         yield from folder_tables(files, num_classes, channel.block_rows, f"{directory}/", block_bytes)
         return
     for rel, groups in by_file.items():
@@ -319,9 +322,10 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
                 yield from record_samples(channel, channel_records(channel, stream, source), source)
 
 
-def _folder_images(directory, rels, classes, opened, unreadable):
-    """(rel, bytes, label) of an image folder's files (the listing holds class images only);
-    `opened`: a FastFile view's opener (objects fetched on demand), else files are read from disk."""
+def _folder_images(directory, rels: dict[str, int], classes, opened, unreadable):
+    """(rel, bytes, label) of an image folder's files, `rels` with their listed sizes (the listing
+    holds class images only); `opened`: a FastFile view's opener (objects fetched on demand), else
+    files are read from disk."""
     label = {name: index for index, name in enumerate(classes)}
     if opened is not None:
         for rel in rels:
@@ -331,7 +335,7 @@ def _folder_images(directory, rels, classes, opened, unreadable):
     with folder_files(directory) as read:
         for rel in rels:
             try:
-                data = read(rel)
+                data = read(rel, rels[rel])
             except OSError as exc:
                 raise unreadable(rel, exc) from None
             yield rel, data, label[rel[:rel.index("/")]]
