@@ -215,3 +215,16 @@ def test_folder_files_reads_whole_files_whatever_size_they_were_listed_with(tmp_
                 if read(f"cls/{size}.png", listed) != path.read_bytes():
                     wrong.append((size, listed))
     assert wrong == []
+
+
+def test_packed_units_come_back_as_they_went_in_whatever_the_paths_hold():
+    """A read task's units survive pickling unchanged: paths with NUL, newlines and non-ASCII
+    characters (an S3 key may hold any), an empty path, row groups or none, listed sizes."""
+    import pickle
+
+    from smlaunch.pipelines.sources.file_reader import PackedUnits
+
+    for units in ([], [("cls/a.png", None, 700), ("cls/b\0c\n\u00e9.png", None, 0), ("", None, 3)],
+                  [("part-0.parquet", 0, 10), ("part-0.parquet", 3, 10)]):
+        packed = pickle.loads(pickle.dumps(PackedUnits(units)))
+        assert (list(packed), list(packed), len(packed)) == (units, units, len(units))
