@@ -153,11 +153,10 @@ def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_
     return pa.table({"image": images.cast(pa.binary()), "label": labels.cast(pa.int64()), "id": ids}).combine_chunks()
 
 
-def folder_tables(files: Iterable[tuple[str, bytes, int]], num_classes: int | None, size: int, prefix: str = "",
-                  block_bytes: int | None = None) -> Iterator[pa.Table | Sample]:
-    """An image folder's `(path, bytes, label)` files as checked Arrow tables of up to `size` rows,
-    or with `block_bytes` of about that many bytes of images (see `row_blocks`); `prefix` + path
-    names a file in an error.
+def folder_tables(files: Iterable[tuple[str, bytes, int]], num_classes: int | None, block_bytes: int,
+                  prefix: str = "") -> Iterator[pa.Table | Sample]:
+    """An image folder's `(path, bytes, label)` files as checked Arrow tables of about
+    `block_bytes` (see `row_blocks`); `prefix` + path names a file in an error.
 
     A file is one sample with a known class, so the only checks are an empty file and a label at or
     above `num_classes`; such a file is handed on as a `Sample` (between the tables, in order), for
@@ -176,7 +175,7 @@ def folder_tables(files: Iterable[tuple[str, bytes, int]], num_classes: int | No
         images.append(data)
         labels.append(label)
         pending += len(data) + ROW_OVERHEAD_BYTES
-        if (pending >= block_bytes) if block_bytes else len(images) == size:
+        if pending >= block_bytes:
             yield _table({"image": images, "label": labels, "id": derived_ids(images)})
             images, labels, pending = [], [], 0
     if images:
@@ -189,10 +188,10 @@ def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_c
     A table among the samples holds rows already checked column-wise (`parquet_samples`).
 
     Blocks hold `channel.block_rows` rows (the chain's batch), or with `block_bytes` as many rows
-    as reach that many bytes of images: a File-mode read task's output is merged by Ray Data into
-    blocks of its target size anyway, and handing it 64-row tables to merge cost the read tasks a
-    tenth of their time, a Parquet row group cut into 64-row slices and joined again a third
-    (bench/formats.py's passes, 2-core VM; BENCHMARKS.md, formats)."""
+    as reach that many bytes (images and `ROW_OVERHEAD_BYTES` each): a File-mode read task's output is merged by Ray Data into
+    blocks of its target size anyway: handing it 64-row tables to merge (and a Parquet row group cut
+    into 64-row slices to join again) took 20,000-row passes 153 -> 117 ms for Parquet and
+    242 -> 232 ms for an image folder (BENCHMARKS.md, formats)."""
     policy = skip_policy(channel.name, channel.max_corrupted_records)
     need = _need(channel)
     size = channel.block_rows

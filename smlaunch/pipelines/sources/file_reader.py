@@ -313,7 +313,7 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
 
     if channel.record_format == "image_folder":
         files = _folder_images(directory, sizes, classes, opened if view is not None else None, unreadable)
-        yield from folder_tables(files, num_classes, channel.block_rows, f"{directory}/", block_bytes)
+        yield from folder_tables(files, num_classes, block_bytes, f"{directory}/")
         return
     for rel, groups in by_file.items():
         source = f"{directory}/{rel}"
