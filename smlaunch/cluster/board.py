@@ -33,6 +33,13 @@ def _actor_class():
     class Board:
         def __init__(self):
             self.events: list[dict] = []
+            self.orders: dict[str, tuple[int, dict | None]] = {}
+
+        def set_order(self, channel: str, base: int, resume: dict | None) -> None:
+            self.orders[channel] = (base, resume)
+
+        def order(self, channel: str) -> tuple[int, dict | None]:
+            return self.orders.get(channel, (0, None))
 
         def push(self, events: list[dict]) -> None:
             self.events.extend(events)
@@ -83,6 +90,28 @@ def post(kind: str, wait_s: float = 0, **fields) -> None:
                 ray.get(ref, timeout=wait_s)
             except ray.exceptions.RayError:
                 pass  # best effort: the caller goes on (a rank raises its error either way)
+
+
+def set_order(channel: str, base: int, resume: dict | None) -> None:
+    """Tell the reader of `channel` the epochs done before this worker group started, and the
+    position to resume the next one from (`trainers.position`); see `order_state`."""
+    board = find_board()
+    if board is not None:
+        import ray
+
+        ray.get(board.set_order.remote(channel, base, resume), timeout=30)
+
+
+def order_state(channel: str) -> tuple[int, dict | None]:
+    """(epochs done before this group's first pass, resume position or None) of `channel`, as the
+    train workers posted it: what a pass's read tasks need to read the right epoch's order
+    (`file_reader`). Without a board (a Dataset read outside a run): (0, None)."""
+    board = find_board()
+    if board is None:
+        return 0, None
+    import ray
+
+    return ray.get(board.order.remote(channel), timeout=30)
 
 
 class Outbox:

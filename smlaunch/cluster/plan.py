@@ -117,6 +117,10 @@ class ChannelPlan:
     s3_data_type: str = "S3Prefix"
     file_system: str | None = None
     """FSxLustre or EFS when the channel is a file system mounted on every receiving host."""
+    shuffle: bool = False
+    """A new order every epoch (`pipelines.order`); else one order fixed by the channel's name."""
+    open_units: int = 1
+    """Units each read task reads at a time, interleaved (shuffled channels)."""
 
 
 def channel_plan(name: str, ch, hosts: tuple[str, ...], block_rows: int = 256) -> ChannelPlan:
@@ -130,7 +134,13 @@ def channel_plan(name: str, ch, hosts: tuple[str, ...], block_rows: int = 256) -
                        attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None,
                        block_rows=block_rows, fields=(fields["image"], fields["label"], fields["id"]),
                        id_required=bool(ch.fields and ch.fields.id), s3_data_type=ch.s3_data_type,
-                       file_system=ch.file_system.type if ch.file_system else None)
+                       file_system=ch.file_system.type if ch.file_system else None,
+                       shuffle=shuffled(name, ch), open_units=ch.shuffle.open_units if shuffled(name, ch) else 1)
+
+
+def shuffled(name: str, ch) -> bool:
+    """Whether channel `name` is read in a new order every epoch: `shuffle.enabled`, by default the train channel."""
+    return ch.shuffle.enabled if ch.shuffle.enabled is not None else name == "train"
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,23 @@ class FileSystemConfig(_Strict):
     access_mode: Literal["ro", "rw"] = "ro"
 
 
+class ShuffleConfig(_Strict):
+    """How a channel's samples are mixed for SGD (`pipelines.order`): a new order of its files (or
+    Parquet row groups) every epoch, seeded by the job's `seed` and the epoch, `open_units` of them
+    read at a time by each read task, a sample of each in turn, and a shuffle buffer of
+    `buffer_rows` before the trainer's batches (train channel only)."""
+
+    enabled: Optional[bool] = None
+    """Default: on for the train channel, off for the others (validation reads one fixed order)."""
+    open_units: int = Field(default=32, ge=1, le=4096)
+    """Files (or row groups) each read task has open at once. Memory: one open file each, and for
+    Parquet one decoded row group each (row group bytes x open_units x read tasks per host)."""
+    buffer_rows: int = Field(default=1024, ge=0)
+    """Rows of the trainer's shuffle buffer (Ray Data's `local_shuffle_buffer_size`), per train
+    worker, after the chain: about buffer_rows x 3 x crop^2 bytes of host memory per worker
+    (1024 rows at 224 px: 154 MB). 0: none."""
+
+
 class ChannelConfig(_Strict):
     """A SageMaker input channel: where its data comes from, its layout and how the hosts see it."""
 
@@ -138,6 +155,8 @@ class ChannelConfig(_Strict):
     """Groups that receive the channel (SageMaker's InstanceGroupNames); default: the data groups."""
     max_corrupted_records: int = Field(default=0, ge=0)
     """Corrupt records to skip (and count in the report) before failing; 0: fail on the first."""
+    shuffle: ShuffleConfig = ShuffleConfig()
+    """Data order: see `ShuffleConfig` (File and FastFile channels; a Pipe channel's order is SageMaker's)."""
     attribute_names: Optional[list[str]] = Field(default=None, min_length=2, max_length=3)
     """An augmented manifest's AttributeNames: the image (a `-ref` attribute), the integer label,
     and optionally an integer sample id. Needs Pipe mode and record_format recordio."""

@@ -52,7 +52,8 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
 
     listings = list_channels(plan)
     data_classes = _data_classes(listings.get("train"))
-    spec = train_spec(cfg, plan, resume_from, data_classes=data_classes)
+    spec = train_spec(cfg, plan, resume_from, data_classes=data_classes,
+                      train_units=_unit_count(listings.get("train"), next(c for c in plan.channels if c.name == "train")))
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
     try:
@@ -80,6 +81,17 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     path = write_report(report, Path(output_root(plan)) / "output" / "data")
     report["path"] = str(path)
     return report
+
+
+def _unit_count(listing, channel) -> int | None:
+    """Units of the train channel as its reader cuts them (files, or Parquet row groups; every
+    host's under ShardedByS3Key): what a complete epoch's positions cover (`trainers.position`)."""
+    if listing is None:
+        return None
+    sharded = channel.distribution == "ShardedByS3Key" and channel.file_system is None
+    shares = listing.files.values() if sharded else [next(iter(listing.files.values()))]
+    groups = listing.row_groups
+    return sum(groups[rel] for files in shares for rel, _ in files) if groups else sum(len(f) for f in shares)
 
 
 def _data_classes(listing):

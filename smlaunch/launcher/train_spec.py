@@ -17,7 +17,7 @@ from smlaunch.trainers.s3_store import is_s3, join
 
 
 def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = None,
-               data_classes: list[str] | tuple[str, ...] | int | None = None):
+               data_classes: list[str] | tuple[str, ...] | int | None = None, train_units: int | None = None):
     """`data_classes`: what the train channel's data says of its classes: their names (image
     folders; label i is name i), a count (Parquet: the largest label + 1), or None (not read)."""
     from smlaunch.pipelines.sources.host_loss import fragile_channels
@@ -35,7 +35,8 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         model_dir=_absolute(join(model_root(plan), "model")),
         checkpoint_dir=checkpoint_dir(cfg, plan), config_sha256=config_hash(cfg), normalize=_normalize(cfg),
         fragile_channels=tuple(fragile_channels(plan)), resume_from=resume_from,
-        pretrained=pretrained_weights(cfg), class_names=names)
+        pretrained=pretrained_weights(cfg), class_names=names,
+        shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows, train_units=train_units)
 
 
 def pretrained_weights(cfg: LaunchConfig) -> str | None:

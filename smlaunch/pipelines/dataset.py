@@ -49,7 +49,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
         else:
             source = ChannelDatasource(channel, listings[channel.name], roots, num_classes,
                                        cpus={h: plan.host(h).num_cpus for h in channel.hosts},
-                                       ranks=plan.train_workers)
+                                       ranks=plan.train_workers, seed=cfg.seed)
         ds = read_channel(source, channel)
         datasets[channel.name] = ds.map_batches(
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),

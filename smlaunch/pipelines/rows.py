@@ -31,6 +31,7 @@ from smlaunch.errors import DataError
 from smlaunch.pipelines.corrupt import skip_policy
 from smlaunch.pipelines.formats import RecordError, iter_records
 from smlaunch.pipelines.formats.example import example_values
+from smlaunch.pipelines.order import LAST, UNIT_SHIFT, position
 from smlaunch.pipelines.sources.manifest import group_attributes
 
 ROW_OVERHEAD_BYTES = 20
@@ -153,10 +154,12 @@ def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_
     return pa.table({"image": images.cast(pa.binary()), "label": labels.cast(pa.int64()), "id": ids}).combine_chunks()
 
 
-def folder_tables(files: Iterable[tuple[str, bytes, int]], num_classes: int | None, block_bytes: int,
-                  prefix: str = "") -> Iterator[pa.Table | Sample]:
+def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: int,
+                  prefix: str = "", positions: bool = False) -> Iterator[pa.Table | Sample]:
     """An image folder's `(path, bytes, label)` files as checked Arrow tables of about
-    `block_bytes` (see `row_blocks`); `prefix` + path names a file in an error.
+    `block_bytes` (see `row_blocks`); `prefix` + path names a file in an error. With `positions`,
+    each file comes with its unit index (`(path, bytes, label, unit)`) and the tables carry a `pos`
+    column (a file is a unit of one row: `pipelines.order`), for `row_blocks(positions=True)`.
 
     A file is one sample with a known class, so the only checks are an empty file and a label at or
     above `num_classes`; such a file is handed on as a `Sample` (between the tables, in order), for
@@ -164,26 +167,37 @@ def folder_tables(files: Iterable[tuple[str, bytes, int]], num_classes: int | No
     reader does 1.8x the files per second of the per-sample path (BENCHMARKS.md, formats)."""
     images: list[bytes] = []
     labels: list[int] = []
+    units: list[int] = []
     pending = 0
-    for path, data, label in files:
+
+    def table() -> pa.Table:
+        columns = {"image": images, "label": labels, "id": derived_ids(images)}
+        if positions:
+            columns["pos"] = [(unit << UNIT_SHIFT) | LAST for unit in units]
+        return _table(columns)
+
+    for path, data, label, *unit in files:
         if not data or (num_classes is not None and label >= num_classes):
             if images:
-                yield _table({"image": images, "label": labels, "id": derived_ids(images)})
-                images, labels, pending = [], [], 0
-            yield prefix + path, data, label, None
+                yield table()
+                images, labels, units, pending = [], [], [], 0
+            sample = (prefix + path, data, label, None)
+            yield ((unit[0], True), sample) if positions else sample
             continue
         images.append(data)
         labels.append(label)
+        if positions:
+            units.append(unit[0])
         pending += len(data) + ROW_OVERHEAD_BYTES
         if pending >= block_bytes:
-            yield _table({"image": images, "label": labels, "id": derived_ids(images)})
-            images, labels, pending = [], [], 0
+            yield table()
+            images, labels, units, pending = [], [], [], 0
     if images:
-        yield _table({"image": images, "label": labels, "id": derived_ids(images)})
+        yield table()
 
 
-def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_classes: int | None = None,
-               block_bytes: int | None = None) -> Iterator[pa.Table]:
+def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None = None,
+               block_bytes: int | None = None, positions: bool = False) -> Iterator[pa.Table]:
     """Arrow blocks of checked rows; every error names the channel, the source and the sample.
     A table among the samples holds rows already checked column-wise (`parquet_samples`).
 
@@ -191,22 +205,31 @@ def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_c
     as reach that many bytes (images and `ROW_OVERHEAD_BYTES` each): a File-mode read task's output is merged by Ray Data into
     blocks of its target size anyway: handing it 64-row tables to merge (and a Parquet row group cut
     into 64-row slices to join again) took 20,000-row passes 153 -> 117 ms for Parquet and
-    242 -> 232 ms for an image folder (BENCHMARKS.md, formats)."""
+    242 -> 232 ms for an image folder (BENCHMARKS.md, formats).
+
+    With `positions`, each item comes tagged `((unit, last), item)`, `last` on a unit's final
+    item (or tagged None: a table that has its `pos` column already), and every row leaves with
+    its position (`pipelines.order`): the ordinal counts the rows the unit yielded, so a skipped
+    record shifts nothing, and the last bit moves to the unit's last row kept."""
     policy = skip_policy(channel.name, channel.max_corrupted_records)
     need = _need(channel)
     size = channel.block_rows
-    rows: dict[str, list] = {"image": [], "label": [], "id": []}
+    rows = _empty(positions)
     carry = None  # rows of checked tables not yet in a block
     pending = 0  # image bytes of `rows`, when blocks are cut by bytes
+    counters: dict[int, int] = {}  # rows each open unit yielded so far
 
     def full(count: int, nbytes: int) -> bool:
         return nbytes >= block_bytes if block_bytes else count >= size
 
     try:
-        for item in samples:
+        for entry in samples:
+            tag, item = entry if positions else (None, entry)
             if isinstance(item, pa.Table):  # already checked, column-wise
+                if tag is not None:
+                    item = item.append_column("pos", _table_positions(counters, tag, item.num_rows))
                 whole = pa.concat_tables([t for t in (carry, _table(rows) if rows["id"] else None, item) if t])
-                rows, pending = {"image": [], "label": [], "id": []}, 0
+                rows, pending = _empty(positions), 0
                 # Whole blocks of `size` rows, or of about `block_bytes`: Ray's output buffer hands a
                 # block of 1 to 1.5 times its target on as it is, and merges or slices the others.
                 if block_bytes and whole.nbytes < block_bytes * 3 // 2:
@@ -227,15 +250,23 @@ def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_c
                 error = DataError(f"channel '{channel.name}': {where}: {exc}")
                 if policy is None or not policy(error):
                     raise error from None
+                if tag is not None and tag[1]:
+                    _end_unit(rows["pos"], counters, tag[0])
                 continue
             for key, value in zip(("image", "label", "id"), row):
                 rows[key].append(value)
+            if tag is not None:
+                unit, last = tag
+                ordinal = counters.pop(unit, 0)
+                if not last:
+                    counters[unit] = ordinal + 1
+                rows["pos"].append(position(unit, ordinal, last))
             pending += len(row[0]) + ROW_OVERHEAD_BYTES
             carried = carry.num_rows if carry else 0
             if full(carried + len(rows["id"]), (carry.nbytes if carry else 0) + pending):
                 yield _joined(carry, rows)
                 carry, pending = None, 0
-                rows = {"image": [], "label": [], "id": []}
+                rows = _empty(positions)
     except RecordError as exc:
         raise DataError(f"channel '{channel.name}': {exc}") from None
     except DataError as exc:
@@ -243,6 +274,35 @@ def row_blocks(channel: ChannelPlan, samples: Iterable[Sample | pa.Table], num_c
         raise DataError(message if message.startswith("channel '") else f"channel '{channel.name}': {message}") from None
     if carry or rows["id"]:
         yield _joined(carry, rows)
+
+
+def _empty(positions: bool) -> dict[str, list]:
+    return {"image": [], "label": [], "id": [], **({"pos": []} if positions else {})}
+
+
+def _table_positions(counters: dict[int, int], tag: tuple[int, bool], count: int) -> pa.Array:
+    """Positions of a checked table's `count` rows, all of unit `tag[0]`."""
+    import numpy as np
+
+    unit, last = tag
+    start = counters.pop(unit, 0)
+    pos = (unit << UNIT_SHIFT) | np.arange(start, start + count, dtype=np.int64)
+    if last and count:
+        pos[-1] |= LAST
+    elif not last:
+        counters[unit] = start + count
+    return pa.array(pos, pa.int64())
+
+
+def _end_unit(pending: list[int], counters: dict[int, int], unit: int) -> None:
+    """A unit's last record was skipped: its last row kept, if still in this block, gets the bit.
+    (Already handed on, it cannot: the unit then stays open in the epoch's position, and is read
+    again on resume with its drawn rows dropped, as a unit in flight is.)"""
+    counters.pop(unit, None)
+    for i in range(len(pending) - 1, -1, -1):
+        if pending[i] >> UNIT_SHIFT == unit:
+            pending[i] |= LAST
+            return
 
 
 def _joined(carry: pa.Table | None, rows) -> pa.Table:
@@ -286,6 +346,8 @@ def _need(channel: ChannelPlan) -> str:
 
 
 def _table(rows) -> pa.Table:
-    return pa.table({"image": pa.array(rows["image"], pa.binary()),
-                     "label": pa.array(rows["label"], pa.int64()),
-                     "id": pa.array(rows["id"], pa.int64())})
+    columns = {"image": pa.array(rows["image"], pa.binary()), "label": pa.array(rows["label"], pa.int64()),
+               "id": pa.array(rows["id"], pa.int64())}
+    if "pos" in rows:
+        columns["pos"] = pa.array(rows["pos"], pa.int64())
+    return pa.table(columns)

@@ -32,37 +32,51 @@ SHOWN_IDS = 20
 
 
 class EpochIds:
-    """The ids this worker drew in the current epoch."""
+    """The ids this worker drew in the current epoch; past `cap` of them, only their count (the
+    epoch is then checked by positions alone: `trainers.position`)."""
 
-    def __init__(self):
+    def __init__(self, cap: int | None = None):
         self.parts: list[np.ndarray] = []
         self.skipped = 0
         self.partial = 0
+        self.cap = cap
+        self.held = 0
+        self.over = False  # more than `cap` ids this epoch: none kept
+        self.rows = 0
 
     def add(self, ids, skipped: bool = False, partial: bool = False) -> None:
         array = np.asarray(ids.cpu().numpy() if hasattr(ids, "cpu") else ids, dtype=np.int64).ravel()
-        self.parts.append(array)
+        self.rows += len(array)
         self.skipped += len(array) if skipped else 0
         self.partial += len(array) if partial else 0
+        if self.over:
+            return
+        self.parts.append(array)
+        self.held += len(array)
+        if self.cap is not None and self.held > self.cap:
+            self.parts, self.held, self.over = [], 0, True
 
     def snapshot(self) -> np.ndarray:
         """Every id drawn so far this epoch, without resetting (a checkpoint's consumed ids)."""
         return np.concatenate(self.parts) if self.parts else np.zeros(0, np.int64)
 
-    def take(self) -> tuple[np.ndarray, int, int]:
-        """This epoch's ids (and the rows skipped on resume and in a final partial batch); resets."""
-        ids = np.concatenate(self.parts) if self.parts else np.zeros(0, np.int64)
+    def take(self) -> tuple[np.ndarray | None, int, int]:
+        """This epoch's ids (None when over the cap), and the rows skipped on resume and in a final
+        partial batch; resets."""
+        ids = None if self.over else np.concatenate(self.parts) if self.parts else np.zeros(0, np.int64)
         out = (ids, self.skipped, self.partial)
-        self.parts, self.skipped, self.partial = [], 0, 0
+        self.parts, self.skipped, self.partial, self.held, self.over, self.rows = [], 0, 0, 0, False, 0
         return out
 
 
-def gather(ids: np.ndarray, skipped: int, partial: int, control, rank: int):
-    """Every worker's ids on rank 0 (a collective: all ranks call it at the same point); None elsewhere."""
+def gather(ids: np.ndarray | None, skipped: int, partial: int, control, rank: int):
+    """Every worker's ids on rank 0 (a collective: all ranks call it at the same point); None
+    elsewhere. The ids are None when any worker was over its cap."""
     everyone = control.gather((ids, skipped, partial), rank)
     if everyone is None:
         return None
-    return (np.concatenate([e[0] for e in everyone]), sum(e[1] for e in everyone), sum(e[2] for e in everyone))
+    ids = None if any(e[0] is None for e in everyone) else np.concatenate([e[0] for e in everyone])
+    return ids, sum(e[1] for e in everyone), sum(e[2] for e in everyone)
 
 
 class Accountant:
@@ -73,14 +87,28 @@ class Accountant:
         self.reference = np.zeros(0, np.int64)
         self.epochs: list[dict] = []
 
-    def close_epoch(self, gathered, epoch: int, complete: bool, resumed_at_batch: int = 0) -> None:
-        if gathered is None:  # not rank 0
+    def close_epoch(self, gathered, epoch: int, complete: bool, resumed_at_batch: int = 0, positions=None,
+                    units: int | None = None, unnamed: int = 0) -> None:
+        """`gathered`: every rank's ids (`gather`; None on other ranks, and on a stop); `positions`:
+        the epoch's merged `EpochPosition` (rank 0, File channels), checked against `units`."""
+        if gathered is None and positions is None:  # not rank 0 (or nothing to say)
             return
-        ids, skipped, partial = gathered
-        self.epochs.append(summarise(ids, epoch, complete, self.expected, self.reference, skipped, partial,
-                                     resumed_at_batch))
-        if complete:
-            self.reference = np.union1d(self.reference, ids)
+        ids, skipped, partial = gathered if gathered is not None else (None, 0, 0)
+        if ids is not None:
+            record = summarise(ids, epoch, complete, self.expected, self.reference, skipped, partial,
+                               resumed_at_batch, unnamed)
+            if complete:
+                self.reference = np.union1d(self.reference, ids)
+        else:  # too many ids to gather, or a stop: the positions say it
+            record = {"epoch": epoch, "complete": complete, "rows": positions.delivered if positions else None,
+                      "distinct": None, "duplicated": positions.duplicates if positions else 0, "duplicate_ids": [],
+                      "expected": self.expected, "missing": None, "missing_ids": [], "partial_batch_rows": partial,
+                      "skipped_rows": skipped, "resumed_at_batch": resumed_at_batch, "ids_sha256": None}
+        if positions is not None:
+            record["positions"] = position_summary(positions, units, complete)
+            if ids is None and complete and units is not None:
+                record["missing"] = record["positions"]["units_incomplete"]
+        self.epochs.append(record)
 
     def report(self) -> dict:
         complete = [e for e in self.epochs if e["complete"]]
@@ -91,7 +119,8 @@ class Accountant:
 
 
 def summarise(ids: np.ndarray, epoch: int, complete: bool, expected: int | None, reference: np.ndarray,
-              skipped: int = 0, partial: int = 0, resumed_at_batch: int = 0) -> dict:
+              skipped: int = 0, partial: int = 0, resumed_at_batch: int = 0, unnamed: int = 0) -> dict:
+    """`unnamed`: rows drawn before a resume by position, whose ids the epoch's ids lack."""
     distinct, counts = np.unique(ids, return_counts=True)
     repeated = distinct[counts > 1]
     record = {"epoch": epoch, "complete": complete, "rows": int(len(ids)), "distinct": int(len(distinct)),
@@ -102,8 +131,19 @@ def summarise(ids: np.ndarray, epoch: int, complete: bool, expected: int | None,
     if complete:
         absent = np.setdiff1d(reference, distinct, assume_unique=True)
         record["missing_ids"] = absent[:SHOWN_IDS].tolist()
-        record["missing"] = max(expected - len(distinct), len(absent)) if expected is not None else len(absent)
+        record["missing"] = max(expected - len(distinct) - unnamed, len(absent)) if expected is not None \
+            else len(absent)
     return record
+
+
+def position_summary(position, units: int | None, complete: bool) -> dict:
+    """The positions' check of an epoch: rows drawn, positions drawn twice, units drawn whole (and,
+    for a complete epoch, the units of the channel that were not: a unit whose records were all
+    skipped as corrupt counts here too, and in the corrupt-record count)."""
+    done = position.units_done
+    return {"rows": position.delivered, "duplicates": position.duplicates, "units": units, "units_done": done,
+            "units_open": len(position.partial),
+            "units_incomplete": (units - done) if complete and units is not None else None}
 
 
 def ids_digest(distinct_sorted_ids) -> str:

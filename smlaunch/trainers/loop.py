@@ -51,6 +51,7 @@ class _Run:
         from smlaunch.trainers.control import Control
         from smlaunch.trainers.model import create_model
         from smlaunch.trainers.optim import build_optimizer, build_schedule
+        from smlaunch.trainers.position import DrawnPositions, EpochPosition
         from smlaunch.trainers.resume import initial_state
 
         self.spec, self.t = spec, spec.trainer
@@ -66,16 +67,20 @@ class _Run:
         self.raw_model = create_model(spec.model, spec.num_classes, spec.image_size)
         self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
         self.schedule = build_schedule(self.optimizer, self.t, spec.total_steps)
-        self.seen = EpochIds()
+        self.seen = EpochIds(spec.id_check_rows // self.world)
+        self.drawn = DrawnPositions()
+        self.position = EpochPosition(1) if self.rank == 0 else None  # the epoch's merged positions (rank 0)
         state, self.resumed_from = initial_state(spec, self.rank, self.control)
         self.resumed_at_step = state["step"] if state is not None else None
         self.step = self.epochs_done = 0
-        self.consumed = None  # ids the resumed epoch had already drawn
+        self.consumed = None  # ids the resumed epoch had already drawn (a checkpoint without positions)
+        self.unnamed = 0  # rows the resumed epoch had drawn, known by position only
         self.legacy_position = 0
         if state is not None:
             self._restore(state)
         elif spec.pretrained:
             self._fine_tune_from(spec.pretrained)
+        self._post_order()
         # DDP's wrap broadcasts rank 0's parameters and buffers to every rank (init_sync), so the weights
         # file is read once, by rank 0, and the other ranks' random initialisation is overwritten.
         self.model = ray.train.torch.prepare_model(self.raw_model)
@@ -115,18 +120,41 @@ class _Run:
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["scheduler"])
         self.step, self.epochs_done = state["step"], state["epochs_done"]
-        if state.get("consumed_ids") is not None:
+        drawn_before = None
+        if isinstance(state.get("position"), dict):  # where the epoch stands (`trainers.position`)
+            from smlaunch.trainers.position import EpochPosition
+
+            restored = EpochPosition.from_state(state["position"])
+            drawn_before = restored.delivered
+            if self.rank == 0:
+                self.position = restored
+                self.seen.skipped = self.unnamed = restored.delivered  # counted once, in the resumed epoch
+        elif state.get("consumed_ids") is not None:  # an older checkpoint, or a Pipe channel: the ids drawn
             self.consumed = torch.as_tensor(state["consumed_ids"], dtype=torch.long)
+            drawn_before = len(self.consumed)
             if self.rank == 0:  # the resumed epoch's accounting covers what it skips, once
                 self.seen.add(self.consumed.numpy(), skipped=True)
         else:
             self.legacy_position = state.get("position", 0)
         self.outbox.put("resumed", step=self.step,
                         text=f"resumed from {self.resumed_from} at step {self.step}, epoch {self.epochs_done + 1}"
-                             + (f", {len(self.consumed)} of its samples already drawn" if self.consumed is not None
+                             + (f", {drawn_before} of its samples already drawn" if drawn_before is not None
                                 else f", batch {self.legacy_position}")
                              + (f"; its weights take precedence over model.pretrained ({self.spec.pretrained}, "
                                 "not loaded)" if self.spec.pretrained else ""))
+
+    def _post_order(self) -> None:
+        """Rank 0 tells the train channel's reader which epoch this group starts in, and where to
+        resume it (`cluster.board.set_order`); every rank waits for that before its first batch,
+        so the first pass is planned with it."""
+        if self.rank == 0:
+            from smlaunch.cluster.board import set_order
+
+            if self.position.epoch != self.epochs_done + 1:  # resumed from a checkpoint without positions
+                self.position = type(self.position)(self.epochs_done + 1)
+            resume = self.position.state() if self.position.delivered else None
+            set_order("train", self.epochs_done, resume)
+        self.control.broadcast(None)
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -192,9 +220,12 @@ class _Run:
                         "too small (an empty Pipe FIFO?)")
 
     def _torch_batches(self, shard):
+        buffer = self.spec.shuffle_buffer_rows
         return shard.iter_torch_batches(batch_size=self.t.batch_size, drop_last=False, device=self.device,
                                         prefetch_batches=self.t.prefetch_batches,
-                                        pin_memory=self.device.type == "cuda")
+                                        pin_memory=self.device.type == "cuda",
+                                        local_shuffle_buffer_size=buffer or None,
+                                        local_shuffle_seed=self.spec.seed + self.epochs_done if buffer else None)
 
     def _batches(self, shard, primed=None):
         """This epoch's full batches (from `primed`, the epoch already started, if given); a final
@@ -204,7 +235,7 @@ class _Run:
             from smlaunch.trainers.resume import without_consumed
 
             batches, self.consumed = without_consumed(batches, self.consumed, self.t.batch_size), None
-        batches = _full_batches(batches, self.t.batch_size, self.seen)
+        batches = _full_batches(batches, self.t.batch_size, self.seen, self.drawn)
         for _ in range(self.legacy_position):  # an older checkpoint's position (one rank's batches)
             skipped = next(batches, None)
             if skipped is not None:
@@ -239,6 +270,8 @@ class _Run:
         accum, losses, images = self.t.grad_accum_steps, [], 0
         for i, batch in enumerate(micro):
             self.seen.add(batch["id"])
+            if "pos" in batch:
+                self.drawn.add(batch["pos"])
             count_hosts(self.host_rows, batch)
             count_hosts(self.train_rows, batch, self.train_prep)
             model = self.model if all_full else self.raw_model
@@ -284,10 +317,30 @@ class _Run:
 
         if complete:
             self.guard.check(force=True)  # an epoch a lost host cut short must not pass for a whole one
-        self.books.close_epoch(gather(*self.seen.take(), self.control, self.rank), self.epochs_done + 1, complete,
-                               0)
+        positions = self._merge_positions()
+        # The ids' check gathers every id drawn: not on a stop (a spot interruption's grace is short).
+        ids = None if self.stopped else gather(*self.seen.take(), self.control, self.rank)
+        self.books.close_epoch(ids, self.epochs_done + 1, complete, 0,
+                               positions=self.position if positions else None, units=self.spec.train_units,
+                               unnamed=self.unnamed)
+        self.unnamed = 0
         if complete:
             self.epochs_done += 1
+        if self.rank == 0:
+            from smlaunch.trainers.position import EpochPosition
+
+            self.position = EpochPosition(self.epochs_done + 1)
+
+    def _merge_positions(self) -> bool:
+        """Every rank's positions drawn since the last merge, merged on rank 0 (a collective); False
+        when the train channel has none (a Pipe channel)."""
+        drawn = self.control.gather((self.drawn.used, self.drawn.take()), self.rank)
+        positional = None
+        if self.rank == 0:
+            positional = any(used for used, _ in drawn) or self.position.delivered > 0
+            if positional:
+                self.position.merge([part for _, part in drawn])
+        return self.control.broadcast(positional)
 
     def _validate(self, epoch: int) -> None:
         import ray.train
@@ -322,15 +375,20 @@ class _Run:
         from smlaunch.trainers.checkpoints import checkpoint_name, write_state
 
         self.guard.check(force=True)
-        drawn = self.control.gather(self.seen.snapshot(), self.rank)
+        where: dict = {}
+        if self._merge_positions():  # the epoch's position: a few KiB, whatever its size
+            where["position"] = self.position.state() if self.rank == 0 else None
+        else:  # a Pipe channel's rows have no position: the ids drawn
+            drawn = self.control.gather(self.seen.snapshot(), self.rank)
+            if self.rank == 0:
+                where["consumed_ids"] = np.unique(np.concatenate(drawn)) if drawn else np.zeros(0, np.int64)
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if self.rank == 0:
-                consumed = np.unique(np.concatenate(drawn)) if drawn else np.zeros(0, np.int64)
                 write_state(tmp, {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
                                   "scheduler": self.schedule.state_dict(), "step": self.step,
                                   "epoch": self.epochs_done + 1, "epochs_done": self.epochs_done,
-                                  "consumed_ids": consumed, "world_size": self.world,
+                                  **where, "world_size": self.world,
                                   "config_sha256": self.spec.config_sha256})
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report({"step": self.step, "loss": self.steps[-1]["loss"] if self.steps else None},
@@ -361,12 +419,14 @@ class _Run:
         return self.step >= self.t.steps if self.t.steps else self.epochs_done >= self.t.epochs
 
 
-def _full_batches(batches, batch_size: int, seen):
-    """Full batches only; a final partial one is counted in `seen` (delivered, not trained on). The
-    source is drawn to its end, so the epoch ends for Ray Data as it did with `drop_last`."""
+def _full_batches(batches, batch_size: int, seen, drawn):
+    """Full batches only; a final partial one is counted in `seen` and `drawn` (delivered, not
+    trained on). The source is drawn to its end, so the epoch ends for Ray Data as it did with `drop_last`."""
     for batch in batches:
         if len(batch["id"]) < batch_size:
             seen.add(batch["id"], partial=True)
+            if "pos" in batch:
+                drawn.add(batch["pos"])
             continue
         yield batch
 

@@ -44,6 +44,14 @@ class TrainSpec:
     class_names: tuple[str, ...] | None = None
     """The train data's class names, label i being `class_names[i]` (image folders), where known;
     saved next to the model (`trainers.export`)."""
+    shuffle_buffer_rows: int = 0
+    """Rows of each train worker's shuffle buffer (the train channel's `shuffle.buffer_rows`; 0: none)."""
+    train_units: int | None = None
+    """Units (files or Parquet row groups) of a File or FastFile train channel: what a complete
+    epoch's positions must cover (`trainers.position`); None for a Pipe channel."""
+    id_check_rows: int = 2_000_000
+    """Epochs of up to this many rows also get the id-based check (`trainers.accounting`), which
+    gathers every id drawn to rank 0 (8 bytes a row); larger ones are checked by positions alone."""
 
     @property
     def world_size(self) -> int:

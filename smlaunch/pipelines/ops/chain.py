@@ -115,9 +115,12 @@ class Chain:
         global _PROCESS_WARM
         seconds = (time.perf_counter() - started) / max(len(ids), 1) if _PROCESS_WARM else -1.0
         _PROCESS_WARM = True
-        return {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
-                "host": np.full(len(ids), self._host_index(), dtype=np.int16),
-                "prep_s": np.full(len(ids), seconds, dtype=np.float32)}
+        out = {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
+               "host": np.full(len(ids), self._host_index(), dtype=np.int16),
+               "prep_s": np.full(len(ids), seconds, dtype=np.float32)}
+        if "pos" in batch:  # a File channel's positions (`pipelines.order`): what a checkpoint resumes from
+            out["pos"] = np.asarray(batch["pos"], dtype=np.int64)
+        return out
 
     def _host_index(self) -> int:
         name = this_host()

@@ -24,13 +24,13 @@ reconstruction after a lost host deliver each sample once (see `host_loss`).
 from __future__ import annotations
 
 import os
-import random
 import sys
-import zlib
 from array import array
 from contextlib import contextmanager
 from functools import partial
 
+import numpy as np
+import pyarrow as pa
 import ray
 import ray.data
 from ray.data.block import BlockMetadata
@@ -44,6 +44,7 @@ from smlaunch.pipelines.sources.fastfile import open_channel_file, read_view
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
 from smlaunch.pipelines.rows import (channel_records, folder_tables, parquet_samples, record_samples, row_blocks,
                                      webdataset_samples)
+from smlaunch.pipelines.order import PIECE_ROWS
 from smlaunch.pipelines.sources.listing import ChannelListing
 
 Unit = tuple[str, int, int | None]
@@ -65,8 +66,10 @@ class ChannelDatasource(Datasource):
     source asks for (`block_count`), so the ranks still share blocks evenly."""
 
     def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
-                 num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None):
+                 num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None,
+                 seed: int = 0):
         self.channel = channel
+        self.seed = seed
         self.listing = listing
         self.roots = roots
         self.num_classes = num_classes
@@ -75,6 +78,7 @@ class ChannelDatasource(Datasource):
         self._shares: dict | None = None
         self._size: int | None = None
         self._tasks: dict[tuple, list[ReadTask]] = {}
+        self._last_epoch: tuple[int, dict | None] = (1, None)
         """Ray's planning asks for the read tasks five times per execution (size estimate,
         parallelism, split factor, metadata, input), and every epoch executes again: for 100,000
         image files, building them each time was most of the driver's CPU (py-spy)."""
@@ -88,7 +92,8 @@ class ChannelDatasource(Datasource):
         return self._size
 
     def shares(self) -> dict[str | None, list[Unit]]:
-        """Units to read once, by the host that must read them (None: any receiving host)."""
+        """Units to read once, by the host that must read them (None: any receiving host), in the
+        listing's order; each pass reads them in its epoch's order (`pipelines.order`)."""
         if self._shares is None:
             files = self.listing.files
             if self.channel.distribution == "ShardedByS3Key" and self.channel.file_system is None:
@@ -98,20 +103,11 @@ class ChannelDatasource(Datasource):
         return self._shares
 
     def _units(self, files) -> list[Unit]:
-        """The files (or row groups) in a shuffled order, fixed by the channel's name.
-
-        Listings are sorted, and an image folder sorted is sorted by class: a read task over
-        every n-th file then streams one class after another, and with one task per CPU a whole
-        block, so a batch, held one or two classes (a 50-step job on the digits went from over
-        30 % validation accuracy to 14-23 %). The order is the same in every pass and run, so a
-        retried read task or a resumed job reads the same blocks."""
+        """The files, or a Parquet file's row groups (so a few large files still spread over every task)."""
         groups = self.listing.row_groups
         if not groups:
-            units = [(rel, size, None) for rel, size in files]
-        else:
-            units = [(rel, size // max(groups[rel], 1), g) for rel, size in files for g in range(groups[rel])]
-        random.Random(zlib.crc32(self.channel.name.encode())).shuffle(units)
-        return units
+            return [(rel, size, None) for rel, size in files]
+        return [(rel, size // max(groups[rel], 1), g) for rel, size in files for g in range(groups[rel])]
 
     def block_count(self) -> int | None:
         """The pass's block count, given the hosts' CPUs and the `ranks` that share the channel
@@ -137,26 +133,62 @@ class ChannelDatasource(Datasource):
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
-        key = (parallelism, per_task_row_limit)
+        epoch, resume = self._epoch(data_context)
+        key = (parallelism, per_task_row_limit, epoch)
         if key not in self._tasks:
-            self._tasks[key] = self._read_tasks(parallelism, per_task_row_limit)
+            self._tasks = {k: v for k, v in self._tasks.items() if k[2] == epoch}  # one epoch's tasks held
+            self._tasks[key] = self._read_tasks(parallelism, per_task_row_limit, epoch, resume)
         return self._tasks[key]
 
-    def _read_tasks(self, parallelism: int, per_task_row_limit) -> list[ReadTask]:
-        shares = self.shares()
-        tasks = []
-        for host, units in shares.items():
-            count = self._task_count(host, units, parallelism)
-            for g in range(count):
-                mine = units[g::count]
-                if not mine:
+    def _epoch(self, data_context) -> tuple[int, dict | None]:
+        """The epoch this pass reads (1-based), and the position to resume it from, if any.
+
+        Ray Data counts a Dataset's executions in its context (`_execution_idx`, what its own
+        `FileShuffleConfig(reseed_after_execution=True)` reseeds by); the trainer posts on the
+        board the epochs done before this group started, and the resumed epoch's position
+        (`trainers.position`). Planning without a context (Ray's size estimates) reads the last
+        epoch planned."""
+        if data_context is None:
+            return self._last_epoch
+        from smlaunch.cluster.board import order_state
+
+        base, resume = order_state(self.channel.name) if self.channel.shuffle or self.channel.name == "train" \
+            else (0, None)
+        epoch = base + data_context._execution_idx + 1
+        resume = resume if resume is not None and resume.get("epoch") == epoch else None
+        self._last_epoch = (epoch, resume)
+        return self._last_epoch
+
+    def _read_tasks(self, parallelism: int, per_task_row_limit, epoch: int, resume: dict | None) -> list[ReadTask]:
+        from smlaunch.pipelines.order import epoch_order, task_runs
+
+        done = drawn = None
+        if resume is not None:
+            from smlaunch.trainers.position import EpochPosition
+
+            position = EpochPosition.from_state(resume)
+            done, drawn = position.is_done, position.drawn_ordinals()
+        tasks, offset = [], 0
+        for host, units in self.shares().items():
+            order = epoch_order(len(units), self.channel.name, self.seed,
+                                epoch if self.channel.shuffle else None)
+            for run in task_runs(len(units), self._task_count(host, units, parallelism)):
+                places = np.arange(run.start, run.stop, dtype=np.int64)
+                if done is not None:  # a resumed epoch: units drawn whole are not read again
+                    places = places[~done(places + offset)]
+                if not len(places):
                     continue
+                mine = [units[i] for i in order[places].tolist()]
+                unit_ids = places + offset
+                own = {u: drawn[u] for u in unit_ids.tolist() if u in drawn} if drawn else {}
                 meta = BlockMetadata(num_rows=None, size_bytes=sum(s for _, s, _ in mine), exec_stats=None,
                                      input_files=tuple(dict.fromkeys(rel for rel, _, _ in mine)))
-                read = partial(_read_units, self.channel, host, PackedUnits([(rel, g, size) for rel, size, g in mine]),
+                read = partial(_read_units, self.channel, host,
+                               PackedUnits([(rel, g, size) for rel, size, g in mine], unit_ids, own),
                                self.roots, self.listing.classes, self.num_classes)
                 read.__name__ = f"read_{self.channel.name}"  # Ray's warning for a read task over 1 MiB needs one
                 tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
+            offset += len(units)
         return tasks
 
 
@@ -169,9 +201,13 @@ class PackedUnits:
     The listed bytes are a file's size when the channel was listed (a row group's share of it
     for Parquet): what an image file's one `read` expects (`folder_files`)."""
 
-    __slots__ = ("paths", "lengths", "groups", "sizes")
+    __slots__ = ("paths", "lengths", "groups", "sizes", "places", "drawn")
 
-    def __init__(self, units):
+    def __init__(self, units, places=None, drawn: dict | None = None):
+        self.places = None if places is None else np.asarray(places, np.int64)
+        """Each unit's index in the epoch's order (`pipelines.order`): its rows' positions."""
+        self.drawn = drawn or {}
+        """A resumed epoch's units drawn in part: unit -> the ordinals already drawn."""
         self.paths = "".join(rel for rel, _, _ in units)
         self.lengths = array("q", [len(rel) for rel, _, _ in units])
         groups = [-1 if group is None else group for _, group, _ in units]
@@ -249,13 +285,24 @@ def _files(units) -> list[str]:
 def _read_here(channel: ChannelPlan, host: str, units, roots: dict[str, str | None], classes, num_classes,
                block_bytes: int):
     """`units`' rows in Arrow tables of about `block_bytes` (Ray Data's target block size, which
-    its output buffer would merge the rows into anyway: `rows.row_blocks`)."""
+    its output buffer would merge the rows into anyway: `rows.row_blocks`), each row with its
+    position (`pipelines.order`); in a resumed epoch, without the rows drawn before."""
     if host not in roots:
         raise DataError(f"channel '{channel.name}': read task landed on host {host}, which does not "
                         f"receive the channel (hosts: {sorted(roots)})")
     directory = channel_dir(roots[host], channel.name)
     samples = _samples(channel, directory, host, units, classes, num_classes, block_bytes)
-    yield from row_blocks(channel, samples, num_classes, block_bytes)
+    blocks = row_blocks(channel, samples, num_classes, block_bytes, positions=True)
+    drawn = getattr(units, "drawn", None)
+    if not drawn:
+        yield from blocks
+        return
+    from smlaunch.pipelines.order import LAST, UNIT_SHIFT
+
+    skip = np.concatenate([(unit << UNIT_SHIFT) | np.asarray(ordinals, np.int64) for unit, ordinals in drawn.items()])
+    for table in blocks:
+        keep = ~np.isin(table.column("pos").to_numpy() & ~LAST, skip)
+        yield table if keep.all() else table.filter(keep)
 
 
 @contextmanager
@@ -291,13 +338,14 @@ def folder_files(directory):
         os.close(base)
 
 
-def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, num_classes, block_bytes: int):
-    """The samples of `units`, file after file (a Parquet file's row groups read in one opening)."""
-    by_file: dict[str, list] = {}
-    sizes: dict[str, int] = {}
-    for rel, group, size in units:
-        by_file.setdefault(rel, []).append(group)
-        sizes[rel] = size
+def _samples(channel: ChannelPlan, directory, host: str, units, classes, num_classes, block_bytes: int):
+    """The samples of `units`, each tagged with its unit's place for `row_blocks(positions=True)`;
+    `channel.open_units` units read at a time, a sample of each in turn (`order.interleave`)."""
+    from smlaunch.pipelines.order import interleave
+
+    listed = list(units)
+    places = getattr(units, "places", None)
+    places = range(len(listed)) if places is None else places.tolist()
     view = read_view(directory)
     if view is not None:
         view = (view[0], dict(view[1]))
@@ -312,35 +360,59 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
             raise unreadable(rel, exc) from None
 
     if channel.record_format == "image_folder":
+        sizes = [(rel, size, place) for (rel, _, size), place in zip(listed, places)]
         files = _folder_images(directory, sizes, classes, opened if view is not None else None, unreadable)
-        yield from folder_tables(files, num_classes, block_bytes, f"{directory}/")
+        yield from folder_tables(files, num_classes, block_bytes, f"{directory}/", positions=True)
         return
-    for rel, groups in by_file.items():
-        source = f"{directory}/{rel}"
-        with opened(rel) as stream:
-            fmt = channel.record_format
-            if fmt == "parquet":
-                yield from parquet_samples(channel, stream, source, None if None in groups else groups, num_classes)
-            elif fmt == "webdataset":
-                yield from webdataset_samples(channel, stream, source)
-            else:
-                yield from record_samples(channel, channel_records(channel, stream, source), source)
+    piece = PIECE_ROWS if channel.open_units > 1 else None
+    yield from interleave((_unit_samples(channel, opened, f"{directory}/{rel}", rel, group, place, num_classes, piece)
+                           for (rel, group, _), place in zip(listed, places)), channel.open_units)
 
 
-def _folder_images(directory, rels: dict[str, int], classes, opened, unreadable):
-    """(rel, bytes, label) of an image folder's files, `rels` with their listed sizes (the listing
-    holds class images only); `opened`: a FastFile view's opener (objects fetched on demand), else
-    files are read from disk."""
+def _unit_samples(channel: ChannelPlan, opened, source: str, rel: str, group, place: int, num_classes, piece):
+    """One unit's samples (a file, or a Parquet row group), tagged `(place, last)`; checked tables
+    cut into `piece` rows when units are interleaved. The file is opened when the first sample is
+    asked for and closed after the last."""
+    with opened(rel) as stream:
+        fmt = channel.record_format
+        if fmt == "parquet":
+            items = parquet_samples(channel, stream, source, None if group is None else [group], num_classes)
+        elif fmt == "webdataset":
+            items = webdataset_samples(channel, stream, source)
+        else:
+            items = record_samples(channel, channel_records(channel, stream, source), source)
+        held = _END
+        for item in items:
+            if piece and isinstance(item, pa.Table) and item.num_rows > piece:
+                for start in range(0, item.num_rows, piece):
+                    if held is not _END:
+                        yield (place, False), held
+                    held = item.slice(start, piece)
+                continue
+            if held is not _END:
+                yield (place, False), held
+            held = item
+        if held is not _END:
+            yield (place, True), held
+
+
+_END = object()
+
+
+def _folder_images(directory, units: list[tuple[str, int, int]], classes, opened, unreadable):
+    """(rel, bytes, label, place) of an image folder's files, `units` as (rel, listed size, place)
+    (the listing holds class images only); `opened`: a FastFile view's opener (objects fetched on
+    demand), else files are read from disk."""
     label = {name: index for index, name in enumerate(classes)}
     if opened is not None:
-        for rel in rels:
+        for rel, _, place in units:
             with opened(rel) as stream:
-                yield rel, stream.read(), label[rel[:rel.index("/")]]
+                yield rel, stream.read(), label[rel[:rel.index("/")]], place
         return
     with folder_files(directory) as read:
-        for rel in rels:
+        for rel, size, place in units:
             try:
-                data = read(rel, rels[rel])
+                data = read(rel, size)
             except OSError as exc:
                 raise unreadable(rel, exc) from None
-            yield rel, data, label[rel[:rel.index("/")]]
+            yield rel, data, label[rel[:rel.index("/")]], place
