@@ -172,7 +172,9 @@ class ChannelDatasource(Datasource):
         for host, units in self.shares().items():
             order = epoch_order(len(units), self.channel.name, self.seed,
                                 epoch if self.channel.shuffle else None)
-            for run in task_runs(len(units), self._task_count(host, units, parallelism)):
+            runs = task_runs(len(units), self._task_count(host, units, parallelism))
+            open_units = units_per_task(self.channel, len(runs))
+            for run in runs:
                 places = np.arange(run.start, run.stop, dtype=np.int64)
                 if done is not None:  # a resumed epoch: units drawn whole are not read again
                     places = places[~done(places + offset)]
@@ -184,12 +186,26 @@ class ChannelDatasource(Datasource):
                 meta = BlockMetadata(num_rows=None, size_bytes=sum(s for _, s, _ in mine), exec_stats=None,
                                      input_files=tuple(dict.fromkeys(rel for rel, _, _ in mine)))
                 read = partial(_read_units, self.channel, host,
-                               PackedUnits([(rel, g, size) for rel, size, g in mine], unit_ids, own),
+                               PackedUnits([(rel, g, size) for rel, size, g in mine], unit_ids, own, open_units),
                                self.roots, self.listing.classes, self.num_classes)
                 read.__name__ = f"read_{self.channel.name}"  # Ray's warning for a read task over 1 MiB needs one
                 tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
             offset += len(units)
         return tasks
+
+
+MAX_OPEN_PER_TASK = 256
+"""Files one read task holds open at most (a process's descriptors are commonly limited to 1,024)."""
+MAX_OPEN_ROW_GROUPS = 8
+"""Parquet row groups one read task holds at once: each is decoded whole (often 100+ MB of images)."""
+
+
+def units_per_task(channel: ChannelPlan, tasks: int) -> int:
+    """How many units each of a pass's `tasks` read tasks interleaves: the channel's `open_units`
+    is for the whole pass (what a rank's batches mix is the units open across all tasks, and what
+    a checkpoint holds grows with them), shared by the tasks, at least one each."""
+    per_task = max(1, -(-channel.open_units // max(tasks, 1)))
+    return min(per_task, MAX_OPEN_ROW_GROUPS if channel.record_format == "parquet" else MAX_OPEN_PER_TASK)
 
 
 class PackedUnits:
@@ -201,9 +217,11 @@ class PackedUnits:
     The listed bytes are a file's size when the channel was listed (a row group's share of it
     for Parquet): what an image file's one `read` expects (`folder_files`)."""
 
-    __slots__ = ("paths", "lengths", "groups", "sizes", "places", "drawn")
+    __slots__ = ("paths", "lengths", "groups", "sizes", "places", "drawn", "open_units")
 
-    def __init__(self, units, places=None, drawn: dict | None = None):
+    def __init__(self, units, places=None, drawn: dict | None = None, open_units: int = 1):
+        self.open_units = open_units
+        """Units the task reads at a time, interleaved (`units_per_task`)."""
         self.places = None if places is None else np.asarray(places, np.int64)
         """Each unit's index in the epoch's order (`pipelines.order`): its rows' positions."""
         self.drawn = drawn or {}
@@ -364,9 +382,10 @@ def _samples(channel: ChannelPlan, directory, host: str, units, classes, num_cla
         files = _folder_images(directory, sizes, classes, opened if view is not None else None, unreadable)
         yield from folder_tables(files, num_classes, block_bytes, f"{directory}/", positions=True)
         return
-    piece = PIECE_ROWS if channel.open_units > 1 else None
+    open_units = getattr(units, "open_units", 1)
+    piece = PIECE_ROWS if open_units > 1 else None
     yield from interleave((_unit_samples(channel, opened, f"{directory}/{rel}", rel, group, place, num_classes, piece)
-                           for (rel, group, _), place in zip(listed, places)), channel.open_units)
+                           for (rel, group, _), place in zip(listed, places)), open_units)
 
 
 def _unit_samples(channel: ChannelPlan, opened, source: str, rel: str, group, place: int, num_classes, piece):
