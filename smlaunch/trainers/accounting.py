@@ -180,6 +180,44 @@ def accounting_lines(accounting: dict | None) -> list[str]:
         parts = [(f"epoch {a}" if a == b else f"epochs {a}-{b}") + (" " if text.startswith("(") else ": ") + text
                  for a, b, text in fine]
         lines.insert(0, f"sample accounting: channel '{channel}': " + "; ".join(parts))
+    return lines + _position_lines(channel, accounting["epochs"]) + mix_lines(channel, accounting["epochs"])
+
+
+def _position_lines(channel: str, epochs: list[dict]) -> list[str]:
+    """Warnings of the positions' check, for epochs too large for the ids' check."""
+    lines = []
+    for e in epochs:
+        p = e.get("positions")
+        if p is None or e.get("ids_sha256") is not None:
+            continue  # the ids' check spoke for this epoch
+        if p["duplicates"]:
+            lines.append(f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: "
+                         f"{_count(p['duplicates'], 'row')} drawn twice (by position)")
+        if p["units_incomplete"]:
+            lines.append(f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: "
+                         f"{_count(p['units_incomplete'], 'file or row group')} of {p['units']} not drawn in full")
+    return lines
+
+
+MIXED_ENOUGH = 0.9
+"""Below this ratio of distinct labels per batch to a uniform random order's, the run warns."""
+
+
+def mix_lines(channel: str, epochs: list[dict]) -> list[str]:
+    """One line of the batches' mix per run (epochs folded), and a warning for a poorly mixed epoch."""
+    mixes = [(e["epoch"], e["label_mix"]) for e in epochs if e.get("label_mix") and e["label_mix"]["ratio"]]
+    if not mixes:
+        return []
+    shown = ", ".join(f"epoch {epoch} {mix['labels_per_batch']:g}/{mix['uniform_labels_per_batch']:g}"
+                      for epoch, mix in mixes[:3]) + (", ..." if len(mixes) > 3 else "")
+    lines = [f"batch mix: channel '{channel}': distinct labels per batch / a uniform random order's: {shown}"]
+    for epoch, mix in mixes:
+        if mix["ratio"] < MIXED_ENOUGH:
+            lines.append(f"WARNING: batch mix: channel '{channel}' epoch {epoch}: {mix['labels_per_batch']:g} distinct "
+                         f"labels per batch where a uniform random order gives {mix['uniform_labels_per_batch']:g} "
+                         f"(ratio {mix['ratio']:g}): the data order is not mixed; raise channels.{channel}.shuffle."
+                         "open_units or buffer_rows, or shuffle the files")
+            break
     return lines
 
 

@@ -51,6 +51,7 @@ class _Run:
         from smlaunch.trainers.control import Control
         from smlaunch.trainers.model import create_model
         from smlaunch.trainers.optim import build_optimizer, build_schedule
+        from smlaunch.trainers.mixing import LabelMix
         from smlaunch.trainers.position import DrawnPositions, EpochPosition
         from smlaunch.trainers.resume import initial_state
 
@@ -92,6 +93,7 @@ class _Run:
         self.steps: list[dict] = []
         self.validation: list[dict] = []
         self.books = Accountant("train", spec.epoch_rows, self.world)
+        self.mix = LabelMix(spec.num_classes, self.device)
         self.stopped = False
         self.cut_short = False  # the run ended inside an epoch
 
@@ -272,6 +274,7 @@ class _Run:
             self.seen.add(batch["id"])
             if "pos" in batch:
                 self.drawn.add(batch["pos"])
+            self.mix.add(batch["label"])
             count_hosts(self.host_rows, batch)
             count_hosts(self.train_rows, batch, self.train_prep)
             model = self.model if all_full else self.raw_model
@@ -320,10 +323,16 @@ class _Run:
         positions = self._merge_positions()
         # The ids' check gathers every id drawn: not on a stop (a spot interruption's grace is short).
         ids = None if self.stopped else gather(*self.seen.take(), self.control, self.rank)
+        records = len(self.books.epochs)
         self.books.close_epoch(ids, self.epochs_done + 1, complete, 0,
                                positions=self.position if positions else None, units=self.spec.train_units,
                                unnamed=self.unnamed)
         self.unnamed = 0
+        mixed = self.control.gather(self.mix.take(), self.rank)
+        if self.rank == 0 and len(self.books.epochs) > records:
+            from smlaunch.trainers.mixing import mix_summary
+
+            self.books.epochs[-1]["label_mix"] = mix_summary(mixed)
         if complete:
             self.epochs_done += 1
         if self.rank == 0:
