@@ -16,9 +16,12 @@ readers (`read_parquet`, `read_webdataset`, `read_images`) open paths from which
 task, so they cannot read a ShardedByS3Key channel whose files exist only on their host, and they
 fail a whole job on one damaged file: one reader keeps the corrupt-record policy, the one-line
 errors and the host rules the same for every format. Records stream out in small Arrow blocks,
-never a whole file at once. Reads are deterministic
-(same files, same order, same block sizes), which is what makes Ray's retries and lineage
-reconstruction after a lost host deliver each sample once (see `host_loss`).
+never a whole file at once. A pass reads its epoch's order (`pipelines.order`: the files
+permuted per epoch for a shuffled channel, each read task a contiguous run of them, a few files
+interleaved) and every row leaves with its position in it, which a checkpoint resumes from
+(`trainers.position`). Reads are deterministic for an epoch (same files, same order, same block
+sizes), which is what makes Ray's retries and lineage reconstruction after a lost host deliver
+each sample once (see `host_loss`).
 """
 
 from __future__ import annotations
@@ -134,7 +137,8 @@ class ChannelDatasource(Datasource):
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
         epoch, resume = self._epoch(data_context)
-        key = (parallelism, per_task_row_limit, epoch)
+        # A worker group restarted within the run may plan the same epoch again, resumed this time.
+        key = (parallelism, per_task_row_limit, epoch, None if resume is None else resume["delivered"])
         if key not in self._tasks:
             self._tasks = {k: v for k, v in self._tasks.items() if k[2] == epoch}  # one epoch's tasks held
             self._tasks[key] = self._read_tasks(parallelism, per_task_row_limit, epoch, resume)

@@ -1,0 +1,310 @@
+"""ImageNet-sized and beyond (issue 38): the listing, the data order and the resume state at 1.28M
+files, and the resume state of a 100M-sample epoch.
+
+Builds and caches in `--scratch` (progress shown): a 1000-class ImageNet-layout folder of
+1,281,167 small valid JPEGs, and WebDataset and TFRecord channels of `--shard-samples` x 1000
+samples written class by class (shard k holds class k only, as a converter walking class folders
+writes them). Then, in one run:
+
+* listing: `scale_listing.measure_listing` (ours against torchvision `ImageFolder`'s scan of the
+  same folder, warm, and the driver's memory);
+* data order: one epoch of each class-sorted channel read as a train channel is (our reader,
+  Ray Data, the trainer's shuffle buffer) on one local Ray node; distinct labels per batch of 256
+  against a uniform random permutation's (and, for contrast, read the way the code read before
+  this issue: one file at a time in a fixed order, no buffer);
+* the resume state of the 1.28M-file epoch, from the positions that pass drew (its size at 20
+  points through the epoch), and the time to resume at 60 %: the state read back, the pass
+  planned without the files drawn, and its first batch, against a fresh pass's first batch;
+* the resume state of a simulated 100M-sample epoch (100,000 shards of 1,000 samples) read by
+  128 ranks through 2,304 read tasks (32 CPU hosts of 72 vCPUs), each rank with a shuffle buffer
+  and two batches prefetched: the state at 20 points through the epoch;
+* training quality: `sm-launch configs/tiny.yaml` on the digits as WebDataset shards of one class
+  each, against the same samples pre-shuffled across the shards, `--steps` steps each.
+
+    RESULT scale listing_ratio=<x> listing_rss_mb=<x> checkpoint_data_kib_1m=<x>
+          checkpoint_data_kib_100m=<x> resume_s_1m=<x> labels_per_batch_ratio=<x> goal=...
+
+    python bench/scale.py [--scratch DIR] [--files 1281167] [--shard-samples 128] [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+HOST = "algo-2"
+CLASSES = 1000
+BATCH = 256
+POINTS = 20
+
+
+def tiny_jpeg(label: int) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (label % 256, label // 256 * 40, 128)).save(out, "JPEG", quality=50)
+    return out.getvalue()
+
+
+def write_sorted_shards(folder: Path, fmt: str, per_class: int) -> Path:
+    """`CLASSES` shards, shard k holding `per_class` samples of class k only (cached)."""
+    from tqdm import tqdm
+
+    done = folder / ".complete"
+    if done.exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for label in tqdm(range(CLASSES), desc=f"writing class-sorted {fmt} shards", unit="shard", mininterval=2):
+        image = tiny_jpeg(label)
+        ids = range(label * per_class, (label + 1) * per_class)
+        if fmt == "webdataset":
+            import webdataset as wds
+
+            with wds.TarWriter(str(folder / f"shard-{label:04d}.tar")) as sink:
+                for ident in ids:
+                    sink.write({"__key__": f"s{ident:08d}", "jpg": image, "cls": label})
+        else:
+            from tfrecord import TFRecordWriter
+
+            writer = TFRecordWriter(str(folder / f"train-{label:05d}"))
+            for ident in ids:
+                writer.write({"image/encoded": (image, "byte"), "image/class/label": (label, "int"),
+                              "id": (ident, "int")})
+            writer.close()
+    done.touch()
+    return folder
+
+
+def start_ray(cpus: int):
+    import ray
+
+    ray.init(address="local", num_cpus=cpus, labels={"ray-subcluster": "data", "sm-host": HOST},
+             include_dashboard=False, object_store_memory=1 << 30, namespace="smlaunch-bench", log_to_driver=False)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.execution_options.label_selector = {"ray-subcluster": "data"}
+    return ray
+
+
+def channel_source(name: str, source: Path, fmt: str, cpus: int, shuffle: bool, open_units: int | None = None):
+    """A train channel of `source` delivered (linked) to HOST's /opt/ml, listed, as a ChannelDatasource."""
+    from smlaunch.cluster.plan import channel_plan
+    from smlaunch.config.schema import ChannelConfig
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    shuffle_cfg = {"enabled": shuffle} | ({"open_units": open_units} if open_units else {})
+    channel = channel_plan(name, ChannelConfig(source=str(source), record_format=fmt, shuffle=shuffle_cfg),
+                           (HOST,), block_rows=BATCH)
+    opt_ml = source.parent / f"opt-ml-{name}"
+    target = opt_ml / "input" / "data" / name
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(source, target_is_directory=True)
+    roots = {HOST: str(opt_ml)}
+    listing = list_channel(channel, roots)
+    return ChannelDatasource(channel, listing, roots, num_classes=CLASSES, cpus={HOST: cpus}, ranks=1, seed=0)
+
+
+def read_epoch(source, buffer_rows: int, on_batch=None) -> tuple[np.ndarray, float, float]:
+    """One pass as a train worker draws it: (labels in order, seconds to the first batch, seconds)."""
+    from smlaunch.pipelines.dataset import read_channel
+
+    started = time.perf_counter()
+    first = None
+    labels = []
+    batches = read_channel(source, source.channel).iter_batches(
+        batch_size=BATCH, batch_format="numpy", local_shuffle_buffer_size=buffer_rows or None,
+        local_shuffle_seed=0 if buffer_rows else None)
+    for batch in batches:
+        first = first or time.perf_counter() - started
+        labels.append(batch["label"])
+        if on_batch is not None:
+            on_batch(batch)
+    return np.concatenate(labels), first, time.perf_counter() - started
+
+
+def mix_ratio(labels: np.ndarray) -> tuple[float, float]:
+    from smlaunch.pipelines.order import labels_per_batch
+    from smlaunch.trainers.mixing import uniform_labels_per_batch
+
+    measured = labels_per_batch(labels, BATCH)
+    return measured, measured / uniform_labels_per_batch(np.bincount(labels, minlength=CLASSES), BATCH)
+
+
+def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> dict:
+    """Labels per batch of the three class-sorted channels; the 1.28M epoch's resume state and resume time."""
+    from smlaunch.cluster.board import set_order, start_board
+    from smlaunch.trainers.position import EpochPosition, state_bytes
+
+    out: dict = {"mix": {}}
+    channels = {"image_folder": folder,
+                "webdataset": write_sorted_shards(scratch / "webdataset-sorted", "webdataset", per_class),
+                "tfrecord": write_sorted_shards(scratch / "tfrecord-sorted", "tfrecord", per_class)}
+    ray = start_ray(cpus)
+    try:
+        board = start_board()
+        for fmt, path in channels.items():
+            for mode, shuffle, buffer in (("ours", True, 1024), ("before", False, 0)):
+                if fmt == "image_folder" and mode == "before":
+                    continue  # a file is a sample: the fixed order was already a shuffle of the files
+                source = channel_source(f"{fmt.replace('_', '')}{mode}", path, fmt, cpus, shuffle)
+                positions, sizes = [], []
+                keep = fmt == "image_folder" and mode == "ours"
+                labels, first, took = read_epoch(source, buffer, (lambda b: positions.append(b["pos"])) if keep else None)
+                measured, ratio = mix_ratio(labels)
+                out["mix"][(fmt, mode)] = ratio
+                print(f"{fmt:12s} {mode:6s}: {len(labels)} rows in {took:.1f} s, {measured:.1f} distinct labels per "
+                      f"batch of {BATCH}, {ratio:.2f}x a uniform random order's", flush=True)
+                if not keep:
+                    continue
+                drawn = np.concatenate(positions)
+                position, at_60 = EpochPosition(1), None
+                marks = np.linspace(0, len(drawn), POINTS + 1).astype(int)
+                for a, b in zip(marks[:-1], marks[1:]):
+                    position.merge(drawn[a:b])
+                    sizes.append(state_bytes(position.state()))
+                    if at_60 is None and b >= 0.6 * len(drawn):
+                        at_60 = (position.state(), b)
+                out["state_kib_1m"] = max(sizes) / 1024
+                print(f"  resume state through the epoch ({POINTS} points): max {max(sizes) / 1024:.1f} KiB, "
+                      f"{sizes[len(sizes) // 2] / 1024:.1f} KiB at mid-epoch; done units at the end: "
+                      f"{position.units_done} of {len(drawn)}", flush=True)
+                # Resume at 60 %: the state read back, posted, the pass planned without what was drawn.
+                started = time.perf_counter()
+                state, drawn_rows = at_60
+                restored = EpochPosition.from_state(state)
+                set_order(source.channel.name, 0, state)
+                resumed = channel_source(source.channel.name, path, fmt, cpus, True)
+                rest, resumed_first, resumed_took = read_epoch(resumed, buffer)
+                out["resume_s"] = time.perf_counter() - started - resumed_took + resumed_first
+                out["fresh_first_s"] = first
+                print(f"  resumed at {drawn_rows} of {len(drawn)} rows ({restored.units_done} files done): first batch "
+                      f"{out['resume_s']:.2f} s after the state was read (a fresh pass's: {first:.2f} s); the rest: "
+                      f"{len(rest)} rows, {drawn_rows + len(rest)} in all", flush=True)
+                if drawn_rows + len(rest) != len(drawn):
+                    raise RuntimeError(f"resumed epoch: {drawn_rows} + {len(rest)} rows != {len(drawn)}")
+        ray.kill(board)
+    finally:
+        ray.shutdown()
+    return out
+
+
+def simulated_state_kib(units: int, rows_per_unit: int, ranks: int, tasks: int, buffer_rows: int,
+                        prefetch_rows: int, seed: int = 0) -> tuple[float, float]:
+    """(largest state in KiB, seconds of rank 0's merges) over an epoch read by `tasks` read tasks
+    (contiguous runs of the order, each `open_units` = 1) handing blocks to `ranks` ranks, each rank
+    holding `buffer_rows` + `prefetch_rows` rows read but not drawn, a random half of them drawn
+    out of order (the shuffle buffer); states taken at `POINTS` points through the epoch."""
+    from smlaunch.pipelines.order import LAST, UNIT_SHIFT
+    from smlaunch.trainers.position import EpochPosition, state_bytes
+
+    rng = np.random.default_rng(seed)
+    per_task = units // tasks
+    in_flight = ranks * (buffer_rows + prefetch_rows) // tasks  # rows of each task read but not yet drawn
+    largest, merging = 0, 0.0
+    position = EpochPosition(1)
+    reached = np.zeros(tasks, np.int64)  # rows each task had drawn in full at the last point
+    for point in range(1, POINTS + 1):
+        target = per_task * rows_per_unit * point // (POINTS + 1)
+        parts = []
+        for t in range(tasks):
+            rows = np.arange(reached[t], target, dtype=np.int64)
+            unit = t * per_task + rows // rows_per_unit
+            ordinal = rows % rows_per_unit
+            pos = (unit << UNIT_SHIFT) | ordinal | np.where(ordinal == rows_per_unit - 1, LAST, 0)
+            parts.append(pos)
+        reached[:] = target
+        window = []  # in flight beyond each task's drawn prefix: a random half drawn
+        for t in range(tasks):
+            rows = np.arange(target, target + in_flight, dtype=np.int64)
+            rows = rows[rng.random(len(rows)) < 0.5]
+            unit = t * per_task + rows // rows_per_unit
+            ordinal = rows % rows_per_unit
+            window.append((unit << UNIT_SHIFT) | ordinal | np.where(ordinal == rows_per_unit - 1, LAST, 0))
+        started = time.perf_counter()
+        position.merge(parts)
+        snapshot = EpochPosition.from_state(position.state())
+        snapshot.merge(window)
+        merging += time.perf_counter() - started
+        largest = max(largest, state_bytes(snapshot.state()))
+    return largest / 1024, merging
+
+
+def accuracy(scratch: Path, steps: int) -> dict:
+    """Validation accuracy of the digits as class-sorted WebDataset shards vs the same samples pre-shuffled."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from format_writers import digits
+
+    rows = digits(1437)
+    out = {}
+    for name, order in (("class_sorted", sorted(rows, key=lambda r: r[1])),
+                        ("pre_shuffled", [rows[i] for i in np.random.default_rng(0).permutation(len(rows))])):
+        folder = scratch / f"digits-{name}"
+        if not folder.exists():
+            import webdataset as wds
+
+            folder.mkdir(parents=True)
+            for shard in range(10):
+                part = [r for r in order if r[1] == shard] if name == "class_sorted" else order[shard::10]
+                with wds.TarWriter(str(folder / f"shard-{shard:02d}.tar")) as sink:
+                    for image, label, ident in part:
+                        sink.write({"__key__": f"s{ident:06d}", "jpg": image, "cls": label})
+        with tempfile.TemporaryDirectory() as tmp:
+            sets = [f"run.dir={tmp}", "run.name=acc", f"trainer.steps={steps}", f"channels.train.source={folder}",
+                    "channels.train.record_format=webdataset", "model.num_classes=10"]
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "tiny.yaml"),
+                            *[x for s in sets for x in ("--set", s)]], check=True, stdout=subprocess.DEVNULL)
+            report = json.loads(next(Path(tmp).glob("acc/hosts/algo-1/opt/ml/output/data/report.json")).read_text())
+        out[name] = report["summary"]["validation_accuracy"]
+        mixes = [e.get("label_mix", {}) or {} for e in report["sample_accounting"]["epochs"]]
+        print(f"digits as {name} WebDataset shards: validation accuracy {out[name]:.3f} after {steps} steps "
+              f"({time.perf_counter() - started:.0f} s); labels per batch / uniform by epoch: "
+              f"{[m.get('ratio') for m in mixes]}", flush=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "smlaunch-scale")
+    parser.add_argument("--files", type=int, default=1_281_167)
+    parser.add_argument("--shard-samples", type=int, default=128, help="samples per class-sorted shard")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=300, help="steps of each digits job (0: skip them)")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    from scale_listing import measure_listing
+
+    listing = measure_listing(args.scratch, files=args.files, classes=CLASSES)
+    folder = Path(listing["folder"])
+    order = order_and_resume(folder, args.scratch, args.shard_samples, args.cpus)
+    kib_100m, merge_s = simulated_state_kib(100_000, 1000, ranks=128, tasks=2304, buffer_rows=1024,
+                                            prefetch_rows=2 * BATCH)
+    print(f"simulated 100M-sample epoch (100,000 shards x 1,000; 128 ranks, 2,304 read tasks, 1,024-row buffers): "
+          f"largest resume state {kib_100m:.1f} KiB; rank 0's {POINTS} merges took {merge_s:.1f} s", flush=True)
+    if args.steps:
+        acc = accuracy(args.scratch, args.steps)
+        print(f"class-sorted shards: {acc['class_sorted']:.3f} validation accuracy, pre-shuffled {acc['pre_shuffled']:.3f}")
+    ours = [ratio for (fmt, mode), ratio in order["mix"].items() if mode == "ours"]
+    print(f"RESULT scale listing_ratio={listing['listing_ratio']:.2f} listing_rss_mb={listing['listing_rss_mb']:.0f} "
+          f"checkpoint_data_kib_1m={order['state_kib_1m']:.1f} checkpoint_data_kib_100m={kib_100m:.1f} "
+          f"resume_s_1m={order['resume_s']:.2f} labels_per_batch_ratio={min(ours):.2f} "
+          "goal=listing_ratio<=1.5,listing_rss_mb<=1500,checkpoint_data_kib<=64,labels_per_batch_ratio>=0.9")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
