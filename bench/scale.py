@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -91,21 +92,25 @@ def start_ray(cpus: int):
 
     ray.init(address="local", num_cpus=cpus, labels={"ray-subcluster": "data", "sm-host": HOST},
              include_dashboard=False, object_store_memory=1 << 30, namespace="smlaunch-bench", log_to_driver=False)
+    from smlaunch.config import load_config
+    from smlaunch.pipelines.dataset import block_bytes, use_block_size
+
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.execution_options.label_selector = {"ray-subcluster": "data"}
+    use_block_size(context, block_bytes(load_config(ROOT / "configs" / "hetero.yaml")))  # as the main job's run sets it
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     return ray
 
 
-def channel_source(name: str, source: Path, fmt: str, cpus: int, shuffle: bool, open_units: int | None = None):
+def channel_source(name: str, source: Path, fmt: str, cpus: int, shuffle: bool, listing=None):
     """A train channel of `source` delivered (linked) to HOST's /opt/ml, listed, as a ChannelDatasource."""
     from smlaunch.cluster.plan import channel_plan
     from smlaunch.config.schema import ChannelConfig
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import list_channel
 
-    shuffle_cfg = {"enabled": shuffle} | ({"open_units": open_units} if open_units else {})
-    channel = channel_plan(name, ChannelConfig(source=str(source), record_format=fmt, shuffle=shuffle_cfg),
+    channel = channel_plan(name, ChannelConfig(source=str(source), record_format=fmt, shuffle={"enabled": shuffle}),
                            (HOST,), block_rows=BATCH)
     opt_ml = source.parent / f"opt-ml-{name}"
     target = opt_ml / "input" / "data" / name
@@ -113,7 +118,7 @@ def channel_source(name: str, source: Path, fmt: str, cpus: int, shuffle: bool, 
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(source, target_is_directory=True)
     roots = {HOST: str(opt_ml)}
-    listing = list_channel(channel, roots)
+    listing = listing or list_channel(channel, roots)
     return ChannelDatasource(channel, listing, roots, num_classes=CLASSES, cpus={HOST: cpus}, ranks=1, seed=0)
 
 
@@ -186,13 +191,16 @@ def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> 
                 state, drawn_rows = at_60
                 restored = EpochPosition.from_state(state)
                 set_order(source.channel.name, 0, state)
-                resumed = channel_source(source.channel.name, path, fmt, cpus, True)
+                resumed = channel_source(source.channel.name, path, fmt, cpus, True, source.listing)
                 rest, resumed_first, resumed_took = read_epoch(resumed, buffer)
                 out["resume_s"] = time.perf_counter() - started - resumed_took + resumed_first
-                out["fresh_first_s"] = first
+                set_order(source.channel.name, 0, None)
+                _, out["fresh_first_s"], _ = read_epoch(channel_source(source.channel.name, path, fmt, cpus, True,
+                                                                       source.listing), buffer)
                 print(f"  resumed at {drawn_rows} of {len(drawn)} rows ({restored.units_done} files done): first batch "
-                      f"{out['resume_s']:.2f} s after the state was read (a fresh pass's: {first:.2f} s); the rest: "
-                      f"{len(rest)} rows, {drawn_rows + len(rest)} in all", flush=True)
+                      f"{out['resume_s']:.2f} s after the state was read (a fresh pass planned the same way: "
+                      f"{out['fresh_first_s']:.2f} s); the rest: {len(rest)} rows, {drawn_rows + len(rest)} in all",
+                      flush=True)
                 if drawn_rows + len(rest) != len(drawn):
                     raise RuntimeError(f"resumed epoch: {drawn_rows} + {len(rest)} rows != {len(drawn)}")
         ray.kill(board)

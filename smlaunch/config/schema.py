@@ -120,11 +120,12 @@ class ShuffleConfig(_Strict):
 
     enabled: Optional[bool] = None
     """Default: on for the train channel, off for the others (validation reads one fixed order)."""
-    open_units: int = Field(default=1024, ge=1, le=1_000_000)
+    open_units: int = Field(default=2048, ge=1, le=1_000_000)
     """Files (or Parquet row groups) open at once across a pass's read tasks, shared by them (at
-    least one each, at most 256 per task, 8 for Parquet): a batch mixes samples of about this many
-    units. Memory: one open file each, and for Parquet one decoded row group each (row group
-    bytes x 8 per read task). A checkpoint holds the drawn rows of the units open (a few KiB)."""
+    least one each; at most 1,024 files, 64 FastFile objects or 8 Parquet row groups per task): a
+    batch mixes samples of about this many units. Memory per task: a descriptor and 8 KiB per
+    file, up to 8 MiB of read-ahead per FastFile object, a decoded row group per Parquet unit. A
+    checkpoint holds the drawn rows of the units open (a few KiB)."""
     buffer_rows: int = Field(default=1024, ge=0)
     """Rows of the trainer's shuffle buffer (Ray Data's `local_shuffle_buffer_size`), per train
     worker, after the chain: about buffer_rows x 3 x crop^2 bytes of host memory per worker

@@ -224,7 +224,7 @@ def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None 
 
     try:
         for entry in samples:
-            tag, item = entry if positions else (None, entry)
+            tag, item = entry if positions and not isinstance(entry, pa.Table) else (None, entry)
             if isinstance(item, pa.Table):  # already checked, column-wise
                 if tag is not None:
                     item = item.append_column("pos", _table_positions(counters, tag, item.num_rows))

@@ -198,8 +198,11 @@ class ChannelDatasource(Datasource):
         return tasks
 
 
-MAX_OPEN_PER_TASK = 256
-"""Files one read task holds open at most (a process's descriptors are commonly limited to 1,024)."""
+MAX_OPEN_PER_TASK = 1024
+"""Files one read task holds open at most: a descriptor and an 8 KiB buffer each (Ray raises its
+workers' descriptor limit to the hard limit, 20,000 and more on the hosts we know)."""
+MAX_OPEN_LAZY = 64
+"""FastFile objects one read task holds open at most: each reads ahead up to `fastfile.BLOCK` (8 MiB)."""
 MAX_OPEN_ROW_GROUPS = 8
 """Parquet row groups one read task holds at once: each is decoded whole (often 100+ MB of images)."""
 
@@ -207,9 +210,12 @@ MAX_OPEN_ROW_GROUPS = 8
 def units_per_task(channel: ChannelPlan, tasks: int) -> int:
     """How many units each of a pass's `tasks` read tasks interleaves: the channel's `open_units`
     is for the whole pass (what a rank's batches mix is the units open across all tasks, and what
-    a checkpoint holds grows with them), shared by the tasks, at least one each."""
+    a checkpoint holds grows with them), shared by the tasks, at least one each, within what one
+    task can hold open (`MAX_OPEN_*`)."""
     per_task = max(1, -(-channel.open_units // max(tasks, 1)))
-    return min(per_task, MAX_OPEN_ROW_GROUPS if channel.record_format == "parquet" else MAX_OPEN_PER_TASK)
+    if channel.record_format == "parquet":
+        return min(per_task, MAX_OPEN_ROW_GROUPS)
+    return min(per_task, MAX_OPEN_LAZY if channel.input_mode == "FastFile" else MAX_OPEN_PER_TASK)
 
 
 class PackedUnits:
