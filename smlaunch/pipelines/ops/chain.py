@@ -107,10 +107,11 @@ class Chain:
                 images = self._run(list(batch["image"]), ids)
                 break
             except UndecodableImage as exc:  # `row` of the images decode_image was given: the batch's
-                self._undecodable(int(ids[exc.row]), exc.reason)  # raises unless skipped
-                keep = np.arange(len(ids)) != exc.row
-                batch = {"image": [image for image, kept in zip(batch["image"], keep) if kept]}
-                ids, labels = ids[keep], labels[keep]
+                row, reason = exc.row, exc.reason
+            self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
+            keep = np.arange(len(ids)) != row
+            batch = {"image": [image for image, kept in zip(batch["image"], keep) if kept]}
+            ids, labels = ids[keep], labels[keep]
         # Each row carries its share of the batch's chain time: summed per host by the trainer,
         # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
         # worker process's first batch pays for its imports (torchvision: seconds) and is marked

@@ -67,6 +67,24 @@ def test_undecodable_image_is_a_data_error(configs):
         Chain(_ops(configs), [], seed=0, channel="train")(batch)
 
 
+def test_undecodable_images_the_counter_lets_pass_leave_the_batch(configs, monkeypatch):
+    """Skipped rows leave with their labels and ids; a batch of nothing but skipped images is an
+    empty batch of the chain's output shape. (The counter itself: tests/reliability/test_bad_inputs_in_jobs.py.)"""
+    from smlaunch.pipelines import corrupt
+
+    asked = []
+    monkeypatch.setattr(corrupt, "undecodable_sample", lambda *args: asked.append(args))
+    batch = _batch(4)
+    batch["image"][1] = batch["image"][3] = b"not an image"
+    chain = Chain(_ops(configs), [], seed=0, channel="train", max_corrupted_records=2)
+    out = chain(batch)
+    assert [a[:3] for a in asked] == [("train", 2, int(batch["id"][1])), ("train", 2, int(batch["id"][3]))]
+    assert out["id"].tolist() == batch["id"][[0, 2]].tolist() and out["label"].tolist() == batch["label"][[0, 2]].tolist()
+    assert out["image"].shape == (2, 3, 32, 32) and len(out["host"]) == len(out["prep_s"]) == 2
+    assert chain({"image": [b"x", b"y"], "label": np.array([1, 2]), "id": np.array([5, 6])})["image"].shape == \
+        (0, 3, 32, 32)
+
+
 def test_resize_center_crop_and_color_jitter(configs):
     from smlaunch.config import op_specs as specs
     from smlaunch.pipelines.ops.transforms import center_crop, color_jitter, resize
