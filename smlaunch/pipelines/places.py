@@ -32,17 +32,19 @@ class SamplePlaces:
     host's, for ShardedByS3Key) and what a member of them is in `record_format`."""
 
     def __init__(self, record_format: str, files: Iterable[tuple[str, int]]):
-        listed = sorted(dict(files).items())
+        listed = files if isinstance(files, list) else list(files)
         self.record_format = record_format
         self.paths = "".join(rel for rel, _ in listed)  # one string: pickled to the actor in ms, not s
         self.lengths = array("I", [len(rel) for rel, _ in listed])
-        self.sizes = np.array([size for _, size in listed], dtype=np.uint64)
+        # An image folder's member is always 0; other formats' is bounded by the file's size.
+        self.sizes = None if record_format == "image_folder" else np.array([size for _, size in listed], np.uint64)
         self._bases: np.ndarray | None = None
 
     @classmethod
     def of(cls, record_format: str, listing) -> SamplePlaces:
         """From a `sources.listing.ChannelListing`."""
-        return cls(record_format, (unit for files in listing.files.values() for unit in files))
+        hosts = list(listing.files.values())
+        return cls(record_format, hosts[0] if len(hosts) == 1 else [unit for files in hosts for unit in files])
 
     def _rel(self, index: int) -> str:
         start = sum(self.lengths[:index])
@@ -51,7 +53,7 @@ class SamplePlaces:
     def find(self, sample_id: int) -> str | None:
         """`<path>` (an image folder's file), `<path> record N`, `<path> row N` or `<path> sample
         at byte N`, relative to the channel directory; None when no listed file gives `sample_id`."""
-        if not len(self.sizes):
+        if not self.lengths:
             return None
         if self._bases is None:
             rels, start = [], 0
