@@ -24,7 +24,8 @@ DEFAULT_FIELDS = {
     "parquet": {"image": "image", "label": "label", "id": None},
 }
 """Per format, where the image, the label and the sample id are. A default id that a record lacks
-is derived from the image bytes; an id named in `fields` must be there."""
+is derived from where the record is (`rows.derived_id`: its file and record index, row or byte
+offset; in a Pipe stream from the image bytes); an id named in `fields` must be there."""
 
 _NOT_STREAMABLE = {
     "image_folder": "the FIFO carries the objects' bytes without their paths, and the class folders in "

@@ -24,12 +24,16 @@ class DecodeImage(_Op):
 
 
 class RandomResizedCrop(_Op):
-    """Random area/aspect crop resized to `size` (training); a plain resize for validation."""
+    """Random area/aspect crop resized to `size` (training); for validation a plain resize to
+    `size` x `size`, or with `validation_resize` torchvision's evaluation transform: the shorter
+    side to `validation_resize`, then the central `size` square (ImageNet's Resize(256) +
+    CenterCrop(224))."""
 
     op: Literal["random_resized_crop"]
     size: int = Field(gt=0)
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    validation_resize: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _ranges(self):
@@ -37,6 +41,9 @@ class RandomResizedCrop(_Op):
             raise ValueError("scale must be (min, max) with 0 < min <= max <= 1")
         if not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError("ratio must be (min, max) with 0 < min <= max")
+        if self.validation_resize is not None and self.validation_resize < self.size:
+            raise ValueError(f"validation_resize ({self.validation_resize}) must be at least size ({self.size}): "
+                             "the central crop is taken from it")
         return self
 
 

@@ -98,7 +98,8 @@ class FieldsConfig(_Strict):
     image: Optional[str] = Field(default=None, min_length=1)
     label: Optional[str] = Field(default=None, min_length=1)
     id: Optional[str] = Field(default=None, min_length=1)
-    """Without one, a sample's id is derived from its image bytes (as for augmented manifests)."""
+    """Without one, a sample's id is derived from where it is: its file and record, row or byte
+    offset (a Pipe stream's, and so an augmented manifest's, from its image bytes)."""
 
 
 class FileSystemConfig(_Strict):

@@ -153,6 +153,59 @@ def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, 
     }
 
 
+def advise_plan(hosts: list[dict], workers: int, measured: dict, monitor: dict, prices: dict,
+                dated: str) -> dict:
+    """The advisor's prediction for a planned cluster, before it runs, from a measured run's rates
+    (`measured`: that run's report, of the same model, chain and data, on any cluster).
+
+    What carries over: the GPU-bound rate per train worker, one chain slot's rate, the efficiency
+    that run showed against the model, and its epoch's image count. `hosts` are the plan's
+    (`subcluster`, `instance_type`, `vcpus`); each vCPU is a chain slot, as on SageMaker, however
+    this machine would simulate them. The per-epoch overhead is not carried over (it depends on
+    the cluster); the prediction is for the steady rate."""
+    source = measured.get("advisor") or {}
+    if "error" in source or not source:
+        return {"error": f"the measured run has no advisor figures ({source.get('error', 'none in its report')})"}
+    rates = measured["rates"]
+    per_worker = source.get("per_worker_images_per_s") or (
+        rates["gpu_bound_images_per_s"] / max(measured["plan"].get("train_workers", 1), 1))
+    sized = [{"subcluster": h["subcluster"], "instance_type": h["instance_type"], "num_cpus": h["vcpus"],
+              "vcpus": h["vcpus"]} for h in hosts]
+    gpu_bound, per_slot = per_worker * workers, rates["per_slot_images_per_s"]
+    train = [h for h in sized if h["subcluster"] == "train"]
+    data = [h for h in sized if h["subcluster"] == "data"]
+    local = max(sum(h["num_cpus"] for h in train) - workers, 1) * per_slot
+    modelled = min(gpu_bound, sum(h["num_cpus"] for h in data) * per_slot if data else local)
+    planned = {"plan": {"hosts": sized, "train_workers": workers},
+               "rates": {"per_slot_images_per_s": per_slot, "gpu_bound_images_per_s": gpu_bound,
+                         "measured_images_per_s": source.get("efficiency", 1.0) * modelled,
+                         "epoch_s": None, "images_per_epoch": None}}
+    epoch_images = None if source.get("epoch_images_assumed", True) else source.get("epoch_images")
+    advisor = advise(planned, monitor, prices, epoch_images, dated)
+    advisor["planned"] = next((o for o in advisor["table"] if o["hosts"] == len(data)), None)
+    return advisor
+
+
+def plan_advice_lines(advisor: dict, source: str) -> list[str]:
+    """The prediction for a plan in a few lines: the rates it starts from (`source` names the
+    measured run), what the planned data hosts give, and the recommendation (`advice_lines`)."""
+    if "error" in advisor:
+        return [f"advisor: {advisor['error']}"]
+    r = advisor["rates"]
+    workers = advisor["train_workers"]
+    lines = [f"advisor: rates of {source}: GPU-bound {advisor['per_worker_images_per_s']} images/s per train "
+             f"worker (x {workers} here = {r['gpu_bound_images_per_s']}), one chain slot {r['per_slot_images_per_s']} "
+             f"images/s, efficiency {advisor['efficiency']}"]
+    planned = advisor.get("planned")
+    if planned is not None:
+        cost = f"${planned['cost_per_epoch']}/epoch" if planned["cost_per_epoch"] is not None else "cost unknown"
+        what = (f"{planned['hosts']} x {planned['instance_type']}" if planned["hosts"]
+                else "no CPU hosts (the GPU hosts alone)")
+        lines.append(f"advisor: this plan, {what}: predicted {planned['images_per_s']} images/s, bound by the "
+                     f"{planned['bound']}, {cost}")
+    return lines + advice_lines(advisor)[1:]
+
+
 def _slot_scale(hosts: list[dict]) -> float:
     """CPU slots per vCPU: 1 on SageMaker, the simulation's scaling on a local run."""
     from smlaunch.config.instance_types import SPECS

@@ -10,6 +10,10 @@ A corrupt record is counted once, however often it is read: the next epoch (or a
 task) meets the same bytes at the same place, and the reader's message names the file and the
 byte offset. Counting it again would fail a multi-epoch run on its second pass over one record
 the allowance covers.
+
+An image no decoder reads is met later, by the chain (`ops.chain`), which knows the sample's id
+but not its file; it goes to the same actor (`undecodable_sample`), which names the file from the
+id (`places.SamplePlaces`) and counts it against the same allowance.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ KEEP_MESSAGES = 10
 class CorruptRecords:
     """Counts corrupt records per channel against the channel's allowance."""
 
-    def __init__(self, limits: dict[str, int]):
+    def __init__(self, limits: dict[str, int], places: dict | None = None):
         self.limits = limits
+        self.places = places or {}
         self.counts: dict[str, int] = {}
         self.messages: dict[str, list[str]] = {}
         self.known: dict[str, set[str]] = {}
@@ -49,6 +54,15 @@ class CorruptRecords:
             kept.append(message)
         return "skip" if self.counts[channel] <= self.limits.get(channel, 0) else "fail"
 
+    def sample(self, channel: str, sample_id: int, reason: str) -> tuple[str, str]:
+        """`report` an unusable sample the chain met, by id: (verdict, the message, naming the
+        sample's file and member when its id leads to one)."""
+        places = self.places.get(channel)
+        place = places.find(sample_id) if places is not None else None
+        where = f"{place} (sample id {sample_id})" if place else f"sample id {sample_id}"
+        message = f"channel '{channel}': {where}: {reason}"
+        return self.report(channel, message), message
+
     def summary(self) -> dict:
         return {channel: {"skipped": min(n, self.limits.get(channel, 0)), "limit": self.limits.get(channel, 0),
                           "first": self.messages.get(channel, [])} for channel, n in self.counts.items()}
@@ -58,8 +72,9 @@ _counter = None
 """The driver's handle: an actor lives as long as a handle to it does."""
 
 
-def start_counter(limits: dict[str, int]):
-    """The run's counter (one per Ray namespace `smlaunch`; a previous one is replaced)."""
+def start_counter(limits: dict[str, int], places: dict | None = None):
+    """The run's counter (one per Ray namespace `smlaunch`; a previous one is replaced); `places`:
+    channel -> `SamplePlaces`, to name the file of a sample the chain cannot decode."""
     global _counter
     try:
         ray.kill(ray.get_actor(ACTOR_NAME, namespace=NAMESPACE))
@@ -68,7 +83,7 @@ def start_counter(limits: dict[str, int]):
     # On the driver's node (the head): anywhere else it dies with its host, and with it the run's
     # count and the report (a data host lost mid-epoch took it down).
     here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
-    _counter = CorruptRecords.options(name=ACTOR_NAME, namespace=NAMESPACE, label_selector=here).remote(limits)
+    _counter = CorruptRecords.options(name=ACTOR_NAME, namespace=NAMESPACE, label_selector=here).remote(limits, places)
     return _counter
 
 
@@ -91,6 +106,32 @@ def skip_policy(channel: str, limit: int) -> Callable[[Exception], bool] | None:
                         f"the last: {error}")
 
     return on_corrupt
+
+
+def undecodable_sample(channel: str, limit: int, sample_id: int, reason: str) -> None:
+    """An image of `channel` that no decoder reads: returns when it is to be skipped (within
+    `limit`, or skipped before), else raises a one-line `DataError` naming the channel, the file
+    and member (when the id leads to them, `places`) and the sample id."""
+    counter = None
+    if ray.is_initialized():
+        try:
+            counter = ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+        except ValueError:
+            pass
+    if counter is None:  # no run's counter (a chain called on its own): nothing to name the file with
+        raise DataError(f"channel '{channel}': sample id {sample_id}: {reason}")
+    verdict, message = ray.get(counter.sample.remote(channel, sample_id, reason), timeout=ASK_TIMEOUT_S)
+    if verdict == "again":
+        return
+    if verdict == "skip":
+        from smlaunch.cluster.board import post
+
+        post("warning", text=f"channel '{channel}': skipped a corrupt record: {message}")
+        return
+    if limit <= 0:
+        raise DataError(message)
+    raise DataError(f"channel '{channel}': more than max_corrupted_records={limit} corrupt records; "
+                    f"the last: {message}")
 
 
 def corrupt_summary() -> dict:

@@ -28,6 +28,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
 
     from smlaunch.pipelines.corrupt import start_counter
     from smlaunch.pipelines.ops.chain import Chain
+    from smlaunch.pipelines.places import SamplePlaces
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
 
@@ -38,8 +39,10 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
     host_names = [h.name for h in plan.hosts]
     preprocess_on = "data" if plan.data_selector else "train"
     preprocess_cpus = sum(h.num_cpus for h in plan.hosts if h.subcluster == preprocess_on)
-    start_counter({c.name: c.max_corrupted_records for c in plan.channels})
     listings = list_channels(plan) if listings is None else listings
+    start_counter({c.name: c.max_corrupted_records for c in plan.channels},
+                  {c.name: SamplePlaces.of(c.record_format, listings[c.name]) for c in plan.channels
+                   if c.name in listings})
     num_classes = num_classes or cfg.model.num_classes
     datasets = {}
     for channel in plan.channels:
@@ -52,7 +55,8 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
                                        ranks=plan.train_workers, seed=cfg.seed)
         ds = read_channel(source, channel)
         datasets[channel.name] = ds.map_batches(
-            Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name),
+            Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name,
+                  max_corrupted_records=channel.max_corrupted_records),
             batch_size=cfg.pipeline.batch_size, batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=preprocess_cpus), num_cpus=1,
             label_selector=plan.preprocess_selector)

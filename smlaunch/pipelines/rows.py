@@ -10,8 +10,10 @@ n03/abc at byte 10240`) so an error names the channel, the file and the sample:
 * parquet: rows of the chosen row groups;
 * image_folder: one file per sample, labelled by its class folder.
 
-A sample without an id gets one derived from its image bytes (`derived_id`), so it still names
-the sample in the exactly-once accounting. A sample that cannot be used (a missing image or
+A sample without an id gets one derived from where it is (`derived_id`: its file's path in the
+channel and its record, row or byte offset there; a Pipe stream's from its image bytes), so it
+still names the sample in the exactly-once accounting, and the same image in two places is two
+samples. A sample that cannot be used (a missing image or
 label, a label that is not a class) goes to the channel's corrupt-record policy like a damaged
 record: fail by default, or skip and count up to `max_corrupted_records`. Rows leave in Arrow
 blocks of `channel.block_rows` (the chain's batch size), across files, so a stream is never held
@@ -42,26 +44,53 @@ Sample = tuple[str, bytes, object, object]
 """(where in the source, image bytes, label as found, id as found or None)."""
 
 
-def derived_id(image: bytes) -> int:
-    """A 63-bit id from the image bytes: stable across runs and hosts, and wide enough that
-    distinct images of a large dataset do not collide (one CRC-32 would, past ~77k images).
+ID_MASK = (1 << 63) - 1
+MEMBER_STEP = 0x9E3779B97F4A7C15 & ID_MASK
+"""Odd, so `member * MEMBER_STEP` is one-to-one modulo 2^63: the members of one file never share an
+id, and `pipelines.places` can take the member back out of an id."""
+
+
+def derived_id(key: str | bytes, member: int = 0) -> int:
+    """A 63-bit id from where a sample is: `key` its file's path relative to the channel directory
+    (`member` the record's index, the row's, or a tar sample's byte offset in it; 0 for a file that
+    is one image), or, for a Pipe stream, which has no place that stays put between epochs, the
+    image bytes. Stable across runs and hosts, and wide enough that distinct places of a large
+    dataset do not collide (one CRC-32 would, past ~77k images).
 
     Two CRCs of different polynomials side by side (zlib's CRC-32, and CRC-32C in hardware via
-    google-crc32c): 4.7 us for a 16 KB JPEG on the 2-core VM where BLAKE2b took 17.5 us, which
-    was half of reading a folder of photo-sized images (cProfile of `file_reader._read_here`).
-    Not a cryptographic hash: two CRCs are linear, so images made to collide do (a fixed 9-byte
-    XOR pattern keeps the id); images that merely differ collide as rarely as under any 63-bit
-    hash. Ids only tell a dataset's own images apart. (A checkpoint written mid-epoch by a
-    version that used BLAKE2b holds ids this one does not make: resumed here, that epoch's read
-    rows are read again.)"""
-    return ((zlib.crc32(image) << 32) | google_crc32c.value(image)) >> 1
+    google-crc32c) of the key, plus `member` times an odd constant, modulo 2^63. Not a cryptographic
+    hash: ids only tell a dataset's own samples apart. Derived from the place, not the image
+    bytes (ids up to 2026-11 were), so byte-identical images in two files are two samples, and
+    reading a folder of photo-sized images no longer pays a CRC over every image. (A checkpoint
+    written mid-epoch by a version that derived ids from the bytes holds ids this one does not
+    make: resumed here, that epoch's read rows are read again.)"""
+    data = key.encode() if isinstance(key, str) else key
+    base = ((zlib.crc32(data) << 32) | google_crc32c.value(data)) >> 1
+    return (base + member * MEMBER_STEP) & ID_MASK if member else base
 
 
-def derived_ids(images: Iterable[bytes]) -> list[int]:
-    """`derived_id` of each image, in one loop (8 % less than a call per image: 10.6 ms for
-    20,000 images of 700 bytes; the CRCs themselves are the rest)."""
+def derived_ids(paths: Iterable[str]) -> list[int]:
+    """`derived_id(path)` of each path (files that are one image each), in one loop."""
     crc32, crc32c = zlib.crc32, google_crc32c.value
-    return [((crc32(image) << 32) | crc32c(image)) >> 1 for image in images]
+    return [((crc32(key) << 32) | crc32c(key)) >> 1 for key in (path.encode() for path in paths)]
+
+
+def member_ids(key: str, first: int, count: int) -> pa.Array:
+    """`derived_id(key, n)` for n in `first`..`first + count - 1` (a Parquet row group's rows)."""
+    import numpy as np
+
+    members = np.arange(first, first + count, dtype=np.uint64)
+    ids = (np.uint64(derived_id(key)) + members * np.uint64(MEMBER_STEP)) & np.uint64(ID_MASK)
+    return pa.array(ids.astype(np.int64), pa.int64())
+
+
+def _place_key(channel: ChannelPlan, source: str) -> str | None:
+    """What a derived id of `source`'s samples is made from: the file's path relative to the
+    channel directory (`<opt_ml>/input/data/<channel>/`, the same on every host and run), or None
+    for a Pipe stream (its ids come from the image bytes)."""
+    if channel.input_mode == "Pipe":
+        return None
+    return source.rpartition(f"/input/data/{channel.name}/")[2]
 
 
 def example_row(record: bytes, fields=("image/encoded", "image/class/label", "id")) -> tuple[bytes, int, int]:
@@ -85,13 +114,14 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str) 
                    unit[2].decode(errors="replace") if len(names) > 2 else None)
         return
     fields = tuple(channel.fields)
+    key = None if channel.id_required else _place_key(channel, source)
     for n, record in enumerate(records):
         try:
             image, label, ident = example_values(record, fields)
         except DataError as exc:
             yield f"{source} record {n}", None, None, exc
             continue
-        yield f"{source} record {n}", image, label, ident
+        yield f"{source} record {n}", image, label, ident if ident is not None or key is None else derived_id(key, n)
 
 
 def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> Iterator[Sample]:
@@ -99,11 +129,13 @@ def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> I
 
     image_ext, label_ext, id_ext = channel.fields
     policy = skip_policy(channel.name, channel.max_corrupted_records)
+    place = None if channel.id_required else _place_key(channel, source)
     try:
         for offset, sample in iter_samples(stream, source):
             key = sample["__key__"].decode(errors="replace")
+            ident = pick(sample, id_ext) if id_ext else None
             yield (f"{source} sample {key} at byte {offset}", pick(sample, image_ext), pick(sample, label_ext),
-                   pick(sample, id_ext) if id_ext else None)
+                   ident if ident is not None or place is None else derived_id(place, offset))
     except RecordError as exc:
         if policy is None or not policy(exc):
             raise DataError(f"channel '{channel.name}': {exc}") from None
@@ -118,18 +150,22 @@ def parquet_samples(channel: ChannelPlan, stream, source: str, row_groups: list[
 
     image, label, sample_id = channel.fields
     fields = {"image": image, "label": label, "id": sample_id}
+    key = None if channel.id_required else _place_key(channel, source)
     for start, table in iter_groups(stream, source, row_groups, fields):
-        block = _checked_columns(table, fields, num_classes, channel.id_required)
+        block = _checked_columns(table, fields, num_classes, channel.id_required, key, start)
         if block is not None:
             yield block
             continue
         for n, data, value, ident in group_rows(table, start, fields):
-            yield f"{source} row {n}", data, value, ident
+            yield f"{source} row {n}", data, value, ident if ident is not None or key is None else derived_id(key, n)
 
 
-def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_required: bool) -> pa.Table | None:
+def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_required: bool,
+                     key: str | None = None, start: int = 0) -> pa.Table | None:
     """`table` as a block, if every row would pass `_checked`, judged column-wise; None if some
-    row might not (or the columns need a per-row conversion, as string labels do)."""
+    row might not (or the columns need a per-row conversion, as string labels do). Rows without
+    an id column get `derived_id(key, row)`, the table's rows counted from `start` (from the
+    image bytes when `key` is None)."""
     import pyarrow.compute as pc
 
     images, labels = table.column(fields["image"]), table.column(fields["label"])
@@ -150,7 +186,8 @@ def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_
     elif id_required:
         return None
     else:
-        ids = pa.array(derived_ids(images.to_pylist()), pa.int64())
+        ids = (member_ids(key, start, table.num_rows) if key is not None
+               else pa.array([derived_id(image) for image in images.to_pylist()], pa.int64()))
     return pa.table({"image": images.cast(pa.binary()), "label": labels.cast(pa.int64()), "id": ids}).combine_chunks()
 
 
@@ -168,10 +205,11 @@ def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: 
     images: list[bytes] = []
     labels: list[int] = []
     units: list[int] = []
+    paths: list[str] = []
     pending = 0
 
     def table() -> pa.Table:
-        columns = {"image": images, "label": labels, "id": derived_ids(images)}
+        columns = {"image": images, "label": labels, "id": derived_ids(paths)}
         if positions:
             columns["pos"] = [(unit << UNIT_SHIFT) | LAST for unit in units]
         return _table(columns)
@@ -180,18 +218,19 @@ def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: 
         if not data or (num_classes is not None and label >= num_classes):
             if images:
                 yield table()
-                images, labels, units, pending = [], [], [], 0
+                images, labels, units, paths, pending = [], [], [], [], 0
             sample = (prefix + path, data, label, None)
             yield ((unit[0], True), sample) if positions else sample
             continue
         images.append(data)
         labels.append(label)
+        paths.append(path)
         if positions:
             units.append(unit[0])
         pending += len(data) + ROW_OVERHEAD_BYTES
         if pending >= block_bytes:
             yield table()
-            images, labels, units, pending = [], [], [], 0
+            images, labels, units, paths, pending = [], [], [], [], 0
     if images:
         yield table()
 

@@ -126,10 +126,32 @@ def test_missing_file_and_non_mapping(tmp_path):
 
 def test_every_shipped_config_loads_and_plans(configs):
     from smlaunch.cluster.plan import LocalEnvironment, build_plan
+    from smlaunch.config.instance_types import known_spec
 
     for path in sorted(configs.glob("*.yaml")):
-        plan = build_plan(load_config(path), LocalEnvironment(cpus=2, gpus=0, started="t"))
-        assert plan.train_workers == 1 and plan.hosts, path.name
+        cfg = load_config(path)
+        plan = build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
+        gpus = sum(g.instance_count * known_spec(g.instance_type).gpus for g in cfg.cluster.instance_groups)
+        assert plan.train_workers == gpus and plan.hosts, path.name  # a CPU stand-in per planned GPU
+
+
+def test_imagenet_config_is_resnet50_with_the_standard_augmentation(configs):
+    from smlaunch.cluster.plan import LocalEnvironment, build_plan
+
+    cfg = load_config(configs / "imagenet.yaml")
+    assert [(g.instance_type, g.instance_count) for g in cfg.cluster.instance_groups] == [
+        ("ml.p4d.24xlarge", 2), ("ml.c5.18xlarge", 4)]
+    assert {c.input_mode for c in cfg.channels.values()} == {"FastFile"}
+    assert all(c.source.startswith("s3://") for c in cfg.channels.values())
+    ops = {op.op: op for op in cfg.pipeline.ops}
+    assert list(ops) == ["decode_image", "random_resized_crop", "horizontal_flip", "to_uint8_chw", "normalize"]
+    crop = ops["random_resized_crop"]
+    assert (crop.size, crop.scale, crop.validation_resize) == (224, (0.08, 1.0), 256)
+    assert ops["normalize"].mean == (0.485, 0.456, 0.406) and ops["normalize"].std == (0.229, 0.224, 0.225)
+    assert cfg.model.name == "resnet50" and cfg.model.num_classes is None  # the 1000 class folders say
+    plan = build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
+    assert plan.train_workers == 16 and plan.global_batch == 2048 and plan.learning_rate == pytest.approx(0.8)
+    assert [c.hosts for c in plan.channels] == [("algo-3", "algo-4", "algo-5", "algo-6")] * 2
 
 
 def test_seed_workload_is_the_classic_example(configs):

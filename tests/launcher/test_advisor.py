@@ -112,3 +112,36 @@ def test_several_train_workers_are_rated_per_worker_and_hosts_are_recommended_pe
     assert "GPU-bound 3200.0 images/s (4 train workers x 800.0)" in lines[0]
     assert f"recommend {best['hosts']} x {best['instance_type']} ({best['hosts_per_gpu_host']:g} per GPU host)" in lines[1]
     assert f"{same['hosts']} hosts ({same['hosts_per_gpu_host']:g} per GPU host)" in lines[2]
+
+
+def test_plan_predicts_for_its_cluster_from_a_measured_run(configs, tmp_path, capsys):
+    """`plan configs/imagenet.yaml --rates-from RUN`: the measured run's rates per train worker and
+    per chain slot, applied to the plan's 16 GPUs and 4 x 72 vCPUs; without a run, the line says how."""
+    import json
+
+    from smlaunch.launcher.cli import main
+
+    report, _ = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)  # 1600/s, 100/s a slot
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert main(["plan", str(configs / "imagenet.yaml")]) == 0
+    assert "advisor: no prediction without measured rates" in capsys.readouterr().out
+    assert main(["plan", str(configs / "imagenet.yaml"), "--rates-from", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("advisor:")]
+    assert lines[0].startswith(f"advisor: rates of {tmp_path / 'report.json'}: GPU-bound 1600.0 images/s per train "
+                               "worker (x 16 here = 25600.0), one chain slot 100.0 images/s"), lines
+    # 4 x 72 slots x 100/s = 28,800/s: the 16 workers' 25,600/s bound it.
+    assert lines[1] == "advisor: this plan, 4 x ml.c5.18xlarge: predicted 25600.0 images/s, bound by the trainer, " \
+        "$0.0014/epoch", lines
+    assert lines[2].startswith("advisor: recommend "), lines
+
+
+def test_plan_prediction_is_pipeline_bound_with_fewer_data_hosts(configs, tmp_path):
+    from smlaunch.launcher.advisor import advise_plan
+
+    report, _ = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)
+    hosts = [{"subcluster": "train", "instance_type": "ml.p4d.24xlarge", "vcpus": 96},
+             {"subcluster": "data", "instance_type": "ml.c5.18xlarge", "vcpus": 72}]
+    advisor = advise_plan(hosts, 8, report, {"max_data_hosts": 8}, {}, "dated")
+    assert advisor["planned"]["hosts"] == 1 and advisor["planned"]["bound"] == "pipeline"
+    assert advisor["planned"]["images_per_s"] == pytest.approx(7200)  # 72 slots x 100/s < 8 x 1600/s
+    assert advisor["table"][2]["images_per_s"] == pytest.approx(12800)  # 144 slots: the trainer's 12,800/s

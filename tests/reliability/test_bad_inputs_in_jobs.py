@@ -59,3 +59,52 @@ def test_an_empty_pipe_fifo_ends_the_job_instead_of_looping_on_empty_epochs(tmp_
     assert line == ("sm-launch: error: channel 'train': epoch 1 gave the train workers no full batch of "
                     "trainer.batch_size=32 (a step needs one); the channel is empty or too small "
                     "(an empty Pipe FIFO?)")
+
+
+def _folder_with_undecodable_images(root: Path, bad: int) -> Path:
+    """300 digits as PNGs in class folders, one of them copied byte for byte to a second file, and
+    `bad` files of one class that no decoder reads."""
+    from user_layouts import CLASSES, digits, write_image_folder
+
+    write_image_folder(root, digits("train")[:300])
+    first = sorted((root / CLASSES[3]).glob("*.png"))[0]
+    (root / CLASSES[3] / "copy.png").write_bytes(first.read_bytes())
+    for n in range(bad):
+        (root / CLASSES[5] / f"bad-{n}.png").write_bytes(b"not an image %d" % n)
+    return root
+
+
+@pytest.mark.ray
+def test_undecodable_images_over_max_corrupted_records_end_the_job_naming_the_file(tmp_path):
+    folder = _folder_with_undecodable_images(tmp_path / "data", bad=2)
+    result, line = run_job(tmp_path, f"channels.train.source={folder}", "channels.train.record_format=image_folder",
+                           "channels.train.max_corrupted_records=1")
+    assert result.returncode == 1
+    assert re.fullmatch(r"sm-launch: error: channel 'train': more than max_corrupted_records=1 corrupt records; the "
+                        r"last: channel 'train': digit-5/bad-[01]\.png \(sample id \d+\): undecodable image \(cannot "
+                        r"identify image file; 14 bytes starting b'not an i'\)", line), line
+
+
+@pytest.mark.ray
+def test_an_undecodable_image_is_skipped_under_max_corrupted_records_and_identical_images_are_two_samples(tmp_path):
+    """Skipped once in the whole run (every epoch meets it), counted and named in the report; the
+    two byte-identical files are two samples, each drawn once per epoch."""
+    import json
+
+    folder = _folder_with_undecodable_images(tmp_path / "data", bad=1)
+    args = [sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "tiny.yaml"),
+            "--set", f"run.dir={tmp_path}", "--set", "run.name=r", "--set", "trainer.steps=20",
+            "--set", f"channels.train.source={folder}", "--set", "channels.train.record_format=image_folder",
+            "--set", "channels.train.max_corrupted_records=1"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=480)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"WARNING: channel 'train': skipped a corrupt record: channel 'train': digit-5/bad-0\.png "
+                     r"\(sample id \d+\): undecodable image", result.stdout), result.stdout[-3000:]
+    report = json.loads((tmp_path / "r/hosts/algo-1/opt/ml/output/data/report.json").read_text())
+    corrupt = report["corrupt_records"]["train"]
+    assert (corrupt["skipped"], corrupt["limit"], len(corrupt["first"])) == (1, 1, 1), corrupt
+    assert "digit-5/bad-0.png (sample id " in corrupt["first"][0]
+    assert report["summary"]["corrupt_records_skipped"] == 1
+    epochs = report["sample_accounting"]["epochs"]
+    assert len(epochs) >= 2 and epochs[0]["complete"], epochs
+    assert (epochs[0]["distinct"], epochs[0]["duplicated"]) == (301, 0), epochs[0]  # 300 + the copy, not the bad one

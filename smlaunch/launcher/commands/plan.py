@@ -19,6 +19,9 @@ def add_arguments(parser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true",
                         help="print the plan (and the resolved config) as one JSON object instead")
+    parser.add_argument("--rates-from", metavar="RUN", dest="rates_from",
+                        help="a run of this model and chain (its directory or report.json): add the advisor's "
+                             "prediction for this plan's cluster from its measured rates")
 
 
 def main(args, failure) -> int:
@@ -30,7 +33,30 @@ def main(args, failure) -> int:
         return 0
     for line in plan_lines(job.cfg, job.plan):
         log.log(RESULT, line)
+    for line in prediction_lines(job.cfg, job.plan, args.rates_from):
+        log.log(RESULT, line)
     return 0
+
+
+def prediction_lines(cfg, plan, rates_from: str | None) -> list[str]:
+    """The advisor's prediction for this plan's cluster (`advisor.advise_plan`), from the rates a
+    run measured; without one, the line says how to get it."""
+    if not rates_from:
+        return ["advisor: no prediction without measured rates: run this config briefly (e.g. --set "
+                "trainer.steps=300) and plan again with --rates-from RUN_DIR"]
+    import json
+
+    from smlaunch.cluster.prices import PRICES_DATED, price_table
+    from smlaunch.launcher.advisor import advise_plan, plan_advice_lines
+    from smlaunch.launcher.commands.report import find_report
+
+    path = find_report(rates_from)
+    measured = json.loads(path.read_text())
+    hosts = [{"subcluster": h.subcluster, "instance_type": h.instance_type, "vcpus": h.vcpus or h.num_cpus}
+             for h in plan.hosts]
+    advisor = advise_plan(hosts, plan.train_workers, measured, cfg.monitor.model_dump(),
+                          price_table(cfg.monitor.prices), PRICES_DATED)
+    return plan_advice_lines(advisor, str(path))
 
 
 def plan_json(cfg, plan) -> dict:

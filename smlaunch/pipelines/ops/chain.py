@@ -87,8 +87,9 @@ class Chain:
     """
 
     def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None,
-                 channel: str | None = None):
+                 channel: str | None = None, max_corrupted_records: int = 0):
         self.channel = channel
+        self.max_corrupted_records = max_corrupted_records
         self.ops = list(ops)
         self.host_names = host_names
         self.train = train
@@ -99,15 +100,20 @@ class Chain:
         if self._steps is None:
             self._steps = plan_steps(self.ops)
         ids = np.asarray(batch["id"], dtype=np.int64)
-        rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
+        labels = np.asarray(batch["label"], dtype=np.int64)
+        positions = np.asarray(batch["pos"], dtype=np.int64) if "pos" in batch else None
         started = time.perf_counter()
-        images = list(batch["image"])
-        try:
-            for step in self._steps:
-                images = step(images, rng, self.train)
-        except UndecodableImage as exc:  # name the sample (its id is in the record), not a batch row
-            where = f"channel '{self.channel}': " if self.channel else ""
-            raise DataError(f"{where}sample id {int(ids[exc.row])}: {exc.reason}") from None
+        while True:
+            try:
+                images = self._run(list(batch["image"]), ids)
+                break
+            except UndecodableImage as exc:  # `row` of the images decode_image was given: the batch's
+                row, reason = exc.row, exc.reason
+            self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
+            keep = np.arange(len(ids)) != row
+            batch = {"image": [image for image, kept in zip(batch["image"], keep) if kept]}
+            ids, labels = ids[keep], labels[keep]
+            positions = positions[keep] if positions is not None else None
         # Each row carries its share of the batch's chain time: summed per host by the trainer,
         # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
         # worker process's first batch pays for its imports (torchvision: seconds) and is marked
@@ -115,12 +121,36 @@ class Chain:
         global _PROCESS_WARM
         seconds = (time.perf_counter() - started) / max(len(ids), 1) if _PROCESS_WARM else -1.0
         _PROCESS_WARM = True
-        out = {"image": images, "label": np.asarray(batch["label"], dtype=np.int64), "id": ids,
+        out = {"image": images, "label": labels, "id": ids,
                "host": np.full(len(ids), self._host_index(), dtype=np.int16),
                "prep_s": np.full(len(ids), seconds, dtype=np.float32)}
-        if "pos" in batch:  # a File channel's positions (`pipelines.order`): what a checkpoint resumes from
-            out["pos"] = np.asarray(batch["pos"], dtype=np.int64)
+        if positions is not None:  # a File channel's positions (`pipelines.order`): what a checkpoint resumes from
+            out["pos"] = positions
         return out
+
+    def _run(self, images: list, ids: np.ndarray):
+        """The steps over `images`; the random draws depend on the seed and the rows' ids only."""
+        if not images:  # every image of the batch was skipped
+            return np.empty((0, *self._out_shape()), np.uint8)
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
+        for step in self._steps:
+            images = step(images, rng, self.train)
+        return images
+
+    def _undecodable(self, sample_id: int, reason: str) -> None:
+        """Skip the sample under the channel's `max_corrupted_records` (counted with its damaged
+        records, its file named from the id: `corrupt.undecodable_sample`), else fail in one line."""
+        if self.channel is None:
+            raise DataError(f"sample id {sample_id}: {reason}")
+        from smlaunch.pipelines.corrupt import undecodable_sample
+
+        undecodable_sample(self.channel, self.max_corrupted_records, sample_id, reason)
+
+    def _out_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of an image out of the chain: the last crop's size."""
+        size = next(spec.size for spec in reversed(self.ops) if spec.op in ("random_resized_crop", "center_crop"))
+        mode = next(spec.mode for spec in self.ops if spec.op == "decode_image")
+        return (1 if mode == "L" else 3), size, size
 
     def _host_index(self) -> int:
         name = this_host()

@@ -73,6 +73,9 @@ class UndecodableImage(DataError):
 def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, train: bool) -> Images:
     from PIL import Image
 
+    if not train and spec.validation_resize:
+        return center_crop(resize(images, specs.Resize(op="resize", size=spec.validation_resize), rng, train),
+                           specs.CenterCrop(op="center_crop", size=spec.size), rng, train)
     out = []
     for img in images:
         h, w = img.shape[:2]

@@ -67,6 +67,43 @@ def test_undecodable_image_is_a_data_error(configs):
         Chain(_ops(configs), [], seed=0, channel="train")(batch)
 
 
+def test_undecodable_images_the_counter_lets_pass_leave_the_batch(configs, monkeypatch):
+    """Skipped rows leave with their labels and ids; a batch of nothing but skipped images is an
+    empty batch of the chain's output shape. (The counter itself: tests/reliability/test_bad_inputs_in_jobs.py.)"""
+    from smlaunch.pipelines import corrupt
+
+    asked = []
+    monkeypatch.setattr(corrupt, "undecodable_sample", lambda *args: asked.append(args))
+    batch = _batch(4)
+    batch["image"][1] = batch["image"][3] = b"not an image"
+    chain = Chain(_ops(configs), [], seed=0, channel="train", max_corrupted_records=2)
+    out = chain(batch)
+    assert [a[:3] for a in asked] == [("train", 2, int(batch["id"][1])), ("train", 2, int(batch["id"][3]))]
+    assert out["id"].tolist() == batch["id"][[0, 2]].tolist() and out["label"].tolist() == batch["label"][[0, 2]].tolist()
+    assert out["image"].shape == (2, 3, 32, 32) and len(out["host"]) == len(out["prep_s"]) == 2
+    assert chain({"image": [b"x", b"y"], "label": np.array([1, 2]), "id": np.array([5, 6])})["image"].shape == \
+        (0, 3, 32, 32)
+
+
+def test_random_resized_crop_with_validation_resize_evaluates_as_resize_then_center_crop():
+    """ImageNet's evaluation transform, Resize(256) + CenterCrop(224), scaled down; training is unchanged."""
+    from smlaunch.config import op_specs as specs
+    from smlaunch.pipelines.ops.transforms import center_crop, random_resized_crop, resize
+
+    rng = np.random.default_rng(0)
+    images = [np.random.default_rng(1).integers(0, 255, (30, 45, 3), dtype=np.uint8)]
+    spec = specs.RandomResizedCrop(op="random_resized_crop", size=14, validation_resize=16)
+    expected = center_crop(resize(images, specs.Resize(op="resize", size=16), rng, False),
+                           specs.CenterCrop(op="center_crop", size=14), rng, False)
+    got = random_resized_crop(images, spec, rng, False)
+    assert got[0].shape == (14, 14, 3) and np.array_equal(got[0], expected[0])
+    plain = specs.RandomResizedCrop(op="random_resized_crop", size=14)
+    assert np.array_equal(random_resized_crop(images, spec, np.random.default_rng(2), True)[0],
+                          random_resized_crop(images, plain, np.random.default_rng(2), True)[0])
+    with pytest.raises(ValueError, match="validation_resize"):
+        specs.RandomResizedCrop(op="random_resized_crop", size=14, validation_resize=12)
+
+
 def test_resize_center_crop_and_color_jitter(configs):
     from smlaunch.config import op_specs as specs
     from smlaunch.pipelines.ops.transforms import center_crop, color_jitter, resize

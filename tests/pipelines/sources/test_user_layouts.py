@@ -1,7 +1,7 @@
 """Every record format in every input mode SageMaker can deliver it in, read through Ray Data on two
 simulated data hosts from files written by the users' own tools (tests/user_layouts.py): each
-sample exactly once, with the label its writer gave it and its id (given, or derived from the
-image bytes). Delivery is the local stand-in for SageMaker's (`deliver_channels`,
+sample exactly once, with the label its writer gave it and its id (given, or derived from its
+place: file and record, row or byte offset; a Pipe stream's from its image bytes). Delivery is the local stand-in for SageMaker's (`deliver_channels`,
 `start_pipe_agents`), as in a run; whole jobs on these layouts are in
 tests/launcher/test_user_data_jobs.py."""
 
@@ -77,7 +77,35 @@ def upload(s3, folder: Path, prefix: str) -> str:
 
 
 def derived(rows):
+    """(label, id) of `rows` as a Pipe stream derives ids: from the image bytes."""
     return sorted((label, derived_id(image)) for image, label, _ in rows)
+
+
+def placed(folder: Path, record_format: str, rels: dict[str, str] | None = None):
+    """(label, id) of every sample in `folder`'s files as a File or FastFile read derives ids: from
+    the file's path in the channel (`rels`: file name -> that path, when a manifest renames) and
+    the sample's record index, row or byte offset there."""
+    import pyarrow.parquet as pq
+
+    from smlaunch.pipelines.formats import iter_records
+    from smlaunch.pipelines.formats.example import example_values
+    from smlaunch.pipelines.formats.webdataset import iter_samples
+
+    out = []
+    suffix = {"webdataset": ".tar", "parquet": ".parquet"}.get(record_format)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if (rels is not None and path.name not in rels) or (rels is None and path.suffix != suffix):
+            continue
+        rel = rels[path.name] if rels is not None else str(path.relative_to(folder))
+        if record_format == "webdataset":
+            with open(path, "rb") as stream:
+                out += [(int(s["cls"]), derived_id(rel, offset)) for offset, s in iter_samples(stream, rel)]
+        elif record_format == "parquet":
+            out += [(int(label), derived_id(rel, n)) for n, label in enumerate(pq.read_table(path)["label"].to_pylist())]
+        else:
+            out += [(int(example_values(r, ("image/encoded", "image/class/label"))[1]), derived_id(rel, n))
+                    for n, r in enumerate(iter_records(path, "tfrecord"))]
+    return sorted(out)
 
 
 @pytest.mark.ray
@@ -87,7 +115,7 @@ def test_image_folder_written_by_pil(data_cluster, tmp_path, rows, s3, mode, dis
     source = upload(s3, root, "folder") if mode == "FastFile" else root
     from PIL import Image
 
-    expected = sorted((label, derived_id(p.read_bytes())) for label, name in enumerate(CLASSES)
+    expected = sorted((label, derived_id(f"{name}/{p.name}")) for label, name in enumerate(CLASSES)
                       for p in (root / name).glob("*.png"))
     assert Image.open(next((root / CLASSES[3]).glob("*.png"))).format == "PNG" and len(expected) == ROWS
 
@@ -109,7 +137,7 @@ def test_webdataset_written_by_tarwriter(data_cluster, tmp_path, rows, s3, mode,
     got = read(data_cluster, tmp_path, channel(f"wds{mode}{distribution[0]}", source, record_format="webdataset",
                                                 input_mode=mode, s3_distribution=distribution),
                s3_endpoint=s3.meta.endpoint_url)
-    assert got == derived(rows)
+    assert got == (derived(rows) if mode == "Pipe" else placed(tmp_path / "wds", "webdataset"))
 
 
 @pytest.mark.ray
@@ -124,7 +152,7 @@ def test_parquet_written_by_pyarrow_split_by_row_group(data_cluster, tmp_path, r
 
     got = read(data_cluster, tmp_path, channel(f"pq{mode}", source, record_format="parquet", input_mode=mode, **keys),
                s3_endpoint=s3.meta.endpoint_url, listing_check=groups)
-    assert got == (derived(rows) if hf_struct else sorted((label, ident) for _, label, ident in rows))
+    assert got == (placed(tmp_path / "pq", "parquet") if hf_struct else sorted((label, ident) for _, label, ident in rows))
 
 
 @pytest.mark.ray
@@ -137,7 +165,8 @@ def test_slim_tfrecords_listed_by_a_manifest_file(data_cluster, tmp_path, rows, 
                                    [p.name.removeprefix("validation-") for p in shards[:2]])
     got = read(data_cluster, tmp_path, channel(f"slim{mode}", manifest, input_mode=mode, s3_data_type="ManifestFile",
                                                 record_format="tfrecord"))
-    assert got == derived(rows[:ROWS // 2])
+    listed = {p.name: p.name for p in shards[:2]}  # under the prefix's last `/`, as delivered
+    assert got == (derived(rows[:ROWS // 2]) if mode == "Pipe" else placed(tmp_path / "slim", "tfrecord", listed))
 
 
 @pytest.mark.ray
@@ -146,7 +175,7 @@ def test_file_system_channel_is_mounted_and_split_between_two_hosts(data_cluster
     ch = channel("fsx", tmp_path / "fsx", record_format="webdataset",
                  file_system={"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/fsx/digits"})
     got = read(data_cluster, tmp_path, ch)
-    assert got == derived(rows)
+    assert got == placed(tmp_path / "fsx", "webdataset")
     for host in HOSTS:  # mounted, not copied: the same folder on both hosts
         mounted = tmp_path / host / "opt/ml/input/data/fsx"
         assert mounted.is_symlink() and mounted.resolve() == (tmp_path / "fsx").resolve()
@@ -186,8 +215,13 @@ def test_bad_webdataset_samples_fail_in_one_line_or_are_skipped_and_counted(data
 
     start_counter({"bad2": 3})
     got = read(data_cluster, tmp_path, channel("bad2", folder, record_format="webdataset", max_corrupted_records=3))
-    kept_first = derived(rows[:20])
-    assert set(kept_first) <= set(got) and (rows[2][1], derived_id(rows[2][0])) in got
+    kept_first = placed(folder, "webdataset", {"shard-0000.tar": "shard-0000.tar"})
+    assert len(kept_first) == 20 and set(kept_first) <= set(got)
+    with open(folder / "shard-0002.tar", "rb") as stream:
+        from smlaunch.pipelines.formats.webdataset import iter_samples
+
+        offset = next(o for o, sample in iter_samples(stream, "") if sample["__key__"] == b"good")
+    assert (rows[2][1], derived_id("shard-0002.tar", offset)) in got
     summary = corrupt_summary()["bad2"]
     assert summary["skipped"] == 3, summary
     firsts = " | ".join(summary["first"])
@@ -209,7 +243,7 @@ def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_one
     (root / "extra").mkdir()
     for n in range(2):
         (root / "extra" / f"x{n}.png").write_bytes(next((root / CLASSES[1]).glob("*.png")).read_bytes())
-    good = sorted((label, derived_id(p.read_bytes())) for label, name in enumerate(CLASSES)
+    good = sorted((label, derived_id(f"{name}/{p.name}")) for label, name in enumerate(CLASSES)
                   for p in (root / name).glob("*.png") if p.stat().st_size)
     start_counter({"badfolder": 0})
     message = read_error(data_cluster, tmp_path / "a", channel("badfolder", root, record_format="image_folder"))
@@ -281,4 +315,4 @@ def test_parquet_without_the_label_column_names_the_columns(data_cluster, tmp_pa
     assert "x.parquet: no column image, label (columns: img, target); set the channel's fields" in message, message
     got = read(data_cluster, tmp_path, channel("pqgood", tmp_path / "pq", record_format="parquet",
                                                fields={"image": "img", "label": "target"}))
-    assert got == derived(rows[:10])
+    assert got == sorted((label, derived_id("x.parquet", n)) for n, (_, label, _) in enumerate(rows[:10]))
