@@ -110,8 +110,8 @@ def test_container_submit_uploads_creates_the_job_and_its_entrypoint_runs(aws, c
     assert "every dependency is installed; the shipped code goes on PYTHONPATH" in ran.stdout
     assert "pip install" not in ran.stdout
     assert "SageMaker job: this host is algo-1 (head, train_group)" in ran.stdout
-    assert "train: File tfrecord (FullyReplicated) from builtin:digits/train -> /opt/ml/input/data/train on algo-2" \
-        in ran.stdout
+    assert "train: File tfrecord (FullyReplicated, new order each epoch (seed 0)" in ran.stdout
+    assert "from builtin:digits/train -> /opt/ml/input/data/train on algo-2" in ran.stdout
     assert token not in ran.stdout + ran.stderr
 
 

@@ -98,7 +98,8 @@ def plan_lines(cfg, plan) -> list[str]:
                   else [c.distribution]) + ([c.s3_data_type] if c.s3_data_type != "S3Prefix" else []) + (
             [f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else []) + (
             [f"fields {', '.join(f or '-' for f in c.fields)}"] if _custom_fields(c) else []) + (
-            [f"skip up to {c.max_corrupted_records} corrupt"] if c.max_corrupted_records else [])
+            [f"skip up to {c.max_corrupted_records} corrupt"] if c.max_corrupted_records else []) + (
+            [_order(cfg, c)] if c.input_mode != "Pipe" else [])
         where = f"/opt/ml/input/data/{c.name}" + ("_<epoch>" if c.input_mode == "Pipe" else "")
         lines.append(f"  {c.name}: {c.input_mode} {c.record_format} ({', '.join(extras)}) from {c.source} -> "
                      f"{where} on {', '.join(c.hosts)}")
@@ -162,3 +163,17 @@ def _custom_fields(channel) -> bool:
 
 def _mib(size: int | None) -> str:
     return f"{size // 2**20}MiB" if size else "ray-default"
+
+
+def _order(cfg, c) -> str:
+    """How a File or FastFile channel is ordered (`pipelines.order`), and the trainer's buffer for `train`."""
+    if not c.shuffle:
+        return "one fixed order"
+    text = f"new order each epoch (seed {cfg.seed}), {c.open_units} files open per pass"
+    buffer = cfg.channels[c.name].shuffle.buffer_rows
+    if c.name == "train" and buffer:
+        from smlaunch.config.op_specs import CenterCrop, RandomResizedCrop
+
+        crop = next((op.size for op in reversed(cfg.pipeline.ops) if isinstance(op, (RandomResizedCrop, CenterCrop))), 0)
+        text += f", {buffer}-row shuffle buffer per train worker (~{buffer * 3 * crop * crop / 1e6:.0f} MB)"
+    return text
