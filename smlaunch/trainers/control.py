@@ -4,14 +4,16 @@ Several ranks must take every step together (DDP's gradient all-reduce and a che
 are collectives); a rank that went another way would leave the others waiting forever. With
 uneven shards (no rows dropped to equalise them) one rank runs out of batches before another, and
 a stop request reaches ranks at different moments. So before each step the ranks exchange, in one
-all-reduce of seven numbers on a gloo group (CPU tensors: no GPU synchronisation):
+all-reduce of nine numbers on a gloo group (CPU tensors: no GPU synchronisation):
 
 * how many ranks hold a full step's micro-batches, and how many hold any: all of them means a
   normal DDP step; some means a *drain* step (the ranks with data compute without DDP's sync, then
   sum gradients and micro-batch counts explicitly, so ranks without data still take the step and
   every rank ends it with the same weights); none means the epoch is over, on every rank at once;
-* whether any rank saw the stop request (`launcher.stopping` writes it to Ray's KV store; each rank
-  reads it at most once a second);
+* whether rank 0 saw the stop request (`launcher.stopping` writes it to Ray's KV store; rank 0
+  reads it at most once a second) or a lost host (`LostHostGuard`, every 2 s): one watcher per
+  job, whose verdict every rank has at the next step at no extra cost, where a poll per rank
+  would cost the KV store and Ray's node table a request per rank per interval;
 * the previous step's numbers (loss, micro-batches, images, data wait, step time), summed, so the
   step record rank 0 reports covers every rank, one step late and at no extra cost.
 
@@ -63,8 +65,10 @@ def record(step: int, epoch: int, numbers: list[float], world: int) -> dict:
 
 
 class Control:
-    def __init__(self, world: int):
-        self.world = world
+    def __init__(self, world: int, rank: int = 0, guard=None):
+        self.world, self.rank = world, rank
+        self.guard = guard
+        """A `LostHostGuard`, polled by rank 0 between steps; the others use it when told to."""
         self.group = None
         self._stop_seen, self._last_poll = False, 0.0
         if world > 1:
@@ -75,7 +79,7 @@ class Control:
 
     def _stop_locally(self) -> bool:
         now = time.monotonic()
-        if not self._stop_seen and now - self._last_poll >= POLL_S:
+        if self.rank == 0 and not self._stop_seen and now - self._last_poll >= POLL_S:
             self._last_poll = now
             from ray.experimental import internal_kv
 
@@ -83,12 +87,23 @@ class Control:
         return self._stop_seen
 
     def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None) -> Decision:
+        """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost."""
         stop = self._stop_locally()
-        values = [float(full), float(any_data), float(stop)] + (previous.as_list() if previous else [0.0] * 5)
+        lost = self.guard.error() if self.guard is not None and self.rank == 0 else None
+        values = [float(full), float(any_data), float(stop), float(lost is not None)] + \
+            (previous.as_list() if previous else [0.0] * 5)
         if self.world > 1:
             values = self._all_reduce(values)
+        if values[3] > 0:
+            raise lost or self._lost_elsewhere()
         return Decision(all_full=values[0] == self.world, any_data=values[1] > 0, stop=values[2] > 0,
-                        previous=values[3:] if previous is not None else None)
+                        previous=values[4:] if previous is not None else None)
+
+    def _lost_elsewhere(self) -> Exception:
+        """Rank 0's verdict, looked up again here (once, on the way out) for its exact message."""
+        from smlaunch.pipelines.sources.host_loss import HostLost
+
+        return self.guard.error(force=True) or HostLost("rank 0 found a host of a fragile channel lost")
 
     def flush(self, previous: StepNumbers) -> list[float]:
         """The last step's numbers over all ranks (every rank calls it once, after its last step)."""

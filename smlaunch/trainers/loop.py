@@ -62,7 +62,7 @@ class _Run:
         ctx = ray.train.get_context()
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
         self.device = ray.train.torch.get_device()
-        self.control = Control(self.world)
+        self.control = Control(self.world, self.rank, self.guard)  # rank 0 watches the hosts between steps
         self.outbox = Outbox(enabled=self.rank == 0)  # the launcher's console: progress, metric lines, notes
         self.raw_model = create_model(spec.model, spec.num_classes, spec.image_size)
         self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
@@ -180,7 +180,6 @@ class _Run:
                 return None, True
             steps_here += 1
             pending = self._train_step(micro, decision.all_full, waited, started)
-            self.guard.check()
             if self.t.checkpoint_interval and self.step % self.t.checkpoint_interval == 0:
                 self._save()
         return pending, False
