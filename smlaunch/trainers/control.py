@@ -17,6 +17,12 @@ all-reduce of nine numbers on a gloo group (CPU tensors: no GPU synchronisation)
 * the previous step's numbers (loss, micro-batches, images, data wait, step time), summed, so the
   step record rank 0 reports covers every rank, one step late and at no extra cost.
 
+The all-reduce is recursive doubling on gloo's point-to-point sends (`_all_reduce`): log2(n)
+rounds, 7 at 128 ranks, where gloo's own all-reduce is a ring of 2 (n - 1) sequential hops, 254 at
+128 ranks. Nine numbers are all latency, so the hop count is the cost: bench/long_run.py measures a
+hop and puts the ring at about 19 % of a 300 ms step at 128 ranks, recursive doubling at about 1 %
+(BENCHMARKS.md "control_exchange").
+
 Objects (the resume state, accounting ids, parameter digests) travel on the same gloo group, as
 NCCL cannot gather objects.
 """
@@ -65,14 +71,17 @@ def record(step: int, epoch: int, numbers: list[float], world: int) -> dict:
 
 
 class Control:
-    def __init__(self, world: int, rank: int = 0, guard=None):
-        self.world, self.rank = world, rank
+    def __init__(self, world: int, rank: int | None = None, guard=None):
+        self.world, self.rank = world, 0 if world == 1 else rank
         self.guard = guard
         """A `LostHostGuard`, polled by rank 0 between steps; the others use it when told to."""
         self.group = None
         self._stop_seen, self._last_poll = False, 0.0
         if world > 1:
             import torch.distributed as dist
+
+            if self.rank is None:
+                self.rank = dist.get_rank()
 
             # all ranks create it, in the same order; the default group already is gloo on CPU
             self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
@@ -111,11 +120,31 @@ class Control:
         return self._all_reduce(values) if self.world > 1 else values
 
     def _all_reduce(self, values: list[float]) -> list[float]:
+        """The sum over ranks, by recursive doubling: in round k rank r swaps its partial sum with
+        rank r ^ 2^k and adds. Both sides add the same two operands, and float addition commutes,
+        so every rank ends with the very same bits (the ranks' decisions must agree). With a world
+        that is not a power of two, ranks p.. (p the largest power of two below) first hand their
+        numbers to rank r - p and get the result back from it at the end."""
         import torch
         import torch.distributed as dist
 
-        tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, group=self.group)
+        tensor, other = torch.tensor(values, dtype=torch.float64), torch.empty(len(values), dtype=torch.float64)
+        rank, p = self.rank, 1 << (self.world.bit_length() - 1)
+        if rank >= p:
+            dist.send(tensor, rank - p, group=self.group)
+            dist.recv(tensor, rank - p, group=self.group)
+            return tensor.tolist()
+        if rank + p < self.world:
+            dist.recv(other, rank + p, group=self.group)
+            tensor = tensor + other
+        mask = 1
+        while mask < p:
+            sent = dist.isend(tensor, rank ^ mask, group=self.group)
+            dist.recv(other, rank ^ mask, group=self.group)
+            sent.wait()
+            tensor, mask = tensor + other, mask << 1
+        if rank + p < self.world:
+            dist.send(tensor, rank + p, group=self.group)
         return tensor.tolist()
 
     def broadcast(self, value, src: int = 0):
