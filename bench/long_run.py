@@ -51,8 +51,8 @@ def feed_steps(steps: int, rate: float):
     for step in tqdm(range(1, steps + 1), desc="step records", unit="step", mininterval=2, file=sys.stdout):
         step_s = (1 / rate) * (3.0 if rng.random() < 0.001 else rng.uniform(0.9, 1.1))
         t += step_s
-        log.add({"step": step, "t": round(t, 3), "epoch": 1 + (step - 1) // 5000, "loss": round(2 / math.log(step + 2), 5),
-                 "step_time_s": round(step_s, 5), "data_wait_s": round(step_s * rng.uniform(0, 0.1), 5),
+        log.add({"step": step, "t": round(t, 3), "epoch": 1 + (step - 1) // 5000,
+                 "loss": round(2 / math.log(step + 2), 5), "step_time_s": round(step_s, 5), "data_wait_s": round(step_s * rng.uniform(0, 0.1), 5),
                  "images_per_s": round(2048 / step_s, 2)})
     return log
 
@@ -68,8 +68,8 @@ def host_day(seconds: float, gpus: int, start: float):
     kept = Buckets(MAX_SAMPLES, new=lambda x: {"n": 1, **x}, merge=merge_samples)
     for i in tqdm(range(int(seconds / SAMPLE_S)), desc=f"samples, {gpus}-GPU host", unit="sample", mininterval=2,
                   file=sys.stdout):
-        sample = {"t": round(start + i * SAMPLE_S, 3), "cpu_pct": rng.uniform(20, 95), "host_cpu_pct": rng.uniform(20, 95),
-                  "iowait_pct": rng.uniform(0, 5), "mem_pct": rng.uniform(30, 60), "net_sent_bps": rng.randrange(10**9),
+        sample = {"t": round(start + i * SAMPLE_S, 3), "cpu_pct": rng.uniform(20, 95),
+                  "host_cpu_pct": rng.uniform(20, 95), "iowait_pct": rng.uniform(0, 5), "mem_pct": rng.uniform(30, 60), "net_sent_bps": rng.randrange(10**9),
                   "net_recv_bps": rng.randrange(10**9)}
         if gpus:
             sample["gpu_pct"] = [rng.uniform(60, 100) for _ in range(gpus)]
@@ -96,7 +96,8 @@ def plan_of(hosts: int, tmp: str):
     gpu_hosts = max(1, hosts // 5)
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [
         f"run.dir={tmp}", "cluster.instance_groups.0.instance_type=ml.p4d.24xlarge",
-        f"cluster.instance_groups.0.instance_count={gpu_hosts}", "cluster.instance_groups.1.instance_type=ml.c5.4xlarge",
+        f"cluster.instance_groups.0.instance_count={gpu_hosts}",
+        "cluster.instance_groups.1.instance_type=ml.c5.4xlarge",
         f"cluster.instance_groups.1.instance_count={hosts - gpu_hosts}"])
     return cfg, build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
 
@@ -158,8 +159,8 @@ def long_run(args) -> None:
     gpu_day, cpu_day = host_day(day_s, 8, first_t), host_day(day_s, 0, first_t)
     with tempfile.TemporaryDirectory() as tmp:
         cfg, plan = plan_of(args.hosts, tmp)
-        result = {"steps": list(log.recent), "step_series": log.to_dict(), "validation": [], "epochs": log.last["epoch"],
-                  "final_step": log.count, "host_rows": {h.name: 1000 for h in plan.hosts},
+        result = {"steps": list(log.recent), "step_series": log.to_dict(), "validation": [],
+                  "epochs": log.last["epoch"], "final_step": log.count, "host_rows": {h.name: 1000 for h in plan.hosts},
                   "chain_by_host": {h.name: {"train_rows": 1000, "chain_s": 50.0} for h in plan.hosts
                                     if h.subcluster == "data"}}
         built = time.perf_counter()

@@ -34,7 +34,8 @@ class Buckets:
 
     `new(record)` makes a one-record bucket (holding its count under "n"); `merge(a, b)` joins two
     adjacent buckets, a before b. Example:
-        >>> b = Buckets(4, new=lambda r: {"n": 1, "s": r}, merge=lambda a, c: {"n": a["n"] + c["n"], "s": a["s"] + c["s"]})
+        >>> b = Buckets(4, new=lambda r: {"n": 1, "s": r},
+        ...             merge=lambda a, c: {"n": a["n"] + c["n"], "s": a["s"] + c["s"]})
         >>> for i in range(10): b.add(i)
         >>> [x["s"] for x in b.items], b.width
         ([6, 22, 17], 4)

@@ -47,7 +47,8 @@ class HostSampler:
         return self.host
 
     def samples(self) -> dict:
-        return {"host": self.host, "interval_s": self.interval_s * self.series.width, "samples": list(self.series.items)}
+        return {"host": self.host, "interval_s": self.interval_s * self.series.width,
+                "samples": list(self.series.items)}
 
     def stop(self) -> dict:
         self._stop.set()

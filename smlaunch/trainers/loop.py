@@ -309,7 +309,8 @@ class _Run:
             from smlaunch.trainers.export import save_model
 
             save_model(self.raw_model, self.spec.card(), self.step,
-                       {"loss": self.steps.last["loss"] if self.steps.last else None, "validation": self.validation[-1]})
+                       {"loss": self.steps.last["loss"] if self.steps.last else None,
+                        "validation": self.validation[-1]})
 
     def _save(self) -> None:
         """A checkpoint: every rank reports (a barrier), rank 0 writes the state, with the ids the group

@@ -95,5 +95,6 @@ def test_a_long_run_writes_a_bounded_number_of_points_each_the_mean_of_its_steps
     assert len(points) <= 8 + 4 * math.ceil(math.log2(1000 / 8)) + 1 and max(points) == 1000
     first = 0
     for last in sorted(points):
-        assert points[last] == pytest.approx(sum(2.0 / n for n in range(first + 1, last + 1)) / (last - first), rel=1e-5)
+        mean = sum(2.0 / n for n in range(first + 1, last + 1)) / (last - first)
+        assert points[last] == pytest.approx(mean, rel=1e-5)
         first = last
