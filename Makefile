@@ -48,6 +48,7 @@ bench: setup
 	$(VENV)/bin/python bench/ddp_scaling.py
 	$(VENV)/bin/python bench/advisor.py
 	$(VENV)/bin/python bench/seed_workload.py
+	$(VENV)/bin/python bench/long_run.py
 
 clean:
 	rm -rf $(VENV) .venv-sdk runs .pytest_cache

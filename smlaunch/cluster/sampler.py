@@ -12,6 +12,10 @@ What a sample holds:
 * `host_cpu_pct`, `iowait_pct`, `mem_pct`, `net_sent_bps`, `net_recv_bps`: the machine's, from
   psutil (on a simulated cluster every host reports the same machine).
 * `gpu_pct`, `gpu_mem_pct`: per-GPU lists from NVML (`nvidia-ml-py`) where a driver is present.
+* `n`: how many samples it stands for. A host keeps at most `MAX_SAMPLES` (`series.Buckets`): past
+  that, adjacent samples merge into their means and the reported `interval_s` doubles, so a day
+  on 80 hosts stays a few MB in report.json, a heat map column per sample and a bounded
+  TensorBoard file, with every sample's load still counted in the means.
 """
 
 from __future__ import annotations
@@ -20,17 +24,19 @@ import os
 import threading
 import time
 
-MAX_SAMPLES = 20_000
-"""Per host; past it every other sample is dropped and the interval doubles (hours of run stay bounded)."""
+MAX_SAMPLES = 512
+"""Per host; past it adjacent samples merge pairwise and the interval doubles (about the heat map's 600 columns)."""
 
 
 class HostSampler:
     """Ray actor body: `start()` begins sampling, `samples()` returns and keeps the series."""
 
     def __init__(self, host: str, node_cpus: float | None, interval_s: float, gpus: int | None = None):
+        from smlaunch.series import Buckets, merge_samples
+
         self.host, self.interval_s, self.gpus = host, interval_s, gpus
         self.node_cpus = max(node_cpus or _node_cpus(), 1e-9)
-        self.series: list[dict] = []
+        self.series = Buckets(MAX_SAMPLES, new=lambda x: {"n": 1, **x}, merge=merge_samples)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -41,7 +47,8 @@ class HostSampler:
         return self.host
 
     def samples(self) -> dict:
-        return {"host": self.host, "interval_s": self.interval_s, "samples": list(self.series)}
+        return {"host": self.host, "interval_s": self.interval_s * self.series.width,
+                "samples": list(self.series.items)}
 
     def stop(self) -> dict:
         self._stop.set()
@@ -78,10 +85,7 @@ class HostSampler:
             }
             if gpus:
                 sample.update(_gpu_sample(gpus))
-            self.series.append(sample)
-            if len(self.series) >= MAX_SAMPLES:
-                self.series = self.series[::2]
-                self.interval_s *= 2
+            self.series.add(sample)
             tree, cpu_times, net, last = tree_now, times_now, net_now, now
 
 

@@ -72,22 +72,21 @@ def verdict(summary: dict, utilisation: dict, advisor: dict | None = None) -> di
                            "compute_bound_wait_pct": COMPUTE_BOUND_WAIT_PCT}}
 
 
-def measured_rates(steps: list[dict], chain_by_host: dict) -> dict:
-    """The three rates of the module docstring, from the steady steps of the run, and the length
-    of an epoch as the trainer saw it (the median over epochs seen whole)."""
-    images = sum(s["images_per_s"] * s["step_time_s"] for s in steps)
-    step_s = sum(s["step_time_s"] for s in steps)
-    compute_s = sum(s["step_time_s"] - s["data_wait_s"] for s in steps)
+def measured_rates(steady: dict, chain_by_host: dict) -> dict:
+    """The three rates of the module docstring, from the steady steps' totals (`series.StepLog.steady`:
+    sums, so a day-long run costs what a short one does), and the length of an epoch as the trainer
+    saw it (the median over epochs seen whole)."""
+    images, step_s = steady["images"], steady["step_time_s"]
+    compute_s = step_s - steady["data_wait_s"]
     rows = sum(v["train_rows"] for v in chain_by_host.values())
     chain_s = sum(v["chain_s"] for v in chain_by_host.values())
-    epochs = sorted({s["epoch"] for s in steps})[1:-1]  # whole ones: not the first (warm-up cut), not the last
-    whole = [[s for s in steps if s["epoch"] == e] for e in epochs]
+    epochs = steady["epochs"]
+    whole = [epochs[e] for e in sorted(epochs)[1:-1]]  # whole ones: not the first (warm-up cut), not the last
     return {"measured_images_per_s": images / step_s if step_s else 0.0,
-            "gpu_bound_images_per_s": images / compute_s if compute_s > 0 else math.inf,
+            "gpu_bound_images_per_s": images / compute_s if compute_s > 1e-9 else math.inf,
             "per_slot_images_per_s": rows / chain_s if chain_s > 0 else None,
-            "epoch_s": statistics.median(sum(s["step_time_s"] for s in ss) for ss in whole) if whole else None,
-            "images_per_epoch": statistics.median(sum(s["images_per_s"] * s["step_time_s"] for s in ss)
-                                                  for ss in whole) if whole else None}
+            "epoch_s": statistics.median(e["step_time_s"] for e in whole) if whole else None,
+            "images_per_epoch": statistics.median(e["images"] for e in whole) if whole else None}
 
 
 def advise(report: dict, monitor: dict, prices: dict, epoch_images: int | None, dated: str) -> dict:

@@ -3,17 +3,19 @@
 Everything here is derived from `report.json` alone, so `sm-launch report RUN_DIR` can draw it
 again (after a crash, with other prices, or on a laptop from a job's downloaded output). Plots:
 
-* `throughput.png`: images/s per step over wall time, with the data wait % on a second axis;
-* `data_wait.png`: the share of each step spent waiting for the batch;
+* `throughput.png`: images/s per step over wall time (its min-max band where a point stands for a
+  bucket of steps), with the data wait % on a second axis;
+* `data_wait.png`: the share of each step (or bucket of steps) spent waiting for the batch;
 * `utilisation.png`: a heat map of CPU % (and GPU % where there are GPUs) per host over time,
   SageMaker Debugger's view: a GPU row going pale while the data rows glow is an input-bound run.
+
+Plots and TensorBoard read the report's bounded "step_series" (`smlaunch.series`), so a day-long
+run draws as fast as an hour-long one; a short run's buckets are its steps.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-from smlaunch.launcher.live_events import wait_pct
 
 PLOTS = ("throughput.png", "data_wait.png", "utilisation.png")
 
@@ -74,23 +76,32 @@ def _plots(report: dict, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = report["steps"]
+    from smlaunch.launcher.report import step_log
+    from smlaunch.series import bucket_mean
+
+    buckets = step_log(report).buckets.items
+    steps = [bucket_mean(b) for b in buckets]
+    timed = bool(steps) and steps[0].get("t") is not None
     t0 = _t0(report)
     written = []
     fig, ax = plt.subplots(figsize=(9, 4))
-    xs = [s.get("t", t0) - t0 for s in steps] if steps and "t" in steps[0] else [s["step"] for s in steps]
+    xs = [s["t"] - t0 for s in steps] if timed else [s["step"] for s in steps]
     ax.plot(xs, [s["images_per_s"] for s in steps], color="tab:blue", lw=1, label="images/s")
-    ax.set_xlabel("seconds since the first step began" if steps and "t" in steps[0] else "step")
+    if any(b["n"] > 1 for b in buckets):
+        ax.fill_between(xs, [b["min"]["images_per_s"] for b in buckets], [b["max"]["images_per_s"] for b in buckets],
+                        color="tab:blue", alpha=0.2, lw=0, label="min-max of the steps in a point")
+    ax.set_xlabel("seconds since the first step began" if timed else "step")
     ax.set_ylabel("images/s", color="tab:blue")
     twin = ax.twinx()
-    twin.plot(xs, [wait_pct(s) for s in steps], color="tab:red", lw=0.8, alpha=0.6)
+    twin.plot(xs, [_bucket_wait_pct(b) for b in buckets], color="tab:red", lw=0.8, alpha=0.6)
     twin.set_ylabel("data wait % of step", color="tab:red")
     twin.set_ylim(0, 100)
     ax.set_title(f"{report['job']}: throughput ({report['summary']['images_per_s']} images/s steady)")
     written.append(_save(fig, out_dir / "throughput.png"))
 
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.bar([s["step"] for s in steps], [wait_pct(s) for s in steps], width=1.0, color="tab:red")
+    ax.bar([b["first_step"] - 0.5 for b in buckets], [_bucket_wait_pct(b) for b in buckets],
+           width=[b["n"] for b in buckets], align="edge", color="tab:red")
     ax.set_xlabel("step")
     ax.set_ylabel("data wait % of step time")
     ax.set_ylim(0, 100)
@@ -130,6 +141,12 @@ def _heat_map(report: dict, path: Path, t0: float, plt) -> Path:
     return _save(fig, path)
 
 
+def _bucket_wait_pct(bucket: dict) -> float:
+    """The bucket's data wait as a share of its steps' time (`wait_pct` of a single step)."""
+    step_s = bucket["sum"]["step_time_s"]
+    return 100 * bucket["sum"]["data_wait_s"] / step_s if step_s else 0.0
+
+
 def _binned(data: list[dict], key: str, t0: float, end: float, bins: int) -> list[float]:
     import math
 
@@ -143,9 +160,10 @@ def _binned(data: list[dict], key: str, t0: float, end: float, bins: int) -> lis
 
 
 def _t0(report: dict) -> float:
-    steps = report["steps"]
-    if steps and "t" in steps[0]:
-        return steps[0]["t"] - steps[0]["step_time_s"]
+    series = report.get("step_series")
+    first = (series["head"] if series else report["steps"])[:1]
+    if first and first[0].get("t") is not None:
+        return first[0]["t"] - first[0]["step_time_s"]
     starts = [x["t"] for s in report.get("samples", {}).values() for x in s.get("samples", [])[:1]]
     return min(starts, default=0.0)
 
@@ -176,7 +194,7 @@ def _tensorboard(report: dict, directory: Path) -> Path:
     events = LiveEvents(directory, suffix="")
     try:
         if not live:
-            for s in report["steps"]:
+            for s in _tensorboard_steps(report):
                 events.step(s)
             for v in report.get("validation", []):
                 events.validation(v)
@@ -190,6 +208,17 @@ def _tensorboard(report: dict, directory: Path) -> Path:
     finally:
         events.close()
     return directory
+
+
+def _tensorboard_steps(report: dict) -> list[dict]:
+    """A record per bucket up to where the exact latest steps begin, then those steps: a bounded
+    number of points, and the end of the run at full resolution."""
+    from smlaunch.launcher.report import step_log
+    from smlaunch.series import bucket_mean
+
+    exact = report["steps"]
+    first = exact[0]["step"] if exact else float("inf")
+    return [bucket_mean(b) for b in step_log(report).buckets.items if b["step"] < first] + list(exact)
 
 
 def epochs_text(summary: dict) -> str:

@@ -1,4 +1,10 @@
-"""The run report: what the job measured, summarised so a person can see if the GPU starved."""
+"""The run report: what the job measured, summarised so a person can see if the GPU starved.
+
+Its size does not grow with the run's length: "steps" holds the latest `series.TAIL` step records
+exactly and "step_series" every step of the run in at most `series.CAPACITY` buckets (count, sum,
+min, max per field), from which the summary's throughput and the advisor's rates are computed
+exactly; host samples are bounded the same way by the sampler (`cluster.sampler.MAX_SAMPLES`).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,13 @@ from pathlib import Path
 
 from smlaunch.cluster.plan import LaunchPlan
 
-WARMUP_STEPS = 5
-"""Steps left out of throughput figures: the first ones pay for pipeline start-up."""
-
 
 def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
                  samples: dict | None = None, monitor: dict | None = None, epoch_images: int | None = None) -> dict:
     steps = result["steps"]
-    steady = steady_steps(steps)
-    step_time = sum(s["step_time_s"] for s in steady)
-    images = sum(s["images_per_s"] * s["step_time_s"] for s in steady)  # all micro-batches, all ranks
+    series = step_log(result)
+    steady = series.steady()
+    step_time, images = steady["step_time_s"], steady["images"]  # images: all micro-batches, all ranks
     rows = result["host_rows"]
     data_hosts = {h.name for h in plan.hosts if h.subcluster == "data"}
     total_rows = sum(rows.values())
@@ -27,15 +30,15 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
     report = {
         "job": plan.job,
         "summary": {
-            "steps": result.get("final_step", len(steps)),
-            "steps_this_run": len(steps),
+            "steps": result.get("final_step", series.count),
+            "steps_this_run": series.count,
             "resumed_at_step": result.get("resumed_at_step"),
             "resumed_from": result.get("resumed_from"),
             "epochs": result["epochs"],
             "epochs_complete": result.get("epochs_complete", result["epochs"]),
             "images_per_s": round(images / step_time, 2) if step_time else 0.0,
-            "data_wait_pct": round(100 * sum(s["data_wait_s"] for s in steady) / step_time, 2) if step_time else 0.0,
-            "final_loss": steps[-1]["loss"] if steps else None,
+            "data_wait_pct": round(100 * steady["data_wait_s"] / step_time, 2) if step_time else 0.0,
+            "final_loss": series.last["loss"] if series.last else None,
             "validation_accuracy": final.get("accuracy"),
             "data_node_row_fraction": round(data_rows / total_rows, 5) if total_rows else 0.0,
             "train_workers": plan.train_workers,
@@ -55,16 +58,23 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
         "sample_accounting": accounting,
         "validation": result["validation"],
         "steps": steps,
+        "step_series": series.to_dict(),
         "plan": plan.to_dict(),
-        "utilisation": utilisation_summary(plan.to_dict(), samples or {}, steps),
+        "utilisation": utilisation_summary(plan.to_dict(), samples or {}, series),
         "samples": samples or {},
     }
     add_analysis(report, monitor or {}, epoch_images)
     return report
 
 
-def steady_steps(steps: list[dict]) -> list[dict]:
-    return steps[WARMUP_STEPS:] if len(steps) > 2 * WARMUP_STEPS else steps
+def step_log(report: dict):
+    """The run's `series.StepLog`: from "step_series" with the exact "steps" beside it, or, in a
+    report or result written before step series existed, from "steps" alone."""
+    from smlaunch.series import StepLog
+
+    if report.get("step_series"):
+        return StepLog.from_dict(report["step_series"], report["steps"])
+    return StepLog.from_steps(report["steps"])
 
 
 def add_analysis(report: dict, monitor: dict, epoch_images: int | None) -> None:
@@ -73,16 +83,18 @@ def add_analysis(report: dict, monitor: dict, epoch_images: int | None) -> None:
     from smlaunch.cluster.prices import PRICES_DATED, price_table
     from smlaunch.launcher.advisor import advise, measured_rates, verdict
 
-    report["rates"] = measured_rates(steady_steps(report["steps"]), report.get("chain_by_host", {}))
+    report["rates"] = measured_rates(step_log(report).steady(), report.get("chain_by_host", {}))
     report["advisor"] = advise(report, monitor, price_table(monitor.get("prices")), epoch_images, PRICES_DATED)
     report["verdict"] = verdict(report["summary"], report["utilisation"], report["advisor"])
     report["monitor"] = {**monitor, "epoch_images": epoch_images}
 
 
-def utilisation_summary(plan: dict, samples: dict, steps: list[dict]) -> dict:
-    """Mean utilisation per host over the training window, and per role (data CPUs, train GPUs)."""
-    start = steps[0]["t"] - steps[0]["step_time_s"] if steps and "t" in steps[0] else None
-    end = steps[-1]["t"] if steps and "t" in steps[-1] else None
+def utilisation_summary(plan: dict, samples: dict, series) -> dict:
+    """Mean utilisation per host over the training window, and per role (data CPUs, train GPUs).
+    A sample that stands for several (`n`, after the sampler merged them) weighs as many."""
+    first, last = (series.head[0], series.last) if series.head else (None, None)
+    start = first["t"] - first["step_time_s"] if first and "t" in first else None
+    end = last["t"] if last and "t" in last else None
     roles = {h["name"]: h["subcluster"] for h in plan["hosts"]}
     per_host: dict[str, dict] = {}
     for host, series in samples.items():
@@ -90,23 +102,25 @@ def utilisation_summary(plan: dict, samples: dict, steps: list[dict]) -> dict:
                   if start is None or start <= x["t"] <= end] or series.get("samples", [])
         if not window:
             continue
-        gpu = [g for x in window for g in x.get("gpu_pct", []) if g is not None]
-        per_host[host] = {"cpu_pct": _mean(x["cpu_pct"] for x in window),
-                          "host_cpu_pct": _mean(x["host_cpu_pct"] for x in window),
-                          "iowait_pct": _mean(x["iowait_pct"] for x in window),
-                          "gpu_pct": _mean(gpu) if gpu else None, "samples": len(window)}
+        gpu = [(g, x.get("n", 1)) for x in window for g in x.get("gpu_pct", []) if g is not None]
+        per_host[host] = {"cpu_pct": _mean((x["cpu_pct"], x.get("n", 1)) for x in window),
+                          "host_cpu_pct": _mean((x["host_cpu_pct"], x.get("n", 1)) for x in window),
+                          "iowait_pct": _mean((x["iowait_pct"], x.get("n", 1)) for x in window),
+                          "gpu_pct": _mean(gpu) if gpu else None, "samples": sum(x.get("n", 1) for x in window)}
 
     def role_mean(role: str, key: str):
-        values = [v[key] for h, v in per_host.items() if roles.get(h) == role and v[key] is not None]
+        values = [(v[key], 1) for h, v in per_host.items() if roles.get(h) == role and v[key] is not None]
         return _mean(values) if values else None
 
     return {"hosts": per_host, "data_cpu_pct": role_mean("data", "cpu_pct"),
             "train_cpu_pct": role_mean("train", "cpu_pct"), "train_gpu_pct": role_mean("train", "gpu_pct")}
 
 
-def _mean(values) -> float:
-    values = list(values)
-    return round(sum(values) / len(values), 1) if values else 0.0
+def _mean(pairs) -> float:
+    """The weighted mean of (value, weight) pairs."""
+    pairs = list(pairs)
+    weight = sum(w for _, w in pairs)
+    return round(sum(v * w for v, w in pairs) / weight, 1) if weight else 0.0
 
 
 def write_report(report: dict, output_dir: str | Path) -> Path:

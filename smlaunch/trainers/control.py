@@ -4,16 +4,24 @@ Several ranks must take every step together (DDP's gradient all-reduce and a che
 are collectives); a rank that went another way would leave the others waiting forever. With
 uneven shards (no rows dropped to equalise them) one rank runs out of batches before another, and
 a stop request reaches ranks at different moments. So before each step the ranks exchange, in one
-all-reduce of seven numbers on a gloo group (CPU tensors: no GPU synchronisation):
+all-reduce of nine numbers on a gloo group (CPU tensors: no GPU synchronisation):
 
 * how many ranks hold a full step's micro-batches, and how many hold any: all of them means a
   normal DDP step; some means a *drain* step (the ranks with data compute without DDP's sync, then
   sum gradients and micro-batch counts explicitly, so ranks without data still take the step and
   every rank ends it with the same weights); none means the epoch is over, on every rank at once;
-* whether any rank saw the stop request (`launcher.stopping` writes it to Ray's KV store; each rank
-  reads it at most once a second);
+* whether rank 0 saw the stop request (`launcher.stopping` writes it to Ray's KV store; rank 0
+  reads it at most once a second) or a lost host (`LostHostGuard`, every 2 s): one watcher per
+  job, whose verdict every rank has at the next step at no extra cost, where a poll per rank
+  would cost the KV store and Ray's node table a request per rank per interval;
 * the previous step's numbers (loss, micro-batches, images, data wait, step time), summed, so the
   step record rank 0 reports covers every rank, one step late and at no extra cost.
+
+The all-reduce is recursive doubling on gloo's point-to-point sends (`_all_reduce`): log2(n)
+rounds, 7 at 128 ranks, where gloo's own all-reduce is a ring of 2 (n - 1) sequential hops, 254 at
+128 ranks. Nine numbers are all latency, so the hop count is the cost: bench/long_run.py measures a
+hop and puts the ring at about 19 % of a 300 ms step at 128 ranks, recursive doubling at about 1 %
+(BENCHMARKS.md "control_exchange").
 
 Objects (the resume state, accounting ids, parameter digests) travel on the same gloo group, as
 NCCL cannot gather objects.
@@ -63,19 +71,24 @@ def record(step: int, epoch: int, numbers: list[float], world: int) -> dict:
 
 
 class Control:
-    def __init__(self, world: int):
-        self.world = world
+    def __init__(self, world: int, rank: int | None = None, guard=None):
+        self.world, self.rank = world, 0 if world == 1 else rank
+        self.guard = guard
+        """A `LostHostGuard`, polled by rank 0 between steps; the others use it when told to."""
         self.group = None
         self._stop_seen, self._last_poll = False, 0.0
         if world > 1:
             import torch.distributed as dist
+
+            if self.rank is None:
+                self.rank = dist.get_rank()
 
             # all ranks create it, in the same order; the default group already is gloo on CPU
             self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
     def _stop_locally(self) -> bool:
         now = time.monotonic()
-        if not self._stop_seen and now - self._last_poll >= POLL_S:
+        if self.rank == 0 and not self._stop_seen and now - self._last_poll >= POLL_S:
             self._last_poll = now
             from ray.experimental import internal_kv
 
@@ -83,12 +96,23 @@ class Control:
         return self._stop_seen
 
     def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None) -> Decision:
+        """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost."""
         stop = self._stop_locally()
-        values = [float(full), float(any_data), float(stop)] + (previous.as_list() if previous else [0.0] * 5)
+        lost = self.guard.error() if self.guard is not None and self.rank == 0 else None
+        values = [float(full), float(any_data), float(stop), float(lost is not None)] + \
+            (previous.as_list() if previous else [0.0] * 5)
         if self.world > 1:
             values = self._all_reduce(values)
+        if values[3] > 0:
+            raise lost or self._lost_elsewhere()
         return Decision(all_full=values[0] == self.world, any_data=values[1] > 0, stop=values[2] > 0,
-                        previous=values[3:] if previous is not None else None)
+                        previous=values[4:] if previous is not None else None)
+
+    def _lost_elsewhere(self) -> Exception:
+        """Rank 0's verdict, looked up again here (once, on the way out) for its exact message."""
+        from smlaunch.pipelines.sources.host_loss import HostLost
+
+        return self.guard.error(force=True) or HostLost("rank 0 found a host of a fragile channel lost")
 
     def flush(self, previous: StepNumbers) -> list[float]:
         """The last step's numbers over all ranks (every rank calls it once, after its last step)."""
@@ -96,11 +120,31 @@ class Control:
         return self._all_reduce(values) if self.world > 1 else values
 
     def _all_reduce(self, values: list[float]) -> list[float]:
+        """The sum over ranks, by recursive doubling: in round k rank r swaps its partial sum with
+        rank r ^ 2^k and adds. Both sides add the same two operands, and float addition commutes,
+        so every rank ends with the very same bits (the ranks' decisions must agree). With a world
+        that is not a power of two, ranks p.. (p the largest power of two below) first hand their
+        numbers to rank r - p and get the result back from it at the end."""
         import torch
         import torch.distributed as dist
 
-        tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor, group=self.group)
+        tensor, other = torch.tensor(values, dtype=torch.float64), torch.empty(len(values), dtype=torch.float64)
+        rank, p = self.rank, 1 << (self.world.bit_length() - 1)
+        if rank >= p:
+            dist.send(tensor, rank - p, group=self.group)
+            dist.recv(tensor, rank - p, group=self.group)
+            return tensor.tolist()
+        if rank + p < self.world:
+            dist.recv(other, rank + p, group=self.group)
+            tensor = tensor + other
+        mask = 1
+        while mask < p:
+            sent = dist.isend(tensor, rank ^ mask, group=self.group)
+            dist.recv(other, rank ^ mask, group=self.group)
+            sent.wait()
+            tensor, mask = tensor + other, mask << 1
+        if rank + p < self.world:
+            dist.send(tensor, rank + p, group=self.group)
         return tensor.tolist()
 
     def broadcast(self, value, src: int = 0):

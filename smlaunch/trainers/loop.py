@@ -47,6 +47,7 @@ class _Run:
 
         from smlaunch.cluster.board import Outbox
         from smlaunch.pipelines.sources.host_loss import LostHostGuard
+        from smlaunch.series import StepLog
         from smlaunch.trainers.accounting import Accountant, EpochIds
         from smlaunch.trainers.control import Control
         from smlaunch.trainers.model import create_model
@@ -63,7 +64,7 @@ class _Run:
         ctx = ray.train.get_context()
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
         self.device = ray.train.torch.get_device()
-        self.control = Control(self.world)
+        self.control = Control(self.world, self.rank, self.guard)  # rank 0 watches the hosts between steps
         self.outbox = Outbox(enabled=self.rank == 0)  # the launcher's console: progress, metric lines, notes
         self.raw_model = create_model(spec.model, spec.num_classes, spec.image_size)
         self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
@@ -90,7 +91,7 @@ class _Run:
         self.host_rows = torch.zeros(len(hosts) + 1, dtype=torch.long, device=self.device)  # last: unknown host
         self.train_rows = torch.zeros_like(self.host_rows)
         self.train_prep = torch.zeros(len(hosts) + 1, dtype=torch.float64, device=self.device)  # chain seconds
-        self.steps: list[dict] = []
+        self.steps = StepLog()  # bounded: buckets of the whole run, the latest steps exact (`smlaunch.series`)
         self.validation: list[dict] = []
         self.books = Accountant("train", spec.epoch_rows, self.world)
         self.mix = LabelMix(spec.num_classes, self.device)
@@ -209,7 +210,6 @@ class _Run:
                 return None, True
             steps_here += 1
             pending = self._train_step(micro, decision.all_full, waited, started)
-            self.guard.check()
             if self.t.checkpoint_interval and self.step % self.t.checkpoint_interval == 0:
                 self._save()
         return pending, False
@@ -306,7 +306,7 @@ class _Run:
 
         if self.rank == 0:
             entry = record(self.step, self.epochs_done + 1, summed, self.world)
-            self.steps.append(entry)
+            self.steps.add(entry)
             self.outbox.put("step", **entry)
 
     def _stop(self) -> None:
@@ -371,7 +371,8 @@ class _Run:
             from smlaunch.trainers.export import save_model
 
             save_model(self.raw_model, self.spec.card(), self.step,
-                       {"loss": self.steps[-1]["loss"] if self.steps else None, "validation": self.validation[-1]})
+                       {"loss": self.steps.last["loss"] if self.steps.last else None,
+                        "validation": self.validation[-1]})
 
     def _save(self) -> None:
         """A checkpoint: every rank reports (a barrier), rank 0 writes the state, with the ids the group
@@ -400,7 +401,7 @@ class _Run:
                                   **where, "world_size": self.world,
                                   "config_sha256": self.spec.config_sha256})
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report({"step": self.step, "loss": self.steps[-1]["loss"] if self.steps else None},
+            ray.train.report({"step": self.step, "loss": self.steps.last["loss"] if self.steps.last else None},
                              checkpoint=checkpoint, checkpoint_dir_name=checkpoint_name(self.step))
 
     def _result(self) -> dict:
@@ -413,7 +414,8 @@ class _Run:
         workers = self.control.gather(rank_digest(self.raw_model, self.rank), self.rank)
         self.outbox.flush(wait=True)
         hosts = list(self.spec.host_names) + ["unknown"]
-        return {"steps": self.steps, "validation": self.validation, "final_step": self.step,
+        return {"steps": list(self.steps.recent), "step_series": self.steps.to_dict(),
+                "validation": self.validation, "final_step": self.step,
                 # One way of counting epochs everywhere: the 1-based epoch a step belongs to.
                 "epochs": self.epochs_done + self.cut_short,
                 "epochs_complete": self.epochs_done,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
 from smlaunch.launcher.report import build_report
+from smlaunch.series import Buckets, StepLog, merge_samples
 
 
 def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, chain_s_per_row: float, steps: int = 60,
@@ -17,19 +18,29 @@ def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, ch
     cfg = load_config(configs / "tiny.yaml", [f"run.dir={tmp_path}", *sets])
     plan = build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
     step_time = compute_s + wait_s
-    records, t = [], 1000.0
+    records, t = StepLog(), 1000.0  # as rank 0 keeps them (`trainers.loop`)
     for n in range(1, steps + 1):
         epoch = 1 + (n - 1) // steps_per_epoch if steps_per_epoch else 1
         stall = epoch_stall_s if steps_per_epoch and epoch > 1 and (n - 1) % steps_per_epoch == 0 else 0.0
         t += step_time + stall
-        records.append({"step": n, "t": t, "epoch": epoch, "loss": 1.0, "step_time_s": step_time + stall,
+        records.add({"step": n, "t": t, "epoch": epoch, "loss": 1.0, "step_time_s": step_time + stall,
                         "data_wait_s": wait_s + stall, "images_per_s": images / (step_time + stall)})
     rows = steps * images // 2
-    result = {"steps": records, "validation": [], "epochs": 1, "final_step": steps,
+    result = {"steps": list(records.recent), "step_series": records.to_dict(), "validation": [], "epochs": 1, "final_step": steps,
               "host_rows": {"algo-1": 0, "algo-2": rows, "algo-3": rows, "unknown": 0},
               "chain_by_host": {h: {"train_rows": rows, "chain_s": rows * chain_s_per_row} for h in ("algo-2", "algo-3")}}
-    samples = {h.name: {"host": h.name, "interval_s": 0.5, "samples": [
-        {"t": 1000.0 + i * 0.5, "cpu_pct": 95.0 if h.subcluster == "data" else 30.0, "host_cpu_pct": 90.0,
-         "iowait_pct": 0.0, "mem_pct": 20.0, "net_sent_bps": 0, "net_recv_bps": 0} for i in range(int(steps * step_time * 2))]}
-        for h in plan.hosts}
+    samples = {h.name: _sampled([{"t": 1000.0 + i * 0.5, "cpu_pct": 95.0 if h.subcluster == "data" else 30.0,
+                                  "host_cpu_pct": 90.0, "iowait_pct": 0.0, "mem_pct": 20.0, "net_sent_bps": 0,
+                                  "net_recv_bps": 0} for i in range(int(steps * step_time * 2))], h.name)
+               for h in plan.hosts}
     return build_report(plan, result, 32, {}, samples, cfg.monitor.model_dump(), epoch_images=1437), plan
+
+
+def _sampled(samples: list[dict], host: str, interval_s: float = 0.5) -> dict:
+    """A host's series as its sampler hands it over: bounded like `cluster.sampler.HostSampler`'s."""
+    from smlaunch.cluster.sampler import MAX_SAMPLES
+
+    kept = Buckets(MAX_SAMPLES, new=lambda x: {"n": 1, **x}, merge=merge_samples)
+    for x in samples:
+        kept.add(x)
+    return {"host": host, "interval_s": interval_s * kept.width, "samples": kept.items}

@@ -71,3 +71,30 @@ def test_a_failing_events_writer_turns_tensorboard_off_not_the_progress(tmp_path
     progress.handle(step(1))  # no exception: the thread that passes fatal errors on must survive
     progress.handle({"kind": "fatal", "text": "bad record"})
     assert progress.events is None and progress.fatal == {"kind": "fatal", "text": "bad record"}
+
+
+def test_a_long_run_writes_a_bounded_number_of_points_each_the_mean_of_its_steps(tmp_path, monkeypatch):
+    import math
+
+    import pytest
+
+    from smlaunch.launcher import live_events
+
+    monkeypatch.setattr(live_events, "LIVE_POINTS", 8)
+    events = LiveEvents(tmp_path)
+    for n in range(1, 1001):
+        events.step(step(n))
+    events.close()
+    points: dict[int, float] = {}
+    for path in tmp_path.glob("events.out.tfevents.*"):
+        with open(path, "rb") as f:
+            for record in iter_records(f, "tfrecord", str(path)):
+                event = Event.FromString(record)
+                points.update({event.step: v.simple_value for v in event.summary.value if v.tag == "train/loss"})
+    # 8 steps one by one, then 4 more points per doubling of the steps seen, and the last partial stride
+    assert len(points) <= 8 + 4 * math.ceil(math.log2(1000 / 8)) + 1 and max(points) == 1000
+    first = 0
+    for last in sorted(points):
+        mean = sum(2.0 / n for n in range(first + 1, last + 1)) / (last - first)
+        assert points[last] == pytest.approx(mean, rel=1e-5)
+        first = last

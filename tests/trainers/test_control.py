@@ -101,3 +101,59 @@ def test_a_resumed_epoch_drops_exactly_the_consumed_ids_and_regroups_full_batche
     assert ids == [i for i in range(20) if i not in consumed.tolist()]
     assert [len(b["id"]) for b in out] == [4, 4, 4, 1]  # full batches, then what is left
     assert all(torch.equal(b["image"], b["id"] * 10) for b in out)  # columns stay aligned
+
+
+class _Guard:
+    """A `LostHostGuard` stand-in that finds algo-3 lost; it records how each rank asked."""
+
+    def __init__(self, rank: int, asked: list):
+        self.rank, self.asked = rank, asked
+
+    def error(self, force: bool = False):
+        from smlaunch.pipelines.sources.host_loss import HostLost
+
+        self.asked.append(force)
+        return HostLost(f"host algo-3 was lost (seen by rank {self.rank})")
+
+
+def _lost_main(rank: int, world: int, port: int, out: dict) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    asked: list = []
+    control = Control(world, rank, _Guard(rank, asked))
+    if rank == 0:
+        control._stop_locally = lambda: False  # rank 0 would read Ray's KV store; the others never do
+    try:
+        control.exchange(True, True, None)
+        out[rank] = ("no error", asked)
+    except Exception as exc:
+        out[rank] = (f"{type(exc).__name__}: {exc}", asked)
+    dist.destroy_process_group()
+
+
+def test_a_host_lost_that_rank_0_sees_stops_every_rank_at_the_same_step():
+    world = 3
+    out = mp.Manager().dict()
+    mp.spawn(_lost_main, args=(world, _free_port(), out), nprocs=world, join=True)
+    assert out[0] == ("HostLost: host algo-3 was lost (seen by rank 0)", [False])  # one watcher: rank 0
+    for rank in (1, 2):  # told by the exchange, they look once, for the exact message
+        assert out[rank] == (f"HostLost: host algo-3 was lost (seen by rank {rank})", [True])
+
+
+def _sum_main(rank: int, world: int, port: int, out: dict) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    out[rank] = Control(world)._all_reduce([0.1 * (rank + 1), 1.0, 1e-17 * rank, 3.3 ** rank])
+    dist.destroy_process_group()
+
+
+def test_every_rank_gets_the_same_sum_to_the_bit_with_a_world_not_a_power_of_two():
+    world = 5  # ranks 0-3 double recursively; rank 4 hands its numbers to rank 0 and gets the sum back
+    out = mp.Manager().dict()
+    mp.spawn(_sum_main, args=(world, _free_port(), out), nprocs=world, join=True)
+    assert all(out[r] == out[0] for r in range(world))  # identical bits: the ranks' decisions agree
+    assert out[0] == pytest.approx([0.1 * 15, 5.0, 1e-17 * 10, sum(3.3 ** r for r in range(world))])
