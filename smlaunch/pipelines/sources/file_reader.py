@@ -40,7 +40,7 @@ from smlaunch.cluster.plan import ChannelPlan, host_selector, this_host
 from smlaunch.errors import DataError
 from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.sources.channels import channel_dir
-from smlaunch.pipelines.sources.fastfile import open_channel_file, read_view
+from smlaunch.pipelines.sources.fastfile import open_channel_file, view_source
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
 from smlaunch.pipelines.rows import (channel_records, folder_tables, parquet_samples, record_samples, row_blocks,
                                      webdataset_samples)
@@ -298,9 +298,8 @@ def _samples(channel: ChannelPlan, directory, host: str, units: list, classes, n
     for rel, group, size in units:
         by_file.setdefault(rel, []).append(group)
         sizes[rel] = size
-    view = read_view(directory)
-    if view is not None:
-        view = (view[0], dict(view[1]))
+    source = view_source(directory)  # a FastFile view's source only: the task's files and sizes are in `units`
+    view = None if source is None else (source, None if channel.record_format == "parquet" else sizes)
 
     def unreadable(rel: str, exc: OSError) -> DataError:
         return DataError(f"channel '{channel.name}': cannot open {directory}/{rel} on {host}: {exc.strerror or exc}")

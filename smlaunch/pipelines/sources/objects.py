@@ -81,6 +81,16 @@ class ObjectSource:
         bucket = self._bucket_prefix()[0]
         yield from s3_client(self.endpoint_url).get_object(Bucket=bucket, Key=self._key(rel))["Body"].iter_chunks(CHUNK)
 
+    def size(self, rel: str) -> int:
+        """The object's size: a stat, or one HEAD request on S3 (missing: FileNotFoundError)."""
+        if not self.is_s3:
+            return os.stat(Path(self.uri).expanduser() / rel).st_size
+        try:
+            return s3_client(self.endpoint_url).head_object(Bucket=self._bucket_prefix()[0],
+                                                            Key=self._key(rel))["ContentLength"]
+        except Exception as exc:  # botocore's ClientError (404) and endpoint errors
+            raise FileNotFoundError(f"{self.uri.rstrip('/')}/{rel}: {exc}") from None
+
     def read_range(self, rel: str, start: int, length: int) -> bytes:
         """`length` bytes from `start` (fewer at the end): one ranged GET on S3."""
         if length <= 0:
