@@ -57,14 +57,19 @@ class ObjectSource:
         bucket, prefix = self._bucket_prefix()
         strip = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
         found = []
-        try:
-            for page in s3_client(self.endpoint_url).get_paginator("list_objects_v2").paginate(
-                    Bucket=bucket, Prefix=prefix):
-                for item in page.get("Contents", []):
-                    if not item["Key"].endswith("/"):
-                        found.append((item["Key"][len(strip):], item["Size"]))
-        except Exception as exc:  # botocore's errors: no such bucket, no credentials, endpoint down
-            raise DataError(f"cannot list {self.uri}: {exc}") from None
+        from smlaunch.console import Progress
+
+        # A page is 1,000 keys: a prefix of 1.28M objects is 1,281 requests, so the count is shown as it grows.
+        with Progress(f"listing {self.uri}", unit="object", leave=False) as bar:
+            try:
+                for page in s3_client(self.endpoint_url).get_paginator("list_objects_v2").paginate(
+                        Bucket=bucket, Prefix=prefix):
+                    for item in page.get("Contents", []):
+                        if not item["Key"].endswith("/"):
+                            found.append((item["Key"][len(strip):], item["Size"]))
+                    bar.update(len(page.get("Contents", [])))
+            except Exception as exc:  # botocore's errors: no such bucket, no credentials, endpoint down
+                raise DataError(f"cannot list {self.uri}: {exc}") from None
         return sorted(found)
 
     def _key(self, rel: str) -> str:
