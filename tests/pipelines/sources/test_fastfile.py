@@ -3,7 +3,6 @@ list of the channel's objects (for 1.28 million objects, tens of MB of JSON per 
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
