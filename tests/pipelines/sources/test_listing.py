@@ -145,3 +145,39 @@ def test_image_folder_listing_gives_classes_files_in_walk_order_and_refuses_an_e
     (folder / "class-9").mkdir()
     with pytest.raises(DataError, match="class folder class-9 holds no image"):
         list_channel(channel("img", "image_folder"), {"algo-2": str(opt_ml)})
+
+
+@pytest.mark.ray
+def test_an_image_folder_listed_with_estimated_sizes_still_reads_every_file_whole(data_cluster, tmp_path):
+    """Past `SIZE_SAMPLE` files a walked folder's sizes are one mean: files longer and shorter than
+    it arrive whole (the reader reads on whenever a file's length differs from the listed one)."""
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.host_listing import SIZE_SAMPLE
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    opt_ml = tmp_path / "algo-2/opt/ml"
+    folder = opt_ml / "input/data/sizes"
+    bodies = set()
+    for i in range(SIZE_SAMPLE + 300):
+        body = b"%d:" % i + b"x" * ((i * 37) % 3000)
+        (folder / f"c{i % 3}").mkdir(parents=True, exist_ok=True)
+        (folder / f"c{i % 3}/{i}.png").write_bytes(body)
+        bodies.add(body)
+    roots = {"algo-2": str(opt_ml)}
+    ch = channel("sizes", "image_folder")
+    listing = list_channel(ch, roots)
+    assert len({size for _, size in listing.files["algo-2"]}) == 1  # estimated: one mean for all
+    ds = data_cluster.data.read_datasource(ChannelDatasource(ch, listing, roots, num_classes=3),
+                                           label_selector={"sm-host": "algo-2"})
+    got = [bytes(image) for batch in ds.iter_batches(batch_size=None) for image in batch["image"]]
+    assert len(got) == len(bodies) and set(got) == bodies
+
+
+@pytest.mark.ray
+def test_a_lister_s_error_is_one_line_naming_channel_and_host(data_cluster, tmp_path):
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    with pytest.raises(DataError) as failure:
+        list_channel(channel("absent", "tfrecord"), {"algo-2": str(tmp_path / "nowhere/opt/ml")}, stall_s=60)
+    message = str(failure.value)
+    assert "\n" not in message and message.startswith("channel 'absent': ") and "host algo-2" in message, message
