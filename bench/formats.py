@@ -125,7 +125,7 @@ def ours_alone(source, files: int | None) -> tuple[float, int, int]:
 
     from smlaunch.pipelines.sources.file_reader import _read_here
 
-    units = [(rel, group, size) for rel, size, group in source.shares()[None]]
+    units = [(rel, group, size) for rel, size, group in source.shares()[None]]  # Units iterate as (rel, bytes, group)
     if files:
         first = sorted({rel for rel, _, _ in units})[:files]
         units = [unit for unit in units if unit[0] in first]

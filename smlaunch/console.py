@@ -160,6 +160,17 @@ def _route_raylet_messages() -> None:
 _bars: list = []
 
 
+def _count(n: float, unit: str) -> str:
+    """A count as people read it: bytes in kB/MB/GB, others with thousands separators
+    (`%g` printed 879 MB as `8.79396e+08 B`)."""
+    if unit == "B":
+        for scale, name in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+            if n >= scale:
+                return f"{n / scale:,.1f} {name}"
+        return f"{n:,.0f} B"
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+
+
 class Progress:
     """A progress display: a tqdm bar on a terminal, a plain line every `PLAIN_EVERY_S` otherwise,
     nothing with -q. `update(n)` advances it, `describe(text)` sets the text after the counts."""
@@ -217,7 +228,8 @@ class Progress:
 
         elapsed = time.monotonic() - self.started
         unit = self.unit if self.unit == "B" or self.n == 1 and not self.total else self.unit + "s"
-        done = f"{self.n:g}/{self.total:g} {unit}" if self.total else f"{self.n:g} {unit}"
+        done = f"{_count(self.n, unit)}/{_count(self.total, unit)}" if self.total else _count(self.n, unit)
+        done = done if unit == "B" else f"{done} {unit}"
         parts = [f"{self.desc}: {done}"]
         if self.total:
             parts[0] += f" ({100 * self.n / self.total:.0f} %)"

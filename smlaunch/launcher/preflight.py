@@ -8,6 +8,7 @@ the config field; all of them are reported at once, so one `plan` shows everythi
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def manifest_file_problems(field: str, source: str, record_format: str) -> list[
 def folder_problems(field: str, path: Path, record_format: str) -> list[str]:
     if not path.is_dir():
         return [f"{field}: {path} is not a directory" + ("" if path.exists() else " (it does not exist)")]
-    files = _data_files(path)
+    files = list(itertools.islice(_data_files(path), SNIFF_FILES))
     if not files:
         return [f"{field}: {path} holds no files (hidden ones are skipped, as a channel's reader does)"]
     if record_format == "image_folder":
@@ -148,29 +149,44 @@ def _hint(files: list[Path], skip: Path) -> str:
 
 
 def _image_folder_problems(field: str, path: Path, files: list[Path]) -> list[str]:
-    """torchvision's ImageFolder rules: images in class folders; a class folder with none is an error."""
-    from smlaunch.pipelines.formats.image_folder import empty_classes, image_class
+    """torchvision's ImageFolder rules: images in class folders; a class folder with none is an
+    error. Each class folder is read up to its first image only: walking a 1.28M-image folder
+    whole here took over a minute before the cluster started (the hosts list it anyway)."""
     from smlaunch.pipelines.formats.sniff import describe, read_head, suggestion
 
-    rels = [str(f.relative_to(path)) for f in files]
-    images = [r for r in rels if image_class(r) is not None]
-    if not images:
+    with os.scandir(path) as entries:
+        classes = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+    empty = [name for name in classes if not _holds_image(path / name)]
+    if len(empty) == len(classes):
         head = read_head(files[0])
         return [f"{field}: {path} holds no images in class folders (<class>/<image>.jpg, ...); {files[0]} is "
                 f"{describe(head)}{suggestion(head)}"]
-    folders = {r.split("/")[0] for r in rels if "/" in r}
-    folders |= {d.name for d in path.iterdir() if d.is_dir() and not d.name.startswith(".")}
-    empty = empty_classes(images, folders)
     if empty:
         return [f"{field}: class folder {', '.join(empty)} in {path} holds no image (torchvision's ImageFolder "
                 "refuses it too)"]
     return []
 
 
-def _data_files(root: Path) -> list[Path]:
-    """Non-hidden files under `root`, sorted as the channel readers list them."""
-    found = []
+def _holds_image(folder: Path) -> bool:
+    """Whether an image (by extension) is under `folder`, at any depth; stops at the first."""
+    from smlaunch.pipelines.formats.image_folder import IMAGE_EXTENSIONS
+
+    pending = [folder]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
+                elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
+                    return True
+    return False
+
+
+def _data_files(root: Path):
+    """Non-hidden files under `root`, sorted as the channel readers list them, one at a time
+    (the checks look at the first `SNIFF_FILES`)."""
     for directory, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [Path(directory) / n for n in sorted(names) if not n.startswith(".")]
-    return found
+        yield from (Path(directory) / n for n in sorted(names) if not n.startswith("."))

@@ -115,14 +115,27 @@ def start_pipe_agents(plan: LaunchPlan, seed: int, s3_endpoint: str | None = Non
 
 
 def deliver_channels(plan: LaunchPlan, s3_endpoint: str | None = None) -> None:
-    """Before the job starts, as SageMaker does: copy each File-mode channel to the hosts that receive
-    it (hard links from a local folder where possible), and expose each FastFile channel as a view
-    that fetches nothing yet. With ShardedByS3Key host i of n receives every n-th object."""
+    """Before the job starts, as SageMaker does: give each File-mode channel to the hosts that receive
+    it, and expose each FastFile channel as a view that fetches nothing yet. With ShardedByS3Key
+    host i of n receives every n-th object.
+
+    A File channel from a local folder that every host receives whole is that folder, linked
+    (`link_folder`): nothing is listed, copied or linked file by file. Hard-linking a folder of
+    1.28 million images took 72 s before the cluster could start, for files the hosts already
+    see. Sharded, or from S3, the objects are copied (hard links from a local folder)."""
     for channel in plan.channels:
         if channel.input_mode not in ("File", "FastFile"):
             continue
         if channel.file_system is not None:
             mount_file_system(channel, [channel_dir(plan.host(h).opt_ml, channel.name) for h in channel.hosts])
+            continue
+        if (channel.input_mode == "File" and channel.distribution == "FullyReplicated"
+                and channel.s3_data_type == "S3Prefix" and not channel.source.startswith("s3://")):
+            folder = Path(channel_source(channel).uri).expanduser().resolve()
+            if not _holds_a_file(folder):
+                raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
+            for host in channel.hosts:
+                link_folder(folder, channel_dir(plan.host(host).opt_ml, channel.name))
             continue
         source, objects = channel_objects(channel, s3_endpoint)
         if not objects:
@@ -150,17 +163,38 @@ def mount_file_system(channel: ChannelPlan, targets: list[Path]) -> None:
         target.symlink_to(folder, target_is_directory=True)
 
 
+def link_folder(folder: Path, target: Path) -> None:
+    """Make the host's channel directory `target` a symbolic link to `folder`. As with a copy, the
+    channel holds the folder's files; unlike one, a file the job writes there lands in `folder`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink():
+        target.unlink()
+    target.symlink_to(folder, target_is_directory=True)
+
+
+def _holds_a_file(folder: Path) -> bool:
+    """Whether `folder` holds a file that is not hidden, at any depth (stops at the first)."""
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if any(not name.startswith(".") for name in names):
+            return True
+    return False
+
+
 def copy_objects(source: ObjectSource, objects: list[tuple[str, int]], target: Path, link: bool = True) -> None:
     """Download `objects` into `target` (each through a temporary name, so a half-copied file is
     never read); from a local folder, hard links when `link` and the filesystem allow. Shows
-    progress in bytes while it lasts (File mode from S3 can take a while)."""
+    progress in files and MB while it lasts (File mode from S3 can take a while)."""
     from smlaunch.console import Progress
 
-    with Progress(f"copying to {target}", total=sum(size for _, size in objects), unit="B", unit_scale=True,
-                  leave=False) as bar:
+    total_mb = sum(size for _, size in objects) / 1e6
+    with Progress(f"copying to {target}", total=len(objects), unit="file", leave=False) as bar:
+        done = 0
         for rel, size in objects:
             _copy_object(source, rel, target, link)
-            bar.update(size)
+            done += size
+            bar.describe(f"{done / 1e6:,.1f}/{total_mb:,.1f} MB")
+            bar.update(1)
 
 
 def _copy_object(source: ObjectSource, rel: str, target: Path, link: bool) -> None:

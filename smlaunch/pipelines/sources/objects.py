@@ -57,14 +57,19 @@ class ObjectSource:
         bucket, prefix = self._bucket_prefix()
         strip = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
         found = []
-        try:
-            for page in s3_client(self.endpoint_url).get_paginator("list_objects_v2").paginate(
-                    Bucket=bucket, Prefix=prefix):
-                for item in page.get("Contents", []):
-                    if not item["Key"].endswith("/"):
-                        found.append((item["Key"][len(strip):], item["Size"]))
-        except Exception as exc:  # botocore's errors: no such bucket, no credentials, endpoint down
-            raise DataError(f"cannot list {self.uri}: {exc}") from None
+        from smlaunch.console import Progress
+
+        # A page is 1,000 keys: a prefix of 1.28M objects is 1,281 requests, so the count is shown as it grows.
+        with Progress(f"listing {self.uri}", unit="object", leave=False) as bar:
+            try:
+                for page in s3_client(self.endpoint_url).get_paginator("list_objects_v2").paginate(
+                        Bucket=bucket, Prefix=prefix):
+                    for item in page.get("Contents", []):
+                        if not item["Key"].endswith("/"):
+                            found.append((item["Key"][len(strip):], item["Size"]))
+                    bar.update(len(page.get("Contents", [])))
+            except Exception as exc:  # botocore's errors: no such bucket, no credentials, endpoint down
+                raise DataError(f"cannot list {self.uri}: {exc}") from None
         return sorted(found)
 
     def _key(self, rel: str) -> str:
@@ -80,6 +85,16 @@ class ObjectSource:
             return
         bucket = self._bucket_prefix()[0]
         yield from s3_client(self.endpoint_url).get_object(Bucket=bucket, Key=self._key(rel))["Body"].iter_chunks(CHUNK)
+
+    def size(self, rel: str) -> int:
+        """The object's size: a stat, or one HEAD request on S3 (missing: FileNotFoundError)."""
+        if not self.is_s3:
+            return os.stat(Path(self.uri).expanduser() / rel).st_size
+        try:
+            return s3_client(self.endpoint_url).head_object(Bucket=self._bucket_prefix()[0],
+                                                            Key=self._key(rel))["ContentLength"]
+        except Exception as exc:  # botocore's ClientError (404) and endpoint errors
+            raise FileNotFoundError(f"{self.uri.rstrip('/')}/{rel}: {exc}") from None
 
     def read_range(self, rel: str, start: int, length: int) -> bytes:
         """`length` bytes from `start` (fewer at the end): one ranged GET on S3."""

@@ -98,3 +98,32 @@ def test_an_empty_source_is_refused_naming_the_channel(tmp_path):
     plan = plan_for(tmp_path, source=tmp_path / "empty")
     with pytest.raises(Exception, match="channel 'train': no objects under .*empty"):
         deliver_channels(plan)
+
+
+def test_a_file_channel_from_a_local_folder_is_the_folder_itself_not_a_copy(tmp_path):
+    """Every host receives the whole channel: its directory links to the folder, so nothing is
+    copied or linked file by file (a file added later is there too, which a copy would miss)."""
+    data = write_objects(tmp_path / "src", 3, 100)
+    plan = plan_for(tmp_path, source=tmp_path / "src")
+    deliver_channels(plan)
+    for host in ("algo-2", "algo-3"):
+        directory = Path(plan.host(host).opt_ml) / "input/data/train"
+        assert directory.is_symlink() and directory.resolve() == (tmp_path / "src").resolve()
+        assert (directory / "part-00.bin").stat().st_ino == (tmp_path / "src/part-00.bin").stat().st_ino
+        assert host_files(plan, host) == data
+    (tmp_path / "src/late.bin").write_bytes(b"late")
+    assert host_files(plan, "algo-2")["late.bin"] == b"late"
+
+
+def test_a_copy_shows_its_progress_in_files_and_megabytes(tmp_path):
+    from smlaunch.console import Progress
+
+    bar = Progress("copying", total=1_281_167, unit="file", plain=True)
+    bar.update(640_000)
+    bar.describe("585.8/879.4 MB")
+    assert bar.plain_line().startswith("copying: 640,000/1,281,167 files (50 %), 585.8/879.4 MB")
+    byte_bar = Progress("agent", total=879_396_000, unit="B", plain=True)
+    byte_bar.update(585_849_000)
+    assert byte_bar.plain_line().startswith("agent: 585.8 MB/879.4 MB (67 %)")
+    bar.close()
+    byte_bar.close()

@@ -84,7 +84,7 @@ def test_a_resumed_epoch_reads_exactly_what_was_not_drawn(data_cluster, tmp_path
         set_order("train", 1, position.state())  # one epoch done before this group; the second resumed
         resumed = ChannelDatasource(channel, listing, roots, seed=5, cpus={h: 1 for h in HOSTS})
         tasks = resumed.get_read_tasks(4, data_context=SimpleNamespace(_execution_idx=0))
-        opened = {f for t in tasks for f in t.metadata.input_files}
+        opened = {rel for t in tasks for rel, _, _ in t.read_fn.args[2]}  # each task's PackedUnits
         assert len(opened) == SHARDS - position.units_done  # done shards are not even opened
         again = [row for task in read_pass(data_cluster, resumed, 1) for row in task]
     finally:
