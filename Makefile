@@ -44,6 +44,7 @@ bench: setup
 	$(VENV)/bin/python bench/formats.py
 	$(VENV)/bin/python bench/first_record.py
 	$(VENV)/bin/python bench/scale_listing.py --scratch /tmp/scale-scratch
+	$(VENV)/bin/python bench/scale.py --scratch /tmp/scale-scratch
 	$(VENV)/bin/python bench/offload_vs_dataloader.py
 	$(VENV)/bin/python bench/train_overhead.py
 	$(VENV)/bin/python bench/ddp_scaling.py
