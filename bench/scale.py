@@ -22,7 +22,7 @@ writes them). Then, in one run:
   pass's and this one's;
 * training quality: `sm-launch configs/tiny.yaml` on the digits as WebDataset shards of one class
   each, against the same samples pre-shuffled across the shards, and against the class-sorted
-  shards read as before this issue (a fixed order, no buffer), `--steps` steps each.
+  shards with the shuffle turned off (one fixed order, a file at a time, no buffer), `--steps` each.
 
     RESULT scale listing_ratio=<x> listing_rss_mb=<x> checkpoint_data_kib_1m=<x>
           checkpoint_data_kib_100m=<x> resume_s_1m=<x> labels_per_batch_ratio=<x> goal=...
@@ -329,7 +329,7 @@ def main() -> int:
     if args.steps:
         acc = accuracy(args.scratch, args.steps)
         print(f"class-sorted shards: {acc['class_sorted']:.3f} validation accuracy, pre-shuffled {acc['pre_shuffled']:.3f}, "
-              f"class-sorted read in a fixed order without a buffer (as before issue 38) "
+              f"class-sorted with shuffle.enabled: false and buffer_rows: 0 (one fixed order, a file at a time) "
               f"{acc['class_sorted_read_in_order']:.3f}")
     ours = [ratio for (fmt, mode), ratio in order["mix"].items() if mode == "ours"]
     print(f"RESULT scale listing_ratio={listing['listing_ratio']:.2f} listing_rss_mb={listing['listing_rss_mb']:.0f} "
