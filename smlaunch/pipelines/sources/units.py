@@ -68,9 +68,11 @@ class Units:
     def packed(self, picked: np.ndarray, places, drawn, open_units: int) -> "PackedUnits":
         """The units `picked` (indices, in reading order) as a read task's argument."""
         files = picked if self.file_of is None else self.file_of[picked]
-        rel = self.files._rel
-        return PackedUnits.of([rel(f) for f in files.tolist()], None if self.group is None else self.group[picked],
-                              self.sizes[picked], places, drawn, open_units)
+        ends = self.files.ends
+        paths, starts, stops = self.files.paths, (ends - np.diff(ends, prepend=0))[files].tolist(), ends[files].tolist()
+        return PackedUnits.of([paths[a:b] for a, b in zip(starts, stops)],
+                              None if self.group is None else self.group[picked], self.sizes[picked], places, drawn,
+                              open_units)
 
 
 class PackedUnits:
