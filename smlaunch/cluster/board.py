@@ -55,14 +55,29 @@ def _actor_class():
     return Board
 
 
+def kill_named(name: str, namespace: str, timeout_s: float = 10) -> None:
+    """End the actor of that name, if any, and wait until the name is free: `ray.kill` returns
+    before the GCS releases it, and creating the successor at once failed with
+    ActorAlreadyExistsError (seen in the suite, for the corrupt-record counter)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            actor = ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return
+        ray.kill(actor)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Ray actor {namespace}/{name} still holds its name {timeout_s:g} s after it was killed")
+        time.sleep(0.05)
+
+
 def start_board():
     """The run's board on this (the driver's) node; a board left by an earlier run is replaced."""
     import ray
 
-    try:
-        ray.kill(ray.get_actor(NAME, namespace=NAMESPACE))
-    except ValueError:
-        pass
+    kill_named(NAME, NAMESPACE)
     here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
     return _actor_class().options(name=NAME, namespace=NAMESPACE, label_selector=here).remote()
 

@@ -75,11 +75,10 @@ _counter = None
 def start_counter(limits: dict[str, int], places: dict | None = None):
     """The run's counter (one per Ray namespace `smlaunch`; a previous one is replaced); `places`:
     channel -> `SamplePlaces`, to name the file of a sample the chain cannot decode."""
+    from smlaunch.cluster.board import kill_named
+
     global _counter
-    try:
-        ray.kill(ray.get_actor(ACTOR_NAME, namespace=NAMESPACE))
-    except ValueError:
-        pass
+    kill_named(ACTOR_NAME, NAMESPACE)
     # On the driver's node (the head): anywhere else it dies with its host, and with it the run's
     # count and the report (a data host lost mid-epoch took it down).
     here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}

@@ -16,6 +16,8 @@ import sys
 import pytest
 import torch
 
+from smlaunch.pipelines.sources.fastfile import read_view
+
 SENTINELS = {"AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID", "AWS_SECRET_ACCESS_KEY": "sentinel-secret-0d4b2e8f9a",
              "AWS_SESSION_TOKEN": "sentinel-session-6f1c9e7a3b", "SMLAUNCH_RAY_TOKEN": "sentinel-ray-token-" + "7" * 32}
 
@@ -151,5 +153,5 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     for host, shards in (("algo-2", ["part-00000.tfrecord", "part-00002.tfrecord"]),
                          ("algo-3", ["part-00001.tfrecord", "part-00003.tfrecord"])):
         view = hosts / host / "opt/ml/input/data/train" / ".smlaunch-fastfile.json"
-        assert [name for name, _ in json.loads(view.read_text())["objects"]] == shards
+        assert [name for name, _ in read_view(view.parent)[1]] == shards
         assert [p.name for p in view.parent.iterdir()] == [view.name]  # nothing was downloaded
