@@ -15,7 +15,6 @@ nowhere: those messages name the sample id alone.
 
 from __future__ import annotations
 
-from array import array
 from typing import Iterable
 
 import numpy as np
@@ -32,44 +31,37 @@ class SamplePlaces:
     host's, for ShardedByS3Key) and what a member of them is in `record_format`."""
 
     def __init__(self, record_format: str, files: Iterable[tuple[str, int]]):
-        listed = files if isinstance(files, list) else list(files)
+        from smlaunch.pipelines.sources.file_list import FileList
+
         self.record_format = record_format
-        self.paths = "".join(rel for rel, _ in listed)  # one string: pickled to the actor in ms, not s
-        self.lengths = array("I", [len(rel) for rel, _ in listed])
-        # An image folder's member is always 0; other formats' is bounded by the file's size.
-        self.sizes = None if record_format == "image_folder" else np.array([size for _, size in listed], np.uint64)
+        # Packed (one string, two arrays): pickled to the actor in ms, not s, and taken as listed:
+        # unpacking 1.28M files into tuples and joining them again cost the driver 0.6 s.
+        self.files = files if isinstance(files, FileList) else FileList.from_pairs(files)
         self._bases: np.ndarray | None = None
 
     @classmethod
     def of(cls, record_format: str, listing) -> SamplePlaces:
-        """From a `sources.listing.ChannelListing`."""
-        hosts = list(listing.files.values())
-        return cls(record_format, hosts[0] if len(hosts) == 1 else [unit for files in hosts for unit in files])
+        """From a `sources.listing.ChannelListing` (every host's files, for ShardedByS3Key)."""
+        from smlaunch.pipelines.sources.file_list import FileList
 
-    def _rel(self, index: int) -> str:
-        start = sum(self.lengths[:index])
-        return self.paths[start:start + self.lengths[index]]
+        return cls(record_format, FileList.concat(list(listing.files.values())))
 
     def find(self, sample_id: int) -> str | None:
         """`<path>` (an image folder's file), `<path> record N`, `<path> row N` or `<path> sample
         at byte N`, relative to the channel directory; None when no listed file gives `sample_id`."""
-        if not self.lengths:
+        if not len(self.files):
             return None
         if self._bases is None:
-            rels, start = [], 0
-            for length in self.lengths:
-                rels.append(self.paths[start:start + length])
-                start += length
-            self._bases = np.array(derived_ids(rels), dtype=np.uint64)
+            self._bases = np.array(derived_ids(list(self.files.rels())), dtype=np.uint64)
         members = ((np.uint64(sample_id) - self._bases) * np.uint64(_STEP_INVERSE)) & np.uint64(ID_MASK)
         if self.record_format == "image_folder":
             hits = np.flatnonzero(members == 0)
         else:
-            hits = np.flatnonzero(members < np.maximum(self.sizes, _MEMBER_FLOOR))
+            hits = np.flatnonzero(members < np.maximum(self.files.sizes.astype(np.uint64), _MEMBER_FLOOR))
         if not len(hits):
             return None
         index = int(hits[0])
-        rel, member = self._rel(index), int(members[index])
+        rel, member = self.files._rel(index), int(members[index])
         if self.record_format == "image_folder":
             return rel
         if self.record_format == "webdataset":

@@ -39,6 +39,20 @@ class FileList(Sequence):
         pairs = list(pairs)
         return cls.of([rel for rel, _ in pairs], [size for _, size in pairs])
 
+    @classmethod
+    def concat(cls, lists: list["FileList"]) -> "FileList":
+        """The files of `lists` (each a `FileList` or pairs), one after another."""
+        import numpy as np
+
+        lists = [f if isinstance(f, FileList) else FileList.from_pairs(f) for f in lists]
+        if len(lists) == 1:
+            return lists[0]
+        if not lists:
+            return cls.of([])
+        offsets = np.cumsum([0] + [len(f.paths) for f in lists[:-1]])
+        return cls("".join(f.paths for f in lists), np.concatenate([f.ends + o for f, o in zip(lists, offsets)]),
+                   np.concatenate([f.sizes for f in lists]))
+
     def __len__(self) -> int:
         return len(self.sizes)
 

@@ -8,6 +8,8 @@ ordinals of its units in flight, and how many it interleaves (`units_per_task`).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from smlaunch.cluster.plan import ChannelPlan
@@ -110,13 +112,12 @@ class PackedUnits:
         self.sizes = np.asarray(sizes, np.int64)
 
     def __iter__(self):
-        paths, start = [], 0
-        for length in self.lengths.tolist():
-            paths.append(self.paths[start:start + length])
-            start += length
-        groups = self.groups.tolist() if self.groups is not None else [-1] * len(paths)
-        return ((rel, None if group < 0 else group, size)
-                for rel, group, size in zip(paths, groups, self.sizes.tolist()))
+        """Lazily: a read task's first block should not wait for all its units to be unpacked."""
+        ends = np.cumsum(self.lengths).tolist()
+        groups = self.groups.tolist() if self.groups is not None else itertools.repeat(-1)
+        paths = self.paths
+        return ((paths[start:end], None if group < 0 else group, size)
+                for start, end, group, size in zip(itertools.chain((0,), ends), ends, groups, self.sizes.tolist()))
 
     def __len__(self) -> int:
         return len(self.sizes)

@@ -228,3 +228,40 @@ def test_packed_units_come_back_as_they_went_in_whatever_the_paths_hold():
                   [("part-0.parquet", 0, 10), ("part-0.parquet", 3, 10)]):
         packed = pickle.loads(pickle.dumps(PackedUnits(units)))
         assert (list(packed), list(packed), len(packed)) == (units, units, len(units))
+
+
+def test_ray_s_planning_calls_get_the_real_tasks_count_and_sizes_and_only_the_input_s_call_runs_them():
+    """Ray's planning asks for the read tasks without a data context four times (the driver's
+    `read_datasource`, the parallelism rule, the metadata guess): those get estimates, as many as
+    the tasks that run and of the same total size, and an estimate that were run says so."""
+    from types import SimpleNamespace
+
+    from smlaunch.pipelines.sources.file_list import FileList
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import ChannelListing
+
+    files = FileList.of([f"n{c:03d}/{n}.JPEG" for c in range(30) for n in range(100)], range(3000))
+    channel = ChannelPlan(name="validation", input_mode="File", record_format="image_folder", source="",
+                          hosts=("a", "b"))
+    for cpus in ({"a": 2, "b": 3}, None):
+        source = ChannelDatasource(channel, ChannelListing(files={"a": files}), {"a": None, "b": None}, cpus=cpus)
+        estimated = source.get_read_tasks(8)
+        real = source.get_read_tasks(8, data_context=SimpleNamespace(_execution_idx=0))
+        assert len(estimated) == len(real) == (5 if cpus else 8)
+        assert [t.metadata.size_bytes for t in estimated] == [t.metadata.size_bytes for t in real]  # the same units
+        assert source.get_read_tasks(8) is estimated  # asked again: not built again
+        with pytest.raises(RuntimeError, match="planning estimate"):
+            list(estimated[0]())
+
+
+def test_sample_places_take_every_host_s_packed_listing_as_it_is():
+    from smlaunch.pipelines.places import SamplePlaces
+    from smlaunch.pipelines.rows import derived_id
+    from smlaunch.pipelines.sources.file_list import FileList
+    from smlaunch.pipelines.sources.listing import ChannelListing
+
+    hosts = {h: FileList.of([f"{h}/shard-{n}.tar" for n in range(50)], 10**6) for h in ("algo-2", "algo-3")}
+    places = SamplePlaces.of("webdataset", ChannelListing(files=hosts))
+    assert places.files.paths == hosts["algo-2"].paths + hosts["algo-3"].paths  # one string, not rejoined
+    assert places.find(derived_id("algo-3/shard-7.tar", 4096)) == "algo-3/shard-7.tar sample at byte 4096"
+    assert places.find(derived_id("algo-2/shard-0.tar", 0)) == "algo-2/shard-0.tar sample at byte 0"
