@@ -33,12 +33,9 @@ from smlaunch.errors import DataError
 from smlaunch.pipelines.corrupt import skip_policy
 from smlaunch.pipelines.formats import RecordError, iter_records
 from smlaunch.pipelines.formats.example import example_values
-from smlaunch.pipelines.order import LAST, UNIT_SHIFT, position
+from smlaunch.pipelines.blocks import ROW_OVERHEAD_BYTES, BlockCutter, UnitPositions, rows_table
+from smlaunch.pipelines.order import LAST, UNIT_SHIFT
 from smlaunch.pipelines.sources.manifest import group_attributes
-
-ROW_OVERHEAD_BYTES = 20
-"""What a row holds in an Arrow block besides its image bytes: the image's 4-byte offset, the
-label and the id (8 bytes each); counted so that blocks cut by bytes match `Table.nbytes`."""
 
 Sample = tuple[str, bytes, object, object]
 """(where in the source, image bytes, label as found, id as found or None)."""
@@ -212,7 +209,7 @@ def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: 
         columns = {"image": images, "label": labels, "id": derived_ids(paths)}
         if positions:
             columns["pos"] = [(unit << UNIT_SHIFT) | LAST for unit in units]
-        return _table(columns)
+        return rows_table(columns)
 
     for path, data, label, *unit in files:
         if not data or (num_classes is not None and label >= num_classes):
@@ -237,117 +234,63 @@ def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: 
 
 def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None = None,
                block_bytes: int | None = None, positions: bool = False) -> Iterator[pa.Table]:
-    """Arrow blocks of checked rows; every error names the channel, the source and the sample.
-    A table among the samples holds rows already checked column-wise (`parquet_samples`).
-
-    Blocks hold `channel.block_rows` rows (the chain's batch), or with `block_bytes` as many rows
-    as reach that many bytes (images and `ROW_OVERHEAD_BYTES` each): a File-mode read task's output is merged by Ray Data into
-    blocks of its target size anyway: handing it 64-row tables to merge (and a Parquet row group cut
-    into 64-row slices to join again) took 20,000-row passes 153 -> 117 ms for Parquet and
-    242 -> 232 ms for an image folder (BENCHMARKS.md, formats).
+    """Arrow blocks of checked rows (`blocks.BlockCutter`: `channel.block_rows` rows each, or about
+    `block_bytes`); every error names the channel, the source and the sample. A table among the
+    samples holds rows already checked column-wise (`parquet_samples`, `folder_tables`).
 
     With `positions`, each item comes tagged `((unit, last), item)`, `last` on a unit's final
-    item (or tagged None: a table that has its `pos` column already), and every row leaves with
-    its position (`pipelines.order`): the ordinal counts the rows the unit yielded, so a skipped
-    record shifts nothing, and the last bit moves to the unit's last row kept."""
-    policy = skip_policy(channel.name, channel.max_corrupted_records)
-    need = _need(channel)
-    size = channel.block_rows
-    rows = _empty(positions)
-    carry = None  # rows of checked tables not yet in a block
-    pending = 0  # image bytes of `rows`, when blocks are cut by bytes
-    counters: dict[int, int] = {}  # rows each open unit yielded so far
-
-    def full(count: int, nbytes: int) -> bool:
-        return nbytes >= block_bytes if block_bytes else count >= size
-
+    item (or untagged: a table that has its `pos` column already), and every row leaves with its
+    position (`blocks.UnitPositions`)."""
+    cutter = BlockCutter(("image", "label", "id", "pos") if positions else ("image", "label", "id"),
+                         channel.block_rows, block_bytes)
+    check = _SampleCheck(channel, num_classes)
+    units = UnitPositions()
     try:
         for entry in samples:
             tag, item = entry if positions and not isinstance(entry, pa.Table) else (None, entry)
             if isinstance(item, pa.Table):  # already checked, column-wise
                 if tag is not None:
-                    item = item.append_column("pos", _table_positions(counters, tag, item.num_rows))
-                whole = pa.concat_tables([t for t in (carry, _table(rows) if rows["id"] else None, item) if t])
-                rows, pending = _empty(positions), 0
-                # Whole blocks of `size` rows, or of about `block_bytes`: Ray's output buffer hands a
-                # block of 1 to 1.5 times its target on as it is, and merges or slices the others.
-                if block_bytes and whole.nbytes < block_bytes * 3 // 2:
-                    carry = None if whole.nbytes >= block_bytes else whole
-                    if carry is None:
-                        yield whole
-                    continue
-                step = -(-block_bytes * whole.num_rows // whole.nbytes) if block_bytes else size
-                cut = whole.num_rows - whole.num_rows % step
-                for start in range(0, cut, step):
-                    yield whole.slice(start, step)
-                carry = whole.slice(cut) if cut < whole.num_rows else None
+                    item = item.append_column("pos", units.of_table(tag, item.num_rows))
+                for block in cutter.add_table(item):  # not `yield from` a list: Ray's streaming tasks send
+                    yield block
                 continue
-            where, image, label, ident = item
-            try:
-                row = _checked(image, label, ident, num_classes, need, channel.id_required)
-            except DataError as exc:
-                error = DataError(f"channel '{channel.name}': {where}: {exc}")
-                if policy is None or not policy(error):
-                    raise error from None
+            row = check(item)
+            if row is None:  # skipped under the channel's max_corrupted_records
                 if tag is not None and tag[1]:
-                    _end_unit(rows["pos"], counters, tag[0])
+                    units.end_skipped(tag[0], cutter.rows["pos"])
                 continue
-            for key, value in zip(("image", "label", "id"), row):
-                rows[key].append(value)
             if tag is not None:
-                unit, last = tag
-                ordinal = counters.pop(unit, 0)
-                if not last:
-                    counters[unit] = ordinal + 1
-                rows["pos"].append(position(unit, ordinal, last))
-            pending += len(row[0]) + ROW_OVERHEAD_BYTES
-            carried = carry.num_rows if carry else 0
-            if full(carried + len(rows["id"]), (carry.nbytes if carry else 0) + pending):
-                yield _joined(carry, rows)
-                carry, pending = None, 0
-                rows = _empty(positions)
+                row["pos"] = units.of_row(tag)
+            for block in cutter.add_row(row):
+                yield block
     except RecordError as exc:
         raise DataError(f"channel '{channel.name}': {exc}") from None
     except DataError as exc:
         message = str(exc)
         raise DataError(message if message.startswith("channel '") else f"channel '{channel.name}': {message}") from None
-    if carry or rows["id"]:
-        yield _joined(carry, rows)
+    for block in cutter.rest():
+        yield block
 
 
-def _empty(positions: bool) -> dict[str, list]:
-    return {"image": [], "label": [], "id": [], **({"pos": []} if positions else {})}
+class _SampleCheck:
+    """A sample as a row (`{"image", "label", "id"}`), or None when it is bad and the channel's
+    corrupt-record policy skips it; a bad sample past the policy raises, naming where it is."""
 
+    def __init__(self, channel: ChannelPlan, num_classes: int | None):
+        self.channel, self.num_classes = channel, num_classes
+        self.policy = skip_policy(channel.name, channel.max_corrupted_records)
+        self.need = _need(channel)
 
-def _table_positions(counters: dict[int, int], tag: tuple[int, bool], count: int) -> pa.Array:
-    """Positions of a checked table's `count` rows, all of unit `tag[0]`."""
-    import numpy as np
-
-    unit, last = tag
-    start = counters.pop(unit, 0)
-    pos = (unit << UNIT_SHIFT) | np.arange(start, start + count, dtype=np.int64)
-    if last and count:
-        pos[-1] |= LAST
-    elif not last:
-        counters[unit] = start + count
-    return pa.array(pos, pa.int64())
-
-
-def _end_unit(pending: list[int], counters: dict[int, int], unit: int) -> None:
-    """A unit's last record was skipped: its last row kept, if still in this block, gets the bit.
-    (Already handed on, it cannot: the unit then stays open in the epoch's position, and is read
-    again on resume with its drawn rows dropped, as a unit in flight is.)"""
-    counters.pop(unit, None)
-    for i in range(len(pending) - 1, -1, -1):
-        if pending[i] >> UNIT_SHIFT == unit:
-            pending[i] |= LAST
-            return
-
-
-def _joined(carry: pa.Table | None, rows) -> pa.Table:
-    if carry is None:
-        return _table(rows)
-    return pa.concat_tables([carry, _table(rows)]).combine_chunks() if rows["id"] else carry
+    def __call__(self, sample: Sample) -> dict | None:
+        where, image, label, ident = sample
+        try:
+            image, label, ident = _checked(image, label, ident, self.num_classes, self.need, self.channel.id_required)
+        except DataError as exc:
+            error = DataError(f"channel '{self.channel.name}': {where}: {exc}")
+            if self.policy is None or not self.policy(error):
+                raise error from None
+            return None
+        return {"image": image, "label": label, "id": ident}
 
 
 def _checked(image, label, ident, num_classes: int | None, need: str, id_required: bool) -> tuple[bytes, int, int]:
@@ -382,11 +325,3 @@ def _need(channel: ChannelPlan) -> str:
     what = {"webdataset": "extensions", "parquet": "columns"}.get(channel.record_format, "features")
     image, label, ident = channel.fields
     return f"{what} {image}, {label}" + (f", {ident}" if ident else "") + "; set the channel's fields to rename them"
-
-
-def _table(rows) -> pa.Table:
-    columns = {"image": pa.array(rows["image"], pa.binary()), "label": pa.array(rows["label"], pa.int64()),
-               "id": pa.array(rows["id"], pa.int64())}
-    if "pos" in rows:
-        columns["pos"] = pa.array(rows["pos"], pa.int64())
-    return pa.table(columns)
