@@ -350,5 +350,18 @@ def test_a_pipe_fifo_whose_writer_never_connects_names_it(tmp_path):
             pass
 
 
-def test_at_least_twenty_bad_inputs():
-    assert len(CASES) >= 20
+PLACE = re.compile(r"\\S\+/|\\\.json|config file|[a-z_]+\\\.[a-z_]+")
+"""In an expected line's regex: a file or FIFO (a path), a SageMaker job file (`.json`), the
+config file, or a config field (`trainer.batch_size`): where the input went wrong."""
+
+
+def test_each_case_names_its_place_and_each_kind_of_process_meets_bad_input():
+    """The table's promise, checked on the table: every expected line names where the input went
+    wrong, no two cases share an id or the same build (a copy tests nothing new), and each kind of
+    process (the debugging reader, a SageMaker host, a local job) is given bad input."""
+    unnamed = [c.id for c in CASES if not PLACE.search(c.line)]
+    assert unnamed == []
+    assert len({c.id for c in CASES}) == len(CASES)
+    assert len({c.line for c in CASES}) == len(CASES) - 1  # one message is asserted for File and for Pipe
+    assert {c.kind for c in CASES} == {"inspect", "sagemaker", "local"}
+    assert {c.code for c in CASES if c.kind == "sagemaker"} == {2}  # config and job-file errors: usage (2)
