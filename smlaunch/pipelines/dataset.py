@@ -11,11 +11,12 @@ from smlaunch.cluster.plan import LaunchPlan, host_label
 from smlaunch.config.schema import LaunchConfig
 
 
-def list_channels(plan: LaunchPlan) -> dict:
-    """Each File, FastFile and file-system channel's `ChannelListing`, listed on its hosts."""
+def list_channels(plan: LaunchPlan, here: bool = False) -> dict:
+    """Each File, FastFile and file-system channel's `ChannelListing`, listed on its hosts (`here`:
+    by this process, the hosts' directories being on this machine: `listing.list_channel`)."""
     from smlaunch.pipelines.sources.listing import list_channel
 
-    return {c.name: list_channel(c, {h: plan.host(h).opt_ml for h in c.hosts})
+    return {c.name: list_channel(c, {h: plan.host(h).opt_ml for h in c.hosts}, here=here)
             for c in plan.channels if c.input_mode != "Pipe"}
 
 
@@ -52,7 +53,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
         else:
             source = ChannelDatasource(channel, listings[channel.name], roots, num_classes,
                                        cpus={h: plan.host(h).num_cpus for h in channel.hosts},
-                                       ranks=plan.train_workers, seed=cfg.seed)
+                                       ranks=plan.train_workers, seed=cfg.seed).share_listing()
         ds = read_channel(source, channel)
         datasets[channel.name] = ds.map_batches(
             Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name,

@@ -48,20 +48,16 @@ class ChannelListing:
         return None if self.max_label is None else self.max_label + 1
 
 
-def list_channel(channel, roots: dict[str, str | None], stall_s: float = STALL_S) -> ChannelListing:
+def list_channel(channel, roots: dict[str, str | None], stall_s: float = STALL_S, here: bool = False) -> ChannelListing:
     """List `channel` on its hosts (under ShardedByS3Key each; else the first stands for all),
-    showing progress; fails when a host's listing advances for none of `stall_s` seconds."""
-    import ray
-
-    from smlaunch.pipelines.sources.host_listing import list_on_host
-
+    showing progress; fails when a host's listing advances for none of `stall_s` seconds.
+    `here`: the hosts' directories are on this machine (the local simulated cluster), so they are
+    listed by threads of this process, which needs no cluster: a local run lists while its
+    cluster starts (`launcher.run`)."""
     sharded = channel.distribution == "ShardedByS3Key" and channel.file_system is None
     hosts = list(channel.hosts) if sharded else [channel.hosts[0]]
-    lister = ray.remote(list_on_host)
-    streams = {h: lister.options(num_returns="streaming", num_cpus=0, max_retries=0,
-                                 label_selector=host_selector(h)).remote(
-        roots[h], channel.name, channel.record_format, channel.fields[1]) for h in hosts}
-    answers = _collect(channel.name, streams, stall_s)
+    args = {h: (roots[h], channel.name, channel.record_format, channel.fields[1]) for h in hosts}
+    answers = _collect(channel.name, _ThreadStreams(args) if here else _RayStreams.start(args), stall_s)
     files = {h: a["files"] for h, a in answers.items() if len(a["files"])}
     if not files:
         raise DataError(f"channel '{channel.name}': no {_what(channel.record_format)} on {', '.join(hosts)}")
@@ -76,44 +72,115 @@ def list_channel(channel, roots: dict[str, str | None], stall_s: float = STALL_S
     return listing
 
 
-def _collect(channel: str, streams: dict, stall_s: float) -> dict:
+def _collect(channel: str, streams, stall_s: float) -> dict:
     """Each host's answer from its lister's stream (`host_listing.list_on_host`), with a progress
     line; a host whose count of files stays put for `stall_s` fails the listing in one line."""
-    import ray
-
     from smlaunch.console import Progress
 
-    pending = {stream: host for host, stream in streams.items()}
-    seen = {host: (-1, time.monotonic()) for host in streams}  # files seen, when that count last grew
+    seen = {host: (-1, time.monotonic()) for host in streams.hosts}  # files seen, when that count last grew
     answers = {}
     with Progress(f"listing channel '{channel}'", unit="file", leave=False) as bar:
         try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=min(1.0, stall_s))
-                for stream in ready:
-                    host = pending[stream]
-                    kind, value = _next(channel, host, stream)
+            while len(answers) < len(seen):
+                for host, (kind, value) in streams.events(channel, timeout_s=min(1.0, stall_s)):
                     if kind == "done":
                         answers[host] = value
-                        del pending[stream]
                     elif value > seen[host][0]:
                         bar.update(value - max(seen[host][0], 0))
                         seen[host] = (value, time.monotonic())
                 bar.tick()
                 now = time.monotonic()
-                for host in pending.values():
-                    if now - seen[host][1] > stall_s:
+                for host in seen:
+                    if host not in answers and now - seen[host][1] > stall_s:
                         count = max(seen[host][0], 0)
                         raise DataError(f"channel '{channel}': listing on host {host} made no progress for "
                                         f"{stall_s:g} s ({count:,} files seen); is its channel directory on a "
                                         "mount that stopped answering, or is the host gone?")
         finally:
-            for stream in pending:  # a stuck lister: end it, do not leave it blocked on its host
-                try:
-                    ray.cancel(stream, force=True)
-                except Exception:
-                    pass
+            streams.cancel()
     return answers
+
+
+class _RayStreams:
+    """Each host's lister as a Ray streaming task pinned to the host (`host_listing.list_on_host`)."""
+
+    def __init__(self, streams: dict):
+        """`streams`: host -> its lister's stream (`start`)."""
+        self.hosts = list(streams)
+        self.pending = {stream: host for host, stream in streams.items()}
+
+    @classmethod
+    def start(cls, args: dict[str, tuple]) -> "_RayStreams":
+        import ray
+
+        from smlaunch.pipelines.sources.host_listing import list_on_host
+
+        lister = ray.remote(list_on_host)
+        return cls({h: lister.options(num_returns="streaming", num_cpus=0, max_retries=0,
+                                      label_selector=host_selector(h)).remote(*a) for h, a in args.items()})
+
+    def events(self, channel: str, timeout_s: float) -> list[tuple[str, tuple]]:
+        """The next `(host, (kind, value))` items, waiting at most `timeout_s` for one."""
+        import ray
+
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=timeout_s)
+        out = []
+        for stream in ready:
+            host = self.pending[stream]
+            item = _next(channel, host, stream)
+            if item[0] == "done":
+                del self.pending[stream]
+            out.append((host, item))
+        return out
+
+    def cancel(self) -> None:
+        """End the listers still running: a stuck one must not stay blocked on its host."""
+        import ray
+
+        for stream in self.pending:
+            try:
+                ray.cancel(stream, force=True)
+            except Exception:
+                pass
+
+
+class _ThreadStreams:
+    """Each host's lister run by a thread of this process, on directories this machine holds."""
+
+    def __init__(self, args: dict[str, tuple]):
+        import queue
+        import threading
+
+        self.hosts = list(args)
+        self.items: queue.Queue = queue.Queue()
+        for host, a in args.items():
+            threading.Thread(target=self._list, args=(host, a), name=f"list-{host}", daemon=True).start()
+
+    def _list(self, host: str, args: tuple) -> None:
+        from smlaunch.pipelines.sources.host_listing import list_on_host
+
+        try:
+            for item in list_on_host(*args):
+                self.items.put((host, item))
+        except Exception as exc:  # handed to the caller's thread, which raises it in one line
+            self.items.put((host, ("error", exc)))
+
+    def events(self, channel: str, timeout_s: float) -> list[tuple[str, tuple]]:
+        import queue
+
+        try:
+            out = [self.items.get(timeout=timeout_s)]
+        except queue.Empty:
+            return []
+        while not self.items.empty():
+            out.append(self.items.get_nowait())
+        for host, (kind, value) in out:
+            if kind == "error":
+                raise _failed(channel, host, value) from None
+        return out
+
+    def cancel(self) -> None:
+        """A thread blocked on a mount cannot be ended; it is a daemon and goes with the process."""
 
 
 def _next(channel: str, host: str, stream):
@@ -126,12 +193,17 @@ def _next(channel: str, host: str, stream):
         raise DataError(f"channel '{channel}': the listing on host {host} ended without an answer") from None
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None)
-        if isinstance(cause, DataError):
-            text = str(cause)
-            raise DataError(text if host in text else f"{text} (host {host})") from None
-        lines = str(cause if cause is not None else exc).strip().splitlines()
-        raise DataError(f"channel '{channel}': listing on host {host} failed: {type(cause or exc).__name__}: "
-                        f"{lines[-1] if lines else ''}") from None
+        raise _failed(channel, host, cause if cause is not None else exc) from None
+
+
+def _failed(channel: str, host: str, cause: BaseException) -> DataError:
+    """A lister's error as one line naming the channel and the host."""
+    if isinstance(cause, DataError):
+        text = str(cause)
+        return DataError(text if host in text else f"{text} (host {host})")
+    lines = str(cause).strip().splitlines()
+    return DataError(f"channel '{channel}': listing on host {host} failed: {type(cause).__name__}: "
+                     f"{lines[-1] if lines else ''}")
 
 
 def _what(record_format: str) -> str:

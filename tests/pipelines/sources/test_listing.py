@@ -37,7 +37,7 @@ def remote_stream(ray, body):
 
 @pytest.mark.ray
 def test_a_listing_that_advances_is_never_cut_short_and_one_that_stalls_fails_in_one_line(data_cluster):
-    from smlaunch.pipelines.sources.listing import _collect
+    from smlaunch.pipelines.sources.listing import _collect, _RayStreams
 
     def steady():  # lists for 4 s in all, advancing every 0.2 s: past a 2 s deadline, never stuck for it
         import time
@@ -58,17 +58,22 @@ def test_a_listing_that_advances_is_never_cut_short_and_one_that_stalls_fails_in
 
     # A worker already up on the host: the deadline also covers a lister's start, which is not under test.
     data_cluster.get(data_cluster.remote(lambda: 1).options(num_cpus=0, label_selector={"sm-host": "algo-2"}).remote())
-    answers = _collect("train", {"algo-2": remote_stream(data_cluster, steady)}, stall_s=2.0)
+    answers = _collect("train", _RayStreams({"algo-2": remote_stream(data_cluster, steady)}), stall_s=2.0)
     assert list(answers["algo-2"]["files"]) == [("a", 1)]
     with pytest.raises(DataError) as failure:
-        _collect("train", {"algo-2": remote_stream(data_cluster, stuck)}, stall_s=2.0)
+        _collect("train", _RayStreams({"algo-2": remote_stream(data_cluster, stuck)}), stall_s=2.0)
     message = str(failure.value)
     assert "\n" not in message and "channel 'train'" in message and "host algo-2" in message, message
     assert "no progress for 2 s (5 files seen)" in message, message
 
 
+HERE = pytest.mark.parametrize("here", [False, True], ids=["on-the-host", "here"])
+"""Listed by a task on the host, or by this process (a local run, while its cluster starts)."""
+
+
 @pytest.mark.ray
-def test_a_host_whose_folder_hangs_fails_the_listing_naming_channel_and_host(data_cluster, tmp_path):
+@HERE
+def test_a_host_whose_folder_hangs_fails_the_listing_naming_channel_and_host(data_cluster, tmp_path, here):
     """A Parquet 'file' that blocks on open (a FIFO without a writer) stands in for a hung mount."""
     from smlaunch.pipelines.sources.listing import list_channel
 
@@ -77,7 +82,8 @@ def test_a_host_whose_folder_hangs_fails_the_listing_naming_channel_and_host(dat
     os.mkfifo(folder / "part-0.parquet")
     try:
         with pytest.raises(DataError) as failure:
-            list_channel(channel("hung", "parquet"), {"algo-2": str(tmp_path / "algo-2/opt/ml")}, stall_s=2.0)
+            list_channel(channel("hung", "parquet"), {"algo-2": str(tmp_path / "algo-2/opt/ml")}, stall_s=2.0,
+                         here=here)
     finally:
         unblock = threading.Thread(target=lambda: open(folder / "part-0.parquet", "wb").close(), daemon=True)
         unblock.start()  # in case the cancelled lister still waits on the FIFO
@@ -117,7 +123,9 @@ def test_parallel_parquet_footers_give_the_row_groups_and_labels_a_sequential_re
 
 
 @pytest.mark.ray
-def test_image_folder_listing_gives_classes_files_in_walk_order_and_refuses_an_empty_class(data_cluster, tmp_path):
+@HERE
+def test_image_folder_listing_gives_classes_files_in_walk_order_and_refuses_an_empty_class(data_cluster, tmp_path,
+                                                                                           here):
     from smlaunch.pipelines.sources.listing import list_channel
 
     opt_ml = tmp_path / "algo-2/opt/ml"
@@ -130,7 +138,7 @@ def test_image_folder_listing_gives_classes_files_in_walk_order_and_refuses_an_e
     (folder / "readme.txt").write_text("not an image")
     (folder / "class-1/notes.txt").write_text("not an image either")
     (folder / ".hidden").mkdir()
-    listing = list_channel(channel("img", "image_folder"), {"algo-2": str(opt_ml)})
+    listing = list_channel(channel("img", "image_folder"), {"algo-2": str(opt_ml)}, here=here)
     files = listing.files["algo-2"]
     assert listing.classes == [f"class-{c}" for c in range(5)] and len(files) == 1500
     expected = []
@@ -144,7 +152,7 @@ def test_image_folder_listing_gives_classes_files_in_walk_order_and_refuses_an_e
 
     (folder / "class-9").mkdir()
     with pytest.raises(DataError, match="class folder class-9 holds no image"):
-        list_channel(channel("img", "image_folder"), {"algo-2": str(opt_ml)})
+        list_channel(channel("img", "image_folder"), {"algo-2": str(opt_ml)}, here=here)
 
 
 @pytest.mark.ray
@@ -174,10 +182,12 @@ def test_an_image_folder_listed_with_estimated_sizes_still_reads_every_file_whol
 
 
 @pytest.mark.ray
-def test_a_lister_s_error_is_one_line_naming_channel_and_host(data_cluster, tmp_path):
+@HERE
+def test_a_lister_s_error_is_one_line_naming_channel_and_host(data_cluster, tmp_path, here):
     from smlaunch.pipelines.sources.listing import list_channel
 
     with pytest.raises(DataError) as failure:
-        list_channel(channel("absent", "tfrecord"), {"algo-2": str(tmp_path / "nowhere/opt/ml")}, stall_s=60)
+        list_channel(channel("absent", "tfrecord"), {"algo-2": str(tmp_path / "nowhere/opt/ml")}, stall_s=60,
+                     here=here)
     message = str(failure.value)
     assert "\n" not in message and message.startswith("channel 'absent': ") and "host algo-2" in message, message
