@@ -31,7 +31,7 @@ writes them). Then, in one run:
           first_step_extra_ratio=<x> goal=...
 
     python bench/scale.py [--scratch DIR] [--files 1281167] [--shard-samples 128] [--steps 300]
-                          [--first-step-runs 2]
+                          [--first-step-runs 3]
 """
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ def main() -> int:
     parser.add_argument("--shard-samples", type=int, default=128, help="samples per class-sorted shard")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="steps of each digits job (0: skip them)")
-    parser.add_argument("--first-step-runs", type=int, default=2, help="jobs per folder size timed to their first step")
+    parser.add_argument("--first-step-runs", type=int, default=3, help="jobs per folder size timed to their first step")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     args.scratch.mkdir(parents=True, exist_ok=True)
