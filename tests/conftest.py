@@ -8,12 +8,12 @@ subprocess."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from smlaunch.pipelines.sources.local_s3 import LocalS3
+from support.environment import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,13 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def dataset_cache(tmp_path_factory):
     """Keep the builtin dataset out of the user's home; built once per test session."""
     cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("SMLAUNCH_CACHE")
-    os.environ["SMLAUNCH_CACHE"] = str(cache)
-    yield cache
-    if old is None:
-        os.environ.pop("SMLAUNCH_CACHE", None)
-    else:
-        os.environ["SMLAUNCH_CACHE"] = old
+    with environment(SMLAUNCH_CACHE=str(cache)):
+        yield cache
 
 
 @pytest.fixture
@@ -44,34 +39,28 @@ def data_cluster():
     # The nodes' workers inherit this environment: throwaway keys for the local S3 server.
     extra = {**{k: v for k, v in LocalS3.environment().items() if v}, "RAY_USAGE_STATS_ENABLED": "0",
              "RAY_AUTH_MODE": "disabled"}
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    import ray
-    from ray.cluster_utils import Cluster
+    with environment(**extra):
+        import ray
+        from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, connect=False, head_node_args=dict(
-        num_cpus=1, labels={"ray-subcluster": "train", "sm-host": "algo-1"}, include_dashboard=False,
-        object_store_memory=100 * 2**20))
-    for host in DATA_HOSTS:
-        cluster.add_node(num_cpus=1, labels={"ray-subcluster": "data", "sm-host": host},
-                         object_store_memory=100 * 2**20, include_log_monitor=False)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="smlaunch-test")
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    yield ray
-    ray.shutdown()
-    cluster.shutdown()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+        cluster = Cluster(initialize_head=True, connect=False, head_node_args=dict(
+            num_cpus=1, labels={"ray-subcluster": "train", "sm-host": "algo-1"}, include_dashboard=False,
+            object_store_memory=100 * 2**20))
+        for host in DATA_HOSTS:
+            cluster.add_node(num_cpus=1, labels={"ray-subcluster": "data", "sm-host": host},
+                             object_store_memory=100 * 2**20, include_log_monitor=False)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace="smlaunch-test")
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        yield ray
+        ray.shutdown()
+        cluster.shutdown()
 
 
 @pytest.fixture
 def job(tmp_path):
-    """A fake 3-host SageMaker job (`tests/sagemaker_job.py`), cleaned up after the test."""
-    from sagemaker_job import FakeJob
+    """A fake 3-host SageMaker job (`tests/support/sagemaker_job.py`), cleaned up after the test."""
+    from support.sagemaker_job import FakeJob
 
     fake = FakeJob(tmp_path)
     yield fake

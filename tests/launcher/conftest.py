@@ -5,27 +5,20 @@ CreateTrainingJob request as it went over the wire."""
 
 import base64
 import json
-import os
 import uuid
 
 import pytest
 import requests
 
 from smlaunch.pipelines.sources.local_s3 import LocalS3
+from support.environment import environment
 
 
 @pytest.fixture(scope="module")
 def moto_server(tmp_path_factory):
-    saved = os.environ.get("MOTO_RECORDER_FILEPATH")
-    os.environ["MOTO_RECORDER_FILEPATH"] = str(tmp_path_factory.mktemp("moto") / "recording.jsonl")
-    try:
-        with LocalS3() as server:
-            yield server
-    finally:
-        if saved is None:
-            os.environ.pop("MOTO_RECORDER_FILEPATH", None)
-        else:
-            os.environ["MOTO_RECORDER_FILEPATH"] = saved
+    with environment(MOTO_RECORDER_FILEPATH=str(tmp_path_factory.mktemp("moto") / "recording.jsonl")), \
+            LocalS3() as server:
+        yield server
 
 
 class Aws:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from constructed_runs import constructed_report as _run
+from support.constructed_runs import constructed_report as _run
 
 from smlaunch.config import load_config
 

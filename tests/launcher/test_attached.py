@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from smlaunch.pipelines.sources.local_s3 import LocalS3, free_port
+from smlaunch.pipelines.sources.local_s3 import LocalS3
+
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HETERO = str(ROOT / "configs" / "hetero.yaml")
@@ -157,7 +159,7 @@ def test_run_trains_on_the_labelled_nodes_reads_channels_where_they_are_and_leav
         cluster, tmp_path):
     import json
 
-    from user_layouts import CLASSES, digits, write_image_folder, write_parquet
+    from support.user_layouts import CLASSES, digits, write_image_folder, write_parquet
 
     address, env = cluster
     write_image_folder(tmp_path / "train", digits("train"))
@@ -201,7 +203,7 @@ def test_an_s3_run_dir_gets_model_checkpoints_and_report_and_the_next_run_resume
     second run finds the first one's checkpoint there (rank 0 downloads it and checks its hash)."""
     import json
 
-    from user_layouts import digits, write_image_folder, write_parquet
+    from support.user_layouts import digits, write_image_folder, write_parquet
 
     address, env = cluster
     write_image_folder(tmp_path / "train", digits("train"))

@@ -5,13 +5,17 @@ whole Pipe-mode run (both channels, sharded) is the resumed run of
 `tests/reliability/test_data_host_loss.py`, and a corrupt record that fails a job is covered by
 `inspect` (the reader's line, tests/reliability/test_bad_inputs.py), by the skipped record below
 (the same line from inside a job) and by the undecodable image of test_bad_inputs_in_jobs.py
-(a data error raised in a pipeline task ends the job with one line and the failure file)."""
+(a data error raised in a pipeline task ends the job with one line and the failure file).
+
+The terminal job runs once for the module (`tiny_job`); each test below names one thing it must show."""
 
 import json
 import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,85 +30,131 @@ RAY_INTERNALS = ("(pid=", "TrainController", "RayTrainWorker", "SplitCoordinator
                  "Execution plan", "Checkpoint successfully created", "Progress bars disabled")
 
 
-@pytest.mark.ray
-def test_tiny_job_trains_on_three_nodes_in_a_terminal(configs, tmp_path):
-    """The job as a person runs it: `sm-launch` typed into a terminal (a pseudo-terminal of 120x40).
-    It must finish, draw a progress bar, keep the console to its own lines, and train for real.
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class TerminalRun:
+    code: int
+    output: str
+    lines: list[str]
+    run: Path
+    head: Path
+    report: dict
+
+
+@pytest.fixture(scope="module")
+def tiny_job(tmp_path_factory) -> TerminalRun:
+    """The job as a person runs it, once for the tests below: `sm-launch` typed into a terminal (a
+    pseudo-terminal of 120x40), with sentinel credentials in its environment (issue 9).
 
     The train host has two GPUs here (`gpus: 2`), so two train workers (CPU stand-ins) share it:
     DDP on one host, each epoch split unevenly between the ranks, every sample once, the same
     weights on both ranks at the end. (Two GPU hosts, one rank each: test_sagemaker_hosts.py;
     three ranks: the S3 test below.)"""
-    from terminal import run_in_terminal, screen_lines
+    from support.terminal import run_in_terminal, screen_lines
 
-    # Sentinel credentials in the environment must show up nowhere (issue 9's security item).
+    tmp_path = tmp_path_factory.mktemp("e2e")
     code, output = run_in_terminal(
-        [sys.executable, "-m", "smlaunch", str(configs / "tiny.yaml"), "--set", f"run.dir={tmp_path}",
+        [sys.executable, "-m", "smlaunch", str(ROOT / "configs" / "tiny.yaml"), "--set", f"run.dir={tmp_path}",
          "--set", "run.name=e2e", "--set", "cluster.instance_groups.0.gpus=2", "--set", "trainer.steps=30"],
         env={**os.environ, **SENTINELS}, timeout_s=420)
     assert code == 0, output[-3000:]
-    assert "\rtrain:" in output and "| 30/30 [" in output and "images/s, data wait" in output  # the bar, redrawn
-    lines = screen_lines(output)
+    head = tmp_path / "e2e" / "hosts" / "algo-1" / "opt" / "ml"
+    report = json.loads((head / "output" / "data" / "report.json").read_text())
+    return TerminalRun(code, output, screen_lines(output), tmp_path / "e2e", head, report)
+
+
+@pytest.mark.ray
+def test_the_terminal_shows_a_redrawn_bar_and_only_our_own_lines(tiny_job):
+    assert "\rtrain:" in tiny_job.output and "| 30/30 [" in tiny_job.output and "images/s, data wait" in tiny_job.output
+    lines = tiny_job.lines
     assert len(lines) <= 60, "\n".join(lines)
     assert not [line for line in lines if any(word in line for word in RAY_INTERNALS)], "\n".join(lines)
+    assert lines[-1] == f"report: {tiny_job.head / 'output' / 'data' / 'report.json'}"
+
+
+@pytest.mark.ray
+def test_the_console_gives_metric_validation_summary_and_verdict_lines(tiny_job):
+    lines = tiny_job.lines
     metric = re.compile(r"^step=\d+ loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+$")
     assert [line for line in lines if metric.match(line)][-1].startswith("step=30 ")
     assert any(re.match(r"^validation step=30 epoch=2 accuracy=[0-9.]+ loss=[0-9.]+$", line) for line in lines)
     assert "steps=30 epochs=2 (epoch 2 cut short by the step count) train_workers=2" in lines
     assert any(line.startswith("ranks 0@algo-1, 1@algo-1: final weights identical on every rank") for line in lines)
-    head = tmp_path / "e2e" / "hosts" / "algo-1" / "opt" / "ml"
-    report = json.loads((head / "output" / "data" / "report.json").read_text())
-    summary = report["summary"]
-    assert lines[-1] == f"report: {head / 'output' / 'data' / 'report.json'}"
+    assert any(line.startswith("verdict: ") for line in lines) and any("advisor: recommend" in line for line in lines)
 
+
+@pytest.mark.ray
+def test_two_ranks_trained_in_step_and_learned(tiny_job):
+    report, summary = tiny_job.report, tiny_job.report["summary"]
     assert summary["steps"] == 30 and len(report["steps"]) == 30
     assert (summary["epochs"], summary["epochs_complete"]) == (2, 1)  # one way of counting, everywhere
     assert [w["rank"] for w in report["workers"]] == [0, 1] and summary["ranks_in_sync"]
     assert len({w["param_sha256"] for w in report["workers"]}) == 1 and summary["global_batch"] == 64
-    first = report["sample_accounting"]["epochs"][0]  # 1437 rows over two ranks: shards of 718 and 719
-    assert (first["epoch"], first["complete"], first["distinct"], first["duplicated"], first["missing"]) == \
-        (1, True, 1437, 0, 0), first
-    assert report["validation"][-1]["epoch"] == 2
     assert {"loss", "step_time_s", "data_wait_s", "images_per_s"} <= set(report["steps"][0])
     assert summary["validation_accuracy"] > 0.3  # chance is 0.1
-    assert report["validation"][-1]["rows"] == 360
-    # Every preprocessed row came from the two data hosts, none from the train host.
-    assert summary["data_node_row_fraction"] == 1.0
+    assert report["validation"][-1]["epoch"] == 2 and report["validation"][-1]["rows"] == 360
+
+
+@pytest.mark.ray
+def test_the_first_epoch_gave_every_sample_once_over_the_two_ranks(tiny_job):
+    first = tiny_job.report["sample_accounting"]["epochs"][0]  # 1437 rows over two ranks: shards of 718 and 719
+    assert (first["epoch"], first["complete"], first["distinct"], first["duplicated"], first["missing"]) == \
+        (1, True, 1437, 0, 0), first
+
+
+@pytest.mark.ray
+def test_every_preprocessed_row_came_from_the_data_hosts(tiny_job):
+    report = tiny_job.report
+    assert report["summary"]["data_node_row_fraction"] == 1.0
     assert report["rows_by_host"]["algo-1"] == 0 and report["rows_by_host"]["unknown"] == 0
     assert report["rows_by_host"]["algo-2"] + report["rows_by_host"]["algo-3"] >= 30 * 64 + 2 * 360
-    # Ray's logs and ours are kept with the run, not shown.
-    logs = tmp_path / "e2e" / "logs"
+    assert set(report["chain_by_host"]) <= {"algo-2", "algo-3"}
+
+
+@pytest.mark.ray
+def test_ray_s_logs_and_ours_are_kept_with_the_run(tiny_job):
+    logs = tiny_job.run / "logs"
     assert "step=30 loss=" in (logs / "sm-launch.log").read_text()
     assert list((logs / "ray").glob("raylet*.out")) and list((logs / "ray").glob("python-core-worker-*.log"))
 
-    # Utilisation was sampled on all three hosts, and the report was rendered for people.
+
+@pytest.mark.ray
+def test_every_host_was_sampled_and_the_report_rendered_for_people(tiny_job):
+    report = tiny_job.report
     assert sorted(report["samples"]) == ["algo-1", "algo-2", "algo-3"]
     assert all(len(s["samples"]) >= 4 for s in report["samples"].values())
     assert report["verdict"]["verdict"] in ("input-bound", "compute-bound", "balanced")
     assert report["advisor"]["rates"]["per_slot_images_per_s"] > 0
-    assert set(report["chain_by_host"]) <= {"algo-2", "algo-3"}
-    out = head / "output" / "data"
+    out = tiny_job.head / "output" / "data"
     for name in ("summary.md", "throughput.png", "data_wait.png", "utilisation.png"):
         assert (out / name).stat().st_size > 1000, name
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    assert any(line.startswith("verdict: ") for line in lines) and any("advisor: recommend" in line for line in lines)
 
-    # No credential in the output, the report, the resolved config, the host trees or any log.
-    texts = {"terminal": output}
-    texts.update({str(p): p.read_bytes().decode("latin-1") for p in (tmp_path / "e2e").rglob("*") if p.is_file()})
+
+@pytest.mark.ray
+def test_no_credential_shows_in_output_report_config_trees_or_logs(tiny_job):
+    texts = {"terminal": tiny_job.output}
+    texts.update({str(p): p.read_bytes().decode("latin-1") for p in tiny_job.run.rglob("*") if p.is_file()})
     assert len(texts) > 20
     assert not [f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items()
                 if value in text]
 
-    # The simulated hosts got SageMaker-shaped trees; only data hosts received the channels.
-    config = json.loads((tmp_path / "e2e/hosts/algo-2/opt/ml/input/config/resourceconfig.json").read_text())
-    assert config["current_host"] == "algo-2" and config["current_group_name"] == "cpu"
-    assert not (head / "input" / "data" / "train").exists()
-    assert len(list((tmp_path / "e2e/hosts/algo-3/opt/ml/input/data/train").iterdir())) == 4
 
-    # The final model reloads with timm + torch and its card describes it.
+@pytest.mark.ray
+def test_the_hosts_got_sagemaker_shaped_trees_and_only_data_hosts_the_channels(tiny_job):
+    config = json.loads((tiny_job.run / "hosts/algo-2/opt/ml/input/config/resourceconfig.json").read_text())
+    assert config["current_host"] == "algo-2" and config["current_group_name"] == "cpu"
+    assert not (tiny_job.head / "input" / "data" / "train").exists()
+    assert len(list((tiny_job.run / "hosts/algo-3/opt/ml/input/data/train").iterdir())) == 4
+
+
+@pytest.mark.ray
+def test_the_final_model_reloads_with_timm_and_its_card_describes_it(tiny_job):
     import timm
 
+    head = tiny_job.head
     card = json.loads((head / "model" / "model.json").read_text())
     assert card["model"] == "test_resnet" and card["num_classes"] == 10 and card["input_size"] == [3, 16, 16]
     model = timm.create_model(card["model"], num_classes=card["num_classes"])

@@ -18,9 +18,11 @@ import requests
 
 from smlaunch.launcher import job_client
 from smlaunch.launcher.cli import main
-from smlaunch.pipelines.sources.local_s3 import LocalS3, free_port
+from smlaunch.pipelines.sources.local_s3 import LocalS3
 
-from constructed_runs import constructed_report
+from support.ports import free_port
+
+from support.constructed_runs import constructed_report
 
 JOB = "hetero-1"
 

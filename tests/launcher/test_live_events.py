@@ -13,7 +13,7 @@ from smlaunch.launcher.report import write_report
 from smlaunch.launcher.train_progress import TrainProgress
 from smlaunch.pipelines.formats import iter_records
 
-from constructed_runs import constructed_report
+from support.constructed_runs import constructed_report
 
 
 def scalars(directory: Path) -> Counter:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from user_layouts import digits, write_image_folder, write_parquet, write_webdataset
+from support.user_layouts import digits, write_image_folder, write_parquet, write_webdataset
 
 
 def plan(configs, tmp_path, channel: dict, **model) -> subprocess.CompletedProcess:

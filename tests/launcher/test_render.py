@@ -11,7 +11,7 @@ from smlaunch.launcher.cli import main
 from smlaunch.launcher.report import write_report
 from smlaunch.pipelines.formats import iter_records
 
-from constructed_runs import constructed_report as _run
+from support.constructed_runs import constructed_report as _run
 
 
 def test_report_renders_markdown_pngs_and_tensorboard(configs, tmp_path):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sagemaker_job import HOSTS, FakeJob
+from support.sagemaker_job import HOSTS, FakeJob
 
 
 @pytest.mark.ray
@@ -88,7 +88,7 @@ def test_a_one_host_homogeneous_job_needs_no_token_and_checks_itself(tmp_path, c
     import yaml
 
     from smlaunch.cluster.host_tree import write_host_tree
-    from sagemaker_job import free_port
+    from support.ports import free_port
 
     tree = write_host_tree(tmp_path / "opt/ml", "algo-1", [{"instance_group_name": "homogeneousCluster",
                                                             "instance_type": "ml.g5.xlarge", "hosts": ["algo-1"]}],

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 
-from sm_hosts import fake_host, host_env, run_toolkit
+from support.sm_hosts import fake_host, host_env, run_toolkit
 from smlaunch.launcher.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

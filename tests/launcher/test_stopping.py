@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from sagemaker_job import HOSTS, FakeJob
+from support.sagemaker_job import HOSTS, FakeJob
 from smlaunch.launcher.supervisor import process_stat
 
 CHILD = """

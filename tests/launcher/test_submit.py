@@ -20,7 +20,7 @@ import yaml
 from smlaunch.launcher.cli import main
 from smlaunch.launcher.request_check import validate_request
 from smlaunch.launcher.training_job import CODE_CHANNEL, METRIC_DEFINITIONS, TARBALL
-from sm_hosts import fake_host, host_env, run_toolkit
+from support.sm_hosts import fake_host, host_env, run_toolkit
 
 ROOT = Path(__file__).resolve().parents[2]
 HETERO = str(ROOT / "configs" / "hetero.yaml")

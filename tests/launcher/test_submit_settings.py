@@ -12,7 +12,7 @@ import pytest
 from smlaunch.config.instance_types import has_local_storage
 from smlaunch.launcher.request_check import validate_request
 from smlaunch.launcher.training_job import CODE_CHANNEL, TARBALL, TENSORBOARD_LOCAL_PATH
-from sm_hosts import fake_host, host_env
+from support.sm_hosts import fake_host, host_env
 from test_submit import VPC, sets, submit
 
 KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"

@@ -1,4 +1,4 @@
-"""Whole `sm-launch` jobs on data in the users' layouts, written by their tools (tests/user_layouts.py),
+"""Whole `sm-launch` jobs on data in the users' layouts, written by their tools (tests/support/user_layouts.py),
 on the local 3-host cluster: they must learn the digits, read every sample once, and keep rows on
 the data hosts. Each job mixes two layouts (train and validation) to keep the suite short; every
 format in every mode is read in tests/pipelines/sources/test_user_layouts.py."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from user_layouts import CLASSES, digits, write_image_folder, write_parquet, write_slim_tfrecords, write_webdataset
+from support.user_layouts import CLASSES, digits, write_image_folder, write_parquet, write_slim_tfrecords, write_webdataset
 
 
 def job_config(configs, tmp_path, name: str, channels: dict, **sections) -> str:

@@ -64,7 +64,7 @@ def test_an_empty_pipe_fifo_ends_the_job_instead_of_looping_on_empty_epochs(tmp_
 def _folder_with_undecodable_images(root: Path, bad: int) -> Path:
     """300 digits as PNGs in class folders, one of them copied byte for byte to a second file, and
     `bad` files of one class that no decoder reads."""
-    from user_layouts import CLASSES, digits, write_image_folder
+    from support.user_layouts import CLASSES, digits, write_image_folder
 
     write_image_folder(root, digits("train")[:300])
     first = sorted((root / CLASSES[3]).glob("*.png"))[0]

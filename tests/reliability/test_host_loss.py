@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from sagemaker_job import HOSTS
+from support.sagemaker_job import HOSTS
 
 
 @pytest.mark.ray

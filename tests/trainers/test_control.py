@@ -6,7 +6,6 @@ step records must sum every rank's numbers; a resumed epoch must drop exactly th
 """
 
 import os
-import socket
 
 import pytest
 import torch
@@ -15,11 +14,7 @@ import torch.multiprocessing as mp
 from smlaunch.trainers.control import Control, StepNumbers, record, sum_gradients
 from smlaunch.trainers.resume import without_consumed
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.ports import free_port
 
 
 def _model():
@@ -57,7 +52,7 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out: dict) -
 def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(counts):
     world = len(counts)
     out = mp.Manager().dict()
-    mp.spawn(_rank_main, args=(world, _free_port(), counts, out), nprocs=world, join=True)
+    mp.spawn(_rank_main, args=(world, free_port(), counts, out), nprocs=world, join=True)
     # One process, every micro-batch of every rank, their mean gradient: the reference.
     reference = _model()
     everything = [b for rank in range(world) for b in _batches(rank, counts)]
@@ -136,7 +131,7 @@ def _lost_main(rank: int, world: int, port: int, out: dict) -> None:
 def test_a_host_lost_that_rank_0_sees_stops_every_rank_at_the_same_step():
     world = 3
     out = mp.Manager().dict()
-    mp.spawn(_lost_main, args=(world, _free_port(), out), nprocs=world, join=True)
+    mp.spawn(_lost_main, args=(world, free_port(), out), nprocs=world, join=True)
     assert out[0] == ("HostLost: host algo-3 was lost (seen by rank 0)", [False])  # one watcher: rank 0
     for rank in (1, 2):  # told by the exchange, they look once, for the exact message
         assert out[rank] == (f"HostLost: host algo-3 was lost (seen by rank {rank})", [True])
@@ -154,6 +149,6 @@ def _sum_main(rank: int, world: int, port: int, out: dict) -> None:
 def test_every_rank_gets_the_same_sum_to_the_bit_with_a_world_not_a_power_of_two():
     world = 5  # ranks 0-3 double recursively; rank 4 hands its numbers to rank 0 and gets the sum back
     out = mp.Manager().dict()
-    mp.spawn(_sum_main, args=(world, _free_port(), out), nprocs=world, join=True)
+    mp.spawn(_sum_main, args=(world, free_port(), out), nprocs=world, join=True)
     assert all(out[r] == out[0] for r in range(world))  # identical bits: the ranks' decisions agree
     assert out[0] == pytest.approx([0.1 * 15, 5.0, 1e-17 * 10, sum(3.3 ** r for r in range(world))])

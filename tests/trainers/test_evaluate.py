@@ -10,20 +10,15 @@ all ranks' rows, computed with rank 0's BatchNorm statistics.
 import contextlib
 import multiprocessing
 import os
-import socket
 
 import torch
 
 from smlaunch.trainers.evaluate import validate
 
+from support.ports import free_port
+
 NORM = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
 DEADLINE_S = 90
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _model():
@@ -59,7 +54,7 @@ def test_ranks_with_uneven_validation_shards_all_return_the_totals_over_every_ra
     world = len(counts)
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world, port, counts, out)) for r in range(world)]
     for p in procs:
         p.start()

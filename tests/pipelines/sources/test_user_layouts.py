@@ -1,5 +1,5 @@
 """Every record format in every input mode SageMaker can deliver it in, read through Ray Data on two
-simulated data hosts from files written by the users' own tools (tests/user_layouts.py): each
+simulated data hosts from files written by the users' own tools (tests/support/user_layouts.py): each
 sample exactly once, with the label its writer gave it and its id (given, or derived from its
 place: file and record, row or byte offset; a Pipe stream's from its image bytes). Delivery is the local stand-in for SageMaker's (`deliver_channels`,
 `start_pipe_agents`), as in a run; whole jobs on these layouts are in
@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from user_layouts import (CLASSES, digits, write_image_folder, write_manifest_file, write_parquet, write_slim_tfrecords,
+from support.user_layouts import (CLASSES, digits, write_image_folder, write_manifest_file, write_parquet, write_slim_tfrecords,
                           write_webdataset)
 
 from smlaunch.cluster.plan import channel_plan

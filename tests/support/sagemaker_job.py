@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smlaunch.cluster.simulated_job import DIGITS_LAYOUT, digits_job, free_port  # noqa: F401 (free_port: tests)
+from smlaunch.cluster.simulated_job import DIGITS_LAYOUT, digits_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ("algo-1", "algo-2", "algo-3")
 
 

@@ -1,0 +1,17 @@
+"""What tests share and no test tests: helpers, in one place.
+
+- `ports`: a free TCP port on 127.0.0.1.
+- `environment`: set environment variables for a while and put back what was there.
+- `sagemaker_job`: the fake 3-host SageMaker job of the multi-host tests (real `sm-launch`
+  processes, one `/opt/ml` tree each; the harness itself is `smlaunch.cluster.simulated_job`,
+  which `bench/bringup.py` uses too).
+- `sm_hosts`: a SageMaker host's tree and environment for the toolkit and SDK entry tests.
+- `terminal`: run a command in a pseudo-terminal and read its screen.
+- `constructed_runs`: a report built from chosen rates, for the advisor, render and client tests.
+- `user_layouts`: the digits written as users' tools write them (image folders, WebDataset,
+  Parquet, slim TFRecords, manifests).
+
+The S3 server is the product's own (`smlaunch.pipelines.sources.local_s3.LocalS3`, moto on
+127.0.0.1); the fixtures that start it are in the conftest of each folder whose tests use it.
+Imported as `support.<module>` (tests/ is on the path: pytest puts each conftest's folder there).
+"""
