@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import os
+
+import pytest
 
 
 @contextlib.contextmanager
 def environment(**values: str | None):
-    """Set each of `values` (None: unset it) inside the block; restore every one after it."""
-    saved = {key: os.environ.get(key) for key in values}
-    _apply(values)
-    try:
+    """Set each of `values` (None: unset it) inside the block; pytest's MonkeyPatch restores them."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in values.items():
+            if value is None:
+                patch.delenv(key, raising=False)
+            else:
+                patch.setenv(key, value)
         yield
-    finally:
-        _apply(saved)
-
-
-def _apply(values: dict) -> None:
-    for key, value in values.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
