@@ -167,7 +167,8 @@ def list_while_starting(plan: LaunchPlan):
     machine, so a thread lists them while the cluster starts (the driver mostly waits then). A
     1.28M-file image folder took 1.1 s to list and 1.5-2.4 s more to its first step when listed by
     a task on its host after the cluster was up (bench/scale.py). An error is raised where the
-    listing is used, as a listing's error always was."""
+    listing is used, as a listing's error always was. A daemon thread, not an executor's: a lister
+    stuck on a hung mount (its stall deadline already raised) must not hold the process at exit."""
     from concurrent.futures import Future
 
     from smlaunch.pipelines.dataset import list_channels
