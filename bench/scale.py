@@ -227,13 +227,29 @@ def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> 
     return out
 
 
+SIM_RECORD_BYTES = 110_000
+"""A simulated shard's record size (an ImageNet JPEG's mean): what its rows' seeks step by."""
+
+
+def drawn_rows(unit: np.ndarray, ordinal: np.ndarray, rows_per_unit: int) -> np.ndarray:
+    """A rank's `DrawnPositions.take()` for these rows: positions, and the seeks a shard's
+    records give (one unit of one row, an image file, has none)."""
+    from smlaunch.pipelines.order import LAST, NO_SEEK, SEEK_SHIFT, UNIT_SHIFT
+
+    pos = (unit << UNIT_SHIFT) | ordinal | np.where(ordinal == rows_per_unit - 1, LAST, 0)
+    seek = np.full(len(pos), NO_SEEK, np.int64) if rows_per_unit == 1 else \
+        ((ordinal + 1) * SIM_RECORD_BYTES) << SEEK_SHIFT  # `order.seek_point`, no sample skipped
+    return np.stack([pos, seek])
+
+
 def simulated_state_kib(units: int, rows_per_unit: int, ranks: int, tasks: int, buffer_rows: int,
-                        prefetch_rows: int, seed: int = 0) -> tuple[float, float]:
-    """(largest state in KiB, seconds of rank 0's merges) over an epoch read by `tasks` read tasks
-    (contiguous runs of the order, each `open_units` = 1) handing blocks to `ranks` ranks, each rank
-    holding `buffer_rows` + `prefetch_rows` rows read but not drawn, a random half of them drawn
-    out of order (the shuffle buffer); states taken at `POINTS` points through the epoch."""
-    from smlaunch.pipelines.order import LAST, UNIT_SHIFT
+                        prefetch_rows: int, seed: int = 0) -> tuple[float, float, tuple[int, int]]:
+    """(largest state in KiB, seconds of rank 0's merges, (rows a resume at the last point reads
+    again only to drop them, and as many without seeks: the partial units' drawn rows)) over an
+    epoch read by `tasks` read tasks (contiguous runs of the order, each `open_units` = 1) handing
+    blocks to `ranks` ranks, each rank holding `buffer_rows` + `prefetch_rows` rows read but not
+    drawn, a random half of them drawn out of order (the shuffle buffer); states taken at `POINTS`
+    points through the epoch."""
     from smlaunch.trainers.position import EpochPosition, state_bytes
 
     rng = np.random.default_rng(seed)
@@ -249,8 +265,7 @@ def simulated_state_kib(units: int, rows_per_unit: int, ranks: int, tasks: int, 
             rows = np.arange(reached[t], target, dtype=np.int64)
             unit = t * per_task + rows // rows_per_unit
             ordinal = rows % rows_per_unit
-            pos = (unit << UNIT_SHIFT) | ordinal | np.where(ordinal == rows_per_unit - 1, LAST, 0)
-            parts.append(pos)
+            parts.append(drawn_rows(unit, ordinal, rows_per_unit))
         reached[:] = target
         window = []  # in flight beyond each task's drawn prefix: a random half drawn
         for t in range(tasks):
@@ -258,14 +273,16 @@ def simulated_state_kib(units: int, rows_per_unit: int, ranks: int, tasks: int, 
             rows = rows[rng.random(len(rows)) < 0.5]
             unit = t * per_task + rows // rows_per_unit
             ordinal = rows % rows_per_unit
-            window.append((unit << UNIT_SHIFT) | ordinal | np.where(ordinal == rows_per_unit - 1, LAST, 0))
+            window.append(drawn_rows(unit, ordinal, rows_per_unit))
         started = time.perf_counter()
         position.merge(parts)
         snapshot = EpochPosition.from_state(position.state())
         snapshot.merge(window)
         merging += time.perf_counter() - started
         largest = max(largest, state_bytes(snapshot.state()))
-    return largest / 1024, merging
+    partial = {unit: len(ordinals) for unit, (ordinals, _) in snapshot.partial.items()}
+    reread = sum(rows - snapshot.seeks.get(unit, (0, 0))[0] for unit, rows in partial.items())
+    return largest / 1024, merging, (reread, sum(partial.values()))
 
 
 def accuracy(scratch: Path, steps: int) -> dict:
@@ -362,15 +379,18 @@ def main() -> int:
           f"{2 * CLASSES:,} files after {start['small_s']:.1f} s (best of {args.first_step_runs}): {extra:.1f} s more, "
           f"{start['ratio']:.2f}x ImageFolder's scan ({listing['imagefolder_s']:.2f} s)", flush=True)
     order = order_and_resume(folder, args.scratch, args.shard_samples, args.cpus)
-    kib_1m_128, _ = simulated_state_kib(1_281_167, 1, ranks=128, tasks=2304, buffer_rows=1024,
+    kib_1m_128, _, _ = simulated_state_kib(1_281_167, 1, ranks=128, tasks=2304, buffer_rows=1024,
                                         prefetch_rows=2 * BATCH)
     print(f"simulated 1.28M-file epoch read by 128 ranks through 2,304 read tasks (1,024-row buffers): largest "
           f"resume state {kib_1m_128:.1f} KiB (the real pass above, one consumer: {order['state_kib_1m']:.1f} KiB)",
           flush=True)
-    kib_100m, merge_s = simulated_state_kib(100_000, 1000, ranks=128, tasks=2304, buffer_rows=1024,
-                                            prefetch_rows=2 * BATCH)
+    kib_100m, merge_s, (reread, unseekable) = simulated_state_kib(100_000, 1000, ranks=128, tasks=2304,
+                                                                  buffer_rows=1024, prefetch_rows=2 * BATCH)
     print(f"simulated 100M-sample epoch (100,000 shards x 1,000; 128 ranks, 2,304 read tasks, 1,024-row buffers): "
-          f"largest resume state {kib_100m:.1f} KiB; rank 0's {POINTS} merges took {merge_s:.1f} s", flush=True)
+          f"largest resume state {kib_100m:.1f} KiB; rank 0's {POINTS} merges took {merge_s:.1f} s; a resume at the "
+          f"last point reads {reread:,} drawn rows again only to drop them ({reread * SIM_RECORD_BYTES / 1e9:.2f} GB "
+          f"at {SIM_RECORD_BYTES:,} B a record), {unseekable:,} ({unseekable * SIM_RECORD_BYTES / 1e9:.1f} GB) "
+          "if the shards in flight were read from their start", flush=True)
     if args.steps:
         acc = accuracy(args.scratch, args.steps)
         print(f"class-sorted shards: {acc['class_sorted']:.3f} validation accuracy, pre-shuffled {acc['pre_shuffled']:.3f}, "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from smlaunch.pipelines.order import LAST, UNIT_SHIFT, position
+from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT, position, seek_point
 
 ROW_OVERHEAD_BYTES = 20
 """What a row holds in an Arrow block besides its image bytes: the image's 4-byte offset, the
@@ -93,31 +93,36 @@ def rows_table(rows: dict[str, list]) -> pa.Table:
 
 
 class UnitPositions:
-    """Each row's position (`pipelines.order`) from its unit's tag `(unit, last)`: the ordinal
-    counts the rows the unit yielded so far, so a skipped record shifts nothing, and the last bit
-    goes on the unit's final row kept."""
+    """Each row's position (`pipelines.order`) from its unit's tag `(unit, last)`, or
+    `(unit, last, end, sample)` for a record file's sample (its record's end offset and its index
+    among the unit's samples, for the row's `seek`): the ordinal counts the rows the unit yielded
+    so far, so a skipped record shifts nothing, and the last bit goes on the unit's final row kept.
+    `starts`: a resumed read's first ordinal of each unit it entered past its start."""
 
-    def __init__(self):
-        self.counts: dict[int, int] = {}
+    def __init__(self, starts: dict[int, int] | None = None):
+        self.counts: dict[int, int] = dict(starts or {})
         """Rows each open unit yielded so far."""
 
-    def of_row(self, tag: tuple[int, bool]) -> int:
-        unit, last = tag
+    def of_row(self, tag: tuple) -> tuple[int, int]:
+        """(position, seek) of the unit's next row."""
+        unit, last, *at = tag
         ordinal = self.counts.pop(unit, 0)
         if not last:
             self.counts[unit] = ordinal + 1
-        return position(unit, ordinal, last)
+        seek = seek_point(at[0], at[1] - ordinal) if at and not last else NO_SEEK
+        return position(unit, ordinal, last), seek
 
-    def of_table(self, tag: tuple[int, bool], count: int) -> pa.Array:
-        """Positions of a checked table's `count` rows, all of unit `tag[0]`."""
-        unit, last = tag
+    def of_table(self, tag: tuple, count: int) -> tuple[pa.Array, pa.Array]:
+        """Positions and seeks of a checked table's `count` rows, all of unit `tag[0]` (read whole:
+        no seek)."""
+        unit, last, *_ = tag
         start = self.counts.pop(unit, 0)
         pos = (unit << UNIT_SHIFT) | np.arange(start, start + count, dtype=np.int64)
         if last and count:
             pos[-1] |= LAST
         elif not last:
             self.counts[unit] = start + count
-        return pa.array(pos, pa.int64())
+        return pa.array(pos, pa.int64()), no_seeks(count)
 
     def end_skipped(self, unit: int, waiting: list[int]) -> None:
         """A unit's last record was skipped: its last row kept, if still `waiting` for a block,
@@ -128,3 +133,7 @@ class UnitPositions:
             if waiting[i] >> UNIT_SHIFT == unit:
                 waiting[i] |= LAST
                 return
+
+
+def no_seeks(count: int) -> pa.Array:
+    return pa.array(np.full(count, NO_SEEK, np.int64), pa.int64())

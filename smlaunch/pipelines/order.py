@@ -18,7 +18,10 @@ channel by default):
 A sample's place in the epoch's order is its position (`pos`, one int64): the index of its unit
 in the epoch's permutation, the ordinal of the sample among the rows its unit yielded, and a bit
 on the unit's last row. Positions are what a checkpoint resumes from (`trainers.position`): they
-do not depend on the world size, the read tasks or which rank drew the sample.
+do not depend on the world size, the read tasks or which rank drew the sample. A row of a record
+file (TFRecord, RecordIO, text, a WebDataset shard) also carries where reading its unit can start
+again after it (`seek`: `seek_point`), so a resumed epoch seeks past a unit's drawn rows instead
+of reading them again.
 """
 
 from __future__ import annotations
@@ -35,6 +38,27 @@ LAST = 1 << 31
 ORDINAL_MASK = LAST - 1
 PIECE_ROWS = 16
 """Rows of a checked table (a Parquet row group) handed on per turn when units are interleaved."""
+
+
+SEEK_SHIFT = 20
+NO_SEEK = -1
+"""A row's `seek` where its unit cannot be entered after it: a Parquet row group or an image file
+(read whole), a shard's last sample, or an offset or count past what `seek_point` packs."""
+
+
+def seek_point(end: int, skipped: int) -> int:
+    """Where a unit's read can start again after a row, packed in one int64: the file offset just
+    past the row's record (`end`, below 8 TiB) and the samples of the unit skipped as bad before
+    it (below 2^20), which the resumed read adds to the row count to go on numbering samples as
+    the first read did (a sample's derived id holds its record's index)."""
+    if end < 0 or end >= 1 << (63 - SEEK_SHIFT) or not 0 <= skipped < 1 << SEEK_SHIFT:
+        return NO_SEEK
+    return (end << SEEK_SHIFT) | skipped
+
+
+def split_seek(seek: int) -> tuple[int, int]:
+    """(file offset, samples skipped before it) of a `seek_point`."""
+    return seek >> SEEK_SHIFT, seek & ((1 << SEEK_SHIFT) - 1)
 
 
 def position(unit: int, ordinal: int, last: bool = False) -> int:

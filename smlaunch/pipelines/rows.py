@@ -34,7 +34,7 @@ from smlaunch.pipelines.corrupt import skip_policy
 from smlaunch.pipelines.formats import RecordError, iter_records
 from smlaunch.pipelines.formats.example import example_values
 from smlaunch.pipelines.blocks import ROW_OVERHEAD_BYTES, BlockCutter, UnitPositions, rows_table
-from smlaunch.pipelines.order import LAST, UNIT_SHIFT
+from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT
 from smlaunch.pipelines.sources.manifest import group_attributes
 
 Sample = tuple[str, bytes, object, object]
@@ -102,17 +102,18 @@ def channel_records(channel: ChannelPlan, stream, source: str) -> Iterator[bytes
                         on_corrupt=skip_policy(channel.name, channel.max_corrupted_records))
 
 
-def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str) -> Iterator[Sample]:
-    """Samples of tf.train.Example records, or of an augmented manifest's attribute records."""
+def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str, first: int = 0) -> Iterator[Sample]:
+    """Samples of tf.train.Example records, or of an augmented manifest's attribute records;
+    `first`: the index of the first (a read resumed inside a file goes on numbering from there)."""
     names = channel.attribute_names
     if names:
-        for n, unit in enumerate(group_attributes(records, len(names), source)):
+        for n, unit in enumerate(group_attributes(records, len(names), source), first):
             yield (f"{source} row {n}", unit[0], unit[1].decode(errors="replace"),
                    unit[2].decode(errors="replace") if len(names) > 2 else None)
         return
     fields = tuple(channel.fields)
     key = None if channel.id_required else _place_key(channel, source)
-    for n, record in enumerate(records):
+    for n, record in enumerate(records, first):
         try:
             image, label, ident = example_values(record, fields)
         except DataError as exc:
@@ -122,17 +123,23 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str) 
 
 
 def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> Iterator[Sample]:
-    from smlaunch.pipelines.formats.webdataset import iter_samples, pick
+    return (sample for _, sample in webdataset_spans(channel, stream, source))
+
+
+def webdataset_spans(channel: ChannelPlan, stream: BinaryIO, source: str, start: int = 0
+                     ) -> Iterator[tuple[int | None, Sample]]:
+    """(offset of the next sample or None, sample) of a stream standing at offset `start`."""
+    from smlaunch.pipelines.formats.webdataset import iter_spans, pick
 
     image_ext, label_ext, id_ext = channel.fields
     policy = skip_policy(channel.name, channel.max_corrupted_records)
     place = None if channel.id_required else _place_key(channel, source)
     try:
-        for offset, sample in iter_samples(stream, source):
+        for offset, end, sample in iter_spans(stream, source, start):
             key = sample["__key__"].decode(errors="replace")
             ident = pick(sample, id_ext) if id_ext else None
-            yield (f"{source} sample {key} at byte {offset}", pick(sample, image_ext), pick(sample, label_ext),
-                   ident if ident is not None or place is None else derived_id(place, offset))
+            yield end, (f"{source} sample {key} at byte {offset}", pick(sample, image_ext), pick(sample, label_ext),
+                        ident if ident is not None or place is None else derived_id(place, offset))
     except RecordError as exc:
         if policy is None or not policy(exc):
             raise DataError(f"channel '{channel.name}': {exc}") from None
@@ -209,6 +216,7 @@ def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: 
         columns = {"image": images, "label": labels, "id": derived_ids(paths)}
         if positions:
             columns["pos"] = [(unit << UNIT_SHIFT) | LAST for unit in units]
+            columns["seek"] = [NO_SEEK] * len(units)  # a file is read whole
         return rows_table(columns)
 
     for path, data, label, *unit in files:
@@ -233,24 +241,27 @@ def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: 
 
 
 def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None = None,
-               block_bytes: int | None = None, positions: bool = False) -> Iterator[pa.Table]:
+               block_bytes: int | None = None, positions: bool = False,
+               starts: dict[int, int] | None = None) -> Iterator[pa.Table]:
     """Arrow blocks of checked rows (`blocks.BlockCutter`: `channel.block_rows` rows each, or about
     `block_bytes`); every error names the channel, the source and the sample. A table among the
     samples holds rows already checked column-wise (`parquet_samples`, `folder_tables`).
 
-    With `positions`, each item comes tagged `((unit, last), item)`, `last` on a unit's final
-    item (or untagged: a table that has its `pos` column already), and every row leaves with its
-    position (`blocks.UnitPositions`)."""
-    cutter = BlockCutter(("image", "label", "id", "pos") if positions else ("image", "label", "id"),
+    With `positions`, each item comes tagged `((unit, last[, end, sample]), item)`, `last` on a
+    unit's final item (or untagged: a table that has its `pos` column already), and every row
+    leaves with its position and seek (`blocks.UnitPositions`; `starts`: a resumed read's first
+    ordinals)."""
+    cutter = BlockCutter(("image", "label", "id", "pos", "seek") if positions else ("image", "label", "id"),
                          channel.block_rows, block_bytes)
     check = _SampleCheck(channel, num_classes)
-    units = UnitPositions()
+    units = UnitPositions(starts)
     try:
         for entry in samples:
             tag, item = entry if positions and not isinstance(entry, pa.Table) else (None, entry)
             if isinstance(item, pa.Table):  # already checked, column-wise
                 if tag is not None:
-                    item = item.append_column("pos", units.of_table(tag, item.num_rows))
+                    pos, seek = units.of_table(tag, item.num_rows)
+                    item = item.append_column("pos", pos).append_column("seek", seek)
                 for block in cutter.add_table(item):  # not `yield from` a list: Ray's streaming tasks send
                     yield block
                 continue
@@ -260,7 +271,7 @@ def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None 
                     units.end_skipped(tag[0], cutter.rows["pos"])
                 continue
             if tag is not None:
-                row["pos"] = units.of_row(tag)
+                row["pos"], row["seek"] = units.of_row(tag)
             for block in cutter.add_row(row):
                 yield block
     except RecordError as exc:

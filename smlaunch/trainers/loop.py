@@ -273,7 +273,7 @@ class _Run:
         for i, batch in enumerate(micro):
             self.seen.add(batch["id"])
             if "pos" in batch:
-                self.drawn.add(batch["pos"])
+                self.drawn.add(batch["pos"], batch.get("seek"))
             self.mix.add(batch["label"])
             count_hosts(self.host_rows, batch)
             count_hosts(self.train_rows, batch, self.train_prep)
@@ -437,7 +437,7 @@ def _full_batches(batches, batch_size: int, seen, drawn):
         if len(batch["id"]) < batch_size:
             seen.add(batch["id"], partial=True)
             if "pos" in batch:
-                drawn.add(batch["pos"])
+                drawn.add(batch["pos"], batch.get("seek"))
             continue
         yield batch
 

@@ -1,11 +1,12 @@
 """Cutting checked rows into blocks (pipelines/blocks.py): by rows or by bytes, rows one at a time and
 checked tables mixed, every row once and in order; and the positions rows leave with."""
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from smlaunch.pipelines.blocks import ROW_OVERHEAD_BYTES, BlockCutter, UnitPositions, rows_table
-from smlaunch.pipelines.order import LAST, UNIT_SHIFT
+from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT, seek_point, split_positions, split_seek
 
 COLUMNS = ("image", "label", "id")
 
@@ -58,11 +59,24 @@ def test_a_table_of_one_to_one_and_a_half_targets_is_handed_on_whole():
 
 def test_positions_count_each_unit_s_rows_and_mark_its_last_row_kept():
     units = UnitPositions()
-    got = [units.of_row((7, False)), units.of_row((3, False)), units.of_row((7, True))]
+    got = [units.of_row((7, False))[0], units.of_row((3, False))[0], units.of_row((7, True))[0]]
     assert got == [7 << UNIT_SHIFT, 3 << UNIT_SHIFT, (7 << UNIT_SHIFT) | 1 | LAST]
-    assert units.of_table((3, True), 2).to_pylist() == [(3 << UNIT_SHIFT) | 1, (3 << UNIT_SHIFT) | 2 | LAST]
-    assert units.of_table((5, False), 2).to_pylist() == [5 << UNIT_SHIFT, (5 << UNIT_SHIFT) | 1]
+    pos, seek = units.of_table((3, True), 2)
+    assert pos.to_pylist() == [(3 << UNIT_SHIFT) | 1, (3 << UNIT_SHIFT) | 2 | LAST]
+    assert seek.to_pylist() == [NO_SEEK, NO_SEEK]  # a table is read whole: no seek into it
+    assert units.of_table((5, False), 2)[0].to_pylist() == [5 << UNIT_SHIFT, (5 << UNIT_SHIFT) | 1]
     waiting = [5 << UNIT_SHIFT, (5 << UNIT_SHIFT) | 1, 9 << UNIT_SHIFT]
     units.end_skipped(5, waiting)  # unit 5's last record was bad: its last row kept gets the bit
     assert waiting == [5 << UNIT_SHIFT, (5 << UNIT_SHIFT) | 1 | LAST, 9 << UNIT_SHIFT]
     assert units.counts == {}  # nothing left open
+
+
+def test_a_record_row_s_seek_holds_its_end_and_the_samples_skipped_before_it():
+    """A resumed read enters a file at a row's seek: past the row's record, numbering samples on
+    from the row's own index, which is ahead of its ordinal by the samples the check skipped."""
+    units = UnitPositions({4: 10})  # a resumed read entered unit 4 at ordinal 10
+    pos, seek = units.of_row((4, False, 5000, 12))  # sample 12 (two skipped before), ending at byte 5000
+    assert split_positions(np.array([pos]))[1][0] == 10
+    assert split_seek(seek) == (5000, 2)
+    assert units.of_row((4, True))[1] == NO_SEEK  # nothing follows a unit's last row
+    assert seek_point(1 << 43, 0) == NO_SEEK and seek_point(10, 1 << 20) == NO_SEEK  # past what one int64 packs

@@ -5,7 +5,7 @@ and stays a few KiB however large the epoch (1.28M single-file units, and 100M s
 
 import numpy as np
 
-from smlaunch.pipelines.order import LAST, UNIT_SHIFT, position
+from smlaunch.pipelines.order import LAST, NO_SEEK, SEEK_SHIFT, UNIT_SHIFT, position, seek_point
 from smlaunch.trainers.position import EpochPosition, state_bytes
 
 
@@ -41,6 +41,28 @@ def test_partial_units_keep_their_drawn_ordinals_through_a_checkpoint():
     assert q.units_done == 2 and not q.partial and q.duplicates == 0
 
 
+def test_a_partial_unit_keeps_the_seek_past_its_drawn_head_through_a_checkpoint():
+    """Rank 0 keeps, for each shard in flight, where a resumed read enters it: past ordinals 0..k-1
+    drawn, at the seek the row k-1 carried. A head grown past rows drawn in an earlier merge keeps
+    the earlier seek (reading on from there drops the drawn rows); a finished shard drops it."""
+    rows = shard_rows(0, 10)
+    seeks = np.array([seek_point(100 * (o + 1), 0) for o in range(10)])
+    p = EpochPosition(1)
+    p.merge(np.stack([rows[[0, 1, 2, 5]], seeks[[0, 1, 2, 5]]]))
+    assert p.seeks == {0: (3, seek_point(300, 0))}
+    q = EpochPosition.from_state(p.state())
+    assert q.seeks == p.seeks and {u: o.tolist() for u, o in q.drawn_ordinals().items()} == {0: [0, 1, 2, 5]}
+    q.merge(np.stack([rows[[3, 4, 6]], seeks[[3, 4, 6]]]))
+    assert q.seeks == {0: (7, seek_point(700, 0))}
+    q.merge(np.stack([rows[[8]], seeks[[8]]]))
+    q.merge(np.stack([rows[[7]], np.full(1, NO_SEEK)]))  # the head's new last row (8) came in an earlier merge
+    assert q.seeks == {0: (7, seek_point(700, 0))}
+    q.merge(np.stack([rows[[9]], seeks[[9]]]))
+    assert q.units_done == 1 and not q.partial and not q.seeks
+    old = EpochPosition.from_state({k: v for k, v in p.state().items() if k not in ("partial_heads", "partial_seeks")})
+    assert old.partial.keys() == {0} and old.seeks == {}  # a version-1 state: the shard is read from its start
+
+
 def in_flight_epoch(units: int, rows_per_unit: int, tasks: int, open_units: int, drawn_fraction: float,
                     in_flight_rows: int, seed: int = 0) -> EpochPosition:
     """An epoch read by `tasks` contiguous runs of units, `open_units` interleaved per task, each
@@ -56,7 +78,8 @@ def in_flight_epoch(units: int, rows_per_unit: int, tasks: int, open_units: int,
         keep = (np.arange(total) < reached) & (unit < end)
         keep[max(reached - in_flight_rows, 0):reached] &= rng.random(min(in_flight_rows, reached)) < 0.5
         pos = (unit[keep] << UNIT_SHIFT) | ordinal[keep] | np.where(ordinal[keep] == rows_per_unit - 1, LAST, 0)
-        p.merge(pos)
+        seek = np.full(len(pos), NO_SEEK) if rows_per_unit == 1 else (ordinal[keep] + 1) * 110_000 << SEEK_SHIFT
+        p.merge(np.stack([pos, seek]))
     return p
 
 

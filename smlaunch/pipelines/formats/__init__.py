@@ -10,6 +10,9 @@ extension's TextLine reader does) and `whole` (the whole file is one record: fol
 File or FastFile mode). Corruption raises `RecordError` naming the source and byte offset, unless
 the caller chose to skip it (`max_corrupted`, `on_corrupt`): a large dataset with one bad record
 should not have to stop a long job.
+
+`PositionedRecords` reads a file from an offset and says where each record ends: what a resumed
+epoch seeks to instead of reading its consumed records again (`sources.file_reader`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from smlaunch.pipelines.formats.tfrecord import RecordError
 
 FORMATS = ("tfrecord", "recordio", "text", "whole")
 
-__all__ = ["FORMATS", "RecordError", "iter_records"]
+__all__ = ["FORMATS", "PositionedRecords", "RecordError", "iter_records"]
 
 
 def iter_records(source: str | os.PathLike | BinaryIO, format: str, name: str | None = None, *,
@@ -67,3 +70,32 @@ def _read(stream: BinaryIO, format: str, label: str, on_corrupt) -> Iterator[byt
     if format == "text":
         return (line[:-1] if line.endswith(b"\n") else line for line in stream)
     return iter([stream.read()])
+
+
+class PositionedRecords:
+    """The records of a seekable `stream` from where it stands, in `format`, with `end`: the file
+    offset just past the last record yielded (after a skipped damaged region, past it too), so a
+    read that stops after any record can start again there. `iter_records`' rules otherwise."""
+
+    def __init__(self, stream: BinaryIO, format: str, name: str, on_corrupt=None):
+        if format not in FORMATS:
+            raise ValueError(f"unknown record format {format!r}; formats: {', '.join(FORMATS)}")
+        self.stream, self.format, self.name, self.on_corrupt = stream, format, name, on_corrupt
+        self.end = stream.tell()
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self.format in ("tfrecord", "recordio"):
+            module = tfrecord if self.format == "tfrecord" else recordio
+            reader = module.Reader(self.stream, self.name, self.on_corrupt)
+            for record in module.records(reader):
+                self.end = reader.offset
+                yield record
+            return
+        if self.format == "text":
+            for line in self.stream:
+                self.end += len(line)
+                yield line[:-1] if line.endswith(b"\n") else line
+            return
+        data = self.stream.read()
+        self.end += len(data)
+        yield data

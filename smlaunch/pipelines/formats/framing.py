@@ -84,7 +84,7 @@ def read_exact(stream: BinaryIO, length: int) -> bytes:
 
 class Chunks:
     """A stream read ahead into a reused buffer: `buf[pos:end]` is unread, `base` is the stream
-    offset of `buf[0]` (offsets count from where reading started). A format's reader slices whole
+    offset of `buf[0]` (a file's offset; on a pipe, counted from where reading started). A format's reader slices whole
     records out of `buf` in its own loop and calls its slow path for anything else.
 
     `readinto1` returns what is available (a FIFO's short reads included) rather than waiting for
@@ -94,11 +94,16 @@ class Chunks:
     def __init__(self, stream: BinaryIO, source: str, on_corrupt: OnCorrupt | None):
         self.stream, self.source, self.on_corrupt = stream, source, on_corrupt
         self.readinto = _readinto(stream)
-        self.size = size_left(stream)
+        left = size_left(stream)
+        # A file may be read from an offset (a resumed epoch seeks past what was consumed):
+        # offsets, in errors and in `offset`, are the file's own.
+        start = 0 if left is None else stream.tell()
+        self.size = None if left is None else start + left
         # A small file gets a small buffer: zeroing 4 MiB would cost more than reading a few records.
-        self.buf = bytearray(CHUNK if self.size is None else min(CHUNK, max(4096, self.size)))
+        self.buf = bytearray(CHUNK if left is None else min(CHUNK, max(4096, left)))
         self.view = memoryview(self.buf)
-        self.pos = self.end = self.base = 0
+        self.pos = self.end = 0
+        self.base = start
 
     @property
     def offset(self) -> int:

@@ -23,8 +23,8 @@ from typing import BinaryIO, Iterator
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
 
-__all__ = ["FIRST", "LAST", "MAGIC", "MIDDLE", "RecordError", "WHOLE", "encode_record", "read_file",
-           "read_records", "write_records"]
+__all__ = ["FIRST", "LAST", "MAGIC", "MIDDLE", "Reader", "RecordError", "WHOLE", "encode_record", "read_file",
+           "read_records", "records", "write_records"]
 
 MAGIC = 0xCED7230A
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
@@ -63,7 +63,12 @@ def read_records(stream: BinaryIO, source: str = "<stream>",
     """Yield each logical record of `stream`, multipart records joined with their magic restored.
     `on_corrupt(error)` returning true skips a damaged region (one call per region) instead of
     raising."""
-    reader = _Reader(stream, source, on_corrupt)
+    return records(Reader(stream, source, on_corrupt))
+
+
+def records(reader: "Reader") -> Iterator[bytes]:
+    """`read_records` over a reader the caller holds: while a record is yielded, `reader.offset`
+    is the stream offset just past it (past its last part's padding)."""
     buf, view, header = reader.buf, reader.view, _HEADER.unpack_from
     while True:
         pos, end = reader.pos, reader.end
@@ -77,8 +82,9 @@ def read_records(stream: BinaryIO, source: str = "<stream>",
                 after = stop + (-lrecord & 3)
                 if magic != MAGIC or lrecord > _LENGTH_MASK or after > end:
                     break
-                yield view[pos + 8:stop].tobytes()
-                pos = after
+                data = view[pos + 8:stop].tobytes()
+                reader.pos = pos = after
+                yield data
         reader.pos = pos
         data = reader.slow()
         if data is END:
@@ -87,7 +93,7 @@ def read_records(stream: BinaryIO, source: str = "<stream>",
             yield data
 
 
-class _Reader(Chunks):
+class Reader(Chunks):
     pending: list[bytes] | None = None
     record_start = 0
 

@@ -40,14 +40,15 @@ NEXT_MEMBER = frozenset(b"xLK")
 USTAR = b"ustar\x0000"
 
 
-def iter_members(stream: BinaryIO, source: str) -> Iterator[tuple[int, str, bytes]]:
-    """(byte offset of the member's first header, path, data) of each regular file in the stream.
+def iter_members(stream: BinaryIO, source: str, at: int = 0) -> Iterator[tuple[int, str, bytes]]:
+    """(byte offset of the member's first header, path, data) of each regular file in the stream,
+    which stands at offset `at` (a resumed read seeks to a sample's first header).
 
     The offset is where the member's headers start, its pax or GNU long-name header if it has
     one, as `tarfile`'s `TarInfo.offset` gives it. The stream is read in chunks of up to `CHUNK`
     bytes (one `read` per chunk, not per header and member: on a FIFO each is a system call), and
     a member is yielded as soon as its bytes have arrived."""
-    buf, pos, base = b"", 0, 0  # base: the stream offset of buf[0]
+    buf, pos, base = b"", 0, at  # base: the stream offset of buf[0]
     start = None
     extra: dict[str, str | int] = {}
     while True:

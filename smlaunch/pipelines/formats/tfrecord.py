@@ -22,7 +22,8 @@ import google_crc32c
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
 
-__all__ = ["RecordError", "encode_record", "masked_crc", "read_file", "read_records", "write_records"]
+__all__ = ["RecordError", "Reader", "encode_record", "masked_crc", "read_file", "read_records", "records",
+           "write_records"]
 
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
@@ -48,7 +49,12 @@ def read_records(stream: BinaryIO, source: str = "<stream>",
                  on_corrupt: OnCorrupt | None = None) -> Iterator[bytes]:
     """Yield each record's data from `stream`, verifying both CRCs. `on_corrupt(error)` returning
     true skips a damaged region (one call per region) instead of raising."""
-    reader = _Reader(stream, source, on_corrupt)
+    return records(Reader(stream, source, on_corrupt))
+
+
+def records(reader: "Reader") -> Iterator[bytes]:
+    """`read_records` over a reader the caller holds: while a record is yielded, `reader.offset`
+    is the stream offset just past it (where a resumed read seeks to: `formats.PositionedRecords`)."""
     buf, view = reader.buf, reader.view
     crc, header, footer = google_crc32c.value, _HEADER.unpack_from, _FOOTER.unpack_from
     known_length = known_crc = -1
@@ -72,8 +78,8 @@ def read_records(stream: BinaryIO, source: str = "<stream>",
             c = crc(data)
             if (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != footer(buf, stop)[0]:
                 break
+            reader.pos = pos = stop + 4
             yield data
-            pos = stop + 4
         reader.pos = pos
         data = reader.slow()
         if data is END:
@@ -82,7 +88,7 @@ def read_records(stream: BinaryIO, source: str = "<stream>",
             yield data
 
 
-class _Reader(Chunks):
+class Reader(Chunks):
     def slow(self):
         """The record at `pos`, which straddles chunks or is damaged: its data, None when it was
         damaged and skipped, END when the stream ends."""

@@ -33,18 +33,26 @@ def split_name(name: str) -> tuple[str, str] | None:
 
 def iter_samples(stream: BinaryIO, source: str) -> Iterator[tuple[int, Sample]]:
     """(byte offset of the sample's first member, sample) for each sample of the tar stream(s)."""
-    key, sample, start = None, {}, 0
-    for offset, name, data in iter_members(stream, source):
+    for start, _, sample in iter_spans(stream, source):
+        yield start, sample
+
+
+def iter_spans(stream: BinaryIO, source: str, start: int = 0) -> Iterator[tuple[int, int | None, Sample]]:
+    """(offset of the sample's first member, offset of the next sample's or None for the last,
+    sample) for each sample of a stream standing at offset `start`: a sample is known whole only
+    when the next one begins, which is where a read resumed after it starts."""
+    key, sample, first = None, {}, 0
+    for offset, name, data in iter_members(stream, source, start):
         parts = split_name(name)
         if parts is None or parts[0].rpartition("/")[2].startswith("."):
             continue  # no extension, or hidden (macOS `._x.jpg`): not part of a sample
         if parts[0] != key:
             if sample:
-                yield start, sample
-            key, sample, start = parts[0], {"__key__": parts[0].encode()}, offset
+                yield first, offset, sample
+            key, sample, first = parts[0], {"__key__": parts[0].encode()}, offset
         sample[parts[1]] = data
     if sample:
-        yield start, sample
+        yield first, None, sample
 
 
 def pick(sample: Sample, names: str) -> bytes | None:

@@ -101,7 +101,8 @@ class Chain:
             self._steps = plan_steps(self.ops)
         ids = np.asarray(batch["id"], dtype=np.int64)
         labels = np.asarray(batch["label"], dtype=np.int64)
-        positions = np.asarray(batch["pos"], dtype=np.int64) if "pos" in batch else None
+        # A File channel's positions and seeks (`pipelines.order`): what a checkpoint resumes from.
+        kept = {name: np.asarray(batch[name], dtype=np.int64) for name in ("pos", "seek") if name in batch}
         started = time.perf_counter()
         while True:
             try:
@@ -113,7 +114,7 @@ class Chain:
             keep = np.arange(len(ids)) != row
             batch = {"image": [image for image, kept in zip(batch["image"], keep) if kept]}
             ids, labels = ids[keep], labels[keep]
-            positions = positions[keep] if positions is not None else None
+            kept = {name: values[keep] for name, values in kept.items()}
         # Each row carries its share of the batch's chain time: summed per host by the trainer,
         # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
         # worker process's first batch pays for its imports (torchvision: seconds) and is marked
@@ -124,8 +125,7 @@ class Chain:
         out = {"image": images, "label": labels, "id": ids,
                "host": np.full(len(ids), self._host_index(), dtype=np.int16),
                "prep_s": np.full(len(ids), seconds, dtype=np.float32)}
-        if positions is not None:  # a File channel's positions (`pipelines.order`): what a checkpoint resumes from
-            out["pos"] = positions
+        out.update(kept)
         return out
 
     def _run(self, images: list, ids: np.ndarray):

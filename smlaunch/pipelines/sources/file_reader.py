@@ -45,8 +45,9 @@ from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fastfile import open_channel_file, view_source
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
-from smlaunch.pipelines.rows import (channel_records, folder_tables, parquet_samples, record_samples, row_blocks,
-                                     webdataset_samples)
+from smlaunch.pipelines.corrupt import skip_policy
+from smlaunch.pipelines.formats import PositionedRecords
+from smlaunch.pipelines.rows import folder_tables, parquet_samples, record_samples, row_blocks, webdataset_spans
 from smlaunch.pipelines.order import PIECE_ROWS
 from smlaunch.pipelines.sources.units import PackedUnits, Units, units_per_task
 from smlaunch.pipelines.sources.listing import ChannelListing
@@ -211,12 +212,12 @@ class ChannelDatasource(Datasource):
     def _read_tasks(self, parallelism: int, per_task_row_limit, epoch: int, resume: dict | None) -> list[ReadTask]:
         from smlaunch.pipelines.order import epoch_order, task_runs
 
-        done = drawn = None
+        done = drawn = seeks = None
         if resume is not None:
             from smlaunch.trainers.position import EpochPosition
 
             position = EpochPosition.from_state(resume)
-            done, drawn = position.is_done, position.drawn_ordinals()
+            done, drawn, seeks = position.is_done, position.drawn_ordinals(), position.seeks
         tasks, offset = [], 0
         for host, units in self.shares().items():
             order = epoch_order(len(units), self.channel.name, self.seed,
@@ -231,7 +232,8 @@ class ChannelDatasource(Datasource):
                     continue
                 unit_ids = places + offset
                 own = {u: drawn[u] for u in unit_ids.tolist() if u in drawn} if drawn else {}
-                packed = units.packed(order[places], unit_ids, own, open_units)
+                packed = units.packed(order[places], unit_ids, own, open_units,
+                                      {u: seeks[u] for u in own if u in seeks} if seeks else None)
                 # No `input_files`: every file of a task there was 48 MB of pickle per task at 1.28M files.
                 meta = BlockMetadata(num_rows=None, size_bytes=int(packed.sizes.sum()), exec_stats=None,
                                      input_files=None)
@@ -308,13 +310,17 @@ def _read_here(channel: ChannelPlan, host: str, units, roots: dict[str, str | No
                block_bytes: int):
     """`units`' rows in Arrow tables of about `block_bytes` (Ray Data's target block size, which
     its output buffer would merge the rows into anyway: `rows.row_blocks`), each row with its
-    position (`pipelines.order`); in a resumed epoch, without the rows drawn before."""
+    position (`pipelines.order`); in a resumed epoch, without the rows drawn before: a record
+    file is entered past its drawn head where the checkpoint knows the offset (`seeks`), and the
+    rows drawn after it are dropped before they are decoded."""
     if host not in roots:
         raise DataError(f"channel '{channel.name}': read task landed on host {host}, which does not "
                         f"receive the channel (hosts: {sorted(roots)})")
     directory = channel_dir(roots[host], channel.name)
     samples = _samples(channel, directory, host, units, classes, num_classes, block_bytes)
-    blocks = row_blocks(channel, samples, num_classes, block_bytes, positions=True)
+    seeks = getattr(units, "seeks", None) or {}
+    blocks = row_blocks(channel, samples, num_classes, block_bytes, positions=True,
+                        starts={unit: first for unit, (first, _) in seeks.items()})
     drawn = getattr(units, "drawn", None)
     if not drawn:
         yield from blocks
@@ -388,33 +394,50 @@ def _samples(channel: ChannelPlan, directory, host: str, units, classes, num_cla
         return
     open_units = getattr(units, "open_units", 1)
     piece = PIECE_ROWS if open_units > 1 else None
-    yield from interleave((_unit_samples(channel, opened, f"{directory}/{rel}", rel, group, place, num_classes, piece)
+    seeks = getattr(units, "seeks", None) or {}
+    yield from interleave((_unit_samples(channel, opened, f"{directory}/{rel}", rel, group, place, num_classes, piece,
+                                         seeks.get(place))
                            for (rel, group, _), place in zip(units, places)), open_units)
 
 
-def _unit_samples(channel: ChannelPlan, opened, source: str, rel: str, group, place: int, num_classes, piece):
-    """One unit's samples (a file, or a Parquet row group), tagged `(place, last)`; checked tables
-    cut into `piece` rows when units are interleaved. The file is opened when the first sample is
-    asked for and closed after the last."""
+def _unit_samples(channel: ChannelPlan, opened, source: str, rel: str, group, place: int, num_classes, piece,
+                  seek: tuple[int, int] | None = None):
+    """One unit's samples (a file, or a Parquet row group), tagged `(place, last)`, a record
+    file's `(place, last, end, sample)` (`blocks.UnitPositions`); checked tables cut into `piece`
+    rows when units are interleaved. `seek`: (first ordinal, `order.seek_point`) where a resumed
+    read enters the file. The file is opened when the first sample is asked for and closed after
+    the last."""
+    from smlaunch.pipelines.order import split_seek
+
     with opened(rel) as stream:
         fmt = channel.record_format
+        offset, first = 0, 0
+        if seek is not None:
+            offset, skipped = split_seek(seek[1])
+            first = seek[0] + skipped
+            stream.seek(offset)
         if fmt == "parquet":
-            items = parquet_samples(channel, stream, source, None if group is None else [group], num_classes)
+            items = ((-1, item) for item in
+                     parquet_samples(channel, stream, source, None if group is None else [group], num_classes))
         elif fmt == "webdataset":
-            items = webdataset_samples(channel, stream, source)
+            items = ((-1 if end is None else end, sample)
+                     for end, sample in webdataset_spans(channel, stream, source, offset))
         else:
-            items = record_samples(channel, channel_records(channel, stream, source), source)
+            records = PositionedRecords(stream, fmt, source, skip_policy(channel.name, channel.max_corrupted_records))
+            items = ((records.end, sample) for sample in record_samples(channel, records, source, first))
         held = _END
-        for item in items:
+        n = first - 1
+        for end, item in items:
             if piece and isinstance(item, pa.Table) and item.num_rows > piece:
                 for start in range(0, item.num_rows, piece):
                     if held is not _END:
-                        yield (place, False), held
-                    held = item.slice(start, piece)
+                        yield held_tag, held
+                    held, held_tag = item.slice(start, piece), (place, False)
                 continue
             if held is not _END:
-                yield (place, False), held
-            held = item
+                yield held_tag, held
+            n += 1
+            held, held_tag = item, ((place, False) if isinstance(item, pa.Table) else (place, False, end, n))
         if held is not _END:
             yield (place, True), held
 

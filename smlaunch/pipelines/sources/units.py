@@ -3,7 +3,8 @@
 A channel's units are held per share as arrays over its `FileList` (`Units`), so 1.28M files
 cost no tuple each; a read task gets only its own units, packed (`PackedUnits`), with each unit's
 place in the epoch's order (its rows' positions, `pipelines.order`), a resumed epoch's drawn
-ordinals of its units in flight, and how many it interleaves (`units_per_task`).
+ordinals of its units in flight and where to enter them, and how many it interleaves
+(`units_per_task`).
 """
 
 from __future__ import annotations
@@ -67,14 +68,14 @@ class Units:
             f = i if self.file_of is None else int(self.file_of[i])
             yield self.files._rel(f), int(self.sizes[i]), None if self.group is None else int(self.group[i])
 
-    def packed(self, picked: np.ndarray, places, drawn, open_units: int) -> "PackedUnits":
+    def packed(self, picked: np.ndarray, places, drawn, open_units: int, seeks: dict | None = None) -> "PackedUnits":
         """The units `picked` (indices, in reading order) as a read task's argument."""
         files = picked if self.file_of is None else self.file_of[picked]
         ends = self.files.ends
         paths, starts, stops = self.files.paths, (ends - np.diff(ends, prepend=0))[files].tolist(), ends[files].tolist()
         return PackedUnits.of([paths[a:b] for a, b in zip(starts, stops)],
                               None if self.group is None else self.group[picked], self.sizes[picked], places, drawn,
-                              open_units)
+                              open_units, seeks)
 
 
 class PackedUnits:
@@ -86,26 +87,30 @@ class PackedUnits:
     The listed bytes are a file's size when the channel was listed (a row group's share of it
     for Parquet): what an image file's one `read` expects (`folder_files`)."""
 
-    __slots__ = ("paths", "lengths", "groups", "sizes", "places", "drawn", "open_units")
+    __slots__ = ("paths", "lengths", "groups", "sizes", "places", "drawn", "seeks", "open_units")
 
-    def __init__(self, units, places=None, drawn: dict | None = None, open_units: int = 1):
+    def __init__(self, units, places=None, drawn: dict | None = None, open_units: int = 1, seeks: dict | None = None):
         groups = [-1 if group is None else group for _, group, _ in units]
         self._fill([rel for rel, _, _ in units], None if all(g < 0 for g in groups) else np.array(groups, np.int64),
-                   np.array([size for _, _, size in units], np.int64), places, drawn, open_units)
+                   np.array([size for _, _, size in units], np.int64), places, drawn, open_units, seeks)
 
     @classmethod
-    def of(cls, rels: list[str], groups, sizes, places=None, drawn: dict | None = None, open_units: int = 1):
+    def of(cls, rels: list[str], groups, sizes, places=None, drawn: dict | None = None, open_units: int = 1,
+           seeks: dict | None = None):
         out = cls.__new__(cls)
-        out._fill(rels, groups, sizes, places, drawn, open_units)
+        out._fill(rels, groups, sizes, places, drawn, open_units, seeks)
         return out
 
-    def _fill(self, rels, groups, sizes, places, drawn, open_units) -> None:
+    def _fill(self, rels, groups, sizes, places, drawn, open_units, seeks=None) -> None:
         self.open_units = open_units
         """Units the task reads at a time, interleaved (`units_per_task`)."""
         self.places = None if places is None else np.asarray(places, np.int64)
         """Each unit's index in the epoch's order (`pipelines.order`): its rows' positions."""
         self.drawn = drawn or {}
         """A resumed epoch's units drawn in part: unit -> the ordinals already drawn."""
+        self.seeks = seeks or {}
+        """Of those, the ones a read can enter past their drawn head: unit -> (first ordinal to
+        read, its `order.seek_point`)."""
         self.paths = "".join(rels)
         self.lengths = np.fromiter(map(len, rels), np.int64, len(rels))
         self.groups = None if groups is None else np.asarray(groups, np.int64)

@@ -93,3 +93,83 @@ def test_a_resumed_epoch_reads_exactly_what_was_not_drawn(data_cluster, tmp_path
     assert {p & ~LAST for _, _, p in again}.isdisjoint({p & ~LAST for _, _, p in drawn})
     position.merge(np.array([p for _, _, p in again], np.int64))
     assert (position.units_done, position.partial, position.duplicates) == (SHARDS, {}, 0)
+
+
+def write_unlabelled_ids_channel(tmp_path, fmt: str):
+    """SHARDS shards of PER_SHARD samples without ids (ids derived from each sample's place), in `fmt`."""
+    import io
+    import tarfile
+
+    from smlaunch.pipelines.formats import tfrecord
+    from smlaunch.pipelines.formats.example import encode_example
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for shard in range(SHARDS):
+        images = [b"jpeg-%d-%d" % (shard, i) * (1 + i % 3) for i in range(PER_SHARD)]
+        if fmt == "tfrecord":
+            tfrecord.write_records(src / f"part-{shard}.tfrecord",
+                                   [encode_example({"image/encoded": image, "image/class/label": shard})
+                                    for image in images])
+            continue
+        with tarfile.open(src / f"part-{shard}.tar", "w") as tar:
+            for i, image in enumerate(images):
+                for ext, data in (("jpg", image), ("cls", str(shard).encode())):
+                    info = tarfile.TarInfo(f"s{shard}_{i:03d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    roots = deliver(tmp_path, ObjectSource(str(src)).list(), "FullyReplicated")
+    fields = {} if fmt == "tfrecord" else {"fields": ["jpg", "cls", ""]}
+    channel = ChannelPlan(name="train", input_mode="File", record_format=fmt, source="", hosts=HOSTS, shuffle=True,
+                          open_units=4, **fields)
+    return channel, list_channel(channel, roots), roots
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("fmt", ["tfrecord", "webdataset"])
+def test_a_resumed_epoch_enters_a_partly_drawn_shard_past_its_drawn_head(data_cluster, tmp_path, fmt):
+    """The drawn head of a shard in flight is not read again: its bytes are overwritten with zeros
+    before the resume (the channel allows no corrupt record, so reading them would fail the read),
+    and the resumed read still delivers exactly the rest, with the ids the first read gave them."""
+    from smlaunch.cluster.board import set_order, start_board
+    from smlaunch.pipelines.order import split_seek
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+
+    channel, listing, roots = write_unlabelled_ids_channel(tmp_path, fmt)
+    source = ChannelDatasource(channel, listing, roots, seed=5, cpus={h: 1 for h in HOSTS})
+    tasks = source.get_read_tasks(4, data_context=SimpleNamespace(_execution_idx=1))
+    run = data_cluster.remote(lambda task: [b.select(["id", "pos", "seek"]).to_pylist() for b in task()])
+    done = data_cluster.get([run.options(label_selector={"sm-host": HOSTS[i % 2]}).remote(t)
+                             for i, t in enumerate(tasks)])
+    per_task = [[(r["id"], r["pos"], r["seek"]) for block in blocks for r in block] for blocks in done]
+    # The ranks drew each task's first 60 % of rows, and a scattered 40 % of the next 20 % (a shuffle buffer's).
+    rng = np.random.default_rng(0)
+    drawn = [row for rows in per_task for k, row in enumerate(rows)
+             if k < 0.6 * len(rows) or (k < 0.8 * len(rows) and rng.random() < 0.4)]
+    position = EpochPosition(2)
+    position.merge(np.array([[p for _, p, _ in drawn], [s for _, _, s in drawn]], np.int64))
+    assert position.partial and position.seeks
+    # Zero the drawn head of every shard the resume enters past its start, and every done shard.
+    rels = {int(u): rel for task in tasks for rel, u in zip((r for r, _, _ in task.read_fn.args[2]),
+                                                            task.read_fn.args[2].places.tolist())}
+    for unit, (head, seek) in position.seeks.items():
+        offset, _ = split_seek(seek)
+        assert head > 0 and offset > 0
+        with open(tmp_path / "src" / rels[unit], "r+b") as f:
+            f.write(bytes(offset))
+    for unit, rel in rels.items():
+        if position.is_done(np.array([unit]))[0]:
+            (tmp_path / "src" / rel).write_bytes(b"")
+    board = start_board()
+    try:
+        set_order("train", 1, position.state())
+        resumed = ChannelDatasource(channel, listing, roots, seed=5, cpus={h: 1 for h in HOSTS})
+        again = [row for task in read_pass(data_cluster, resumed, 1) for row in task]
+    finally:
+        data_cluster.kill(board)
+    first = {p & ~LAST: i for rows in per_task for i, p, _ in rows}
+    assert sorted(first) == sorted([p & ~LAST for _, p, _ in drawn] + [p & ~LAST for _, _, p in again])
+    assert all(first[p & ~LAST] == i for i, _, p in again)  # the same place, so the same derived id
+    position.merge(np.array([p for _, _, p in again], np.int64))
+    assert (position.units_done, position.partial, position.duplicates) == (SHARDS, {}, 0)
