@@ -425,7 +425,7 @@ def _unit_samples(channel: ChannelPlan, opened, source: str, rel: str, group, pl
         else:
             records = PositionedRecords(stream, fmt, source, skip_policy(channel.name, channel.max_corrupted_records))
             items = ((records.end, sample) for sample in record_samples(channel, records, source, first))
-        held = _END
+        held, held_tag = _END, None
         n = first - 1
         for end, item in items:
             if piece and isinstance(item, pa.Table) and item.num_rows > piece:
