@@ -19,6 +19,7 @@ from smlaunch.cluster.sagemaker_env import HOMOGENEOUS_GROUP, GroupInfo, SageMak
 from smlaunch.config.instance_types import InstanceSpec, known_spec
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.text import plural
 
 
@@ -128,9 +129,11 @@ def _check_received(channel: str, ch, me: HostPlan, sm: SageMakerEnvironment) ->
     if distribution != ch.s3_distribution:
         raise ConfigError(f"channels.{channel}.s3_distribution: the config says {ch.s3_distribution} but the job "
                           f"delivers it {distribution}")
-    if spec.get("RecordWrapperType", "None") == "RecordIO" and ch.record_format != "recordio":
-        raise ConfigError(f"channels.{channel}.record_format: the job wraps each object in RecordIO "
-                          f"(RecordWrapperType), so the config must say recordio, not {ch.record_format}")
+    wrapper = spec.get("RecordWrapperType", "None")
+    if wrapper != "None" and CHANNEL_FORMATS[ch.record_format].sagemaker_wrapper != wrapper:
+        wrapped = [name for name, f in CHANNEL_FORMATS.items() if f.sagemaker_wrapper == wrapper]
+        raise ConfigError(f"channels.{channel}.record_format: the job wraps each object in {wrapper} "
+                          f"(RecordWrapperType), so the config must say {' or '.join(wrapped)}, not {ch.record_format}")
 
 
 def with_joined_resources(plan: LaunchPlan, nodes: list[dict], cfg: LaunchConfig) -> LaunchPlan:

@@ -11,27 +11,13 @@ config schema calls it at load, so `plan`, `run` and `submit` all refuse the sam
 
 from __future__ import annotations
 
-RECORD_FORMATS = ("tfrecord", "recordio", "image_folder", "webdataset", "parquet")
-CLASSES_FROM_DATA = ("image_folder", "parquet")
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
+
+RECORD_FORMATS = tuple(CHANNEL_FORMATS)
+CLASSES_FROM_DATA = tuple(name for name, spec in CHANNEL_FORMATS.items() if spec.classes_from_data)
 """Formats whose class count the data tells without a full pass: class folders, Parquet statistics."""
 MANIFEST_SUFFIXES = (".manifest", ".jsonl")
 """A source ending so is a manifest, not a folder or prefix; `s3_data_type` says which kind."""
-
-DEFAULT_FIELDS = {
-    "tfrecord": {"image": "image/encoded", "label": "image/class/label", "id": "id"},
-    "recordio": {"image": "image/encoded", "label": "image/class/label", "id": "id"},
-    "webdataset": {"image": "jpg;jpeg;png;webp", "label": "cls", "id": None},
-    "parquet": {"image": "image", "label": "label", "id": None},
-}
-"""Per format, where the image, the label and the sample id are. A default id that a record lacks
-is derived from where the record is (`rows.derived_id`: its file and record index, row or byte
-offset; in a Pipe stream from the image bytes); an id named in `fields` must be there."""
-
-_NOT_STREAMABLE = {
-    "image_folder": "the FIFO carries the objects' bytes without their paths, and the class folders in "
-                    "the paths are the labels",
-    "parquet": "a Parquet file is read from its footer, which a stream reaches last",
-}
 
 
 def channel_problem(ch) -> str | None:
@@ -47,19 +33,22 @@ def channel_problem(ch) -> str | None:
         if ch.attribute_names is None:
             return (f"attribute_names: source {ch.source} is an augmented manifest; name its attributes "
                     "(image -ref, label[, id])")
-        if mode != "Pipe" or fmt != "recordio":
-            return ("attribute_names (an augmented manifest) needs input_mode: Pipe and record_format: recordio, "
-                    "as SageMaker delivers one RecordIO record per attribute")
+        if mode != "Pipe" or CHANNEL_FORMATS[fmt].sagemaker_wrapper != "RecordIO":
+            wrapping = [name for name, spec in CHANNEL_FORMATS.items() if spec.sagemaker_wrapper == "RecordIO"]
+            return (f"attribute_names (an augmented manifest) needs input_mode: Pipe and record_format: "
+                    f"{' or '.join(wrapping)}, as SageMaker delivers one RecordIO record per attribute")
     elif ch.attribute_names is not None:
         return f"attribute_names belong to an augmented manifest, but s3_data_type is {ch.s3_data_type}"
-    if ch.source.startswith("builtin:") and (fmt != "tfrecord" or ch.s3_data_type != "S3Prefix" or ch.file_system):
-        return (f"source {ch.source} is a builtin TFRecord dataset; use record_format: tfrecord without a manifest "
-                "or file_system")
+    from smlaunch.pipelines.builtin import BUILTIN_FORMAT  # here: the builtins' module is not light
+
+    if ch.source.startswith("builtin:") and (fmt != BUILTIN_FORMAT or ch.s3_data_type != "S3Prefix" or ch.file_system):
+        return (f"source {ch.source} is a builtin dataset of {BUILTIN_FORMAT} files; use record_format: {BUILTIN_FORMAT} without "
+                "a manifest or file_system")
     if ch.s3_data_type == "ManifestFile" and mode == "FastFile":
         return ("input_mode: FastFile takes an S3 prefix only (SageMaker: S3DataType must be S3Prefix), but "
                 "s3_data_type is ManifestFile; use input_mode: File or Pipe")
-    if mode == "Pipe" and fmt in _NOT_STREAMABLE:
-        return (f"record_format: {fmt} cannot be read in input_mode: Pipe ({_NOT_STREAMABLE[fmt]}); use "
+    if mode == "Pipe" and CHANNEL_FORMATS[fmt].pipe_problem:
+        return (f"record_format: {fmt} cannot be read in input_mode: Pipe ({CHANNEL_FORMATS[fmt].pipe_problem}); use "
                 "input_mode: File or FastFile")
     if ch.file_system is not None:
         if mode != "File":
@@ -71,8 +60,8 @@ def channel_problem(ch) -> str | None:
         if ch.source.startswith("s3://"):
             return "file_system: source must be a local directory (mounted in the file system's place locally)"
     if ch.fields is not None:
-        if fmt == "image_folder":
-            return "fields: record_format image_folder takes labels from the class folders; remove fields"
+        if CHANNEL_FORMATS[fmt].fields is None:
+            return f"fields: record_format {fmt} takes labels from the class folders; remove fields"
         if ch.s3_data_type == "AugmentedManifestFile":
             return "fields: an augmented manifest names its attributes in attribute_names; remove fields"
     return None
@@ -80,7 +69,7 @@ def channel_problem(ch) -> str | None:
 
 def resolved_fields(record_format: str, fields) -> dict[str, str | None]:
     """The image, label and id names of a channel: its `fields` over the format's defaults."""
-    base = dict(DEFAULT_FIELDS.get(record_format, {"image": None, "label": None, "id": None}))
+    base = dict(CHANNEL_FORMATS[record_format].fields or {"image": None, "label": None, "id": None})
     if fields is not None:
         base.update({k: v for k, v in fields.model_dump().items() if v is not None})
     return base

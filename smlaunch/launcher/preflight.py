@@ -111,10 +111,12 @@ def folder_problems(field: str, path: Path, record_format: str) -> list[str]:
     files = list(itertools.islice(_data_files(path), SNIFF_FILES))
     if not files:
         return [f"{field}: {path} holds no files (hidden ones are skipped, as a channel's reader does)"]
-    if record_format == "image_folder":
+    from smlaunch.pipelines.formats import CHANNEL_FORMATS
+
+    spec = CHANNEL_FORMATS[record_format]
+    if spec.layout == "images":
         return _image_folder_problems(field, path, files)
-    if record_format == "parquet":
-        files = [f for f in files if not f.name.startswith("_")]  # Spark's _SUCCESS, _metadata
+    files = [f for f in files if spec.is_data(str(f.relative_to(path)))]  # as the listing counts data (Parquet: no _SUCCESS)
     return _sniff(field, files, record_format)
 
 

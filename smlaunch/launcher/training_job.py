@@ -34,6 +34,7 @@ from pathlib import Path
 
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
 
 ENTRY_SCRIPT = "smlaunch_entry.py"
 CONFIG_NAME = "smlaunch-config.yaml"
@@ -145,10 +146,11 @@ def data_channel(name: str, ch, routed: list[str], uri: str | None) -> dict:
     if ch.attribute_names:
         s3["AttributeNames"] = list(ch.attribute_names)
     channel = {"ChannelName": name, "DataSource": {"S3DataSource": s3}, "InputMode": ch.input_mode}
-    if ch.record_format == "recordio":
+    wrapper = CHANNEL_FORMATS[ch.record_format].sagemaker_wrapper
+    if wrapper != "None":
         # an augmented manifest streams one record per attribute, which needs RecordIO framing;
         # RecordIO files are delivered as they are
-        channel["RecordWrapperType"] = "RecordIO" if ch.is_manifest else "None"
+        channel["RecordWrapperType"] = wrapper if ch.is_manifest else "None"
     return channel
 
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
 from smlaunch.pipelines.corrupt import skip_policy
-from smlaunch.pipelines.formats import RecordError, iter_records
+from smlaunch.pipelines.formats import CHANNEL_FORMATS, PositionedRecords, RecordError, iter_records
 from smlaunch.pipelines.formats.example import example_values
 from smlaunch.pipelines.blocks import ROW_OVERHEAD_BYTES, BlockCutter, UnitPositions, rows_table
 from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT
@@ -120,6 +120,24 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str, 
             yield f"{source} record {n}", None, None, exc
             continue
         yield f"{source} record {n}", image, label, ident if ident is not None or key is None else derived_id(key, n)
+
+
+def unit_samples(channel: ChannelPlan, stream: BinaryIO, source: str, group: int | None, num_classes: int | None,
+                 offset: int = 0, first: int = 0) -> Iterator[tuple[int, Sample | pa.Table]]:
+    """(where the file can be read on from after it, or `order.NO_SEEK`; the sample or checked
+    table) of one read unit of a File channel: a file of records or a tar shard (its stream
+    standing at `offset`, `first` the index of its next sample), or a Parquet row group `group`.
+    The format's layout picks the reader (`formats.spec`)."""
+    layout = CHANNEL_FORMATS[channel.record_format].layout
+    if layout == "row_groups":
+        return ((NO_SEEK, item) for item in
+                parquet_samples(channel, stream, source, None if group is None else [group], num_classes))
+    if layout == "tar":
+        return ((NO_SEEK if end is None else end, sample)
+                for end, sample in webdataset_spans(channel, stream, source, offset))
+    records = PositionedRecords(stream, channel.record_format, source,
+                                skip_policy(channel.name, channel.max_corrupted_records))
+    return ((records.end, sample) for sample in record_samples(channel, records, source, first))
 
 
 def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> Iterator[Sample]:
@@ -331,8 +349,9 @@ def _checked(image, label, ident, num_classes: int | None, need: str, id_require
 def _need(channel: ChannelPlan) -> str:
     if channel.attribute_names:
         return f"attributes {', '.join(channel.attribute_names)}: image, integer label[, integer id]"
-    if channel.record_format == "image_folder":
+    spec = CHANNEL_FORMATS[channel.record_format]
+    if spec.fields is None:
         return "an image file in a class folder"
-    what = {"webdataset": "extensions", "parquet": "columns"}.get(channel.record_format, "features")
     image, label, ident = channel.fields
-    return f"{what} {image}, {label}" + (f", {ident}" if ident else "") + "; set the channel's fields to rename them"
+    return f"{spec.field_kind} {image}, {label}" + (f", {ident}" if ident else "") + \
+        "; set the channel's fields to rename them"

@@ -30,7 +30,7 @@ FSX = {"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/abcd/tr
                                                                  "distribution"),
     ({"record_format": "image_folder", "fields": {"label": "y"}}, "fields: record_format image_folder takes labels "
                                                                   "from the class folders"),
-    ({"source": "builtin:digits/train", "record_format": "webdataset"}, "is a builtin TFRecord dataset"),
+    ({"source": "builtin:digits/train", "record_format": "webdataset"}, "is a builtin dataset of tfrecord files; use record_format: tfrecord"),
     ({"file_system": {**FSX, "id": "fsx-1"}}, "String should match pattern"),
 ])
 def test_undeliverable_channels_are_refused_in_one_line(keys, expected):

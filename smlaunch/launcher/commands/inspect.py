@@ -10,15 +10,15 @@ from __future__ import annotations
 import logging
 
 from smlaunch.console import RESULT
+from smlaunch.pipelines.formats import FORMATS
 
 log = logging.getLogger("smlaunch")
-RECORD_FORMATS = ("tfrecord", "recordio", "text", "whole")  # = pipelines.formats.FORMATS, without importing it
 FIFO_WAIT_S = 60.0
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("path", help="a record file (or a FIFO)")
-    parser.add_argument("--format", required=True, choices=RECORD_FORMATS)
+    parser.add_argument("--format", required=True, choices=FORMATS)
     parser.add_argument("--fifo-wait", type=float, default=FIFO_WAIT_S, metavar="S",
                         help="PATH is a FIFO: seconds to wait for a writer (default %(default)s)")
 

@@ -155,9 +155,9 @@ def summary(cfg, plan) -> list[str]:
 
 def _custom_fields(channel) -> bool:
     """The channel names its image, label or id other than its format's defaults."""
-    from smlaunch.config.channel_rules import DEFAULT_FIELDS
+    from smlaunch.pipelines.formats import CHANNEL_FORMATS
 
-    default = DEFAULT_FIELDS.get(channel.record_format)
+    default = CHANNEL_FORMATS[channel.record_format].fields
     return default is not None and not channel.attribute_names and channel.fields != tuple(default.values())
 
 

@@ -1,4 +1,5 @@
-"""Record formats of SageMaker channels, behind one public function: `iter_records`.
+"""Record formats of SageMaker channels: the table of what each is (`CHANNEL_FORMATS`, one
+`spec.Format` per format module), and the record reader behind one public function, `iter_records`.
 
     from smlaunch.pipelines.formats import iter_records
     for record in iter_records("train/part-0.rec", "recordio"):
@@ -20,12 +21,18 @@ from __future__ import annotations
 import os
 from typing import BinaryIO, Callable, Iterator
 
-from smlaunch.pipelines.formats import recordio, tfrecord
+from smlaunch.pipelines.formats import image_folder, parquet, recordio, tfrecord, webdataset
+from smlaunch.pipelines.formats.spec import Format
 from smlaunch.pipelines.formats.tfrecord import RecordError
 
-FORMATS = ("tfrecord", "recordio", "text", "whole")
+CHANNEL_FORMATS: dict[str, Format] = {spec.name: spec for spec in (
+    tfrecord.FORMAT, recordio.FORMAT, image_folder.FORMAT, webdataset.FORMAT, parquet.FORMAT)}
+"""A channel's `record_format` -> what it is (`spec.Format`): the one table of formats."""
 
-__all__ = ["FORMATS", "PositionedRecords", "RecordError", "iter_records"]
+FORMATS = ("tfrecord", "recordio", "text", "whole")
+"""What `iter_records` reads: the framed formats, lines, and a file as one record."""
+
+__all__ = ["CHANNEL_FORMATS", "FORMATS", "Format", "PositionedRecords", "RecordError", "iter_records"]
 
 
 def iter_records(source: str | os.PathLike | BinaryIO, format: str, name: str | None = None, *,

@@ -12,14 +12,32 @@ cannot be read here and is an error naming the file and row.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from smlaunch.errors import DataError
+from smlaunch.pipelines.formats.spec import Format
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # imported where used: the format table is read by the config, which does not need Arrow
+
+
+def matches(head: bytes) -> bool:
+    return head[:4] == b"PAR1"
+
+
+def data_names(prefix: str, names: list[str]) -> list[str]:
+    """Not Spark's `_SUCCESS` or `_metadata`."""
+    return [name for name in names if not name.startswith("_")]
+
+
+FORMAT = Format("parquet", "row_groups", "Parquet files", matches,
+                fields={"image": "image", "label": "label", "id": None}, field_kind="columns",
+                pipe_problem="a Parquet file is read from its footer, which a stream reaches last",
+                classes_from_data=True, place="{rel} row {member}", data_names=data_names)
 
 
 def open_parquet(stream: BinaryIO | str, source: str):
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -51,6 +69,8 @@ def iter_groups(stream: BinaryIO | str, source: str, row_groups: list[int] | Non
                 fields: dict[str, str | None]) -> Iterator[tuple[int, pa.Table]]:
     """(row number in the file of its first row, table) of each chosen row group, holding only
     the image (as binary), label and id columns."""
+    import pyarrow as pa
+
     file = open_parquet(stream, source)
     schema = file.schema_arrow
     wanted = [fields["image"], fields["label"]] + ([fields["id"]] if fields.get("id") else [])
@@ -88,6 +108,8 @@ def _group_starts(metadata) -> list[int]:
 
 
 def _image_bytes(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
+    import pyarrow as pa
+
     kind = column.type
     if pa.types.is_struct(kind):
         if kind.get_field_index("bytes") < 0:

@@ -22,11 +22,22 @@ import struct
 from typing import BinaryIO, Iterator
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
+from smlaunch.pipelines.formats.spec import Format
 
 __all__ = ["FIRST", "LAST", "MAGIC", "MIDDLE", "Reader", "RecordError", "WHOLE", "encode_record", "read_file",
            "read_records", "records", "write_records"]
 
 MAGIC = 0xCED7230A
+
+
+def matches(head: bytes) -> bool:
+    """A RecordIO file starts with the magic."""
+    return len(head) >= 8 and struct.unpack("<I", head[:4])[0] == MAGIC
+
+
+FORMAT = Format("recordio", "records", "files", matches,
+                fields={"image": "image/encoded", "label": "image/class/label", "id": "id"},
+                sagemaker_wrapper="RecordIO")
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _HEADER = struct.Struct("<II")
 _LENGTH_MASK = (1 << 29) - 1

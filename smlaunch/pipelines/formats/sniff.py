@@ -10,19 +10,13 @@ file is instead of what it is not.
 
 from __future__ import annotations
 
-import struct
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
+from smlaunch.pipelines.formats.image_folder import IMAGE_SIGNATURES
 
 HEAD_BYTES = 512
 """Enough for every signature below (a tar header's `ustar` sits at byte 257)."""
 
-_SIGNATURES = [
-    (0, b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (0, b"\xff\xd8\xff", "a JPEG image"),
-    (0, b"GIF8", "a GIF image"),
-    (0, b"BM", "a BMP image"),
-    (0, b"RIFF", "a WebP image"),
-    (0, b"II*\x00", "a TIFF image"),
-    (0, b"MM\x00*", "a TIFF image"),
+_SIGNATURES = [(0, signature, name) for signature, name in IMAGE_SIGNATURES] + [
     (0, b"PAR1", "a Parquet file"),
     (0, b"\x1f\x8b", "a gzip file"),
     (0, b"PK\x03\x04", "a ZIP archive"),
@@ -33,30 +27,17 @@ _SIGNATURES = [
 
 
 def matches(head: bytes, record_format: str) -> bool:
-    """True when `head` (a file's first bytes) starts like a file of `record_format`."""
-    if record_format == "tfrecord":
-        from smlaunch.pipelines.formats.tfrecord import masked_crc
-
-        return len(head) >= 12 and masked_crc(head[:8]) == struct.unpack("<I", head[8:12])[0]
-    if record_format == "recordio":
-        from smlaunch.pipelines.formats.recordio import MAGIC
-
-        return len(head) >= 8 and struct.unpack("<I", head[:4])[0] == MAGIC
-    if record_format == "parquet":
-        return head[:4] == b"PAR1"
-    if record_format == "webdataset":
-        return head[257:262] == b"ustar"
-    if record_format == "image_folder":
-        return any(head[:len(sig)] == sig for _, sig, name in _SIGNATURES if name.endswith("image")) or \
-            head[8:12] == b"WEBP"
-    return True  # text and whole files have no framing to check
+    """True when `head` (a file's first bytes) starts like a file of `record_format` (text and
+    whole files, which have no framing, always)."""
+    spec = CHANNEL_FORMATS.get(record_format)
+    return spec is None or spec.matches(head)
 
 
 def suggestion(head: bytes) -> str:
     """`; did you mean record_format: X?` when `head` starts like a format smlaunch reads, else ``."""
-    for record_format in ("image_folder", "parquet", "webdataset", "tfrecord", "recordio"):
-        if head and matches(head, record_format):
-            return f"; did you mean record_format: {record_format}?"
+    for spec in sorted(CHANNEL_FORMATS.values(), key=lambda spec: spec.layout != "images"):  # images first
+        if head and spec.matches(head):
+            return f"; did you mean record_format: {spec.name}?"
     return ""
 
 
@@ -67,9 +48,9 @@ def describe(head: bytes) -> str:
     for offset, signature, name in _SIGNATURES:
         if head[offset:offset + len(signature)] == signature:
             return name
-    for record_format in ("tfrecord", "recordio"):
-        if matches(head, record_format):
-            return f"a {record_format} file"
+    for spec in CHANNEL_FORMATS.values():
+        if spec.layout == "records" and spec.matches(head):
+            return f"a {spec.name} file"
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError:

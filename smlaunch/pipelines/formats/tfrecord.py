@@ -21,11 +21,21 @@ from typing import BinaryIO, Iterator
 import google_crc32c
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
+from smlaunch.pipelines.formats.spec import Format
 
 __all__ = ["RecordError", "Reader", "encode_record", "masked_crc", "read_file", "read_records", "records",
            "write_records"]
 
 _MASK_DELTA = 0xA282EAD8
+
+
+def matches(head: bytes) -> bool:
+    """A TFRecord file starts with an 8-byte length and the masked CRC-32C of those 8 bytes."""
+    return len(head) >= 12 and masked_crc(head[:8]) == struct.unpack("<I", head[8:12])[0]
+
+
+FORMAT = Format("tfrecord", "records", "files", matches,
+                fields={"image": "image/encoded", "label": "image/class/label", "id": "id"})
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 

@@ -45,9 +45,8 @@ from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fastfile import open_channel_file, view_source
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
-from smlaunch.pipelines.corrupt import skip_policy
-from smlaunch.pipelines.formats import PositionedRecords
-from smlaunch.pipelines.rows import folder_tables, parquet_samples, record_samples, row_blocks, webdataset_spans
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
+from smlaunch.pipelines.rows import folder_tables, row_blocks, unit_samples
 from smlaunch.pipelines.order import PIECE_ROWS
 from smlaunch.pipelines.sources.units import PackedUnits, Units, units_per_task
 from smlaunch.pipelines.sources.listing import ChannelListing
@@ -374,9 +373,10 @@ def _samples(channel: ChannelPlan, directory, host: str, units, classes, num_cla
     # Lazily: a task of 640,000 image files took 0.3 s to unpack into tuples before its first block.
     places = getattr(units, "places", None)
     places = itertools.count() if places is None else places.tolist()
+    spec = CHANNEL_FORMATS[channel.record_format]
     source = view_source(directory)  # a FastFile view's source only: the task's files and sizes are in `units`
     view = None if source is None else (
-        source, None if channel.record_format == "parquet" else {rel: size for rel, _, size in units})
+        source, None if spec.layout == "row_groups" else {rel: size for rel, _, size in units})
 
     def unreadable(rel: str, exc: OSError) -> DataError:
         return DataError(f"channel '{channel.name}': cannot open {directory}/{rel} on {host}: {exc.strerror or exc}")
@@ -387,7 +387,7 @@ def _samples(channel: ChannelPlan, directory, host: str, units, classes, num_cla
         except OSError as exc:
             raise unreadable(rel, exc) from None
 
-    if channel.record_format == "image_folder":
+    if spec.layout == "images":
         sizes = ((rel, size, place) for (rel, _, size), place in zip(units, places))
         files = _folder_images(directory, sizes, classes, opened if view is not None else None, unreadable)
         yield from folder_tables(files, num_classes, block_bytes, f"{directory}/", positions=True)
@@ -410,21 +410,12 @@ def _unit_samples(channel: ChannelPlan, opened, source: str, rel: str, group, pl
     from smlaunch.pipelines.order import split_seek
 
     with opened(rel) as stream:
-        fmt = channel.record_format
         offset, first = 0, 0
         if seek is not None:
             offset, skipped = split_seek(seek[1])
             first = seek[0] + skipped
             stream.seek(offset)
-        if fmt == "parquet":
-            items = ((-1, item) for item in
-                     parquet_samples(channel, stream, source, None if group is None else [group], num_classes))
-        elif fmt == "webdataset":
-            items = ((-1 if end is None else end, sample)
-                     for end, sample in webdataset_spans(channel, stream, source, offset))
-        else:
-            records = PositionedRecords(stream, fmt, source, skip_policy(channel.name, channel.max_corrupted_records))
-            items = ((records.end, sample) for sample in record_samples(channel, records, source, first))
+        items = unit_samples(channel, stream, source, group, num_classes, offset, first)
         held, held_tag = _END, None
         n = first - 1
         for end, item in items:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from smlaunch.errors import DataError
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.sources.file_list import FileList
 
 TICK_S = 0.5
@@ -57,38 +58,31 @@ def list_on_host(opt_ml, channel: str, record_format: str, label: str | None):
         yield from _walk(directory, record_format, rels, answer)
         answer["files"] = FileList.of(rels, _mean_size(directory, rels))
     yield "progress", len(answer["files"])
-    if record_format == "parquet" and len(answer["files"]):
+    if CHANNEL_FORMATS[record_format].layout == "row_groups" and len(answer["files"]):
         source = None if view is None else view[0]
         yield from _footers(directory, source, channel, answer, label)
     yield "done", answer
 
 
 def _view_files(objects: FileList, record_format: str, answer: dict) -> FileList:
-    """The view's objects of the channel's format (image folders: class images, classes noted)."""
-    if record_format == "image_folder":
-        from smlaunch.pipelines.formats.image_folder import image_class
-
-        keep = [i for i, rel in enumerate(objects.rels()) if image_class(rel) is not None]
-        picked = objects if len(keep) == len(objects) else FileList.of(
-            [objects[i][0] for i in keep], objects.sizes[keep].tolist())
+    """The view's objects that are the format's data (`Format.is_data`); for class folders, the
+    folders and the ones holding data noted."""
+    spec = CHANNEL_FORMATS[record_format]
+    keep = [i for i, rel in enumerate(objects.rels()) if spec.is_data(rel)]
+    picked = objects if len(keep) == len(objects) else FileList.of(
+        [objects[i][0] for i in keep], objects.sizes[keep].tolist())
+    if spec.layout == "images":
         answer["folders"] = sorted({rel.split("/")[0] for rel in objects.rels() if "/" in rel})
         answer["imaged"] = sorted({rel.split("/")[0] for rel in picked.rels()})
-        return picked
-    if record_format == "parquet":
-        keep = [i for i, rel in enumerate(objects.rels()) if not rel.rpartition("/")[2].startswith("_")]
-        return objects if len(keep) == len(objects) else FileList.of(
-            [objects[i][0] for i in keep], objects.sizes[keep].tolist())
-    return objects
+    return picked
 
 
 def _walk(directory: Path, record_format: str, rels: list[str], answer: dict):
     """Append the channel's files under `directory` to `rels`, in the order `os.walk` gives with
     sorted names (a folder's files, then its subfolders'); hidden names skipped, links to folders
     not followed (as `os.walk`). Yields progress every `TICK_S`."""
-    from smlaunch.pipelines.formats.image_folder import IMAGE_EXTENSIONS
-
-    images = record_format == "image_folder"
-    parquet = record_format == "parquet"
+    spec = CHANNEL_FORMATS[record_format]
+    data_names, classes = spec.data_names, spec.layout == "images"
     stack = [("", str(directory))]
     imaged: set[str] = set()
     last = time.monotonic()
@@ -106,16 +100,13 @@ def _walk(directory: Path, record_format: str, rels: list[str], answer: dict):
                 else:
                     names.append(name)
         names.sort()
-        if images:  # torchvision's rule: an image extension, under a class folder (`image_folder`)
-            names = [n for n in names if n.lower().endswith(IMAGE_EXTENSIONS)] if prefix else []
-            if names:
-                imaged.add(prefix[:prefix.index("/")])
-        elif parquet:
-            names = [n for n in names if not n.startswith("_")]
+        names = data_names(prefix, names)
+        if classes and names:
+            imaged.add(prefix[:prefix.index("/")])
         rels.extend([prefix + n for n in names])
         folders.sort(reverse=True)
         stack.extend((prefix + f + "/", f"{path}/{f}") for f in folders)
-        if images and not prefix:
+        if classes and not prefix:
             answer["folders"] = sorted(folders)
         if time.monotonic() - last >= TICK_S:
             last = time.monotonic()

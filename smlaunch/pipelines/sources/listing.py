@@ -22,6 +22,7 @@ from typing import Sequence
 
 from smlaunch.cluster.plan import host_selector
 from smlaunch.errors import DataError
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
 
 STALL_S = 120.0
 """A host whose listing advances by not one file for this long is stuck (a hung mount, a lost host)."""
@@ -58,13 +59,14 @@ def list_channel(channel, roots: dict[str, str | None], stall_s: float = STALL_S
     hosts = list(channel.hosts) if sharded else [channel.hosts[0]]
     args = {h: (roots[h], channel.name, channel.record_format, channel.fields[1]) for h in hosts}
     answers = _collect(channel.name, _ThreadStreams(args) if here else _RayStreams.start(args), stall_s)
+    spec = CHANNEL_FORMATS[channel.record_format]
     files = {h: a["files"] for h, a in answers.items() if len(a["files"])}
     if not files:
-        raise DataError(f"channel '{channel.name}': no {_what(channel.record_format)} on {', '.join(hosts)}")
+        raise DataError(f"channel '{channel.name}': no {spec.files} on {', '.join(hosts)}")
     listing = ChannelListing(files)
-    if channel.record_format == "image_folder":
+    if spec.layout == "images":
         listing.classes = _classes(channel.name, answers)
-    if channel.record_format == "parquet":
+    if spec.layout == "row_groups":
         for answer in answers.values():
             listing.row_groups.update(answer["row_groups"])
         labels = [a["max_label"] for a in answers.values() if len(a["files"])]
@@ -204,11 +206,6 @@ def _failed(channel: str, host: str, cause: BaseException) -> DataError:
     lines = str(cause).strip().splitlines()
     return DataError(f"channel '{channel}': listing on host {host} failed: {type(cause).__name__}: "
                      f"{lines[-1] if lines else ''}")
-
-
-def _what(record_format: str) -> str:
-    return {"image_folder": "images in class folders", "parquet": "Parquet files",
-            "webdataset": "tar shards"}.get(record_format, "files")
 
 
 def _classes(channel: str, answers: dict) -> list[str]:

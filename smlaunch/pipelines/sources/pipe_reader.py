@@ -35,6 +35,7 @@ from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.host_loss import host_alive, lost_error, reader_name
 from smlaunch.pipelines.sources.fifo import DEFAULT_TIMEOUT_S, PipeEpochs
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.rows import channel_records, record_samples, row_blocks, webdataset_samples
 
 START_MARGIN_S = 60.0
@@ -74,7 +75,7 @@ class PipeHostReader:
         self._context = self.epochs.next()
         stream = self._context.__enter__()
         source = f"{stream.name} (epoch {epoch})"
-        if self.channel.record_format == "webdataset":
+        if CHANNEL_FORMATS[self.channel.record_format].layout == "tar":
             samples = webdataset_samples(self.channel, stream, source)
             if self.keep is not None:
                 samples = (s for s in samples if _mine(s[1] or s[0].encode(), *self.keep))

@@ -31,7 +31,9 @@ def units_per_task(channel: ChannelPlan, tasks: int) -> int:
     a checkpoint holds grows with them), shared by the tasks, at least one each, within what one
     task can hold open (`MAX_OPEN_*`)."""
     per_task = max(1, -(-channel.open_units // max(tasks, 1)))
-    if channel.record_format == "parquet":
+    from smlaunch.pipelines.formats import CHANNEL_FORMATS
+
+    if CHANNEL_FORMATS[channel.record_format].layout == "row_groups":
         return min(per_task, MAX_OPEN_ROW_GROUPS)
     return min(per_task, MAX_OPEN_LAZY if channel.input_mode == "FastFile" else MAX_OPEN_PER_TASK)
 

@@ -1,0 +1,69 @@
+"""The format table: one `Format` per format module, what each states agreeing with what its
+files and readers do, and no branch on a format's name outside `pipelines/formats/`."""
+
+import io
+import re
+import tarfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
+from smlaunch.pipelines.formats import CHANNEL_FORMATS, image_folder, parquet, recordio, tfrecord, webdataset
+from smlaunch.pipelines.formats.sniff import HEAD_BYTES, suggestion
+
+PACKAGE = Path(__file__).resolve().parents[3] / "smlaunch"
+
+
+def first_bytes(name: str, tmp_path: Path) -> bytes:
+    """The head of a file each format's usual writer makes."""
+    path = tmp_path / name
+    if name == "tfrecord":
+        tfrecord.write_records(path, [b"x" * 20])
+    elif name == "recordio":
+        recordio.write_records(path, [b"x" * 20])
+    elif name == "webdataset":
+        with tarfile.open(path, "w") as tar:
+            info = tarfile.TarInfo("a.jpg")
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"abc"))
+    elif name == "parquet":
+        pq.write_table(pa.table({"image": [b"x"], "label": [0]}), path)
+    else:
+        path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    return path.read_bytes()[:HEAD_BYTES]
+
+
+def test_the_table_is_every_format_module_s_own_statement():
+    modules = (tfrecord, recordio, image_folder, webdataset, parquet)
+    assert list(CHANNEL_FORMATS.values()) == [module.FORMAT for module in modules]
+    assert RECORD_FORMATS == tuple(CHANNEL_FORMATS)  # the config's choices
+    assert CLASSES_FROM_DATA == ("image_folder", "parquet")
+    assert {spec.layout for spec in CHANNEL_FORMATS.values()} == {"records", "tar", "row_groups", "images"}
+
+
+@pytest.mark.parametrize("name", list(CHANNEL_FORMATS))
+def test_each_format_recognises_its_own_files_and_no_other_s(name, tmp_path):
+    heads = {other: first_bytes(other, tmp_path) for other in CHANNEL_FORMATS}
+    assert CHANNEL_FORMATS[name].matches(heads[name])
+    assert [other for other, head in heads.items() if CHANNEL_FORMATS[name].matches(head)] == [name]
+    assert suggestion(heads[name]) == f"; did you mean record_format: {name}?"
+
+
+def test_which_files_are_data_is_the_format_s_rule():
+    assert image_folder.FORMAT.is_data("cat/1.JPG") and not image_folder.FORMAT.is_data("top.jpg")
+    assert not image_folder.FORMAT.is_data("cat/notes.txt")
+    assert parquet.FORMAT.is_data("part-0.parquet") and not parquet.FORMAT.is_data("year=1/_SUCCESS")
+    assert tfrecord.FORMAT.is_data("anything.bin")
+    assert image_folder.FORMAT.data_names("", ["a.jpg"]) == []  # a file at the top level is no class's
+
+
+def test_no_branch_on_a_format_s_name_outside_the_formats_package():
+    names = "|".join(CHANNEL_FORMATS)
+    branch = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
+    found = [f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+             for path in PACKAGE.rglob("*.py") if "formats" not in path.parts
+             for n, line in enumerate(path.read_text().splitlines(), 1) if branch.search(line)]
+    assert found == []
