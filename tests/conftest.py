@@ -16,6 +16,7 @@ from smlaunch.pipelines.sources.local_s3 import LocalS3
 from support.environment import environment
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["support.s3"]  # the local S3 server's fixtures, for every folder
 
 
 @pytest.fixture(scope="session", autouse=True)

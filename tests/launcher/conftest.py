@@ -1,4 +1,5 @@
-"""moto's server on 127.0.0.1 as S3 and SageMaker, for the `submit` tests (`test_submit*.py`).
+"""moto's server on 127.0.0.1 as S3 and SageMaker (`support.s3.moto_server`), for the `submit`
+tests (`test_submit*.py`).
 
 Moto's recorder keeps the raw body of every request the server receives, so a test sees the
 CreateTrainingJob request as it went over the wire."""
@@ -11,14 +12,7 @@ import pytest
 import requests
 
 from smlaunch.pipelines.sources.local_s3 import LocalS3
-from support.environment import environment
-
-
-@pytest.fixture(scope="module")
-def moto_server(tmp_path_factory):
-    with environment(MOTO_RECORDER_FILEPATH=str(tmp_path_factory.mktemp("moto") / "recording.jsonl")), \
-            LocalS3() as server:
-        yield server
+from support.s3 import aws_environment
 
 
 class Aws:
@@ -47,13 +41,7 @@ class Aws:
 
 @pytest.fixture
 def aws(moto_server, monkeypatch):
-    for key, value in LocalS3.environment().items():
-        if value is None:
-            monkeypatch.delenv(key, raising=False)
-        else:
-            monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint_url)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    aws_environment(monkeypatch, moto_server.endpoint_url)
     handle = Aws(moto_server)
     requests.post(f"{handle.endpoint}/moto-api/recorder/reset-recording", timeout=10)
     requests.post(f"{handle.endpoint}/moto-api/recorder/start-recording", timeout=10)

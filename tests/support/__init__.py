@@ -11,7 +11,8 @@
 - `user_layouts`: the digits written as users' tools write them (image folders, WebDataset,
   Parquet, slim TFRecords, manifests).
 
-The S3 server is the product's own (`smlaunch.pipelines.sources.local_s3.LocalS3`, moto on
-127.0.0.1); the fixtures that start it are in the conftest of each folder whose tests use it.
+- `s3`: the local S3 server's fixtures (registered for every folder by tests/conftest.py) and
+  `aws_environment`, which points a client at it with throwaway credentials.
+
 Imported as `support.<module>` (tests/ is on the path: pytest puts each conftest's folder there).
 """

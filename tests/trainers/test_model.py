@@ -144,12 +144,10 @@ def s3_weights():
     """A local S3 server (moto, as the pipeline tests use) with the throwaway credentials in the environment."""
     from smlaunch.pipelines.sources.local_s3 import LocalS3
 
+    from support.s3 import aws_environment
+
     with LocalS3() as server, pytest.MonkeyPatch.context() as env:
-        for key, value in {**LocalS3.environment(), "AWS_ENDPOINT_URL": server.endpoint_url}.items():
-            if value is None:
-                env.delenv(key, raising=False)
-            else:
-                env.setenv(key, value)
+        aws_environment(env, server.endpoint_url)
         server.client().create_bucket(Bucket="weights")
         yield server
 

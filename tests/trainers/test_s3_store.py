@@ -9,6 +9,7 @@ from smlaunch.errors import UserError
 from smlaunch.pipelines.sources.local_s3 import LocalS3
 from smlaunch.trainers import s3_store
 from smlaunch.trainers.checkpoints import latest_complete, load_state, write_state
+from support.s3 import aws_environment
 
 
 @pytest.fixture
@@ -16,9 +17,7 @@ def s3(tmp_path, monkeypatch):
     (tmp_path / "seed").mkdir()
     (tmp_path / "seed" / "x").write_text("x")
     with LocalS3({"s3://runs/seed/": tmp_path / "seed"}) as server:
-        for key, value in LocalS3.environment().items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint_url)
+        aws_environment(monkeypatch, server.endpoint_url, s3_only=True)
         yield server
 
 
