@@ -52,7 +52,7 @@ def run_job(tmp: Path, name: str, hosts: int, args, workers: int) -> dict:
 
 def check(tmp: Path, args, workers: int) -> float:
     """Round 1 with one data host, round 2 with the advisor's recommended k (capped); the error %."""
-    from smlaunch.launcher.advisor import advice_lines
+    from smlaunch.launcher.report.advisor import advice_lines
 
     first = run_job(tmp, f"measure-w{workers}", 1, args, workers)
     advisor = first["advisor"]

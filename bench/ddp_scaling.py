@@ -76,7 +76,7 @@ def run(args, workers: int, images, labels, tmp: str) -> tuple[float, float | No
 
     from smlaunch.cluster.plan import LocalEnvironment, build_plan
     from smlaunch.config import load_config
-    from smlaunch.launcher.train_spec import train_spec
+    from smlaunch.launcher.job.train_spec import train_spec
     from smlaunch.trainers.loop import train_loop
 
     batch = args.global_batch // workers

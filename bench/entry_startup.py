@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def shipped_tree(root: Path) -> Path:
-    """The source tarball's layout, as `launcher.sourcedir` packs it."""
+    """The source tarball's layout, as `launcher.sagemaker.sourcedir` packs it."""
     shutil.copytree(ROOT / "smlaunch", root / "smlaunch", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, root / name)

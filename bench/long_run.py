@@ -5,7 +5,7 @@
 rank 0 keeps them (`trainers.loop`); a day of host samples at the sampler's 0.5 s goes through
 `cluster.sampler`'s bounded series for one GPU host (8 GPUs) and one CPU host, whose series stand
 for 16 GPU hosts (128 ranks) and 64 CPU data hosts (each host's actor folds its own day, so the
-bench folds two and copies them with per-host values). Then `launcher.report.build_report` and
+bench folds two and copies them with per-host values). Then `launcher.report.job_report.build_report` and
 `write_report` (report.json, summary.md, three PNGs, TensorBoard) as at the end of a job:
 report_mb is report.json's size, render_s the time of `write_report`.
 
@@ -148,7 +148,7 @@ def exchange_latency(worlds: list[int], calls: int) -> dict:
 
 
 def long_run(args) -> None:
-    from smlaunch.launcher.report import build_report, write_report
+    from smlaunch.launcher.report.job_report import build_report, write_report
     from smlaunch.series import CAPACITY, TAIL
 
     started = time.perf_counter()

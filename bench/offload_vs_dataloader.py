@@ -20,7 +20,7 @@ own with torch already imported, as a training script has it; its workers fork f
     python bench/offload_vs_dataloader.py [--cpus 2] [--shards 4] [--repeats 3]
 
 A cold start is measured first, on a cluster of its own, in the order a job runs
-(`launcher.run`): the datasets are built (the channel listed), the warm-up a job starts with its
+(`launcher.job.run`): the datasets are built (the channel listed), the warm-up a job starts with its
 trainer (`smlaunch.pipelines.warmup`) runs on the data host's fresh workers, and the first batch is
 asked for `--trainer-start-s` later, as a trainer asks once Ray Train has started it. Its clock
 starts at that request.
@@ -108,7 +108,7 @@ def cold_only(args) -> None:
         create_host_trees(plan)
         deliver_channels(plan)
         with LocalCluster(plan):
-            # The order of `launcher.run`: list and build the datasets, start the warm-up, then
+            # The order of `launcher.job.run`: list and build the datasets, start the warm-up, then
             # start Ray Train, whose workers ask for data once it has started them.
             dataset = build_datasets(cfg, plan)["train"]
             warm_preprocess_workers(plan, cfg.pipeline.ops)

@@ -72,7 +72,7 @@ def through_ray(args, images, labels, tmp: str) -> float:
     from smlaunch.config import load_config
     import dataclasses
 
-    from smlaunch.launcher.train_spec import train_spec
+    from smlaunch.launcher.job.train_spec import train_spec
     from smlaunch.trainers.loop import train_loop
 
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [

@@ -24,7 +24,7 @@ CAPACITY = 1024
 TAIL = 2000
 """Latest step records kept exactly."""
 HEAD = 5
-"""First step records kept exactly: the warm-up `launcher.report` leaves out of throughput."""
+"""First step records kept exactly: the warm-up `launcher.report.job_report` leaves out of throughput."""
 FIELDS = ("loss", "step_time_s", "data_wait_s", "images_per_s", "images")
 """Per-bucket sums, minima and maxima; `images` is images_per_s x step_time_s (a step's images)."""
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from smlaunch import console
-from smlaunch.launcher.train_progress import TrainProgress
+from smlaunch.launcher.job.train_progress import TrainProgress
 
 log = logging.getLogger("smlaunch")
 

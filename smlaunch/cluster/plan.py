@@ -3,7 +3,7 @@
 `build_plan` decides which host is the Ray head, what each host is labelled and offers to Ray,
 how many train workers there are and which hosts receive and read each channel. It starts nothing
 and touches no file, so `sm-launch plan` can print it in milliseconds and tests can check every
-decision without a cluster. Doing it lives in `cluster.local` and `launcher.run`.
+decision without a cluster. Doing it lives in `cluster.local` and `launcher.job.run`.
 """
 
 from __future__ import annotations

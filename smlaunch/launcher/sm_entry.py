@@ -11,9 +11,9 @@ installs. It then *replaces itself* with
 receives SIGTERM directly. Standard library only: nothing else is installed yet.
 
 In toolkit mode SageMaker's SIGTERM goes to the container's PID 1, not to the launcher
-(`launcher.supervisor` has the cases). The script names its supervisor (the nearest ancestor that
+(`launcher.job.supervisor` has the cases). The script names its supervisor (the nearest ancestor that
 is not a shell, as `pid:start time`) in `SMLAUNCH_SUPERVISOR`, and the launcher stops, checkpoints
-and exits when that process is gone (`launcher.stopping.watch_supervisor`), the same path as a
+and exits when that process is gone (`launcher.job.stopping.watch_supervisor`), the same path as a
 SIGTERM of its own. Where PID 1 has no SIGTERM handler, no process will learn of a stop, and the
 script says so at start.
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
     sys.path.insert(0, str(PROJECT))  # the shipped package: its supervisor module is standard library only
-    from smlaunch.launcher.supervisor import SUPERVISOR_ENV, is_alive, pid1_ignores_sigterm, supervisor
+    from smlaunch.launcher.job.supervisor import SUPERVISOR_ENV, is_alive, pid1_ignores_sigterm, supervisor
 
     watched = supervisor()  # now: an install takes 20-30 s, and the supervisor may be gone by then
     deaf = pid1_ignores_sigterm()

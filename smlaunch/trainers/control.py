@@ -10,7 +10,7 @@ all-reduce of nine numbers on a gloo group (CPU tensors: no GPU synchronisation)
   normal DDP step; some means a *drain* step (the ranks with data compute without DDP's sync, then
   sum gradients and micro-batch counts explicitly, so ranks without data still take the step and
   every rank ends it with the same weights); none means the epoch is over, on every rank at once;
-* whether rank 0 saw the stop request (`launcher.stopping` writes it to Ray's KV store; rank 0
+* whether rank 0 saw the stop request (`launcher.job.stopping` writes it to Ray's KV store; rank 0
   reads it at most once a second) or a lost host (`LostHostGuard`, every 2 s): one watcher per
   job, whose verdict every rank has at the next step at no extra cost, where a poll per rank
   would cost the KV store and Ray's node table a request per rank per interval;

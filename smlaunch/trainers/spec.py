@@ -1,7 +1,7 @@
 """What a train worker is told: one frozen, typed value, built from the config and the *final* plan.
 
 On a SageMaker job the worker count is known only once every host has joined and reported its
-GPUs (`sagemaker_plan.with_joined_resources`); the learning-rate schedule's length, the global
+GPUs (`cluster.sagemaker.plan.with_joined_resources`); the learning-rate schedule's length, the global
 batch and the scaled learning rate all depend on it, so the spec is built after that, never from
 the plan each host made before joining. It travels to every worker (pickled by Ray).
 """

@@ -128,7 +128,7 @@ def test_one_topology_rule_for_the_local_plan_the_sagemaker_plan_and_submit(conf
     import yaml
 
     from smlaunch.config.loader import validate_config
-    from smlaunch.launcher.training_job import receiving_groups, train_group
+    from smlaunch.launcher.sagemaker.training_job import receiving_groups, train_group
 
     raw = yaml.safe_load((configs / "hetero.yaml").read_text())
     raw["cluster"]["instance_groups"] = [{"name": "cpu", "instance_type": "ml.c5.2xlarge", "instance_count": 2}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
-from smlaunch.launcher.report import build_report
+from smlaunch.launcher.report.job_report import build_report
 from smlaunch.series import Buckets, StepLog, merge_samples
 
 

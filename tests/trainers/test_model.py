@@ -175,7 +175,7 @@ def test_fine_tunes_from_an_s3_object(s3_weights, tmp_path):
 def _image_folder_spec(configs, overrides=(), data_classes=None):
     from smlaunch.cluster.plan import LocalEnvironment, build_plan
     from smlaunch.config import load_config
-    from smlaunch.launcher.train_spec import train_spec
+    from smlaunch.launcher.job.train_spec import train_spec
 
     cfg = load_config(configs / "tiny.yaml", ["channels.train.source=/data/pets",
                                               "channels.train.record_format=image_folder", *overrides])

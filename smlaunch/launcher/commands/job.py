@@ -36,7 +36,7 @@ def load_job(args, failure, write_failure_locally: bool = True) -> Job:
     from smlaunch.cluster.environment import detect_local_environment
     from smlaunch.cluster.sagemaker_env import base_dir, is_sagemaker_host
     from smlaunch.config import load_config
-    from smlaunch.launcher.preflight import preflight
+    from smlaunch.launcher.job.preflight import preflight
 
     on_sagemaker = is_sagemaker_host()
     if on_sagemaker:
@@ -44,7 +44,7 @@ def load_job(args, failure, write_failure_locally: bool = True) -> Job:
     cfg = load_config(args.config, args.overrides)
     if on_sagemaker:
         from smlaunch.cluster.sagemaker_env import read_sagemaker_environment
-        from smlaunch.cluster.sagemaker_plan import build_sagemaker_plan
+        from smlaunch.cluster.sagemaker.plan import build_sagemaker_plan
 
         sm = read_sagemaker_environment()
         plan = build_sagemaker_plan(cfg, sm, detect_local_environment())

@@ -1,7 +1,7 @@
 """`sm-launch status JOB`, `sm-launch logs JOB [--follow]`, `sm-launch stop JOB`: a submitted job.
 
 Run on the user's machine (never on a host of the job), so errors go to stderr only. The work is
-in `smlaunch.launcher.job_client`.
+in `smlaunch.launcher.sagemaker.job_client`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args, failure) -> int:
-    from smlaunch.launcher import job_client
+    from smlaunch.launcher.sagemaker import job_client
 
     sagemaker, logs, _ = job_client.clients(args.region)
     if args.command == "status":

@@ -25,8 +25,8 @@ def main(args, failure) -> int:
     from importlib.metadata import version
 
     from smlaunch.config import load_config
-    from smlaunch.launcher.kuberay import manifest, manifest_yaml, storage_notes
-    from smlaunch.launcher.preflight import preflight
+    from smlaunch.launcher.attached.kuberay import manifest, manifest_yaml, storage_notes
+    from smlaunch.launcher.job.preflight import preflight
 
     cfg = load_config(args.config, args.overrides)
     preflight(cfg, sources=False)

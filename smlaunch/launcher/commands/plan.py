@@ -47,7 +47,7 @@ def prediction_lines(cfg, plan, rates_from: str | None) -> list[str]:
     import json
 
     from smlaunch.cluster.prices import PRICES_DATED, price_table
-    from smlaunch.launcher.advisor import advise_plan, plan_advice_lines
+    from smlaunch.launcher.report.advisor import advise_plan, plan_advice_lines
     from smlaunch.launcher.commands.report import find_report
 
     path = find_report(rates_from)

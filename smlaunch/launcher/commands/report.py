@@ -30,7 +30,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args, failure) -> int:
-    from smlaunch.launcher.report import log_summary
+    from smlaunch.launcher.report.job_report import log_summary
 
     run_dir = args.run_dir
     if args.job and run_dir:
@@ -48,7 +48,7 @@ def main(args, failure) -> int:
 
 
 def _download(args) -> Path:
-    from smlaunch.launcher import job_client
+    from smlaunch.launcher.sagemaker import job_client
 
     sagemaker, _, s3 = job_client.clients(args.region)
     uri = job_client.output_uri(job_client.describe(sagemaker, args.job)) if args.job else args.run_dir
@@ -76,7 +76,7 @@ def find_report(path: str) -> Path:
 
 def rerender(path: str, prices: list[str]) -> tuple[Path, dict]:
     from smlaunch.config.instance_types import check_training_type
-    from smlaunch.launcher.report import add_analysis, write_report
+    from smlaunch.launcher.report.job_report import add_analysis, write_report
 
     report_path = find_report(path)
     try:

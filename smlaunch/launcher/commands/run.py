@@ -5,7 +5,7 @@ and the report is written on the head's simulated tree. On a SageMaker host: thi
 part (the head trains, the others serve their CPUs and wait). `check` brings the same cluster up,
 runs one task per host to show the labels route work where the plan says, and tears it down.
 With `--address` (or RAY_ADDRESS off SageMaker) both work on a Ray cluster that is already
-running, starting and stopping nothing there (`launcher.attached_run`).
+running, starting and stopping nothing there (`launcher.attached.run`).
 
 SIGTERM (StopTrainingJob, MaxRuntime, a spot interruption) stops training at the next step
 boundary with a checkpoint; the command then exits 143. So does the exit of the training toolkit
@@ -34,8 +34,8 @@ def add_arguments(parser) -> None:
 def main(args, failure) -> int:
     import os
 
-    from smlaunch.launcher.stopping import StopRequest, watch_supervisor
-    from smlaunch.launcher.supervisor import SUPERVISOR_ENV
+    from smlaunch.launcher.job.stopping import StopRequest, watch_supervisor
+    from smlaunch.launcher.job.supervisor import SUPERVISOR_ENV
 
     stop = StopRequest().install()
     address = args.address or _ray_address()
@@ -61,21 +61,21 @@ def _ray_address() -> str | None:
 def _attached(args, address: str, stop) -> int:
     """The job, or `check`, on a running cluster: nothing started there, nothing left behind."""
     from smlaunch.config import load_config
-    from smlaunch.launcher.preflight import preflight
+    from smlaunch.launcher.job.preflight import preflight
 
     cfg = load_config(args.config, args.overrides)
     stop.grace_s = cfg.trainer.stop_grace_s
     preflight(cfg, sources=False)
     if args.command == "run":
-        from smlaunch.launcher.attached_run import run_attached
-        from smlaunch.launcher.report import log_summary
+        from smlaunch.launcher.attached.run import run_attached
+        from smlaunch.launcher.report.job_report import log_summary
 
         report = run_attached(cfg, address, stop)
         log_summary(report, log)
         log.log(RESULT, f"report: {report['path']}")
         return 143 if report["summary"].get("stopped_at_step") is not None else 0
-    from smlaunch.cluster.attached_plan import attachable
-    from smlaunch.launcher.attached import check_attached
+    from smlaunch.cluster.attached.plan import attachable
+    from smlaunch.launcher.attached.connect import check_attached
 
     attachable(cfg)
     attached = check_attached(cfg, address, log.info)
@@ -98,14 +98,14 @@ def _local(command: str, job, stop) -> int:
     log.info(f"run directory: {plan.run_dir} (logs, Ray's too: {logs})")
     if command == "check":
         from smlaunch.cluster.local import LocalCluster
-        from smlaunch.launcher.sagemaker_run import check_hosts
+        from smlaunch.launcher.sagemaker.run import check_hosts
 
         with LocalCluster(plan):
             answers = check_hosts(plan)["hosts"]
         log.log(RESULT, f"all {plural(len(answers), 'simulated host')} ran a task: {', '.join(answers)}")
         return 0
-    from smlaunch.launcher.report import log_summary
-    from smlaunch.launcher.run import run_local
+    from smlaunch.launcher.report.job_report import log_summary
+    from smlaunch.launcher.job.run import run_local
 
     report = run_local(cfg, plan, stop=stop)
     log_summary(report, log)
@@ -117,8 +117,8 @@ def _on_sagemaker(command: str, job, stop) -> int:
     from smlaunch.errors import UserError
     from smlaunch import console
     from smlaunch.launcher.commands.plan import summary
-    from smlaunch.launcher.report import log_summary
-    from smlaunch.launcher.sagemaker_run import run_host
+    from smlaunch.launcher.report.job_report import log_summary
+    from smlaunch.launcher.sagemaker.run import run_host
 
     cfg, plan, sm = job.cfg, job.plan, job.sagemaker
     console.log_to_file(sm.path("output", "data", "smlaunch", "sm-launch.log"))

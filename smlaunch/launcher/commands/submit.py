@@ -1,7 +1,7 @@
 """`sm-launch submit CONFIG [--dry-run] [--job-name NAME]`: create the SageMaker training job.
 
 Runs on the user's machine, never on a host of the job, so a failure goes to stderr only (no
-failure file). See `smlaunch.launcher.submit` for the order of checks, uploads and the API call.
+failure file). See `smlaunch.launcher.sagemaker.submit` for the order of checks, uploads and the API call.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def add_arguments(parser) -> None:
 
 def main(args, failure) -> int:
     from smlaunch.config import load_config
-    from smlaunch.launcher.submit import submit
+    from smlaunch.launcher.sagemaker.submit import submit
 
     cfg = load_config(args.config, args.overrides)
     submit(cfg, dry_run=args.dry_run, job_name=args.job_name,

@@ -34,7 +34,7 @@ def node_trees(plan: LaunchPlan, s3_endpoint: str | None, log=None):
     """Yield the plan with each receiving node's tree (`with_node_trees`); remove them after."""
     import ray
 
-    from smlaunch.cluster.attached_plan import with_node_trees
+    from smlaunch.cluster.attached.plan import with_node_trees
     from smlaunch.pipelines.sources.channels import channel_objects
 
     listed = {}

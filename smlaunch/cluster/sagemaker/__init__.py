@@ -1,0 +1,1 @@
+"""Cluster pieces only the SageMaker path uses: its plan from the job's instance groups, and NCCL's environment."""

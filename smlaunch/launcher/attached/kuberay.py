@@ -1,0 +1,189 @@
+"""The job as Kubernetes objects for KubeRay: a ConfigMap holding the config, and a `RayJob`.
+
+A pure function of the config, the image and the Ray version: `sm-launch kuberay` prints what
+this returns, and the tests validate it against KubeRay's CRD schema. The mapping keeps the
+instance group as the unit, so the selectors that keep preprocessing on CPU hosts and training on
+GPU hosts (`ray-subcluster`, `sm-group`) hold in the cluster as on SageMaker:
+
+* each instance group is a worker group with `instance_count` replicas (fixed: min = max, since
+  the train worker count and the data split are planned from them), its Ray node labels in the
+  group's `labels` (KubeRay >= 1.5 passes them to `ray start --labels`) and pod requests from the
+  group's instance spec, minus what a Kubernetes node keeps for itself (one vCPU, 15 % of memory);
+* the head is a pod of its own offering Ray no CPUs or GPUs, so nothing is scheduled there but the
+  driver, unless `kuberay.head_group` makes it that group's first host, as on SageMaker;
+* the entrypoint is `sm-launch run` on the config mounted from the ConfigMap; KubeRay sets
+  `RAY_ADDRESS`, so the run attaches to the cluster instead of starting one;
+* Ray's token authentication is on (`authOptions.mode: token`: KubeRay makes the Secret), the
+  job has a deadline and the cluster is deleted when it ends.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER
+from smlaunch.cluster.topology import GroupShape, choose_train_group
+from smlaunch.config.kuberay import KubeRayConfig
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import ConfigError
+
+CONFIG_DIR = "/home/ray/smlaunch"
+"""Where the ConfigMap is mounted in the head pod (the `ray` user's home in Ray's images)."""
+NODE_RESERVED_VCPUS = 1
+NODE_MEMORY_FRACTION = 0.85
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def k8s_name(job: str) -> str:
+    """The job's name as an RFC 1123 label short enough for KubeRay's derived names (47 chars)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", job.lower()).strip("-")[:40].strip("-")
+    return name or "smlaunch-job"
+
+
+def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dict]:
+    """[ConfigMap, RayJob] for `cfg`; `image` overrides `kuberay.image`. The job runs attached to
+    the RayJob's cluster, so what an attached run refuses (Pipe channels, ...) is refused here."""
+    from smlaunch.cluster.attached.plan import attachable
+
+    attachable(cfg)
+    kuberay = cfg.kuberay or KubeRayConfig()
+    image = image or kuberay.image
+    if not image:
+        raise ConfigError("kuberay.image: no image; give --image IMAGE or kuberay.image (an image with "
+                          f"Ray {ray_version} and smlaunch installed)")
+    name = k8s_name(cfg.job)
+    groups = cfg.cluster.instance_groups
+    train_group, _ = choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in groups],
+                                        cfg.cluster.train_group)
+    metadata = {"name": name, "labels": {"app.kubernetes.io/name": "smlaunch", "smlaunch/job": name}}
+    if kuberay.namespace:
+        metadata["namespace"] = kuberay.namespace
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {**metadata, "name": f"{name}-config"},
+                  "data": {"config.yaml": yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True),
+                                                          sort_keys=False)}}
+    head_of = next((g for g in groups if g.name == kuberay.head_group), None)
+    workers = []
+    for group in groups:
+        replicas = group.instance_count - (group is head_of)
+        if replicas == 0:
+            continue
+        subcluster = "train" if group.name == train_group else "data"
+        workers.append({
+            "groupName": group_name(group.name), "replicas": replicas, "minReplicas": replicas,
+            "maxReplicas": replicas, "labels": {SUBCLUSTER: subcluster, GROUP_LABEL: group.name},
+            "rayStartParams": ray_resources(group),
+            "template": pod(group, image, kuberay, container="ray-worker")})
+    if head_of is None:
+        head = {"rayStartParams": {"num-cpus": "0", "num-gpus": "0"},
+                "template": pod(None, image, kuberay, container="ray-head", config_map=f"{name}-config")}
+    else:
+        head = {"labels": {SUBCLUSTER: "train" if head_of.name == train_group else "data",
+                           GROUP_LABEL: head_of.name},
+                "rayStartParams": ray_resources(head_of),
+                "template": pod(head_of, image, kuberay, container="ray-head", config_map=f"{name}-config")}
+    job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": {
+        "entrypoint": f"sm-launch run {CONFIG_DIR}/config.yaml",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": kuberay.ttl_after_finished_s,
+        "activeDeadlineSeconds": kuberay.max_run_s,
+        "backoffLimit": 0,
+        "rayClusterSpec": {"rayVersion": ray_version, "authOptions": {"mode": "token"},
+                           "headGroupSpec": head, "workerGroupSpecs": workers}}}
+    return [config_map, job]
+
+
+def storage_notes(cfg: LaunchConfig) -> list[str]:
+    """Where the job's outputs and path channels would live in the cluster: a warning per place
+    that is a pod's own disk (gone with the cluster); ConfigError for a `run.dir` off the shared
+    volume when one is mounted."""
+    kuberay = cfg.kuberay or KubeRayConfig()
+    mount = kuberay.shared_mount.rstrip("/") + "/"
+    paths = {f"channels.{name}.source": ch.source for name, ch in cfg.channels.items()
+             if not ch.source.startswith(("s3://", "builtin:"))}
+    on_s3 = cfg.run.dir.startswith("s3://")  # outputs uploaded: the pods' role must be able to write there
+    if not kuberay.shared_volume_claim:
+        return ([] if on_s3 else [
+            f"run.dir: {cfg.run.dir} is on the pods' own disks: the model and checkpoints (written on rank 0's "
+            "pod) and the report (the head's) go with the cluster when the job ends; set "
+            "kuberay.shared_volume_claim and a run.dir under its mount, or an s3:// run.dir"]) + [
+            f"{field}: {source} must be on a volume every data pod mounts (kuberay.shared_volume_claim)"
+            for field, source in paths.items()]
+    if not on_s3 and not (cfg.run.dir.rstrip("/") + "/").startswith(mount):
+        raise ConfigError(f"run.dir: {cfg.run.dir} is not under kuberay.shared_mount ({kuberay.shared_mount}); "
+                          f"the pods keep nothing else: set run.dir={mount}runs (or an s3:// URI)")
+    return [f"{field}: {source} is not under {kuberay.shared_mount}; every data pod must see it"
+            for field, source in paths.items() if not (source.rstrip("/") + "/").startswith(mount)]
+
+
+def group_name(name: str) -> str:
+    """A worker group's name must be a DNS label (KubeRay names the pods after it)."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50] or "group"
+
+
+def ray_resources(group) -> dict[str, str]:
+    """What the group's pod offers Ray: the CPUs it requests, and its GPUs."""
+    params = {"num-cpus": str(pod_cpus(group))}
+    if group.spec.gpus:
+        params["num-gpus"] = str(group.spec.gpus)
+    return params
+
+
+def pod_cpus(group) -> int:
+    return max(1, group.spec.vcpus - NODE_RESERVED_VCPUS)
+
+
+def pod_memory(group) -> str | None:
+    gib = group.spec.memory_gib
+    return f"{int(gib * NODE_MEMORY_FRACTION * 1024)}Mi" if gib else None
+
+
+def pod(group, image: str, kuberay: KubeRayConfig, *, container: str, config_map: str | None = None) -> dict:
+    """The pod template of a group's hosts (or of a head pod of its own when `group` is None)."""
+    if group is None:
+        requests = {"cpu": str(kuberay.head_cpus), "memory": f"{int(kuberay.head_memory_gib * 1024)}Mi"}
+        limits = {"memory": requests["memory"]}
+    else:
+        requests = {"cpu": str(pod_cpus(group))}
+        limits = {}
+        if pod_memory(group):
+            requests["memory"] = limits["memory"] = pod_memory(group)
+        if group.spec.gpus:
+            requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(group.spec.gpus)
+    spec_container = {"name": container, "image": image, "resources": {"requests": requests, "limits": limits},
+                      "env": [{"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
+                              {"name": "PYTHONUNBUFFERED", "value": "1"}]}
+    if container == "ray-head":
+        spec_container["ports"] = [{"containerPort": 6379, "name": "gcs"},
+                                   {"containerPort": 8265, "name": "dashboard"},
+                                   {"containerPort": 10001, "name": "client"}]
+    spec: dict = {"containers": [spec_container]}
+    mounts, volumes = [], []
+    if config_map:
+        mounts.append({"name": "smlaunch-config", "mountPath": CONFIG_DIR, "readOnly": True})
+        volumes.append({"name": "smlaunch-config", "configMap": {"name": config_map}})
+    if kuberay.shared_volume_claim:
+        mounts.append({"name": "shared", "mountPath": kuberay.shared_mount})
+        volumes.append({"name": "shared", "persistentVolumeClaim": {"claimName": kuberay.shared_volume_claim}})
+    if mounts:
+        spec_container["volumeMounts"], spec["volumes"] = mounts, volumes
+    if group is not None and kuberay.node_selector == "instance_type":
+        spec["nodeSelector"] = {"node.kubernetes.io/instance-type": group.instance_type.removeprefix("ml.")}
+    if group is not None and group.spec.gpus:  # GPU node groups are usually tainted so CPU pods stay off
+        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    if kuberay.service_account:
+        spec["serviceAccountName"] = kuberay.service_account
+    return {"spec": spec}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the config in the ConfigMap) as literal blocks, readable in the manifest."""
+
+
+_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
+def manifest_yaml(documents: list[dict]) -> str:
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)

@@ -1,0 +1,183 @@
+"""`sm-launch run CONFIG --address ADDR`: the job on a Ray cluster that is already running.
+
+Nothing is started or stopped there. The driver connects, matches the labelled nodes to the
+config's groups (`cluster.attached.attach`, one line for what is missing, before any work), plans the job
+on them (`cluster.attached.plan`), exposes the channels on the receiving nodes (`node_trees`), and
+trains with the same datasets, selectors and trainer as the local simulation and SageMaker
+(`launcher.job.run.train_on_cluster`). The job's actors are the driver's, so they end with it; its
+channel trees and its stop key are removed; the cluster is left as it was found.
+
+Every host is named and pinned by its Ray node id (`host_label()` is `ray.io/node-id` for the
+whole Ray job, set in its runtime environment), since the cluster's nodes carry group labels,
+not per-host ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from smlaunch import console
+from smlaunch.cluster.plan import HOST_LABEL_ENV, NODE_ID_LABEL
+from smlaunch.config.schema import LaunchConfig
+from smlaunch.errors import UserError
+from smlaunch.trainers.s3_store import check_writable, is_s3, join, upload_dir
+
+log = logging.getLogger("smlaunch")
+
+
+def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
+    """Train `cfg` on the cluster at `address`; returns the report (also written under run.dir)."""
+    from smlaunch.cluster.attached.attach import match_groups
+    from smlaunch.cluster.attached.plan import attachable, attached_plan
+    from smlaunch.launcher.attached.connect import connected
+    from smlaunch.launcher.commands.plan import summary
+    from smlaunch.launcher.report.job_report import write_report
+    from smlaunch.launcher.job.run import prepare_job, train_on_cluster
+    from smlaunch.launcher.job.stopping import forward_stop_to_trainer
+    from smlaunch.pipelines.sources.node_trees import node_trees
+
+    attachable(cfg)
+    started = time.perf_counter()
+    env = {HOST_LABEL_ENV: NODE_ID_LABEL, **_endpoint_env(cfg)}
+    with _driver_env(env), connected(address, env_vars=env) as ray:
+        if stop is not None:
+            stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
+        _refuse_a_second_job(ray, address)
+        attached = match_groups(cfg, ray.nodes(), address)
+        staging = tempfile.mkdtemp(prefix="smlaunch-staging-") if is_s3(cfg.run.dir) else None
+        try:
+            plan = attached_plan(cfg, attached, time.strftime("%Y%m%d-%H%M%S"), staging=staging or "unused")
+            for where, field in ((plan.output_dir, "run.dir"), (cfg.trainer.checkpoint_dir, "trainer.checkpoint_dir")):
+                if is_s3(where):
+                    check_writable(where, field)
+        except BaseException:
+            if staging:
+                os.rmdir(staging)  # still empty
+            raise
+        with _uploaded(plan, staging):
+            console.log_to_file(Path(plan.run_dir) / "logs" / "sm-launch.log")
+            for line in summary(cfg, plan):
+                log.info(line)
+            log.info(f"run directory: {plan.output_dir} (model, checkpoints, report; rank 0's node writes there too)")
+            resume_from = prepare_job(cfg, plan)
+            _check_rank0_sees(plan, ray)
+            endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
+            with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as plan:
+                timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
+                with forward_stop_to_trainer(stop):
+                    report = train_on_cluster(cfg, plan, resume_from, timings, stop)
+            report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
+            write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
+    if is_s3(plan.output_dir):
+        report["path"] = join(plan.output_dir, "output", "data", Path(report["path"]).name)
+    return report
+
+
+def _endpoint_env(cfg: LaunchConfig) -> dict[str, str]:
+    """`run.s3_endpoint` (a URL) for every S3 client of the job: boto3's and pyarrow's, on the
+    driver and on every node (channels, pretrained weights, an `s3://` run.dir)."""
+    url = cfg.run.s3_endpoint
+    return {"AWS_ENDPOINT_URL_S3": url} if url not in (None, "aws") else {}
+
+
+def _check_rank0_sees(plan, ray) -> None:
+    """A path run.dir must be one file system for the driver and rank 0's node (the model and
+    checkpoints are written there, the report and the resume listing here): a marker the driver
+    writes is looked for from that node, and its absence fails in one line before any work."""
+    if is_s3(plan.output_dir):
+        return
+    import uuid
+
+    from smlaunch.cluster.plan import host_selector
+
+    node = plan.workers[0].host
+    marker = Path(plan.output_dir) / f".smlaunch-visible-{uuid.uuid4().hex[:12]}"
+    marker.write_text("")
+    try:
+        seen = ray.get(ray.remote(_exists).options(num_cpus=0, label_selector=host_selector(node))
+                       .remote(str(marker)), timeout=60)
+    finally:
+        marker.unlink(missing_ok=True)
+    if not seen:
+        raise UserError(f"run.dir: {Path(plan.output_dir).parent} is not the same directory on node {node} (rank 0's, "
+                        "which writes the model and checkpoints there) as here; give a path every node and the driver "
+                        "mount (a shared file system), or an s3:// URI")
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+@contextlib.contextmanager
+def _uploaded(plan, staging: str | None):
+    """With an `s3://` run directory: the driver's staged files (logs, resolved config, TensorBoard
+    events, report) uploaded there when the run ends, failed or not (the log then ends with why),
+    then removed here; kept and named if the upload fails."""
+    try:
+        yield
+    except BaseException as exc:
+        if is_s3(plan.output_dir):
+            text = str(exc).strip()
+            log.error(f"the run failed: {text.splitlines()[0] if text else type(exc).__name__}")
+        raise
+    finally:
+        if is_s3(plan.output_dir):
+            import shutil
+
+            try:
+                count = upload_dir(plan.run_dir, plan.output_dir)
+            except Exception as exc:  # noqa: BLE001 - the run's own outcome matters more; say where the files are
+                log.warning(f"could not upload {plan.run_dir} to {plan.output_dir} ({exc}); the logs and report "
+                            "stay there")
+            else:
+                log.info(f"uploaded {count} files (logs, config, report) to {plan.output_dir}")
+                console.close_file()
+                shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _driver_env(env: dict[str, str]):
+    """The driver's own side of what the job's runtime environment sets on the nodes."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _refuse_a_second_job(ray, address: str) -> None:
+    """The run's board is a named actor that dies with its driver: a live one is another job's."""
+    from smlaunch.cluster.board import NAME, NAMESPACE
+
+    try:
+        ray.get_actor(NAME, namespace=NAMESPACE)
+    except ValueError:
+        return
+    raise UserError(f"cluster at {address}: another smlaunch job is running there (its {NAME} actor is alive); "
+                    "one job per cluster: wait for it, or give this job a cluster of its own")
+
+
+@contextlib.contextmanager
+def _stop_key_cleared():
+    """The stop request lives in the cluster's KV store, which outlives the job: clear it before
+    (an earlier stopped run's would stop this one at step 1) and after."""
+    from ray.experimental import internal_kv
+
+    from smlaunch.cluster.job_state import NAMESPACE, STOP
+
+    internal_kv._internal_kv_del(STOP, namespace=NAMESPACE)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            internal_kv._internal_kv_del(STOP, namespace=NAMESPACE)

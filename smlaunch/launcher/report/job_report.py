@@ -1,0 +1,190 @@
+"""The run report: what the job measured, summarised so a person can see if the GPU starved.
+
+Its size does not grow with the run's length: "steps" holds the latest `series.TAIL` step records
+exactly and "step_series" every step of the run in at most `series.CAPACITY` buckets (count, sum,
+min, max per field), from which the summary's throughput and the advisor's rates are computed
+exactly; host samples are bounded the same way by the sampler (`cluster.sampler.MAX_SAMPLES`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from smlaunch.cluster.plan import LaunchPlan
+
+
+def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
+                 samples: dict | None = None, monitor: dict | None = None, epoch_images: int | None = None) -> dict:
+    steps = result["steps"]
+    series = step_log(result)
+    steady = series.steady()
+    step_time, images = steady["step_time_s"], steady["images"]  # images: all micro-batches, all ranks
+    rows = result["host_rows"]
+    data_hosts = {h.name for h in plan.hosts if h.subcluster == "data"}
+    total_rows = sum(rows.values())
+    data_rows = sum(n for host, n in rows.items() if host in data_hosts)
+    final = result["validation"][-1] if result["validation"] else {}
+    accounting = result.get("sample_accounting") or {}
+    workers = result.get("workers") or []
+    report = {
+        "job": plan.job,
+        "summary": {
+            "steps": result.get("final_step", series.count),
+            "steps_this_run": series.count,
+            "resumed_at_step": result.get("resumed_at_step"),
+            "resumed_from": result.get("resumed_from"),
+            "epochs": result["epochs"],
+            "epochs_complete": result.get("epochs_complete", result["epochs"]),
+            "images_per_s": round(images / step_time, 2) if step_time else 0.0,
+            "data_wait_pct": round(100 * steady["data_wait_s"] / step_time, 2) if step_time else 0.0,
+            "final_loss": series.last["loss"] if series.last else None,
+            "validation_accuracy": final.get("accuracy"),
+            "data_node_row_fraction": round(data_rows / total_rows, 5) if total_rows else 0.0,
+            "train_workers": plan.train_workers,
+            "global_batch": plan.global_batch,
+            "ranks_in_sync": len({w["param_sha256"] for w in workers}) == 1 if workers else None,
+            "stopped_at_step": result.get("stopped_at_step"),
+            "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
+            "samples_duplicated": accounting.get("duplicated"),
+            "samples_missing": accounting.get("missing"),
+            **timings,
+        },
+        "classes": result.get("classes"),
+        "workers": workers,
+        "rows_by_host": rows,
+        "chain_by_host": result.get("chain_by_host", {}),
+        "corrupt_records": result.get("corrupt_records", {}),
+        "sample_accounting": accounting,
+        "validation": result["validation"],
+        "steps": steps,
+        "step_series": series.to_dict(),
+        "plan": plan.to_dict(),
+        "utilisation": utilisation_summary(plan.to_dict(), samples or {}, series),
+        "samples": samples or {},
+    }
+    add_analysis(report, monitor or {}, epoch_images)
+    return report
+
+
+def step_log(report: dict):
+    """The run's `series.StepLog`: from "step_series" with the exact "steps" beside it, or, in a
+    report or result written before step series existed, from "steps" alone."""
+    from smlaunch.series import StepLog
+
+    if report.get("step_series"):
+        return StepLog.from_dict(report["step_series"], report["steps"])
+    return StepLog.from_steps(report["steps"])
+
+
+def add_analysis(report: dict, monitor: dict, epoch_images: int | None) -> None:
+    """The rates, the verdict and the advisor, from what the report already holds (also used by
+    `sm-launch report` to recompute them, e.g. with other prices)."""
+    from smlaunch.cluster.prices import PRICES_DATED, price_table
+    from smlaunch.launcher.report.advisor import advise, measured_rates, verdict
+
+    report["rates"] = measured_rates(step_log(report).steady(), report.get("chain_by_host", {}))
+    report["advisor"] = advise(report, monitor, price_table(monitor.get("prices")), epoch_images, PRICES_DATED)
+    report["verdict"] = verdict(report["summary"], report["utilisation"], report["advisor"])
+    report["monitor"] = {**monitor, "epoch_images": epoch_images}
+
+
+def utilisation_summary(plan: dict, samples: dict, series) -> dict:
+    """Mean utilisation per host over the training window, and per role (data CPUs, train GPUs).
+    A sample that stands for several (`n`, after the sampler merged them) weighs as many."""
+    first, last = (series.head[0], series.last) if series.head else (None, None)
+    start = first["t"] - first["step_time_s"] if first and "t" in first else None
+    end = last["t"] if last and "t" in last else None
+    roles = {h["name"]: h["subcluster"] for h in plan["hosts"]}
+    per_host: dict[str, dict] = {}
+    for host, series in samples.items():
+        window = [x for x in series.get("samples", [])
+                  if start is None or start <= x["t"] <= end] or series.get("samples", [])
+        if not window:
+            continue
+        gpu = [(g, x.get("n", 1)) for x in window for g in x.get("gpu_pct", []) if g is not None]
+        per_host[host] = {"cpu_pct": _mean((x["cpu_pct"], x.get("n", 1)) for x in window),
+                          "host_cpu_pct": _mean((x["host_cpu_pct"], x.get("n", 1)) for x in window),
+                          "iowait_pct": _mean((x["iowait_pct"], x.get("n", 1)) for x in window),
+                          "gpu_pct": _mean(gpu) if gpu else None, "samples": sum(x.get("n", 1) for x in window)}
+
+    def role_mean(role: str, key: str):
+        values = [(v[key], 1) for h, v in per_host.items() if roles.get(h) == role and v[key] is not None]
+        return _mean(values) if values else None
+
+    return {"hosts": per_host, "data_cpu_pct": role_mean("data", "cpu_pct"),
+            "train_cpu_pct": role_mean("train", "cpu_pct"), "train_gpu_pct": role_mean("train", "gpu_pct")}
+
+
+def _mean(pairs) -> float:
+    """The weighted mean of (value, weight) pairs."""
+    pairs = list(pairs)
+    weight = sum(w for _, w in pairs)
+    return round(sum(v * w for v, w in pairs) / weight, 1) if weight else 0.0
+
+
+def write_report(report: dict, output_dir: str | Path) -> Path:
+    """report.json, summary.md, the PNG plots and TensorBoard scalars, in `output_dir`."""
+    from smlaunch.launcher.report.render import render_outputs
+
+    path = Path(output_dir) / "report.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: v for k, v in report.items() if k != "path"}, indent=2))
+    render_outputs(report, path.parent)
+    return path
+
+
+def summary_lines(report: dict) -> list[str]:
+    from smlaunch.launcher.report.render import epochs_text
+
+    s = report["summary"]
+    acc = s["validation_accuracy"]
+    lines = [f"stopped early at step {s['stopped_at_step']} on request (SIGTERM); the last checkpoint "
+             "holds the state"] if s.get("stopped_at_step") is not None else []
+    if s.get("resumed_at_step") is not None:
+        lines.append(f"resumed at step {s['resumed_at_step']} from {s['resumed_from']}")
+    return lines + [
+        f"steps={s['steps']} epochs={epochs_text(s)} train_workers={s['train_workers']}",
+        f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
+        f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
+        f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
+    ] + _rank_lines(report) + [
+        f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
+         for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report)
+
+
+def log_summary(report: dict, log) -> None:
+    """The summary lines on the console: problems as warnings, the rest as plain lines."""
+    for line in summary_lines(report):
+        if line.startswith("WARNING: "):
+            log.warning(line.removeprefix("WARNING: "))
+        else:
+            log.info(line)
+
+
+def _rank_lines(report: dict) -> list[str]:
+    """With several ranks: where they ran, and whether DDP kept their weights identical."""
+    workers = report.get("workers") or []
+    if len(workers) < 2:
+        return []
+    digests = {w["param_sha256"] for w in workers}
+    where = ", ".join(f"{w['rank']}@{w['host']}" for w in workers)
+    if len(digests) == 1:
+        return [f"ranks {where}: final weights identical on every rank (sha256 {next(iter(digests))[:12]})"]
+    return [f"WARNING: ranks {where}: final weights differ between ranks ({len(digests)} different digests): "
+            "the ranks did not stay in sync"]
+
+
+def _accounting_lines(report: dict) -> list[str]:
+    from smlaunch.trainers.accounting import accounting_lines
+
+    return accounting_lines(report.get("sample_accounting"))
+
+
+def _analysis_lines(report: dict) -> list[str]:
+    from smlaunch.launcher.report.advisor import advice_lines
+
+    if "verdict" not in report:
+        return []
+    v = report["verdict"]
+    return [f"verdict: {v['verdict']} ({'; '.join(v['evidence'])}): {v['advice']}"] + advice_lines(report["advisor"])

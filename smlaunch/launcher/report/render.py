@@ -1,0 +1,229 @@
+"""The run report for people: a Markdown summary, PNG plots and TensorBoard scalars.
+
+Everything here is derived from `report.json` alone, so `sm-launch report RUN_DIR` can draw it
+again (after a crash, with other prices, or on a laptop from a job's downloaded output). Plots:
+
+* `throughput.png`: images/s per step over wall time (its min-max band where a point stands for a
+  bucket of steps), with the data wait % on a second axis;
+* `data_wait.png`: the share of each step (or bucket of steps) spent waiting for the batch;
+* `utilisation.png`: a heat map of CPU % (and GPU % where there are GPUs) per host over time,
+  SageMaker Debugger's view: a GPU row going pale while the data rows glow is an input-bound run.
+
+Plots and TensorBoard read the report's bounded "step_series" (`smlaunch.series`), so a day-long
+run draws as fast as an hour-long one; a short run's buckets are its steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PLOTS = ("throughput.png", "data_wait.png", "utilisation.png")
+
+
+def render_outputs(report: dict, out_dir: Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    written = [_write_markdown(report, out_dir / "summary.md")]
+    written += _plots(report, out_dir)
+    written.append(_tensorboard(report, out_dir / "tensorboard"))
+    return written
+
+
+def _write_markdown(report: dict, path: Path) -> Path:
+    from smlaunch.launcher.report.advisor import advice_lines
+
+    s = report["summary"]
+    lines = [f"# Run report: {report['job']}", "",
+             f"- steps: {s['steps']} ({s['steps_this_run']} this run), epochs: {epochs_text(s)}, "
+             f"train workers: {s['train_workers']}",
+             f"- throughput: **{s['images_per_s']} images/s**, data wait **{s['data_wait_pct']} %** of step time",
+             f"- validation accuracy: {s['validation_accuracy']}, final loss: {s['final_loss']}",
+             f"- rows produced on data hosts: {100 * s['data_node_row_fraction']:.1f} %", ""]
+    if "verdict" in report:
+        v = report["verdict"]
+        lines += [f"## Verdict: {v['verdict']}", "", *[f"- {e}" for e in v["evidence"]], f"- {v['advice']}", ""]
+    util = report.get("utilisation", {}).get("hosts", {})
+    if util:
+        lines += ["## Utilisation (mean over training)", "", "| host | role | CPU % of its slots | machine CPU % |"
+                  " IO wait % | GPU % |", "|---|---|---|---|---|---|"]
+        roles = {h["name"]: h["subcluster"] for h in report["plan"]["hosts"]}
+        for host, u in util.items():
+            lines.append(f"| {host} | {roles.get(host, '?')} | {u['cpu_pct']} | {u['host_cpu_pct']} | "
+                         f"{u['iowait_pct']} | {u['gpu_pct'] if u['gpu_pct'] is not None else '-'} |")
+        lines.append("")
+    advisor = report.get("advisor")
+    if advisor:
+        lines += ["## Advisor", "", *[f"- {line.removeprefix('advisor: ')}" for line in advice_lines(advisor)], ""]
+        if "table" in advisor:
+            lines += [f"Predicted for k hosts of {advisor['table_instance_type']} (k = 0: the GPU host's own CPUs):",
+                      "", "| k | images/s | bound by | $/hour | $/epoch |", "|---|---|---|---|---|"]
+            lines += [f"| {o['hosts']} | {o['images_per_s']} | {o['bound']} | {_cost(o['cost_per_hour'])} | "
+                      f"{_cost(o['cost_per_epoch'])} |" for o in advisor["table"]]
+            if advisor.get("unpriced"):
+                lines += ["", f"No price for: {', '.join(advisor['unpriced'])} (set monitor.prices)."]
+            lines.append("")
+    lines += ["Plots: " + ", ".join(f"[{p}]({p})" for p in PLOTS) + "; TensorBoard: `tensorboard --logdir tensorboard`", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _cost(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _plots(report: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from smlaunch.launcher.report.job_report import step_log
+    from smlaunch.series import bucket_mean
+
+    buckets = step_log(report).buckets.items
+    steps = [bucket_mean(b) for b in buckets]
+    timed = bool(steps) and steps[0].get("t") is not None
+    t0 = _t0(report)
+    written = []
+    fig, ax = plt.subplots(figsize=(9, 4))
+    xs = [s["t"] - t0 for s in steps] if timed else [s["step"] for s in steps]
+    ax.plot(xs, [s["images_per_s"] for s in steps], color="tab:blue", lw=1, label="images/s")
+    if any(b["n"] > 1 for b in buckets):
+        ax.fill_between(xs, [b["min"]["images_per_s"] for b in buckets], [b["max"]["images_per_s"] for b in buckets],
+                        color="tab:blue", alpha=0.2, lw=0, label="min-max of the steps in a point")
+    ax.set_xlabel("seconds since the first step began" if timed else "step")
+    ax.set_ylabel("images/s", color="tab:blue")
+    twin = ax.twinx()
+    twin.plot(xs, [_bucket_wait_pct(b) for b in buckets], color="tab:red", lw=0.8, alpha=0.6)
+    twin.set_ylabel("data wait % of step", color="tab:red")
+    twin.set_ylim(0, 100)
+    ax.set_title(f"{report['job']}: throughput ({report['summary']['images_per_s']} images/s steady)")
+    written.append(_save(fig, out_dir / "throughput.png"))
+
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.bar([b["first_step"] - 0.5 for b in buckets], [_bucket_wait_pct(b) for b in buckets],
+           width=[b["n"] for b in buckets], align="edge", color="tab:red")
+    ax.set_xlabel("step")
+    ax.set_ylabel("data wait % of step time")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"data wait per step (steady mean {report['summary']['data_wait_pct']} %)")
+    written.append(_save(fig, out_dir / "data_wait.png"))
+    written.append(_heat_map(report, out_dir / "utilisation.png", t0, plt))
+    return written
+
+
+def _heat_map(report: dict, path: Path, t0: float, plt) -> Path:
+    """One row per host (CPU %) and per GPU (GPU %), one column per sampling interval."""
+    import numpy as np
+
+    samples = report.get("samples", {})
+    roles = {h["name"]: h["subcluster"] for h in report["plan"]["hosts"]}
+    rows, labels = [], []
+    end = max((x["t"] for s in samples.values() for x in s.get("samples", [])), default=t0 + 1)
+    width = max(max((s.get("interval_s") or 0.5) for s in samples.values()) if samples else 0.5, 1e-3)
+    bins = max(1, min(600, int((end - t0) / width) + 1))
+    for host, series in samples.items():
+        data = series.get("samples", [])
+        rows.append(_binned(data, "cpu_pct", t0, end, bins))
+        labels.append(f"{host} ({roles.get(host, '?')}) CPU")
+        gpus = max((len(x.get("gpu_pct", [])) for x in data), default=0)
+        for g in range(gpus):
+            rows.append(_binned([{**x, "g": x["gpu_pct"][g]} for x in data if len(x.get("gpu_pct", [])) > g
+                                 and x["gpu_pct"][g] is not None], "g", t0, end, bins))
+            labels.append(f"{host} GPU{g}")
+    fig, ax = plt.subplots(figsize=(10, 1 + 0.45 * max(len(rows), 1)))
+    grid = np.array(rows, dtype=float) if rows else np.full((1, bins), np.nan)
+    image = ax.imshow(grid, aspect="auto", cmap="inferno", vmin=0, vmax=100, interpolation="nearest",
+                      extent=(0, end - t0, len(rows) - 0.5 if rows else 0.5, -0.5))
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("seconds since the first step began")
+    ax.set_title("utilisation per host (%)" + ("" if rows else ": no samples"))
+    fig.colorbar(image, ax=ax, label="%")
+    return _save(fig, path)
+
+
+def _bucket_wait_pct(bucket: dict) -> float:
+    """The bucket's data wait as a share of its steps' time (`wait_pct` of a single step)."""
+    step_s = bucket["sum"]["step_time_s"]
+    return 100 * bucket["sum"]["data_wait_s"] / step_s if step_s else 0.0
+
+
+def _binned(data: list[dict], key: str, t0: float, end: float, bins: int) -> list[float]:
+    import math
+
+    sums, counts = [0.0] * bins, [0] * bins
+    span = max(end - t0, 1e-9)
+    for x in data:
+        i = min(bins - 1, max(0, int((x["t"] - t0) / span * bins)))
+        sums[i] += x[key]
+        counts[i] += 1
+    return [s / c if c else math.nan for s, c in zip(sums, counts)]
+
+
+def _t0(report: dict) -> float:
+    series = report.get("step_series")
+    first = (series["head"] if series else report["steps"])[:1]
+    if first and first[0].get("t") is not None:
+        return first[0]["t"] - first[0]["step_time_s"]
+    starts = [x["t"] for s in report.get("samples", {}).values() for x in s.get("samples", [])[:1]]
+    return min(starts, default=0.0)
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _tensorboard(report: dict, directory: Path) -> Path:
+    """Scalars per step (loss, images/s, data wait %) and per sample (CPU/GPU % per host).
+
+    Where the job wrote its steps live (`live_events`, a `.live` file), only the host samples are
+    added; otherwise (a report rendered again elsewhere) everything is written. Either way the
+    earlier non-live files go first, so rendering twice never doubles a scalar."""
+    from smlaunch.launcher.job.live_events import LIVE_SUFFIX, LiveEvents
+
+    directory.mkdir(parents=True, exist_ok=True)
+    live = any(p.name.endswith(LIVE_SUFFIX) for p in directory.iterdir())
+    for old in directory.iterdir():
+        if old.is_file() and not old.name.endswith(LIVE_SUFFIX):
+            old.unlink()
+    t0 = _t0(report)
+    events = LiveEvents(directory, suffix="")
+    try:
+        if not live:
+            for s in _tensorboard_steps(report):
+                events.step(s)
+            for v in report.get("validation", []):
+                events.validation(v)
+        for host, series in report.get("samples", {}).items():
+            for x in series.get("samples", []):
+                tick = int(round((x["t"] - t0) * 10))  # tenths of a second since the first step
+                events.scalar(f"hosts/{host}/cpu_pct", x["cpu_pct"], tick, walltime=x["t"])
+                for g, value in enumerate(x.get("gpu_pct", [])):
+                    if value is not None:
+                        events.scalar(f"hosts/{host}/gpu{g}_pct", value, tick, walltime=x["t"])
+    finally:
+        events.close()
+    return directory
+
+
+def _tensorboard_steps(report: dict) -> list[dict]:
+    """A record per bucket up to where the exact latest steps begin, then those steps: a bounded
+    number of points, and the end of the run at full resolution."""
+    from smlaunch.launcher.report.job_report import step_log
+    from smlaunch.series import bucket_mean
+
+    exact = report["steps"]
+    first = exact[0]["step"] if exact else float("inf")
+    return [bucket_mean(b) for b in step_log(report).buckets.items if b["step"] < first] + list(exact)
+
+
+def epochs_text(summary: dict) -> str:
+    """`14`, or `14 (epoch 14 cut short by the step count)` when the run ended inside an epoch."""
+    if summary.get("epochs_complete", summary["epochs"]) >= summary["epochs"]:
+        return str(summary["epochs"])
+    why = "a stop" if summary.get("stopped_at_step") is not None else "the step count"
+    return f"{summary['epochs']} (epoch {summary['epochs']} cut short by {why})"

@@ -1,0 +1,243 @@
+"""`sm-launch check|run --address` against a Ray cluster started as an operator would: plain
+`ray start` processes on 127.0.0.1 (a head and two labelled workers, token authentication),
+which smlaunch must use as it finds them and leave running and clean. The job's data is what a
+user of such a cluster has: PIL class folders on a shared path, Parquet in an S3 bucket (a moto
+server on 127.0.0.1; the nodes hold its credentials, as a cluster's nodes hold an IAM role)."""
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from smlaunch.pipelines.sources.local_s3 import LocalS3
+
+from support.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+HETERO = str(ROOT / "configs" / "hetero.yaml")
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head labelled as the train group, and two data-group workers; killed at the end."""
+    tmp = tmp_path_factory.mktemp("operator")
+    ray_tmp = tempfile.mkdtemp(prefix="smr-", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="t" * 32)
+    env.update({k: v for k, v in LocalS3.environment().items() if v is not None})
+    common = ["--num-cpus=1", "--disable-usage-stats", "--block", "--object-store-memory=100000000"]
+    nodes = [["--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+              f"--temp-dir={ray_tmp}", "--labels=ray-subcluster=train,sm-group=train_group"]]
+    nodes += [[f"--address=127.0.0.1:{port}", "--labels=ray-subcluster=data,sm-group=data_group"]] * 2
+    procs = []
+    try:
+        for i, args in enumerate(nodes):
+            log = tmp / f"node-{i}.log"
+            procs.append((subprocess.Popen([RAY, "start", *args, *common], env=env, stdout=log.open("wb"),
+                                           stderr=subprocess.STDOUT, start_new_session=True), log))
+            deadline = time.monotonic() + 90
+            while "Ray runtime started" not in log.read_text(errors="replace"):
+                assert time.monotonic() < deadline and procs[-1][0].poll() is None, log.read_text()[-2000:]
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}", env
+    finally:
+        for proc, _ in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def sm_launch(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "smlaunch", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def alive_nodes(address: str, env: dict) -> list[dict]:
+    code = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+            "print(json.dumps([n['Labels'] for n in ray.nodes() if n['Alive']]))") % address
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    import json
+
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def test_check_matches_the_labelled_nodes_runs_a_task_on_each_and_leaves_the_cluster_running(cluster):
+    address, env = cluster
+    ran = sm_launch(env, "check", HETERO, "--address", address)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"cluster at {address}: every group has its nodes and each ran a task; "
+                                "train_group: 1 node (")
+    assert "data_group: 2 nodes (" in lines[-1] and lines[-1].endswith("1 train workers on CPUs")
+    assert "note: train_group: no GPU on its nodes; 1 CPU workers (gloo) stand in" in ran.stdout
+    # RAY_ADDRESS says the same as --address
+    assert sm_launch({**env, "RAY_ADDRESS": address}, "check", HETERO).returncode == 0
+    labels = alive_nodes(address, env)
+    assert sorted(n["sm-group"] for n in labels) == ["data_group", "data_group", "train_group"]
+
+
+def test_a_missing_group_label_and_a_run_are_refused_in_one_line_before_any_work(cluster):
+    address, env = cluster
+    ran = sm_launch(env, "check", HETERO, "--address", address, "--set", "cluster.node_labels={data_group: {pool: cpu}}")
+    assert ran.returncode == 1
+    assert ran.stderr.strip().splitlines() == [
+        f"sm-launch: error: cluster at {address}: no node for instance group data_group (labels pool=cpu); the "
+        "cluster's 3 nodes carry ray-subcluster=data, ray-subcluster=train, sm-group=data_group, "
+        "sm-group=train_group (cluster.node_labels maps a group to other labels)"]
+    ran = sm_launch({**env, "RAY_ADDRESS": address}, HETERO, "--set", "channels.train.input_mode=Pipe")
+    assert ran.returncode == 2  # a config error
+    assert ran.stderr.strip().splitlines() == [
+        "sm-launch: error: channels.train.input_mode: Pipe exists only on a SageMaker job (its agent feeds the "
+        "FIFOs); on a running Ray cluster use FastFile (an s3:// prefix read on demand) or File (a path every "
+        "node mounts)"]
+
+
+def test_an_address_where_nothing_listens_fails_within_seconds():
+    started = time.monotonic()
+    ran = sm_launch(dict(os.environ), "check", HETERO, "--address", f"127.0.0.1:{free_port()}")
+    assert ran.returncode == 1 and time.monotonic() - started < 30
+    assert "not reachable within 10 s" in ran.stderr and len(ran.stderr.strip().splitlines()) == 1
+
+
+def job_config(tmp_path: Path, s3_endpoint: str) -> str:
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    cfg["cluster"]["instance_groups"] = [
+        {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2}]
+    cfg["channels"] = {
+        "train": {"source": str(tmp_path / "train"), "record_format": "image_folder",
+                  "s3_distribution": "ShardedByS3Key"},
+        "validation": {"source": "s3://team-data/digits/validation/", "record_format": "parquet",
+                       "input_mode": "FastFile"}}
+    cfg["trainer"].update(steps=60, checkpoint_interval=30)
+    cfg["run"] = {"dir": str(tmp_path / "runs"), "name": "attached", "s3_endpoint": s3_endpoint}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def cluster_state(address: str, env: dict) -> dict:
+    """What is alive on the cluster, asked by a driver of its own: nodes, actors, the job's KV key."""
+    code = f"""
+import json, ray
+from ray.experimental import internal_kv
+ray.init(address={address!r}, logging_level="ERROR", log_to_driver=False)
+actors = [a for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
+print(json.dumps({{"nodes": [n["Labels"] for n in ray.nodes() if n["Alive"]],
+                  "actors": sorted(a.get("ActorClassName") or a.get("Name") for a in actors),
+                  "free_cpus": ray.available_resources().get("CPU"), "cpus": ray.cluster_resources().get("CPU"),
+                  "stop": internal_kv._internal_kv_get(b"stop", namespace=b"smlaunch") is not None}}))
+"""
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    import json
+
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.ray
+def test_run_trains_on_the_labelled_nodes_reads_channels_where_they_are_and_leaves_the_cluster_clean(
+        cluster, tmp_path):
+    import json
+
+    from support.user_layouts import CLASSES, digits, write_image_folder, write_parquet
+
+    address, env = cluster
+    write_image_folder(tmp_path / "train", digits("train"))
+    write_parquet(tmp_path / "validation", digits("validation"), files=1, row_group_size=120)
+    with LocalS3({"s3://team-data/digits/validation/": tmp_path / "validation"}) as s3:
+        ran = sm_launch(env, "run", job_config(tmp_path, s3.endpoint_url), "--address", address, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    run_dir = tmp_path / "runs" / "attached"
+    report = json.loads((run_dir / "output" / "data" / "report.json").read_text())
+    nodes = {n["ray.io/node-id"]: n for n in alive_nodes(address, env)}
+    data_nodes = {i for i, n in nodes.items() if n["sm-group"] == "data_group"}
+    # every preprocessed row came from a data node, and both of them worked
+    rows = report["rows_by_host"]
+    assert {host for host, count in rows.items() if count} == data_nodes, rows
+    assert report["summary"]["data_node_row_fraction"] == 1.0
+    first = report["sample_accounting"]["epochs"][0]
+    assert (first["complete"], first["distinct"], first["duplicated"], first["missing"]) == (True, 1437, 0, 0), first
+    assert report["validation"][-1]["rows"] == 360  # every Parquet row, read from S3 on demand
+    assert report["summary"]["validation_accuracy"] > 0.3  # chance is 0.1
+    assert report["classes"] == CLASSES
+    assert (run_dir / "model" / "model.pt").is_file() and any((run_dir / "checkpoints").iterdir())
+    # the cluster runs on, as it was: its three nodes, every CPU free, no actor of the job (Ray Data's
+    # two cluster-wide detached singletons stay, as after any Ray Data driver), no stop key, no trees
+    state = cluster_state(address, env)
+    assert sorted(n["sm-group"] for n in state["nodes"]) == ["data_group", "data_group", "train_group"]
+    assert set(state["actors"]) <= {"_StatsActor", "_AutoscalingCoordinatorActor"}, state
+    assert state["free_cpus"] == state["cpus"] == 3 and state["stop"] is False, state
+    assert not list(Path(tempfile.gettempdir()).glob("smlaunch-attached-*"))
+
+
+def s3_tree(s3, uri: str) -> dict[str, int]:
+    """Keys under `uri` (relative) and their sizes."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+    return {o["Key"][len(prefix.rstrip("/")) + 1:]: o["Size"] for page in pages for o in page.get("Contents", [])}
+
+
+@pytest.mark.ray
+def test_an_s3_run_dir_gets_model_checkpoints_and_report_and_the_next_run_resumes_from_s3(cluster, tmp_path):
+    """No disk shared between the driver and the nodes: everything the run keeps goes to S3, and a
+    second run finds the first one's checkpoint there (rank 0 downloads it and checks its hash)."""
+    import json
+
+    from support.user_layouts import digits, write_image_folder, write_parquet
+
+    address, env = cluster
+    write_image_folder(tmp_path / "train", digits("train"))
+    write_parquet(tmp_path / "validation", digits("validation"), files=1, row_group_size=120)
+    staged_before = set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*"))
+    with LocalS3({"s3://team-data/digits/validation/": tmp_path / "validation",
+                  "s3://team-runs/keep/": tmp_path / "validation"}) as s3:
+        config = job_config(tmp_path, s3.endpoint_url)
+        missing = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://no-such-bucket/runs")
+        assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+            "sm-launch: error: run.dir: cannot write to s3://no-such-bucket/runs/attached (NoSuchBucket); create "
+            "the bucket or grant s3:PutObject and s3:DeleteObject on it"]
+        first = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
+                          "--set", "trainer.steps=16", "--set", "trainer.checkpoint_interval=8", timeout=600)
+        assert first.returncode == 0, first.stderr[-4000:]
+        after_first = s3_tree(s3, "s3://team-runs/jobs/attached")
+        second = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
+                           "--set", "trainer.steps=24", "--set", "trainer.checkpoint_interval=8", timeout=600)
+        assert second.returncode == 0, second.stderr[-4000:]
+        keys = s3_tree(s3, "s3://team-runs/jobs/attached")
+        report = json.loads(s3.client().get_object(Bucket="team-runs", Key="jobs/attached/output/data/report.json")
+                            ["Body"].read())
+    for name in ("model/model.pt", "model/model.json", "model/classes.json", "resolved_config.yaml",
+                 "logs/sm-launch.log", "output/data/report.json"):
+        assert after_first.get(name), (name, sorted(after_first))
+    import re
+
+    steps = sorted(m.group(1) for k in after_first if (m := re.fullmatch(r"checkpoints/run-[^/]+/(step-\d+)/state.pt", k)))
+    assert steps == ["step-00000008", "step-00000016"], sorted(after_first)
+    assert any(k.startswith("output/data/tensorboard/") for k in after_first)
+    assert report["summary"]["resumed_at_step"] == 16, report["summary"]
+    assert report["summary"]["resumed_from"].startswith("s3://team-runs/jobs/attached/checkpoints/run-")
+    assert report["summary"]["resumed_from"].endswith("/step-00000016")
+    assert report["summary"]["steps"] == 24 and any(k.endswith("step-00000024/state.pt") for k in keys)
+    assert "uploaded" in second.stdout + second.stderr
+    assert set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*")) == staged_before  # removed once uploaded
+    assert not (ROOT / "s3:").exists() and not (ROOT / "runs" / "attached").exists()
