@@ -11,7 +11,10 @@ only group had no GPU):
 * how many train workers there are and where (`place_workers`): one per GPU of each train host,
   ranks in host order (natural: algo-2 before algo-10) and GPU order, so rank 0 is on the head
   (the first train host) and a host's workers have consecutive ranks, as Ray Train numbers them
-  (grouped by node, then by GPU id). A train group without GPUs gets one CPU worker per host.
+  (grouped by node, then by GPU id). A train group without GPUs gets one CPU worker per host; a
+  running cluster's train nodes without GPUs get the planned count of CPU workers, spread over
+  their CPUs. The local plan, each SageMaker host's plan (and the head's again once the hosts
+  joined and reported their GPUs) and the attached plan all place workers here.
 
 Pure functions of plain values: no config objects, no Ray, no files.
 """
@@ -74,12 +77,27 @@ def receiving_groups(channels: dict[str, list[str] | None], group_names: list[st
     return {name: tuple(routed) if routed else data for name, routed in channels.items()}
 
 
-def place_workers(train_hosts: list[tuple[str, int]], cap: int | None = None) -> tuple[WorkerPlan, ...]:
-    """One worker per GPU of each `(host, gpus)` in host order, one per host when none has GPUs;
-    the first `cap` of them when capped (`trainer.max_workers`)."""
-    cpu_only = all(gpus == 0 for _, gpus in train_hosts)
-    slots = [(host, None if cpu_only else gpu) for host, gpus in train_hosts
-             for gpu in (range(1) if cpu_only else range(gpus))]
+def place_workers(train_hosts: list[tuple], cap: int | None = None) -> tuple[WorkerPlan, ...]:
+    """The train workers, the one rule every path places them by: one per GPU of each
+    `(host, gpus)` in host order; when none has GPUs, one per host; the first `cap` of them when
+    capped (`trainer.max_workers`).
+
+    Hosts given as `(host, gpus, cpus)` without GPUs (a running cluster's train nodes that have
+    none) take `cap` CPU workers instead, one CPU each, dealt round robin over the hosts with room
+    and ranked host by host: as many workers as were planned, spread. Fewer CPUs than `cap` is the
+    caller's error to name."""
+    cpu_only = all(host[1] == 0 for host in train_hosts)
+    if cpu_only and cap and train_hosts and len(train_hosts[0]) > 2:
+        room = {host[0]: int(host[2]) for host in train_hosts}
+        counts = dict.fromkeys(room, 0)
+        while sum(counts.values()) < min(cap, sum(room.values())):
+            for name in counts:
+                if counts[name] < room[name] and sum(counts.values()) < cap:
+                    counts[name] += 1
+        slots = [(name, None) for name, count in counts.items() for _ in range(count)]
+        return tuple(WorkerPlan(rank, name, gpu) for rank, (name, gpu) in enumerate(slots))
+    slots = [(host[0], None if cpu_only else gpu) for host in train_hosts
+             for gpu in (range(1) if cpu_only else range(host[1]))]
     if cap is not None:
         slots = slots[:max(cap, 1)]
     return tuple(WorkerPlan(rank, host, gpu) for rank, (host, gpu) in enumerate(slots))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER
-from smlaunch.cluster.topology import GroupShape, choose_train_group
+from smlaunch.cluster.topology import GroupShape, choose_train_group, place_workers
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import UserError
 
@@ -92,9 +92,9 @@ def match_groups(cfg: LaunchConfig, entries: list[dict], address: str) -> Attach
                          "for the whole cluster")
         matched[group.name] = mine
     train = next(g for g in groups if g.name == train_group)
-    planned = train.instance_count * train.spec.gpus or train.instance_count
-    if cfg.trainer.max_workers:
-        planned = min(planned, cfg.trainer.max_workers)
+    # As many as the config's hosts would train with (`topology.place_workers`, the rule of every path).
+    planned = len(place_workers([(f"{train.name}-{i}", train.spec.gpus) for i in range(train.instance_count)],
+                                cfg.trainer.max_workers))
     gpus = int(sum(n.gpus for n in matched[train_group]))
     if 0 < gpus < planned:
         raise UserError(f"cluster at {address}: instance group {train_group} has {gpus} GPUs on "

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from smlaunch.cluster.attached.attach import AttachedCluster, Node
 from smlaunch.cluster.plan import NODE_ID_LABEL, SUBCLUSTER, HostPlan, LaunchPlan, channel_plan, training_numbers
-from smlaunch.cluster.topology import WorkerPlan, receiving_groups
+from smlaunch.cluster.topology import WorkerPlan, place_workers, receiving_groups
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError, UserError
 from smlaunch.text import plural
@@ -104,23 +104,19 @@ def _selector(members: list[Node], value: str, everyone: list[Node]) -> dict[str
 
 
 def _workers(attached: AttachedCluster, nodes: tuple[Node, ...], planned_gpus: int) -> tuple[WorkerPlan, ...]:
-    """`attached.train_workers` ranks over the train nodes, node after node: one per GPU, or CPU
-    workers each taking one of a node's CPUs (stand-ins when the group's type has GPUs)."""
+    """`attached.train_workers` ranks over the train nodes by `topology.place_workers`: one per
+    GPU, or CPU workers each taking one of a node's CPUs (stand-ins when the group's type has GPUs)."""
     wanted = attached.train_workers
     if attached.on_gpu:
-        slots = [(n.node_id, gpu) for n in nodes for gpu in range(int(n.gpus))][:wanted]
-        return tuple(WorkerPlan(rank, host, gpu) for rank, (host, gpu) in enumerate(slots))
-    room = {n.node_id: int(n.cpus) for n in nodes}
-    if sum(room.values()) < wanted:
+        return place_workers([(n.node_id, int(n.gpus)) for n in nodes], wanted)
+    room = sum(int(n.cpus) for n in nodes)
+    if room < wanted:
         raise UserError(f"cluster at {attached.address}: instance group {attached.train_group} has "
-                        f"{plural(sum(room.values()), 'CPU')} on {plural(len(nodes), 'node')} for {wanted} CPU train "
-                        f"workers; set trainer.max_workers={max(sum(room.values()), 1)} or give its nodes CPUs")
-    counts = dict.fromkeys(room, 0)
-    while sum(counts.values()) < wanted:  # round robin over nodes with room: spread, then ranks by node
-        for node in counts:
-            if counts[node] < room[node] and sum(counts.values()) < wanted:
-                counts[node] += 1
-    slots = [(node, i) for node, count in counts.items() for i in range(count)]
+                        f"{plural(room, 'CPU')} on {plural(len(nodes), 'node')} for {wanted} CPU train "
+                        f"workers; set trainer.max_workers={max(room, 1)} or give its nodes CPUs")
+    workers = place_workers([(n.node_id, 0, int(n.cpus)) for n in nodes], wanted)
     if not planned_gpus:
-        return tuple(WorkerPlan(rank, host, None) for rank, (host, _) in enumerate(slots))
-    return tuple(WorkerPlan(rank, host, gpu, stand_in=True) for rank, (host, gpu) in enumerate(slots))
+        return workers
+    # Each stands in for a GPU of its node's planned type: the node's first, second, ... GPU.
+    return tuple(WorkerPlan(w.rank, w.host, sum(v.host == w.host for v in workers[:w.rank]), stand_in=True)
+                 for w in workers)

@@ -122,10 +122,13 @@ def _on_sagemaker(command: str, job, stop) -> int:
 
     cfg, plan, sm = job.cfg, job.plan, job.sagemaker
     console.log_to_file(sm.path("output", "data", "smlaunch", "sm-launch.log"))
-    if plan.current_host == plan.head:
-        for line in summary(cfg, plan):
+    def announce(final) -> None:
+        """The head's summary once every host joined: the workers it names are the ones that train
+        (the plan before the join placed them on the GPUs the instance types promise)."""
+        for line in summary(cfg, final):
             log.info(line)
-    outcome = run_host(cfg, plan, sm, stop, check_only=command == "check", log=log.info)
+
+    outcome = run_host(cfg, plan, sm, stop, check_only=command == "check", log=log.info, announce=announce)
     if outcome.exit_code == 1:
         raise UserError(outcome.message)
     log.log(RESULT, f"{plan.current_host}: {outcome.message}")

@@ -61,11 +61,11 @@ def ray_environment(sm: SageMakerEnvironment, environ=os.environ) -> dict[str, s
 
 
 def run_host(cfg: LaunchConfig, plan: LaunchPlan, sm: SageMakerEnvironment, stop: StopRequest,
-             check_only: bool = False, log=logging.getLogger("smlaunch").info) -> HostOutcome:
+             check_only: bool = False, log=logging.getLogger("smlaunch").info, announce=None) -> HostOutcome:
     os.environ.update(ray_environment(sm))
     os.environ.pop("RAY_ADDRESS", None)
     if plan.current_host == plan.head:
-        return _run_head(cfg, plan, sm, stop, check_only, log)
+        return _run_head(cfg, plan, sm, stop, check_only, log, announce)
     return _run_worker(cfg, plan, sm, stop, log)
 
 
@@ -81,7 +81,7 @@ def _node(plan: LaunchPlan, sm: SageMakerEnvironment, cfg: LaunchConfig, head_ad
     return RayNode(args, sm.path("output", "data", "smlaunch", "ray-node.log"), dict(os.environ), temp_dir)
 
 
-def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
+def _run_head(cfg, plan, sm, stop, check_only, log, announce=None) -> HostOutcome:
     from smlaunch.cluster.rendezvous import interface_address, wait_for_hosts, wait_for_port
     from smlaunch.cluster.sagemaker.plan import with_joined_resources
 
@@ -103,6 +103,8 @@ def _run_head(cfg, plan, sm, stop, check_only, log) -> HostOutcome:
         log(f"hosts_joined={len(plan.hosts)} hosts_joined_s={time.perf_counter() - started:.2f} "
             f"(waited {took:.2f} s after the head was up)")
         plan = with_joined_resources(plan, state.alive_nodes(), cfg)
+        if announce is not None:  # the job's summary, with the workers placed on the GPUs the hosts reported
+            announce(plan)
         import ray
 
         from smlaunch import console

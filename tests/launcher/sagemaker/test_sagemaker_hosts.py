@@ -31,6 +31,10 @@ def _three_hosts_join_train_and_all_exit_zero(job):
 
     head_log = job.log("algo-2")
     assert "head algo-2 at " in head_log and "hosts_joined=3 " in head_log
+    # The head's summary names the workers that train: placed on the GPUs the joined hosts reported
+    # (none here), not on the ones the instance type (ml.g5.xlarge) promises.
+    assert "batch 32 x 2 train workers (CPU)" in head_log and "train workers (GPU)" not in head_log
+    assert head_log.index("hosts_joined=3 ") < head_log.index("batch 32 x 2 train workers (CPU)")
     for worker in ("algo-1", "algo-3"):
         assert f"{worker} joining head algo-2" in job.log(worker)
         assert "head algo-2 finished the job" in job.log(worker)
