@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 LAYOUTS = ("records", "tar", "row_groups", "images")
-"""How a format's files hold samples, which picks its reader (`rows.SAMPLE_READERS`):
+"""How a format's files hold samples, which picks its reader (`rows.unit_samples`):
 framed records one after another (a sample per record), tar members grouped by key, Parquet row
 groups (the unit a read task takes, listed from each file's footer), one image file per sample
 under its class folder (classes from the folder names)."""

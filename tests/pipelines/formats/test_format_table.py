@@ -13,6 +13,7 @@ import pytest
 from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
 from smlaunch.pipelines.formats import CHANNEL_FORMATS, image_folder, parquet, recordio, tfrecord, webdataset
 from smlaunch.pipelines.formats.sniff import HEAD_BYTES, suggestion
+from smlaunch.pipelines.formats.spec import LAYOUTS
 
 PACKAGE = Path(__file__).resolve().parents[3] / "smlaunch"
 
@@ -41,7 +42,7 @@ def test_the_table_is_every_format_module_s_own_statement():
     assert list(CHANNEL_FORMATS.values()) == [module.FORMAT for module in modules]
     assert RECORD_FORMATS == tuple(CHANNEL_FORMATS)  # the config's choices
     assert CLASSES_FROM_DATA == ("image_folder", "parquet")
-    assert {spec.layout for spec in CHANNEL_FORMATS.values()} == {"records", "tar", "row_groups", "images"}
+    assert {spec.layout for spec in CHANNEL_FORMATS.values()} == set(LAYOUTS)  # each layout has its reader
 
 
 @pytest.mark.parametrize("name", list(CHANNEL_FORMATS))
