@@ -68,7 +68,7 @@ def run_here(tmp: Path, name: str, args) -> None:
     import json
 
     from smlaunch import console
-    from smlaunch.launcher.job.run import run_local
+    from smlaunch.launcher.local.run import run_local
 
     console.setup(-1)  # stdout carries this run's summary as JSON; errors still reach stderr
     cfg, plan = plan_for(tmp, name, name == "offload", args.steps, args.data_cpus)

@@ -213,6 +213,15 @@ def training_numbers(cfg: LaunchConfig, workers: tuple[WorkerPlan, ...]) -> dict
             "global_batch": t.batch_size * t.grad_accum_steps * len(workers), "learning_rate": lr}
 
 
+def config_train_group(cfg: LaunchConfig) -> tuple[str, str]:
+    """The group that trains, and why: `topology.choose_train_group` over the config's groups and
+    their instance types' GPUs. The local plan, a running cluster's match, KubeRay's manifest and
+    `submit`'s request all ask here; a SageMaker host asks the same function with the job's group
+    names and what its instance types hold (`cluster.sagemaker.plan`)."""
+    return choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in cfg.cluster.instance_groups],
+                              cfg.cluster.train_group)
+
+
 def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     """Turn the config into a plan for a simulated cluster on this machine.
 
@@ -220,8 +229,7 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     on a real GPU when this machine has enough of them, else every worker is a CPU worker (gloo)
     standing in for its GPU, so two ml.g5.xlarge hosts train with two workers here as there."""
     groups = cfg.cluster.instance_groups
-    train_group, _ = choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in groups],
-                                        cfg.cluster.train_group)
+    train_group, _ = config_train_group(cfg)
     if cfg.run.dir.startswith("s3://"):
         raise ConfigError(f"run.dir: {cfg.run.dir}: the local simulation keeps its hosts' trees in the run directory; "
                           "give a path (an s3:// run.dir is for a running Ray cluster: run --address, kuberay)")

@@ -1,9 +1,10 @@
 """Driver side of training: a `TorchTrainer` with one worker per planned GPU, each on its host,
 fed by the channel datasets split without dropping a row.
 
-Placement: Ray Train's per-worker label selectors put worker i on the host the plan gives rank i
-(`LaunchPlan.worker_selectors`); Ray Train numbers ranks by node and GPU, so rank 0 is on the head,
-which holds the checkpoint directory.
+Placement: everything `fit` needs comes from one value, the workers' `TrainSpec`: its workers (the
+plan's, placed by `cluster.topology.place_workers`) give the count and the devices, and its
+per-worker label selectors put worker i on the host the plan gives rank i. Ray Train numbers ranks
+by node and GPU, so rank 0 is on the head, which holds the checkpoint directory.
 
 Data: Ray Train's own `DataConfig` splits each dataset with `streaming_split(equal=True)`, which
 drops up to `workers - 1` rows an epoch to make the shards equal. `UnevenSplit` keeps every row
@@ -18,8 +19,7 @@ import time
 
 from ray.train import DataConfig
 
-from smlaunch.cluster.plan import LaunchPlan
-from smlaunch.config.schema import LaunchConfig
+from smlaunch.trainers.spec import TrainSpec
 
 
 class UnevenSplit(DataConfig):
@@ -43,9 +43,10 @@ START_RETRIES = 2
 """Worker-group starts Ray Train retries after the first times out (Ray Train's default: without end)."""
 
 
-def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -> dict:
-    """Train and return rank 0's result (per-step records, validation, rows per host, ranks).
-    `fatal()` returns a rank's posted user error (`TrainProgress.fatal`), which ends the fit."""
+def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
+    """Train `spec.world_size` workers and return rank 0's result (per-step records, validation,
+    rows per host, ranks). `fatal()` returns a rank's posted user error (`TrainProgress.fatal`),
+    which ends the fit."""
     from ray.data import ExecutionOptions
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -54,33 +55,33 @@ def fit(cfg: LaunchConfig, plan: LaunchPlan, datasets: dict, spec, fatal=None) -
     from smlaunch.trainers.s3_store import ray_storage
 
     storage_path, storage_filesystem = ray_storage(spec.checkpoint_dir)
-    selector_options = {name: ExecutionOptions(label_selector=plan.preprocess_selector) for name in datasets}
+    selector_options = {name: ExecutionOptions(label_selector=dict(spec.preprocess_selector)) for name in datasets}
     trainer = TorchTrainer(
         train_loop,
         train_loop_config=spec,
-        scaling_config=ScalingConfig(num_workers=plan.train_workers, use_gpu=plan.use_gpu,
-                                     label_selector=plan.worker_selectors),
+        scaling_config=ScalingConfig(num_workers=spec.world_size, use_gpu=spec.use_gpu,
+                                     label_selector=[dict(s) for s in spec.worker_selectors]),
         # A run name of its own per launch: Ray Train would otherwise resume silently from whatever
         # run of the same name it finds; resuming is ours (`resume_from`, complete checkpoints only).
         run_config=RunConfig(name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
                              storage_path=storage_path, storage_filesystem=storage_filesystem,
                              # Ray Train retries a worker group that cannot start (60 s each) without
                              # end by default: on a cluster shared with another job that would wait for ever.
-                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures,
+                             failure_config=FailureConfig(max_failures=spec.trainer.max_failures,
                                                           controller_failure_limit=START_RETRIES),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
-                             worker_runtime_env={"env_vars": dict(plan.worker_env)} if plan.worker_env else None),
+                             worker_runtime_env={"env_vars": dict(spec.worker_env)} if spec.worker_env else None),
         datasets=datasets,
         dataset_config=UnevenSplit(datasets_to_split="all", execution_options=selector_options),
     )
     try:
-        return _fit_watching_train_hosts(trainer, list(dict.fromkeys(w.host for w in plan.workers)), fatal=fatal)
+        return _fit_watching_train_hosts(trainer, list(spec.train_hosts), fatal=fatal)
     except Exception as exc:
         from smlaunch.errors import user_error_in
 
         if user_error_in(exc) is None:
-            _raise_if_a_train_host_was_lost(plan)
-            _raise_if_workers_never_started(exc, plan)
+            _raise_if_a_train_host_was_lost(spec)
+            _raise_if_workers_never_started(exc, spec)
         raise
 
 
@@ -129,7 +130,7 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
     return outcome["result"].return_value
 
 
-def _raise_if_workers_never_started(exc: BaseException, plan: LaunchPlan) -> None:
+def _raise_if_workers_never_started(exc: BaseException, spec: TrainSpec) -> None:
     """Ray Train gave up placing the worker group (`START_RETRIES` + 1 tries): one line saying
     what it waited for, instead of the controller's traceback."""
     from smlaunch.errors import UserError
@@ -138,15 +139,15 @@ def _raise_if_workers_never_started(exc: BaseException, plan: LaunchPlan) -> Non
     if not any(type(e).__name__ in ("WorkerGroupStartupTimeoutError", "InsufficientClusterResourcesError")
                for e in chain if e is not None):
         return
-    wants = "GPU" if plan.use_gpu else "CPU"
-    hosts = ", ".join(dict.fromkeys(w.host for w in plan.workers))
+    wants = "GPU" if spec.use_gpu else "CPU"
+    hosts = ", ".join(spec.train_hosts)
     each_s = float(os.environ.get("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60"))
-    raise UserError(f"the {plan.train_workers} train workers (1 {wants} each, on {hosts}) could not be placed in "
+    raise UserError(f"the {spec.world_size} train workers (1 {wants} each, on {hosts}) could not be placed in "
                     f"{START_RETRIES + 1} tries of {each_s:g} s: another job holds those nodes' {wants}s, or they "
                     "left; free them, or set trainer.max_workers lower") from None
 
 
-def _raise_if_a_train_host_was_lost(plan: LaunchPlan) -> None:
+def _raise_if_a_train_host_was_lost(spec: TrainSpec) -> None:
     """After a failed fit: a train host that is gone explains it better than Ray's error does (a
     rank's peers fail in their next collective; a group restarted without it cannot be placed).
 
@@ -155,7 +156,7 @@ def _raise_if_a_train_host_was_lost(plan: LaunchPlan) -> None:
     this waits up to that long for the verdict."""
     from smlaunch.pipelines.sources.host_loss import alive_hosts, train_host_lost_error
 
-    hosts = list(dict.fromkeys(w.host for w in plan.workers))
+    hosts = list(spec.train_hosts)
     period_s = int(os.environ.get("RAY_health_check_period_ms", "3000")) / 1000
     threshold = int(os.environ.get("RAY_health_check_failure_threshold", "5"))
     deadline = time.monotonic() + (period_s * threshold + 3 if len(hosts) > 1 else 0)

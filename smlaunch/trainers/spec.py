@@ -36,6 +36,13 @@ class TrainSpec:
     normalize: dict
     fragile_channels: tuple[dict, ...]
     """Channels a lost host cannot be recovered from (see `pipelines.host_loss`)."""
+    worker_selectors: tuple[dict, ...]
+    """Rank i's Ray label selector: the train group on the host `workers[i]` names
+    (`LaunchPlan.worker_selectors`); Ray Train places each worker by it."""
+    preprocess_selector: dict
+    """Where the datasets' preprocessing runs (the CPU hosts' label; `LaunchPlan.preprocess_selector`)."""
+    worker_env: dict
+    """Variables for the train workers' processes (NCCL's, on SageMaker)."""
     resume_from: str | None = None
     """A complete checkpoint of an earlier run to start from (found by the driver)."""
     pretrained: str | None = None
@@ -56,6 +63,10 @@ class TrainSpec:
     @property
     def world_size(self) -> int:
         return len(self.workers)
+
+    @property
+    def use_gpu(self) -> bool:
+        return any(w.on_gpu for w in self.workers)
 
     @property
     def train_hosts(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ import pytest
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
 from smlaunch.errors import UserError
+from smlaunch.launcher.job.train_spec import train_spec
 from smlaunch.trainers.fit import START_RETRIES, _raise_if_workers_never_started
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml")
@@ -16,12 +17,26 @@ def test_a_worker_group_that_never_starts_ends_in_one_line_and_other_failures_pa
     from ray.train import ControllerError
     from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
 
-    plan = build_plan(load_config(TINY, ["cluster.instance_groups.0.gpus=2"]),
-                      LocalEnvironment(cpus=8, gpus=0, started="20261124-000000"))
+    cfg = load_config(TINY, ["cluster.instance_groups.0.gpus=2"])
+    spec = train_spec(cfg, build_plan(cfg, LocalEnvironment(cpus=8, gpus=0, started="20261124-000000")))
     with pytest.raises(UserError) as raised:
-        _raise_if_workers_never_started(ControllerError(WorkerGroupStartupTimeoutError(2)), plan)
+        _raise_if_workers_never_started(ControllerError(WorkerGroupStartupTimeoutError(2)), spec)
     assert str(raised.value) == (
         f"the 2 train workers (1 CPU each, on algo-1) could not be placed in {START_RETRIES + 1} tries of 60 s: "
         "another job holds those nodes' CPUs, or they left; free them, or set trainer.max_workers lower")
-    _raise_if_workers_never_started(ControllerError(RuntimeError("other")), plan)  # not ours to rename
-    _raise_if_workers_never_started(ValueError("x"), plan)
+    _raise_if_workers_never_started(ControllerError(RuntimeError("other")), spec)  # not ours to rename
+    _raise_if_workers_never_started(ValueError("x"), spec)
+
+
+def test_the_spec_fit_takes_carries_the_plans_worker_decision_and_nothing_is_recounted():
+    """`fit(spec, ...)` reads the count, devices and places of its workers from the spec alone:
+    they must be the plan's (`place_workers`), rank by rank."""
+    cfg = load_config(TINY, ["cluster.instance_groups.0.gpus=2", "cluster.instance_groups.0.instance_count=2"])
+    plan = build_plan(cfg, LocalEnvironment(cpus=8, gpus=0, started="20261124-000000"))
+    spec = train_spec(cfg, plan)
+    assert spec.world_size == plan.train_workers == 4
+    assert spec.use_gpu is plan.use_gpu is False  # CPU stand-ins for the planned GPUs on this machine
+    assert [dict(s) for s in spec.worker_selectors] == plan.worker_selectors
+    assert [s[plan.host_label] for s in spec.worker_selectors] == ["algo-1", "algo-1", "algo-2", "algo-2"]
+    assert spec.train_hosts == ("algo-1", "algo-2")
+    assert dict(spec.preprocess_selector) == plan.preprocess_selector

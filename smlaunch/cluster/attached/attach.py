@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER
-from smlaunch.cluster.topology import GroupShape, choose_train_group, place_workers
+from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER, config_train_group
+from smlaunch.cluster.topology import place_workers
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import UserError
 
@@ -71,8 +71,7 @@ def match_groups(cfg: LaunchConfig, entries: list[dict], address: str) -> Attach
     """The cluster's live nodes per group, and its train workers; UserError when it cannot run `cfg`."""
     nodes = [Node.from_ray(e) for e in entries if e.get("Alive")]
     groups = cfg.cluster.instance_groups
-    train_group, _ = choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in groups],
-                                        cfg.cluster.train_group)
+    train_group, _ = config_train_group(cfg)
     matched, owner, notes = {}, {}, []
     for group in groups:
         wanted = selector(cfg, group.name)

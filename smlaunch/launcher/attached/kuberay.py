@@ -23,8 +23,7 @@ import re
 
 import yaml
 
-from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER
-from smlaunch.cluster.topology import GroupShape, choose_train_group
+from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER, config_train_group
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
@@ -55,8 +54,7 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
                           f"Ray {ray_version} and smlaunch installed)")
     name = k8s_name(cfg.job)
     groups = cfg.cluster.instance_groups
-    train_group, _ = choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in groups],
-                                        cfg.cluster.train_group)
+    train_group, _ = config_train_group(cfg)
     metadata = {"name": name, "labels": {"app.kubernetes.io/name": "smlaunch", "smlaunch/job": name}}
     if kuberay.namespace:
         metadata["namespace"] = kuberay.namespace

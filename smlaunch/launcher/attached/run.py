@@ -4,7 +4,7 @@ Nothing is started or stopped there. The driver connects, matches the labelled n
 config's groups (`cluster.attached.attach`, one line for what is missing, before any work), plans the job
 on them (`cluster.attached.plan`), exposes the channels on the receiving nodes (`node_trees`), and
 trains with the same datasets, selectors and trainer as the local simulation and SageMaker
-(`launcher.job.run.train_on_cluster`). The job's actors are the driver's, so they end with it; its
+(`launcher.job.run.run_job`; `attached_cluster` is this path's part). The job's actors are the driver's, so they end with it; its
 channel trees and its stop key are removed; the cluster is left as it was found.
 
 Every host is named and pinned by its Ray node id (`host_label()` is `ray.io/node-id` for the
@@ -32,20 +32,28 @@ log = logging.getLogger("smlaunch")
 
 def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
     """Train `cfg` on the cluster at `address`; returns the report (also written under run.dir)."""
+    from smlaunch.launcher.job.run import run_job
+
+    return run_job(cfg, attached_cluster(cfg, address, stop), stop)
+
+
+@contextlib.contextmanager
+def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
+    """This path's part of the job: connected to the cluster at `address`, its nodes matched to the
+    config's groups and planned on, rank 0's view of run.dir checked, the channels exposed on the
+    receiving nodes. On the way out the channel trees and the stop key are removed, the connection
+    closed, and an `s3://` run.dir gets the driver's files (the report's path then names it)."""
     from smlaunch.cluster.attached.attach import match_groups
     from smlaunch.cluster.attached.plan import attachable, attached_plan
     from smlaunch.launcher.attached.connect import connected
     from smlaunch.launcher.commands.plan import summary
-    from smlaunch.launcher.report.job_report import write_report
-    from smlaunch.launcher.job.run import prepare_job, train_on_cluster
-    from smlaunch.launcher.job.stopping import forward_stop_to_trainer
+    from smlaunch.launcher.job.run import ClusterUp
     from smlaunch.pipelines.sources.node_trees import node_trees
 
     attachable(cfg)
-    started = time.perf_counter()
     env = {HOST_LABEL_ENV: NODE_ID_LABEL, **_endpoint_env(cfg)}
     with _driver_env(env), connected(address, env_vars=env) as ray:
-        if stop is not None:
+        if stop is not None:  # now, not when the body starts: matching and checks below take a while
             stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
         _refuse_a_second_job(ray, address)
         attached = match_groups(cfg, ray.nodes(), address)
@@ -64,18 +72,13 @@ def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
             for line in summary(cfg, plan):
                 log.info(line)
             log.info(f"run directory: {plan.output_dir} (model, checkpoints, report; rank 0's node writes there too)")
-            resume_from = prepare_job(cfg, plan)
             _check_rank0_sees(plan, ray)
             endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
-            with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as plan:
-                timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
-                with forward_stop_to_trainer(stop):
-                    report = train_on_cluster(cfg, plan, resume_from, timings, stop)
-            report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
-            write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
-    if is_s3(plan.output_dir):
-        report["path"] = join(plan.output_dir, "output", "data", Path(report["path"]).name)
-    return report
+            with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as exposed:
+                up = ClusterUp(exposed)
+                yield up
+    if is_s3(plan.output_dir) and up.report is not None:
+        up.report["path"] = join(plan.output_dir, "output", "data", Path(up.report["path"]).name)
 
 
 def _endpoint_env(cfg: LaunchConfig) -> dict[str, str]:

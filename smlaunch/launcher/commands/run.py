@@ -68,12 +68,8 @@ def _attached(args, address: str, stop) -> int:
     preflight(cfg, sources=False)
     if args.command == "run":
         from smlaunch.launcher.attached.run import run_attached
-        from smlaunch.launcher.report.job_report import log_summary
 
-        report = run_attached(cfg, address, stop)
-        log_summary(report, log)
-        log.log(RESULT, f"report: {report['path']}")
-        return 143 if report["summary"].get("stopped_at_step") is not None else 0
+        return _reported(run_attached(cfg, address, stop))
     from smlaunch.cluster.attached.plan import attachable
     from smlaunch.launcher.attached.connect import check_attached
 
@@ -104,10 +100,16 @@ def _local(command: str, job, stop) -> int:
             answers = check_hosts(plan)["hosts"]
         log.log(RESULT, f"all {plural(len(answers), 'simulated host')} ran a task: {', '.join(answers)}")
         return 0
-    from smlaunch.launcher.report.job_report import log_summary
-    from smlaunch.launcher.job.run import run_local
+    from smlaunch.launcher.local.run import run_local
 
-    report = run_local(cfg, plan, stop=stop)
+    return _reported(run_local(cfg, plan, stop=stop))
+
+
+def _reported(report: dict) -> int:
+    """The end of a run on every path: the summary, the report's path, and the exit status (143
+    for a run that stopped on a signal, as SageMaker and shells expect)."""
+    from smlaunch.launcher.report.job_report import log_summary
+
     log_summary(report, log)
     log.log(RESULT, f"report: {report['path']}")
     return 143 if report["summary"].get("stopped_at_step") is not None else 0
@@ -117,7 +119,6 @@ def _on_sagemaker(command: str, job, stop) -> int:
     from smlaunch.errors import UserError
     from smlaunch import console
     from smlaunch.launcher.commands.plan import summary
-    from smlaunch.launcher.report.job_report import log_summary
     from smlaunch.launcher.sagemaker.run import run_host
 
     cfg, plan, sm = job.cfg, job.plan, job.sagemaker
@@ -133,6 +134,5 @@ def _on_sagemaker(command: str, job, stop) -> int:
         raise UserError(outcome.message)
     log.log(RESULT, f"{plan.current_host}: {outcome.message}")
     if outcome.report and "summary" in outcome.report:
-        log_summary(outcome.report, log)
-        log.log(RESULT, f"report: {outcome.report['path']}")
+        _reported(outcome.report)
     return outcome.exit_code

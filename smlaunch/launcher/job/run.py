@@ -1,13 +1,22 @@
-"""Carry out a plan on the local simulated cluster: data in, cluster up, train, report, tear down."""
+"""The job's body, the same on every path: cluster up, resume point, datasets, train, report.
+
+A path differs only in how its cluster comes up and goes down: one context manager each, which
+yields a `ClusterUp` (the final plan, and the channels' listings where they were started early):
+the local simulation (`launcher.local.run.local_cluster`), a SageMaker job's head
+(`launcher.sagemaker.run`: its node, the other hosts' join, the job state they watch) and a
+running Ray cluster (`launcher.attached.run`: matched, its channel trees exposed). `run_job` does
+the rest once, so stop handling (the signal handler Ray's init replaced, the stop forwarded to the
+trainer, a stop the trainer does not honour in time) and the run's timings (`cluster_start_s`,
+`train_s`, `wall_s`) are the same everywhere.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ContextManager
 
 import yaml
 
@@ -18,9 +27,45 @@ from smlaunch.launcher.job.train_spec import checkpoint_dir, output_root
 log = logging.getLogger("smlaunch")
 
 
+@dataclass
+class ClusterUp:
+    """What a path's cluster context manager yields once the cluster is up and this process is
+    connected. `report` is set by `run_job` before the block ends, so the path's teardown can read
+    the outcome (a SageMaker head publishes it to the other hosts)."""
+
+    plan: LaunchPlan
+    """The final plan: on SageMaker after every host joined, on a running cluster as matched."""
+    listed: Any = None
+    """A future of the channels' listings started while the cluster came up, or None."""
+    report: dict | None = None
+
+
+def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) -> dict:
+    """Run the job on the cluster `cluster` brings up and return its report (also written under
+    the head's output). `stop`: the run's `StopRequest` (SIGTERM or the toolkit's exit)."""
+    from smlaunch.launcher.job.stopping import forward_stop_to_trainer
+    from smlaunch.launcher.report.job_report import write_report
+    from smlaunch.text import plural
+
+    started = time.perf_counter()
+    with cluster as up:
+        if stop is not None:
+            stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
+        timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
+        log.info(f"cluster: {plural(len(up.plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
+        resume_from = prepare_job(cfg, up.plan)
+        with forward_stop_to_trainer(stop):
+            report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed)
+        report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
+        write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
+        up.report = report
+    return report
+
+
 def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
     """The checkpoint to resume from (if any) and the resolved config file; the checks that need no
-    cluster ran before (`launcher.job.preflight`). The train spec is built later, from the final plan."""
+    cluster ran before (`launcher.job.preflight`). The train spec is built later, from the final plan
+    and the listings."""
     found = None
     if cfg.trainer.resume:
         from smlaunch.trainers.checkpoints import latest_complete
@@ -68,7 +113,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
             events = None
         with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every,
                            events) as progress:
-            result = fit(cfg, plan, datasets, spec, fatal=lambda: progress.fatal or overdue(stop))
+            result = fit(spec, datasets, fatal=lambda: progress.fatal or overdue(stop))
     finally:
         samples = samplers.gather()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
@@ -101,115 +146,3 @@ def _data_classes(listing):
     if listing is None:
         return None
     return listing.classes if listing.classes is not None else listing.num_classes
-
-
-def run_local(cfg: LaunchConfig, plan: LaunchPlan, stop=None) -> dict:
-    """Run the whole job on this machine and return the report (also written to the head's output)."""
-    from smlaunch.cluster.host_tree import create_host_trees
-    from smlaunch.pipelines.sources.channels import deliver_channels, start_pipe_agents
-
-    started = time.perf_counter()
-    resume_from = prepare_job(cfg, plan)
-    create_host_trees(plan)
-    with local_s3(cfg, plan) as s3_endpoint:
-        deliver_channels(plan, s3_endpoint)
-        agents = start_pipe_agents(plan, cfg.seed, s3_endpoint)
-        report = _train_locally(cfg, plan, resume_from, agents, started, stop)
-    report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
-    from smlaunch.launcher.report.job_report import write_report
-
-    write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
-    return report
-
-
-@contextlib.contextmanager
-def local_s3(cfg: LaunchConfig, plan: LaunchPlan):
-    """The S3 endpoint of a local run's `s3://` channels: a local S3 server seeded from `run.s3_seed`
-    (the default), boto3's own (`aws`), or a given URL. Yields None when no channel uses S3."""
-    if not any(c.source.startswith("s3://") for c in plan.channels):
-        yield None
-        return
-    if cfg.run.s3_endpoint is not None:
-        yield None if cfg.run.s3_endpoint == "aws" else cfg.run.s3_endpoint
-        return
-    from smlaunch.pipelines.builtin import prepare_builtin
-    from smlaunch.pipelines.sources.local_s3 import LocalS3
-
-    seeds = {uri: prepare_builtin(folder[len("builtin:"):]) if folder.startswith("builtin:") else Path(folder).expanduser()
-             for uri, folder in cfg.run.s3_seed.items()}
-    saved = {key: os.environ.get(key) for key in LocalS3.environment()}
-    with LocalS3(seeds) as server:
-        log.info(f"local S3 server at {server.endpoint_url}" + (f", seeded: {', '.join(seeds)}" if seeds else ""))
-        _set_env(LocalS3.environment())  # simulated hosts inherit it: requests are signed with throwaway keys
-        try:
-            yield server.endpoint_url
-        finally:
-            _set_env(saved)
-
-
-def preload_driver_imports() -> threading.Thread:
-    """Import torch (Ray Train's torch trainer and the TensorBoard writer need it) in a thread while
-    the cluster starts: the driver mostly waits for the simulated hosts then, and the 2-4 s the
-    import takes would otherwise sit between the cluster being up and Ray Train starting. Only
-    modules that do not import ray: ray must load after the cluster's auth settings are in the
-    environment (`LocalCluster.__enter__`)."""
-    def load() -> None:
-        import torch  # noqa: F401
-        import tensorboardX.event_file_writer  # noqa: F401
-
-    thread = threading.Thread(target=load, name="preload-imports", daemon=True)
-    thread.start()
-    return thread
-
-
-def list_while_starting(plan: LaunchPlan):
-    """The channels' listings, as a future: the simulated hosts' channel directories are on this
-    machine, so a thread lists them while the cluster starts (the driver mostly waits then). A
-    1.28M-file image folder took 1.1 s to list and 1.5-2.4 s more to its first step when listed by
-    a task on its host after the cluster was up (bench/scale.py). An error is raised where the
-    listing is used, as a listing's error always was. A daemon thread, not an executor's: a lister
-    stuck on a hung mount (its stall deadline already raised) must not hold the process at exit."""
-    from concurrent.futures import Future
-
-    from smlaunch.pipelines.dataset import list_channels
-
-    listed: Future = Future()
-
-    def run() -> None:
-        try:
-            listed.set_result(list_channels(plan, here=True))
-        except BaseException as exc:  # noqa: BLE001 - handed to the thread that uses the listing
-            listed.set_exception(exc)
-
-    threading.Thread(target=run, name="list-channels", daemon=True).start()
-    return listed
-
-
-def _set_env(values: dict) -> None:
-    for key, value in values.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-def _train_locally(cfg, plan, resume_from, agents, started, stop) -> dict:
-    from smlaunch.cluster.local import LocalCluster
-    from smlaunch.launcher.job.stopping import forward_stop_to_trainer
-
-    from smlaunch.text import plural
-
-    log.info(f"cluster: starting {plural(len(plan.hosts), 'simulated host')}")
-    preload_driver_imports()
-    listed = list_while_starting(plan)
-    try:
-        with LocalCluster(plan):
-            if stop is not None:
-                stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
-            timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
-            log.info(f"cluster: {plural(len(plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
-            with forward_stop_to_trainer(stop):
-                return train_on_cluster(cfg, plan, resume_from, timings, stop, listed)
-    finally:
-        for agent in agents:
-            agent.stop()

@@ -34,7 +34,8 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         workers=plan.workers, host_names=tuple(h.name for h in plan.hosts),
         model_dir=_absolute(join(model_root(plan), "model")),
         checkpoint_dir=checkpoint_dir(cfg, plan), config_sha256=config_hash(cfg), normalize=_normalize(cfg),
-        fragile_channels=tuple(fragile_channels(plan)), resume_from=resume_from,
+        fragile_channels=tuple(fragile_channels(plan)), worker_selectors=tuple(plan.worker_selectors),
+        preprocess_selector=dict(plan.preprocess_selector), worker_env=dict(plan.worker_env), resume_from=resume_from,
         pretrained=pretrained_weights(cfg), class_names=names,
         shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows, train_units=train_units)
 

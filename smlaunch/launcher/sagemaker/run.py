@@ -2,7 +2,8 @@
 
 Every host runs the same `sm-launch` command; the plan says which one is the head. The head
 starts its Ray node, waits (with a deadline) for every host to join, trains, publishes the
-outcome in the job state and waits briefly for the workers to leave. A worker resolves the head
+outcome in the job state and waits briefly for the workers to leave: `head_cluster` is all of
+that but the training, which is the job body every path runs (`launcher.job.run.run_job`). A worker resolves the head
 (retrying: names come up late), joins with its group's labels, then watches the job state until
 the head says it is done (exit 0), failed (exit 1, failure file) or vanished (exit 1 within
 30 s). No host waits without a deadline. Everything Ray needs to authenticate comes from the
@@ -11,6 +12,7 @@ job's shared token (`ray_token`), passed to Ray through the environment.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -82,8 +84,31 @@ def _node(plan: LaunchPlan, sm: SageMakerEnvironment, cfg: LaunchConfig, head_ad
 
 
 def _run_head(cfg, plan, sm, stop, check_only, log, announce=None) -> HostOutcome:
+    """The job's body (`launcher.job.run.run_job`) on the cluster `head_cluster` brings up, or
+    `check`'s one task per host."""
+    from smlaunch.launcher.job.run import run_job
+
+    cluster = head_cluster(cfg, plan, sm, stop, log, announce)
+    if check_only:
+        with cluster as up:
+            stop.install()  # ray.init replaces the SIGTERM handler with one that exits at once
+            up.report = check_hosts(up.plan)
+        return HostOutcome(0, "ok", up.report)
+    report = run_job(cfg, cluster, stop)
+    outcome = _outcome(report, stop)
+    return HostOutcome(0 if outcome == b"ok" else 143, outcome.decode(), report)
+
+
+@contextlib.contextmanager
+def head_cluster(cfg, plan, sm, stop, log, announce=None):
+    """The head's side of the job's cluster: its Ray node, every host joined (with a deadline), the
+    plan made again with the GPUs they reported (`announce`d), this process connected. On the way
+    out the outcome is published in the job state (`ok`, `stopped: ...` from the report the body
+    left, or `failed: ...`), the workers get `LEAVE_WAIT_S` to leave, and the node stops. A trainer
+    that ignores a stop past `stop_grace_s + HARD_STOP_AFTER_GRACE_S` ends this process at once."""
     from smlaunch.cluster.rendezvous import interface_address, wait_for_hosts, wait_for_port
     from smlaunch.cluster.sagemaker.plan import with_joined_resources
+    from smlaunch.launcher.job.run import ClusterUp
 
     started = time.perf_counter()
     ip = interface_address(sm.network_interface_name)
@@ -92,7 +117,6 @@ def _run_head(cfg, plan, sm, stop, check_only, log, announce=None) -> HostOutcom
     state = heartbeat = None
     failed = True
     try:
-        resume_from = None if check_only else _prepare(cfg, plan)
         wait_for_port(ip, cfg.cluster.port, NODE_START_S, f"Ray head on {plan.head}",
                       alive=lambda: node.exit_code() is None)
         state = JobState(address)
@@ -112,16 +136,11 @@ def _run_head(cfg, plan, sm, stop, check_only, log, announce=None) -> HostOutcom
         console.quiet_ray()
         ray.init(address=address, **console.ray_init_options(),
                  runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
-        stop.install()  # ray.init replaces the SIGTERM handler with one that exits at once
-        if check_only:
-            report, outcome = check_hosts(plan), b"ok"
-        else:
-            report = _train(cfg, plan, resume_from, stop, started)
-            stopped = report["summary"].get("stopped_at_step")
-            outcome = b"ok" if stopped is None else f"stopped: {stop.signal_name} at step {stopped}".encode()
-        _finish(state, outcome, plan, log)
+        up = ClusterUp(plan)
+        with _hard_stop(stop):
+            yield up
+        _finish(state, _outcome(up.report, stop), plan, log)
         failed = False
-        return HostOutcome(0 if outcome == b"ok" else 143, outcome.decode(), report)
     except BaseException as exc:
         if state is not None:
             from smlaunch.errors import describe_error
@@ -135,10 +154,10 @@ def _run_head(cfg, plan, sm, stop, check_only, log, announce=None) -> HostOutcom
         _shutdown(heartbeat, node, state, keep_temp=failed)
 
 
-def _prepare(cfg, plan) -> str | None:
-    from smlaunch.launcher.job.run import prepare_job
-
-    return prepare_job(cfg, plan)
+def _outcome(report: dict | None, stop: StopRequest) -> bytes:
+    """What the head publishes for a run that ended without an error: `ok`, or the stop's step."""
+    stopped = (report or {}).get("summary", {}).get("stopped_at_step")
+    return b"ok" if stopped is None else f"stopped: {stop.signal_name} at step {stopped}".encode()
 
 
 def _joined(state: JobState, stop: StopRequest, node) -> set[str]:
@@ -152,13 +171,13 @@ def _joined(state: JobState, stop: StopRequest, node) -> set[str]:
         return set()
 
 
-def _train(cfg, plan, resume_from, stop, started) -> dict:
+@contextlib.contextmanager
+def _hard_stop(stop: StopRequest):
+    """Within the block: a stop the trainer has not honoured `HARD_STOP_AFTER_GRACE_S` after the
+    fit's own deadline (`stopping.overdue`) ends this process, inside SageMaker's 120 s."""
     import threading
 
-    from smlaunch.launcher.job.run import train_on_cluster
-    from smlaunch.launcher.job.stopping import forward_stop_to_trainer
-
-    def give_up() -> None:  # the fit's own deadline (`overdue`) did not end it either: leave inside the 120 s
+    def give_up() -> None:
         if stop.event.wait() and not finished.wait(stop.grace_s + HARD_STOP_AFTER_GRACE_S):
             logging.getLogger("smlaunch").error(f"trainer did not stop within {stop.grace_s + HARD_STOP_AFTER_GRACE_S:g} s "
                                                 f"of {stop.signal_name}; shutting down")
@@ -167,12 +186,9 @@ def _train(cfg, plan, resume_from, stop, started) -> dict:
     finished = threading.Event()
     threading.Thread(target=give_up, name="smlaunch-stop-deadline", daemon=True).start()
     try:
-        with forward_stop_to_trainer(stop):
-            report = train_on_cluster(cfg, plan, resume_from,
-                                      {"cluster_start_s": round(time.perf_counter() - started, 2)}, stop)
+        yield
     finally:
         finished.set()
-    return report
 
 
 def check_hosts(plan: LaunchPlan) -> dict:

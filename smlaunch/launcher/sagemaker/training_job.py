@@ -118,10 +118,9 @@ def pretrained_uri(cfg: LaunchConfig, job_name: str) -> str | None:
 
 def train_group(cfg: LaunchConfig) -> str:
     """The group that trains, by the same rule every host's plan applies (`cluster.topology`)."""
-    from smlaunch.cluster.topology import GroupShape, choose_train_group
+    from smlaunch.cluster.plan import config_train_group
 
-    return choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in cfg.cluster.instance_groups],
-                              cfg.cluster.train_group)[0]
+    return config_train_group(cfg)[0]
 
 
 def receiving_groups(cfg: LaunchConfig) -> dict[str, list[str]]:

@@ -54,7 +54,7 @@ def list_channel(channel, roots: dict[str, str | None], stall_s: float = STALL_S
     showing progress; fails when a host's listing advances for none of `stall_s` seconds.
     `here`: the hosts' directories are on this machine (the local simulated cluster), so they are
     listed by threads of this process, which needs no cluster: a local run lists while its
-    cluster starts (`launcher.job.run`)."""
+    cluster starts (`launcher.local.run`)."""
     sharded = channel.distribution == "ShardedByS3Key" and channel.file_system is None
     hosts = list(channel.hosts) if sharded else [channel.hosts[0]]
     args = {h: (roots[h], channel.name, channel.record_format, channel.fields[1]) for h in hosts}

@@ -42,6 +42,8 @@ def _three_hosts_join_train_and_all_exit_zero(job):
         assert abs(job.exited["algo-2"] - job.exited[worker]) < 10
     report = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())
     assert report["summary"]["steps"] == 28
+    # The head runs the same job body as a local run: the same timings, the run's wall time included.
+    assert report["summary"]["wall_s"] > report["summary"]["train_s"] > 0 < report["summary"]["cluster_start_s"]
     assert report["rows_by_host"]["algo-1"] > 0 and report["summary"]["data_node_row_fraction"] == 1.0
     assert report["plan"]["head"] == "algo-2" and report["plan"]["head_address"] == f"algo-2:{job.port}"
     # Both GPU hosts train (on this machine without GPUs, one CPU rank each): DDP across two host

@@ -1,4 +1,4 @@
-"""`launcher.job.run`'s work while the cluster starts: torch loads in a thread, and the channels are
+"""`launcher.local.run`'s work while the cluster starts: torch loads in a thread, and the channels are
 listed in another, and ray does not load (it must load after `LocalCluster` has put the cluster's
 auth settings in the environment, or the driver cannot talk to its own token-authenticated GCS)."""
 
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 PRELOAD = """
 import sys
-from smlaunch.launcher.job.run import preload_driver_imports
+from smlaunch.launcher.local.run import preload_driver_imports
 thread = preload_driver_imports()
 thread.join(120)
 assert not thread.is_alive(), "preloading took over 120 s"
@@ -34,7 +34,7 @@ from smlaunch.config.loader import load_config
 from smlaunch.cluster.environment import detect_local_environment
 from smlaunch.cluster.host_tree import create_host_trees
 from smlaunch.cluster.plan import build_plan
-from smlaunch.launcher.job.run import list_while_starting
+from smlaunch.launcher.local.run import list_while_starting
 from smlaunch.pipelines.sources.channels import deliver_channels
 
 folder, run_dir = Path(sys.argv[1]), sys.argv[2]
