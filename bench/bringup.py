@@ -2,8 +2,9 @@
 
 Side by side on this machine, alternating, same token authentication and per-node temp dirs:
 
-- **sm-launch**: a fake 3-host SageMaker job (algo-1 CPU host, GPU group listed as algo-3,
-  algo-2), one `sm-launch check` process per host started at once, as SageMaker starts them;
+- **sm-launch**: configs/tiny.yaml's 3-host SageMaker job as `sm-launch simulate --command check`
+  lays it out (algo-1 the GPU host and head, algo-2 and algo-3 CPU hosts), one `sm-launch check`
+  process per host started at once, as SageMaker starts them;
   timed from the spawn until the head prints `hosts_joined=3`. That includes everything a
   real host pays: Python start-up, reading /opt/ml, planning, resolving the head, waiting for
   its port and `ray start`.
@@ -34,27 +35,35 @@ RAY_CLI = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
 
 
 def time_sm_launch(root: Path) -> float:
-    from smlaunch.cluster.simulated_job import digits_job
+    """configs/tiny.yaml's 3 hosts as `sm-launch simulate --command check` lays them out."""
+    from smlaunch.cluster.environment import detect_local_environment
+    from smlaunch.cluster.plan import build_plan
+    from smlaunch.config import load_config
+    from smlaunch.launcher.local.run import local_data
+    from smlaunch.launcher.sagemaker.simulate import SimulatedHosts
 
-    job = digits_job(root, ROOT / "configs" / "tiny.yaml")
-    try:
-        started = time.monotonic()
-        for host in ("algo-1", "algo-2", "algo-3"):
-            job.start(host, "check")
-        job.wait_for_text("algo-2", "hosts_joined=3 ", 180)
-        took = time.monotonic() - started
-        codes = job.wait(120)
-        if set(codes.values()) != {0}:
-            raise SystemExit(f"sm-launch check failed: {codes}\n{job.log('algo-2')[-2000:]}")
-        return took
-    finally:
-        job.cleanup()
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", [f"run.dir={root}"])
+    plan = build_plan(cfg, detect_local_environment())
+    with local_data(cfg, plan):
+        job = SimulatedHosts(Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts}, cfg.model_dump(mode="json"))
+        try:
+            started = time.monotonic()
+            for host in plan.hosts:
+                job.start(host.name, "check")
+            job.wait_for_text(plan.head, "hosts_joined=3 ", 180)
+            took = time.monotonic() - started
+            codes = job.wait(120)
+            if set(codes.values()) != {0}:
+                raise SystemExit(f"sm-launch check failed: {codes}\n{job.log(plan.head)[-2000:]}")
+            return took
+        finally:
+            job.cleanup()
 
 
 def time_bare(root: Path) -> float:
     from ray._raylet import GcsClient
 
-    from smlaunch.cluster.simulated_job import free_port
+    from smlaunch.cluster.rendezvous import free_port
 
     port = free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}

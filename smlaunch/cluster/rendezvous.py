@@ -24,6 +24,13 @@ HOSTS_FILE_ENV = "SMLAUNCH_HOSTS_FILE"
 RETRY_S = 0.5
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now (a local S3 server's, a simulated job's Ray head's)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _from_hosts_file(name: str, environ: Mapping[str, str]) -> str | None:
     path = environ.get(HOSTS_FILE_ENV)
     if not path or not Path(path).is_file():

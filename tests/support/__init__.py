@@ -2,9 +2,10 @@
 
 - `ports`: a free TCP port on 127.0.0.1.
 - `environment`: set environment variables for a while and put back what was there.
-- `sagemaker_job`: the fake 3-host SageMaker job of the multi-host tests (real `sm-launch`
-  processes, one `/opt/ml` tree each; the harness itself is `smlaunch.cluster.simulated_job`,
-  which `bench/bringup.py` uses too).
+- `simulated_job`: a SageMaker job of real `sm-launch` processes, one `/opt/ml` tree each, laid
+  out from a resourceconfig layout (`smlaunch.launcher.sagemaker.simulate.SimulatedHosts`, which
+  `sm-launch simulate` and `bench/bringup.py` use, starts the processes).
+- `sagemaker_job`: the fake 3-host SageMaker job of the multi-host tests on it.
 - `sm_hosts`: a SageMaker host's tree and environment for the toolkit and SDK entry tests.
 - `terminal`: run a command in a pseudo-terminal and read its screen.
 - `constructed_runs`: a report built from chosen rates, for the advisor, render and client tests.

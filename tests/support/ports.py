@@ -1,5 +1,5 @@
 """A free TCP port on 127.0.0.1 (the kernel picks it; taken again by whoever binds it next)."""
 
-from smlaunch.pipelines.sources.local_s3 import free_port
+from smlaunch.cluster.rendezvous import free_port
 
 __all__ = ["free_port"]

@@ -1,11 +1,11 @@
 """The fake 3-host job of the multi-host tests: configs/tiny.yaml as a simulated SageMaker job
-(`smlaunch.cluster.simulated_job.digits_job`), metric lines every 2 steps."""
+(`support.simulated_job.digits_job`), metric lines every 2 steps."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from smlaunch.cluster.simulated_job import DIGITS_LAYOUT, digits_job
+from support.simulated_job import DIGITS_LAYOUT, digits_job
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ("algo-1", "algo-2", "algo-3")

@@ -11,6 +11,8 @@ COMMANDS = {
     "plan": ("smlaunch.launcher.commands.plan", "check the config and print the launch plan; starts nothing"),
     "check": ("smlaunch.launcher.commands.run",
               "bring the cluster up on every host, run one task per host, tear it down"),
+    "simulate": ("smlaunch.launcher.commands.simulate",
+                 "run the config's SageMaker path here: one sm-launch process and /opt/ml tree per host"),
     "submit": ("smlaunch.launcher.commands.submit",
                "create the SageMaker training job (uploads the code, local channels); --dry-run prints it"),
     "kuberay": ("smlaunch.launcher.commands.kuberay",

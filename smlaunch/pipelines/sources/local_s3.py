@@ -16,17 +16,12 @@ import time
 from pathlib import Path
 
 from smlaunch.cluster.node import die_with_parent
+from smlaunch.cluster.rendezvous import free_port
 from smlaunch.errors import UserError
 
 START_TIMEOUT_S = 30.0
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "smlaunch-local", "AWS_SECRET_ACCESS_KEY": "smlaunch-local",
                "AWS_SESSION_TOKEN": None, "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalS3:
