@@ -39,6 +39,7 @@ bench: setup
 	$(VENV)/bin/python bench/local_default.py
 	$(VENV)/bin/python bench/epoch_boundary.py
 	$(VENV)/bin/python bench/bringup.py
+	$(VENV)/bin/python bench/startup.py
 	$(VENV)/bin/python bench/entry_startup.py
 	$(VENV)/bin/python bench/record_readers.py
 	$(VENV)/bin/python bench/formats.py

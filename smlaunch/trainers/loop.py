@@ -26,8 +26,9 @@ def train_loop(spec) -> dict:
     every restart meets the same error, so the launcher ends the job at once instead."""
     from smlaunch.errors import ConfigError, DataError, user_error_in
 
+    marks = {"train_workers_up": time.time()}  # the run's phases (`launcher.job.phases`): wall clock
     try:
-        return _Run(spec).train()
+        return _Run(spec, marks).train()
     except Exception as exc:  # also a data task's error, which reaches the rank wrapped by Ray
         message = user_error_in(exc)
         if message is not None:
@@ -40,7 +41,7 @@ def train_loop(spec) -> dict:
 
 
 class _Run:
-    def __init__(self, spec):
+    def __init__(self, spec, marks: dict):
         import ray.train
         import ray.train.torch
         import torch
@@ -56,7 +57,7 @@ class _Run:
         from smlaunch.trainers.position import DrawnPositions, EpochPosition
         from smlaunch.trainers.resume import initial_state
 
-        self.spec, self.t = spec, spec.trainer
+        self.spec, self.t, self.marks = spec, spec.trainer, marks
         # A restart after a Pipe, ShardedByS3Key or train host was lost fails at once, before building a model.
         self.guard = LostHostGuard(list(spec.fragile_channels), train_hosts=spec.train_hosts)
         self.guard.check(force=True)
@@ -67,6 +68,7 @@ class _Run:
         self.control = Control(self.world, self.rank, self.guard)  # rank 0 watches the hosts between steps
         self.outbox = Outbox(enabled=self.rank == 0)  # the launcher's console: progress, metric lines, notes
         self.raw_model = create_model(spec.model, spec.num_classes, spec.image_size)
+        marks["model_built"] = time.time()
         self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
         self.schedule = build_schedule(self.optimizer, self.t, spec.total_steps)
         self.seen = EpochIds(spec.id_check_rows // self.world)
@@ -197,6 +199,8 @@ class _Run:
         while not (self.t.steps and self.step >= self.t.steps):
             started = time.perf_counter()
             micro, waited = self._fetch(batches)
+            if micro:
+                self.marks.setdefault("first_batch", time.time())
             decision = self.control.exchange(len(micro) == self.t.grad_accum_steps, bool(micro), pending)
             if decision.previous is not None:
                 self._record(decision.previous)
@@ -210,6 +214,8 @@ class _Run:
                 return None, True
             steps_here += 1
             pending = self._train_step(micro, decision.all_full, waited, started)
+            self.marks["last_step"] = now = time.time()
+            self.marks.setdefault("first_step", now)
             if self.t.checkpoint_interval and self.step % self.t.checkpoint_interval == 0:
                 self._save()
         return pending, False
@@ -365,6 +371,7 @@ class _Run:
     def _finish(self) -> None:
         if not self.validation or self.validation[-1]["step"] != self.step:
             self._validate(self.epochs_done + self.cut_short)
+        self.marks["final_validation"] = time.time()
         if not self.t.checkpoint_interval or self.step % self.t.checkpoint_interval:
             self._save()
         if self.rank == 0:
@@ -420,7 +427,7 @@ class _Run:
                 "epochs": self.epochs_done + self.cut_short,
                 "epochs_complete": self.epochs_done,
                 "stopped_at_step": self.step if self.stopped else None, "resumed_from": self.resumed_from,
-                "resumed_at_step": self.resumed_at_step,
+                "resumed_at_step": self.resumed_at_step, "marks": self.marks,
                 "sample_accounting": self.books.report(), "workers": workers,
                 "host_rows": {name: int(n) for name, n in zip(hosts, host_rows.tolist())},
                 "chain_by_host": {name: {"train_rows": int(n), "chain_s": round(sec, 4)}

@@ -75,6 +75,19 @@ def test_the_terminal_shows_a_redrawn_bar_and_only_our_own_lines(tiny_job):
 
 
 @pytest.mark.ray
+def test_the_report_and_the_console_say_where_the_runs_time_went(tiny_job):
+    """Every phase of the run, as seconds after the command, in the order the run passed them: the
+    driver's marks and rank 0's (another process) on one clock."""
+    from smlaunch.launcher.job.phases import ORDER
+
+    phases = tiny_job.report["summary"]["phases_s"]
+    assert list(phases) == list(ORDER)
+    assert list(phases.values()) == sorted(phases.values()) and phases["cluster_up"] > 0
+    line = next(line for line in tiny_job.lines if line.startswith("phases (s after the command): "))
+    assert "cluster up" in line and "first step" in line and "teardown" in line
+
+
+@pytest.mark.ray
 def test_the_console_gives_metric_validation_summary_and_verdict_lines(tiny_job):
     lines = tiny_job.lines
     metric = re.compile(r"^step=\d+ loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+$")

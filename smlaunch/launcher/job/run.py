@@ -43,23 +43,42 @@ class ClusterUp:
 def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) -> dict:
     """Run the job on the cluster `cluster` brings up and return its report (also written under
     the head's output). `stop`: the run's `StopRequest` (SIGTERM or the toolkit's exit)."""
+    from smlaunch.launcher.job.phases import command_started, mark, phases
     from smlaunch.launcher.job.stopping import forward_stop_to_trainer
     from smlaunch.launcher.report.job_report import write_report
     from smlaunch.text import plural
 
-    started = time.perf_counter()
+    since, started, marks = command_started(), time.perf_counter(), {}
     with cluster as up:
         if stop is not None:
             stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
+        mark(marks, "cluster_up")
         timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
         log.info(f"cluster: {plural(len(up.plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
         resume_from = prepare_job(cfg, up.plan)
         with forward_stop_to_trainer(stop):
-            report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed)
+            report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed, marks)
         report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
-        write_report({k: v for k, v in report.items() if k != "path"}, Path(report["path"]).parent)
+        report["summary"]["phases_s"] = phases(marks, since)
+        path = write_report(report, Path(output_root(up.plan)) / "output" / "data")  # once: plots take seconds
+        report["path"] = str(path)
+        mark(marks, "report")
         up.report = report
+    mark(marks, "teardown")
+    report["summary"]["phases_s"] = phases(marks, since)
+    _amend_summary(path, report["summary"])
     return report
+
+
+def _amend_summary(path: Path, summary: dict) -> None:
+    """The summary's last phases (the report's own writing, the teardown) into report.json, without
+    drawing its plots again. On an `s3://` run.dir the local copy was uploaded and removed already."""
+    import json
+
+    if path.exists():
+        written = json.loads(path.read_text())
+        written["summary"] = summary
+        path.write_text(json.dumps(written, indent=2))
 
 
 def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
@@ -80,15 +99,18 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
 
 
 def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None, timings: dict,
-                     stop=None, listed=None) -> dict:
+                     stop=None, listed=None, marks: dict | None = None) -> dict:
     """Datasets, trainer, report, on the Ray cluster this process is connected to; `plan` is final
     (on SageMaker: after every host joined), and the workers' spec is built from it here. A `stop`
     the trainer has not honoured within its grace ends the fit (`stopping.overdue`). `listed`: the
-    channels' listings already under way (a future of `list_channels`), else they are listed here."""
+    channels' listings already under way (a future of `list_channels`), else they are listed here.
+    `marks`: the run's phase marks (`launcher.job.phases`), given the listing's and rank 0's here.
+    The report is returned, not written: `run_job` writes it once, with the run's wall time."""
     from smlaunch.cluster.board import start_board
     from smlaunch.cluster.sampler import Samplers
-    from smlaunch.launcher.report.job_report import build_report, write_report
     from smlaunch.launcher.job.live_events import LiveEvents
+    from smlaunch.launcher.job.phases import mark
+    from smlaunch.launcher.report.job_report import build_report
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
     from smlaunch.launcher.job.train_spec import builtin_rows, resumed_step, train_spec
@@ -96,7 +118,9 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.pipelines.warmup import warm_preprocess_workers, warm_ray_data
     from smlaunch.trainers.fit import fit
 
+    marks = {} if marks is None else marks
     listings = listed.result() if listed is not None else list_channels(plan)
+    mark(marks, "listed")
     data_classes = _data_classes(listings.get("train"))
     spec = train_spec(cfg, plan, resume_from, data_classes=data_classes,
                       train_units=_unit_count(listings.get("train"), next(c for c in plan.channels if c.name == "train")))
@@ -120,13 +144,11 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.pipelines.corrupt import corrupt_summary
 
     result["corrupt_records"] = corrupt_summary()
+    marks.update(result.pop("marks", None) or {})  # rank 0's: workers up, model built, first batch, ...
     if isinstance(data_classes, list):
         result["classes"] = data_classes
-    report = build_report(plan, result, cfg.trainer.batch_size, timings, samples,
-                          cfg.monitor.model_dump(), builtin_rows(cfg, "train"))
-    path = write_report(report, Path(output_root(plan)) / "output" / "data")
-    report["path"] = str(path)
-    return report
+    return build_report(plan, result, cfg.trainer.batch_size, timings, samples,
+                        cfg.monitor.model_dump(), builtin_rows(cfg, "train"))
 
 
 def _unit_count(listing, channel) -> int | None:

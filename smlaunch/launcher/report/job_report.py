@@ -150,7 +150,14 @@ def summary_lines(report: dict) -> list[str]:
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
     ] + _rank_lines(report) + [
         f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
-         for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report)
+         for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report) \
+        + _phase_lines(s)
+
+
+def _phase_lines(summary: dict) -> list[str]:
+    from smlaunch.launcher.job.phases import phase_line
+
+    return [phase_line(summary["phases_s"])] if summary.get("phases_s") else []
 
 
 def log_summary(report: dict, log) -> None:

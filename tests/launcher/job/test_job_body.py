@@ -6,6 +6,7 @@ The paths' own clusters are tested where they are (`tests/launcher/local`, `.../
 
 import contextlib
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,14 @@ def fake_training(configs, tmp_path, monkeypatch):
     seen = {}
     report, plan = constructed_report(configs, tmp_path, compute_s=0.1, wait_s=0.0, chain_s_per_row=0.001, steps=4)
 
-    def train(cfg, plan, resume_from, timings, stop, listed):
+    def train(cfg, plan, resume_from, timings, stop, listed, marks):
         seen.update(plan=plan, timings=dict(timings), stop=stop, listed=listed,
                     resolved=(Path(plan.run_dir) / "resolved_config.yaml").exists())
         seen.setdefault("events", []).append("trained")
         if seen.get("fail"):
             raise RuntimeError("a rank failed")
-        return {**report, "summary": dict(report["summary"]), "path": str(tmp_path / "out" / "report.json")}
+        marks.update(listed=time.time(), first_step=time.time())  # as the listing and rank 0 give them
+        return {**report, "summary": dict(report["summary"])}
 
     monkeypatch.setattr(body, "train_on_cluster", train)
     return seen, plan
@@ -74,9 +76,18 @@ def test_the_body_installs_the_stop_once_the_cluster_is_up_and_hands_the_report_
     assert set(seen["timings"]) == {"cluster_start_s"}
     summary = report["summary"]
     assert summary["wall_s"] >= seen["timings"]["cluster_start_s"] >= 0
-    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    path = Path(report["path"])
+    assert path == Path(plan.head_host.opt_ml) / "output" / "data" / "report.json"
+    written = json.loads(path.read_text())
     assert written["summary"]["wall_s"] == summary["wall_s"], "the report on disk carries the run's wall time"
     assert "path" not in written
+    # The phases, seconds after the command (this process) started, in the order the run passed them;
+    # the report's own writing and the teardown are added to report.json afterwards.
+    phases = summary["phases_s"]
+    assert list(phases) == ["cluster_up", "listed", "first_step", "report", "teardown"]
+    assert list(phases.values()) == sorted(phases.values()) and phases["cluster_up"] > 0
+    assert written["summary"]["phases_s"] == phases
+    assert (path.parent / "summary.md").exists()
 
 
 def test_a_failed_training_reaches_the_paths_teardown_as_its_error(fake_training, tmp_path):
@@ -89,7 +100,7 @@ def test_a_failed_training_reaches_the_paths_teardown_as_its_error(fake_training
     with pytest.raises(RuntimeError, match="a rank failed"):
         run_job(cfg, cluster(plan, events), None)
     assert events == ["cluster up", "trained", "cluster down after RuntimeError"]
-    assert not (tmp_path / "out" / "report.json").exists()
+    assert not list(tmp_path.rglob("report.json"))
 
 
 def test_every_path_runs_the_body_and_keeps_only_its_cluster():
