@@ -101,7 +101,7 @@ def cold_only(args) -> None:
     from smlaunch.cluster.local import LocalCluster
     from smlaunch.pipelines.dataset import build_datasets
     from smlaunch.pipelines.sources.channels import deliver_channels
-    from smlaunch.pipelines.warmup import warm_preprocess_workers, warm_ray_data
+    from smlaunch.pipelines.warmup import warm_preprocess_workers
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg, plan = build(Path(tmp), args.cpus, args.shards)
@@ -111,8 +111,9 @@ def cold_only(args) -> None:
             # The order of `launcher.job.run`: list and build the datasets, start the warm-up, then
             # start Ray Train, whose workers ask for data once it has started them.
             dataset = build_datasets(cfg, plan)["train"]
-            warm_preprocess_workers(plan, cfg.pipeline.ops)
-            warm_ray_data(plan)
+            # This process reads the dataset itself, not Ray Train's controller: its tasks run in
+            # the job's own runtime environment, so the workers are warmed in that one.
+            warm_preprocess_workers(plan, cfg.pipeline.ops, runtime_env={})
             time.sleep(args.trainer_start_s)
             took = run_ray(cfg, plan, dataset)
     print(json.dumps(took))

@@ -4,11 +4,12 @@ plainly as Ray's docs write it. A head that trains and a data node, two local Ra
 `map_batches` pinned to the data node by label; a `TorchTrainer` with one CPU worker building
 timm's resnet10t and taking 20 SGD steps of 64 images.
 
-It prints one JSON line: `first_batch_s`, `first_step_s`, `last_step_s`, seconds after this
+It prints one JSON line: `cluster_up_s`, `train_workers_up_s`, `model_built_s`, `first_batch_s`,
+`first_step_s`, `last_step_s`, seconds after this
 process was created (so Python's start and the imports count, as they do for `sm-launch`). Not a
 script of its own (`make bench` runs `startup.py`, which runs this in a fresh process):
 
-    python -c "import sys; sys.path.insert(0, 'bench'); import ray_reference_job; ray_reference_job.main()"
+    PYTHONPATH=bench python -c "import ray_reference_job; ray_reference_job.main()"
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def decode(batch: dict) -> dict:
 
 
 def train_loop(config: dict) -> dict:
+    marks = {"train_workers_up_s": time.time() - config["t0"]}
     import timm
     import torch
     import torch.nn.functional as F
@@ -55,7 +57,7 @@ def train_loop(config: dict) -> dict:
 
     model = timm.create_model("resnet10t", num_classes=10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    marks = {}
+    marks["model_built_s"] = time.time() - config["t0"]
     shard = ray.train.get_dataset_shard("train")
     for step, batch in enumerate(shard.iter_torch_batches(batch_size=64), start=1):
         marks.setdefault("first_batch_s", time.time() - config["t0"])
@@ -84,6 +86,7 @@ def main() -> None:
                                                            "include_dashboard": False})
     cluster.add_node(num_cpus=1, labels=LABELS["data"])
     ray.init(address=cluster.address)
+    cluster_up_s = time.time() - t0
     ds = ray.data.from_items(digits_png_rows()).map_batches(decode, batch_size=64, label_selector=LABELS["data"])
     trainer = TorchTrainer(
         train_loop, train_loop_config={"t0": t0},
@@ -91,6 +94,6 @@ def main() -> None:
         datasets={"train": ds},
         dataset_config=DataConfig(execution_options={"train": ExecutionOptions(label_selector=LABELS["data"])}))
     marks = trainer.fit().return_value
-    print(json.dumps({k: round(v, 2) for k, v in marks.items()}), flush=True)
+    print(json.dumps({"cluster_up_s": round(cluster_up_s, 2), **{k: round(v, 2) for k, v in marks.items()}}), flush=True)
     ray.shutdown()
     cluster.shutdown()

@@ -9,8 +9,11 @@ that does those imports and runs the chain once on a generated image; Ray keeps 
 processes (as many as the host's CPUs: its idle pool's size) and gives them the read and chain
 tasks that follow.
 
-The same goes for Ray Data itself: `warm_ray_data` runs its first execution on the cluster (one
-row) so its helper actors exist before the trainer's first request (see there).
+The warmed workers serve the job only if they run in the runtime environment of the datasets'
+tasks, which Ray Train sets (`data_tasks_runtime_env`). A one-row Ray Data execution started with
+the warm-up (to create Ray Data's helper actors early: `warm_ray_data`, 2026-11-24) is gone: on
+the whole job it cost more than it saved, its three processes starting on the head while Ray
+Train's did (first step 34.2 s with it, 26.1 s without; BENCHMARKS.md `startup`).
 
 Nothing waits for the warm-up: a slot that is still warming when the first read task comes
 only delays that task by what is left of its imports, as before. A chain that fails here (a user
@@ -21,58 +24,44 @@ only returns the error's text.
 from __future__ import annotations
 
 
-def warm_preprocess_workers(plan, ops: list) -> list:
+def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None) -> list:
     """Start one warm-up task per CPU slot of every host that runs the chain; returns their refs
-    (nobody needs to wait for them)."""
+    (nobody needs to wait for them). `runtime_env`: that of the tasks the warmed workers are for,
+    by default the datasets' tasks under Ray Train (`data_tasks_runtime_env`); `{}` for tasks this
+    process starts itself."""
     import ray
 
     from smlaunch.cluster.plan import host_selector
 
     subcluster = "data" if plan.data_selector else "train"
     task = ray.remote(warm_worker)
+    runtime_env = data_tasks_runtime_env() if runtime_env is None else runtime_env
     refs = []
     for host in plan.hosts:
         if host.subcluster != subcluster:
             continue
-        pinned = task.options(num_cpus=1, max_retries=0, label_selector=host_selector(host.name))
+        pinned = task.options(num_cpus=1, max_retries=0, label_selector=host_selector(host.name),
+                              runtime_env=runtime_env)
         refs.extend(pinned.remote(list(ops)) for _ in range(max(int(host.num_cpus), 1)))
     return refs
 
 
-def warm_ray_data(plan):
-    """Start one Ray Data execution of one row, run by a task on the driver's node with the
-    preprocessing hosts' selector; returns its ref (nobody needs to wait for it).
+def data_tasks_runtime_env() -> dict:
+    """The runtime environment the datasets' tasks run with under Ray Train, so the warmed workers
+    are the ones Ray gives them. Ray reuses a worker only for tasks of the same job and runtime
+    environment, and the datasets' tasks are started by Ray Train's controller (its DatasetManager
+    actor, then the split coordinators), which runs with the environment variables Ray Train
+    propagates (`ray.train.v2._internal.constants.get_env_vars_to_propagate`, and
+    `RAY_WARN_BLOCKING_GET_INSIDE_ASYNC=0`; `TrainController`'s options). With the job's own
+    environment the warm-up ran in workers no read or chain task ever used: each real task started
+    a cold worker (Ray timeline of `configs/hetero.yaml`, 2-core VM)."""
+    from ray.train.v2._internal.constants import (DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+                                                  RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+                                                  get_env_vars_to_propagate)
 
-    A cluster's first execution creates Ray Data's detached helper actors (its autoscaling
-    coordinator and its stats actor, each pinned to the node that asks first), and until the
-    coordinator answers, the executor runs one task at a time: a cold job's first batch waited
-    about 2 s for that while the data hosts' other CPUs sat idle (Ray timeline, 2-core VM). Done
-    here, it happens while Ray Train starts. (Every later execution waits only for the
-    coordinator's answer, not for the actor: `pipelines.budget`.) On the driver's node, because the actors stay where
-    they are made: a data host may be lost, the driver's node is the run's."""
-    import ray
-
-    here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
-    return ray.remote(_one_row).options(num_cpus=0, max_retries=0, label_selector=here).remote(
-        plan.preprocess_selector)
-
-
-def _one_row(selector: dict | None) -> dict:
-    """(the node this ran on, the node that made the row)."""
-    import ray
-    import ray.data
-
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.label_selector = selector
-    ctx.enable_progress_bars = False
-    (row,) = ray.data.range(1, override_num_blocks=1).map(_node_of).take(1)
-    return {"node": ray.get_runtime_context().get_node_id(), "row_made_on": row["node"]}
-
-
-def _node_of(row: dict) -> dict:
-    import ray
-
-    return {"node": ray.get_runtime_context().get_node_id()}
+    env = get_env_vars_to_propagate()
+    env.setdefault(RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR, DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
+    return {"env_vars": env}
 
 
 def warm_worker(ops: list) -> dict:

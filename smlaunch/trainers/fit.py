@@ -39,6 +39,20 @@ class UnevenSplit(DataConfig):
         return output
 
 
+RAY_TRAIN_ENVIRONMENT = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+"""How often Ray Train's controller polls its workers (2 s by default). It also notices the workers'
+end only at a poll: the fit returned 4.75 s after rank 0's last line of work with the default,
+1.3 s with 0.5 s (configs/hetero.yaml, 2-core VM). A poll is one small call per worker."""
+
+
+def set_ray_train_environment() -> None:
+    """`RAY_TRAIN_ENVIRONMENT` into this process's environment (unless the user set it), from where
+    Ray Train propagates it to its controller and workers. Before any task that must share their
+    runtime environment is started (`pipelines.warmup.data_tasks_runtime_env`)."""
+    for key, value in RAY_TRAIN_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+
+
 START_RETRIES = 2
 """Worker-group starts Ray Train retries after the first times out (Ray Train's default: without end)."""
 

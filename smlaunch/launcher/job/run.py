@@ -115,8 +115,8 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.launcher.job.train_progress import TrainProgress
     from smlaunch.launcher.job.train_spec import builtin_rows, resumed_step, train_spec
     from smlaunch.pipelines.dataset import build_datasets, list_channels
-    from smlaunch.pipelines.warmup import warm_preprocess_workers, warm_ray_data
-    from smlaunch.trainers.fit import fit
+    from smlaunch.pipelines.warmup import warm_preprocess_workers
+    from smlaunch.trainers.fit import fit, set_ray_train_environment
 
     marks = {} if marks is None else marks
     listings = listed.result() if listed is not None else list_channels(plan)
@@ -128,8 +128,8 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     started = time.perf_counter()
     try:
         datasets = build_datasets(cfg, plan, listings, spec.num_classes)
+        set_ray_train_environment()  # before the warm-up: it takes the runtime environment Ray Train will set
         warm_preprocess_workers(plan, cfg.pipeline.ops)  # while Ray Train starts its workers
-        warm_ray_data(plan)
         try:  # TensorBoard is a view: a folder that cannot be written costs the events, not the job
             events = LiveEvents(Path(output_root(plan)) / "output" / "data" / "tensorboard")
         except OSError as exc:
@@ -144,7 +144,9 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.pipelines.corrupt import corrupt_summary
 
     result["corrupt_records"] = corrupt_summary()
-    marks.update(result.pop("marks", None) or {})  # rank 0's: workers up, model built, first batch, ...
+    marks.update(result.pop("marks", None) or {})
+    marks["x_fit_returned"] = time.time()
+    import json as _j; print("XMARKS", _j.dumps({k: round(v - min(marks.values()), 2) for k, v in marks.items()}))  # rank 0's: workers up, model built, first batch, ...
     if isinstance(data_classes, list):
         result["classes"] = data_classes
     return build_report(plan, result, cfg.trainer.batch_size, timings, samples,
