@@ -35,12 +35,15 @@ def test_every_data_slot_is_warmed_and_the_next_task_runs_in_a_warmed_worker(dat
 
         from smlaunch.pipelines.ops import chain
 
-        return {"pid": os.getpid(), "warm": chain._PROCESS_WARM, "torchvision": "torchvision.io" in sys.modules}
+        return {"pid": os.getpid(), "warm": chain._PROCESS_WARM, "torchvision": "torchvision.io" in sys.modules,
+                "nice": os.getpriority(os.PRIO_PROCESS, 0), "root": os.geteuid() == 0}
 
     # In the runtime environment the datasets' tasks get under Ray Train: theirs are the tasks it warms for.
     after = ray.get(ray.remote(_after_warm_up).options(num_cpus=1, label_selector={"sm-host": "algo-2"},
                                                        runtime_env=data_tasks_runtime_env()).remote(), timeout=60)
     assert after["pid"] in warmed and after["warm"] and after["torchvision"], (after, warmed)
+    # The warm-up imports at a lower CPU priority and gives it back where allowed (root may raise it).
+    assert after["nice"] == 0 or not after["root"], after
 
 
 @pytest.mark.ray
