@@ -23,6 +23,9 @@ only returns the error's text.
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 
 def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None) -> list:
     """Start one warm-up task per CPU slot of every host that runs the chain; returns their refs
@@ -78,7 +81,6 @@ def warm_worker(ops: list) -> dict:
 
 def _warm(ops: list) -> dict:
     import io
-    import os
 
     import numpy as np
     import pyarrow  # noqa: F401 (the read tasks' blocks)
@@ -101,26 +103,19 @@ def _warm(ops: list) -> dict:
     return done
 
 
-class _lower_priority:
+@contextlib.contextmanager
+def _lower_priority():
     """`nice` +10 within the block, the old priority restored after. Raising it back needs
     CAP_SYS_NICE; where that is refused the worker keeps the lower priority, which changes nothing
     on a data host of its own (its other processes are Ray's and this host's chain work)."""
-
-    def __enter__(self):
-        import os
-
-        self.before = os.getpriority(os.PRIO_PROCESS, 0)
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, self.before + 10)
-        except OSError:
-            self.before = None
-
-    def __exit__(self, *exc):
-        import os
-
-        if self.before is not None:
-            try:
-                os.setpriority(os.PRIO_PROCESS, 0, self.before)
-            except OSError:
-                pass
-
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, before + 10)
+    except OSError:
+        before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, before)

@@ -88,7 +88,7 @@ class SimulatedHosts:
             time.sleep(0.1)
         return {h: p.poll() for h, p in self.procs.items()}
 
-    def signal(self, signum: int = signal.SIGTERM) -> None:
+    def send_signal(self, signum: int = signal.SIGTERM) -> None:
         """What StopTrainingJob does: the signal to every host's process still running."""
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -123,7 +123,7 @@ def simulate(cfg, plan, command: str, stop) -> int:
 
     with local_data(cfg, plan):
         hosts = SimulatedHosts(Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts},
-                               cfg.model_dump(mode="json", exclude_unset=False))
+                               cfg.model_dump(mode="json"))
         try:
             for host in plan.hosts:
                 hosts.start(host.name, command)
@@ -133,7 +133,7 @@ def simulate(cfg, plan, command: str, stop) -> int:
             while None in hosts.wait(1.0).values():
                 if stop.is_set() and stopped_at is None:
                     stopped_at = time.monotonic()
-                    hosts.signal(signal.SIGTERM)
+                    hosts.send_signal(signal.SIGTERM)
                 if stopped_at is not None and time.monotonic() - stopped_at > KILL_AFTER_S:
                     log.error(f"hosts still running {KILL_AFTER_S:g} s after the stop; killing them")
                     break
