@@ -144,9 +144,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.pipelines.corrupt import corrupt_summary
 
     result["corrupt_records"] = corrupt_summary()
-    marks.update(result.pop("marks", None) or {})
-    marks["x_fit_returned"] = time.time()
-    import json as _j; print("XMARKS", _j.dumps({k: round(v - min(marks.values()), 2) for k, v in marks.items()}))  # rank 0's: workers up, model built, first batch, ...
+    marks.update(result.pop("marks", None) or {})  # rank 0's: workers up, model built, first batch, ...
     if isinstance(data_classes, list):
         result["classes"] = data_classes
     return build_report(plan, result, cfg.trainer.batch_size, timings, samples,
