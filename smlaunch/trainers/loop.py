@@ -55,6 +55,7 @@ class _Run:
         from smlaunch.trainers.optim import build_optimizer, build_schedule
         from smlaunch.trainers.mixing import LabelMix
         from smlaunch.trainers.position import DrawnPositions, EpochPosition
+        from smlaunch.trainers.next_epoch import NextEpoch
         from smlaunch.trainers.resume import initial_state
 
         self.spec, self.t, self.marks = spec, spec.trainer, marks
@@ -67,10 +68,6 @@ class _Run:
         self.device = ray.train.torch.get_device()
         self.control = Control(self.world, self.rank, self.guard)  # rank 0 watches the hosts between steps
         self.outbox = Outbox(enabled=self.rank == 0)  # the launcher's console: progress, metric lines, notes
-        self.raw_model = create_model(spec.model, spec.num_classes, spec.image_size)
-        marks["model_built"] = time.time()
-        self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
-        self.schedule = build_schedule(self.optimizer, self.t, spec.total_steps)
         self.seen = EpochIds(spec.id_check_rows // self.world)
         self.drawn = DrawnPositions()
         self.position = EpochPosition(1) if self.rank == 0 else None  # the epoch's merged positions (rank 0)
@@ -80,11 +77,25 @@ class _Run:
         self.consumed = None  # ids the resumed epoch had already drawn (a checkpoint without positions)
         self.unnamed = 0  # rows the resumed epoch had drawn, known by position only
         self.legacy_position = 0
+        self.drawn_before = None  # the resumed epoch's samples already drawn, for the "resumed" note
         if state is not None:
-            self._restore(state)
+            self._resume_position(state)
+        self._post_order()
+        # The first epoch's data is asked for now, before the model is built: Ray Data's execution
+        # (its coordinator, read and chain tasks, the first blocks) starts while timm imports and
+        # builds the model and DDP wraps it, instead of after (issue 40; `trainers.next_epoch`).
+        self.primed = None
+        if not self._done():
+            self.primed = NextEpoch(self._torch_batches(ray.train.get_dataset_shard("train")))
+            marks["data_asked"] = time.time()
+        self.raw_model = create_model(spec.model, spec.num_classes, spec.image_size)
+        marks["model_built"] = time.time()
+        self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
+        self.schedule = build_schedule(self.optimizer, self.t, spec.total_steps)
+        if state is not None:
+            self._restore_weights(state)
         elif spec.pretrained:
             self._fine_tune_from(spec.pretrained)
-        self._post_order()
         # DDP's wrap broadcasts rank 0's parameters and buffers to every rank (init_sync), so the weights
         # file is read once, by rank 0, and the other ranks' random initialisation is overwritten.
         self.model = ray.train.torch.prepare_model(self.raw_model)
@@ -118,32 +129,35 @@ class _Run:
         if failure:
             raise ConfigError(failure)
 
-    def _restore(self, state: dict) -> None:
+    def _resume_position(self, state: dict) -> None:
+        """Where the checkpoint's run stood: step, epochs, the resumed epoch's drawn samples. Read
+        before the model is built, since the first epoch's data starts from it."""
         import torch
 
-        self.raw_model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["scheduler"])
         self.step, self.epochs_done = state["step"], state["epochs_done"]
-        drawn_before = None
         if isinstance(state.get("position"), dict):  # where the epoch stands (`trainers.position`)
             from smlaunch.trainers.position import EpochPosition
 
             restored = EpochPosition.from_state(state["position"])
-            drawn_before = restored.delivered
+            self.drawn_before = restored.delivered
             if self.rank == 0:
                 self.position = restored
                 self.seen.skipped = self.unnamed = restored.delivered  # counted once, in the resumed epoch
         elif state.get("consumed_ids") is not None:  # an older checkpoint, or a Pipe channel: the ids drawn
             self.consumed = torch.as_tensor(state["consumed_ids"], dtype=torch.long)
-            drawn_before = len(self.consumed)
+            self.drawn_before = len(self.consumed)
             if self.rank == 0:  # the resumed epoch's accounting covers what it skips, once
                 self.seen.add(self.consumed.numpy(), skipped=True)
         else:
             self.legacy_position = state.get("position", 0)
+
+    def _restore_weights(self, state: dict) -> None:
+        self.raw_model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["scheduler"])
         self.outbox.put("resumed", step=self.step,
                         text=f"resumed from {self.resumed_from} at step {self.step}, epoch {self.epochs_done + 1}"
-                             + (f", {drawn_before} of its samples already drawn" if drawn_before is not None
+                             + (f", {self.drawn_before} of its samples already drawn" if self.drawn_before is not None
                                 else f", batch {self.legacy_position}")
                              + (f"; its weights take precedence over model.pretrained ({self.spec.pretrained}, "
                                 "not loaded)" if self.spec.pretrained else ""))
@@ -170,7 +184,7 @@ class _Run:
 
         shard = ray.train.get_dataset_shard("train")
         pending = None  # this rank's numbers of the last step, summed over ranks one exchange later
-        primed = None  # the next epoch's batches, started before validation (`trainers.next_epoch`)
+        primed, self.primed = self.primed, None  # the epoch's batches, already started (`trainers.next_epoch`)
         while not self.stopped and not self._done():
             pending, exhausted = self._epoch(shard, pending, primed)
             primed = None

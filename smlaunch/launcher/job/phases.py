@@ -1,8 +1,9 @@
 """Where a run's start and end go: its phases, as seconds since the command started.
 
 Users pay the start-up on every try of a config, so the report and the run's summary say what it
-was spent on: the cluster coming up, the channels listed, the train workers up, the model built,
-the first batch, the first and last steps, the final validation, the report, the teardown. The
+was spent on: the cluster coming up, the channels listed, the train workers up, the first epoch's
+data asked for (before the model is built, so that Ray Data starts while the model builds), the
+model built, the first batch, the first and last steps, the final validation, the report, the teardown. The
 marks come from two processes, the driver and rank 0 (on a SageMaker job, on the head host too),
 so they are wall-clock times (`time.time()`), and each phase is the mark less the command's own
 start: the creation time of this process, which includes Python's start and smlaunch's imports.
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 import time
 
-ORDER = ("cluster_up", "listed", "train_workers_up", "model_built", "first_batch", "first_step", "last_step",
+ORDER = ("cluster_up", "listed", "train_workers_up", "data_asked", "model_built", "first_batch", "first_step", "last_step",
          "final_validation", "report", "teardown")
 """The marks in the order a run passes them; the driver sets `cluster_up`, `listed`, `report` and
 `teardown`, rank 0 the others (`trainers.loop`)."""
 
 WORDS = {"cluster_up": "cluster up", "listed": "listed", "train_workers_up": "train workers up",
-         "model_built": "model built", "first_batch": "first batch", "first_step": "first step",
+         "data_asked": "data asked", "model_built": "model built", "first_batch": "first batch", "first_step": "first step",
          "last_step": "last step", "final_validation": "final validation", "report": "report",
          "teardown": "teardown"}
 
