@@ -37,7 +37,6 @@ def local_cluster(cfg: LaunchConfig, plan: LaunchPlan):
 
     with local_data(cfg, plan):
         log.info(f"cluster: starting {plural(len(plan.hosts), 'simulated host')}")
-        preload_driver_imports()
         listed = list_while_starting(plan)
         with LocalCluster(plan):
             yield ClusterUp(plan, listed)
@@ -85,21 +84,6 @@ def local_s3(cfg: LaunchConfig, plan: LaunchPlan):
             yield server.endpoint_url
         finally:
             _set_env(saved)
-
-
-def preload_driver_imports() -> threading.Thread:
-    """Import torch (Ray Train's torch trainer and the TensorBoard writer need it) in a thread while
-    the cluster starts: the driver mostly waits for the simulated hosts then, and the 2-4 s the
-    import takes would otherwise sit between the cluster being up and Ray Train starting. Only
-    modules that do not import ray: ray must load after the cluster's auth settings are in the
-    environment (`LocalCluster.__enter__`)."""
-    def load() -> None:
-        import torch  # noqa: F401
-        import tensorboardX.event_file_writer  # noqa: F401
-
-    thread = threading.Thread(target=load, name="preload-imports", daemon=True)
-    thread.start()
-    return thread
 
 
 def list_while_starting(plan: LaunchPlan):
