@@ -61,6 +61,7 @@ def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) ->
         with forward_stop_to_trainer(stop):
             report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed, marks)
         report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
+        report["summary"]["command_started_at"] = round(since, 3)  # what phases_s counts from (Unix time)
         report["summary"]["phases_s"] = phases(marks, since)
         path = write_report(report, Path(output_root(up.plan)) / "output" / "data")  # once: plots take seconds
         report["path"] = str(path)

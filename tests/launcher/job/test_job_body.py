@@ -87,6 +87,11 @@ def test_the_body_installs_the_stop_once_the_cluster_is_up_and_hands_the_report_
     assert list(phases) == ["cluster_up", "listed", "first_step", "report", "teardown"]
     assert list(phases.values()) == sorted(phases.values()) and phases["cluster_up"] > 0
     assert written["summary"]["phases_s"] == phases
+    # ... counted from this process's start, which the summary gives as a Unix time (a bench that
+    # starts the command itself, e.g. `sm-launch simulate`'s head host, measures its exit from it)
+    import psutil
+
+    assert summary["command_started_at"] == round(psutil.Process().create_time(), 3) < time.time()
     assert (path.parent / "summary.md").exists()
 
 
