@@ -76,7 +76,10 @@ def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
             endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
             with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as exposed:
                 up = ClusterUp(exposed)
-                yield up
+                try:
+                    yield up
+                finally:  # the upload below takes the whole output directory: the plots first
+                    up.wait_for_outputs()
     if is_s3(plan.output_dir) and up.report is not None:
         up.report["path"] = join(plan.output_dir, "output", "data", Path(up.report["path"]).name)
 

@@ -39,6 +39,13 @@ class ClusterUp:
     listed: Any = None
     """A future of the channels' listings started while the cluster came up, or None."""
     report: dict | None = None
+    rendering: Any = None
+    """The report's plots being drawn (`report.job_report.Rendering`) while the cluster goes down;
+    a path that ships the output directory elsewhere on exit (an `s3://` run.dir) waits for them."""
+
+    def wait_for_outputs(self) -> None:
+        if self.rendering is not None:
+            self.rendering.wait()
 
 
 def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) -> dict:
@@ -46,7 +53,7 @@ def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) ->
     the head's output). `stop`: the run's `StopRequest` (SIGTERM or the toolkit's exit)."""
     from smlaunch.launcher.job.phases import command_started, mark, phases
     from smlaunch.launcher.job.stopping import forward_stop_to_trainer
-    from smlaunch.launcher.report.job_report import write_report
+    from smlaunch.launcher.report.job_report import Rendering, write_report
     from smlaunch.text import plural
 
     since, started, marks = command_started(), time.perf_counter(), {}
@@ -63,11 +70,12 @@ def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) ->
         report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
         report["summary"]["command_started_at"] = round(since, 3)  # what phases_s counts from (Unix time)
         report["summary"]["phases_s"] = phases(marks, since)
-        path = write_report(report, Path(output_root(up.plan)) / "output" / "data")  # once: plots take seconds
+        path = write_report(report, Path(output_root(up.plan)) / "output" / "data", render=False)
         report["path"] = str(path)
         mark(marks, "report")
-        up.report = report
+        up.report, up.rendering = report, Rendering(path)  # the plots are drawn while the cluster goes down
     mark(marks, "teardown")
+    up.wait_for_outputs()
     report["summary"]["phases_s"] = phases(marks, since)
     _amend_summary(path, report["summary"])
     return report

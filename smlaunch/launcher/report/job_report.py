@@ -123,15 +123,47 @@ def _mean(pairs) -> float:
     return round(sum(v * w for v, w in pairs) / weight, 1) if weight else 0.0
 
 
-def write_report(report: dict, output_dir: str | Path) -> Path:
-    """report.json, summary.md, the PNG plots and TensorBoard scalars, in `output_dir`."""
+def write_report(report: dict, output_dir: str | Path, render: bool = True) -> Path:
+    """report.json, and (with `render`) summary.md, the PNG plots and TensorBoard scalars, in `output_dir`."""
     from smlaunch.launcher.report.render import render_outputs
 
     path = Path(output_dir) / "report.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({k: v for k, v in report.items() if k != "path"}, indent=2))
-    render_outputs(report, path.parent)
+    if render:
+        render_outputs(report, path.parent)
     return path
+
+
+class Rendering:
+    """summary.md, the plots and the TensorBoard file of a written report.json, drawn in a thread
+    while the job's cluster goes down (about 1 s of the exit on the 2-core VM; 14 s for a day on 80
+    hosts, BENCHMARKS.md `long_run`). They are drawn from the file, not from the live report, which
+    the job body still amends. `wait` returns when they are on disk, and raises the drawing's error."""
+
+    DEADLINE_S = 600.0
+
+    def __init__(self, path: Path):
+        import threading
+
+        self.path, self._error = Path(path), None
+        self._thread = threading.Thread(target=self._draw, name="report-render", daemon=True)
+        self._thread.start()
+
+    def _draw(self) -> None:
+        from smlaunch.launcher.report.render import render_outputs
+
+        try:
+            render_outputs(json.loads(self.path.read_text()), self.path.parent)
+        except BaseException as exc:  # noqa: BLE001 - raised where the job waits for the drawing
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join(self.DEADLINE_S)
+        if self._thread.is_alive():
+            raise RuntimeError(f"the report's plots in {self.path.parent} were not drawn within {self.DEADLINE_S:.0f} s")
+        if self._error is not None:
+            raise self._error
 
 
 def summary_lines(report: dict) -> list[str]:

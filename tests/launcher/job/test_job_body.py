@@ -57,6 +57,9 @@ def cluster(plan, events, listed=None):
             events.append(f"cluster down after {type(exc).__name__}")
             raise
         events.append(f"cluster down with report of {handed.report['summary']['steps']} steps")
+        # report.json is on disk when the cluster goes down; its plots are drawn meanwhile (`Rendering`)
+        written = Path(handed.report["path"])
+        assert written.exists() and handed.rendering is not None and handed.rendering.path == written
     return up()
 
 
@@ -92,7 +95,8 @@ def test_the_body_installs_the_stop_once_the_cluster_is_up_and_hands_the_report_
     import psutil
 
     assert summary["command_started_at"] == round(psutil.Process().create_time(), 3) < time.time()
-    assert (path.parent / "summary.md").exists()
+    # ... and on disk by the time the body returns
+    assert (path.parent / "summary.md").exists() and (path.parent / "throughput.png").stat().st_size > 0
 
 
 def test_a_failed_training_reaches_the_paths_teardown_as_its_error(fake_training, tmp_path):

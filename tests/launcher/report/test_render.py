@@ -75,3 +75,13 @@ def test_a_long_run_stays_bounded_and_its_summary_still_covers_every_step(config
     # every bucket before the exact tail, then the tail: 3 scalars each, a few validation ones, a header
     assert 3 * TAIL + samples <= records <= 3 * (len(series["buckets"]) + TAIL) + samples + 10
     assert sum(e["n"] for e in series["epochs"]) == steps
+
+
+def test_a_report_drawn_in_the_background_raises_its_drawing_error_where_the_job_waits(tmp_path):
+    from smlaunch.launcher.report.job_report import Rendering
+
+    path = tmp_path / "report.json"
+    path.write_text('{"job": "broken"}')  # no summary: the drawing fails in its thread
+    drawing = Rendering(path)
+    with pytest.raises(KeyError):
+        drawing.wait()
