@@ -1,4 +1,4 @@
-"""Reading this machine once, at the edge: its CPUs and GPUs (SageMaker's job files: `sagemaker_env`)."""
+"""Reading this machine once, at the edge: its CPUs and GPUs, and its PID 1 (SageMaker's job files: `sagemaker_env`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,18 @@ import time
 
 from smlaunch.cluster.plan import LocalEnvironment
 
+SIMULATED_HOST_ENV = "SMLAUNCH_SIMULATED_HOST"
+"""Set by `sm-launch simulate` for its host processes: they are no containers, so this machine's
+PID 1 says nothing about how a stop would reach them."""
+
 
 def detect_local_environment() -> LocalEnvironment:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from smlaunch.launcher.job.supervisor import read_pid1
+
     return LocalEnvironment(cpus=cpus, gpus=count_gpus(), started=time.strftime("%Y%m%d-%H%M%S"),
-                            memory_bytes=_memory_bytes())
+                            memory_bytes=_memory_bytes(),
+                            pid1=None if os.environ.get(SIMULATED_HOST_ENV) else read_pid1())
 
 
 def _memory_bytes() -> int:

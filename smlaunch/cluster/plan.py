@@ -59,6 +59,9 @@ class LocalEnvironment:
     """Timestamp naming a run directory when the config names none."""
     memory_bytes: int = 0
     """This machine's memory (0: unknown), shared by the simulated hosts' object stores."""
+    pid1: object = None
+    """This container's PID 1 (`launcher.job.supervisor.Pid1`), where /proc tells: on a SageMaker
+    host it decides what a stop does (`stop_protection`)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,13 @@ class LaunchPlan:
     output_dir: str | None = None
     """Where model/, checkpoints/ and output/data/ go: `run_dir` on a cluster smlaunch attached to
     (no host has an /opt/ml there); None: the head's /opt/ml tree."""
+    checkpoint_every_s: float = 0.0
+    """Seconds between timed checkpoints (0: none): `trainer.checkpoint_every_s`, or its default
+    under an unsafe PID 1 (`stop_protection`)."""
+    stop: str | None = None
+    """On a SageMaker host: what a stop will do under this container's PID 1, in one line."""
+    stop_is_clean: bool = True
+    """Whether a stop reaches sm-launch here (False under tini, a bash entry script, ...)."""
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -211,6 +221,38 @@ def training_numbers(cfg: LaunchConfig, workers: tuple[WorkerPlan, ...]) -> dict
     lr = t.learning_rate * (len(workers) if t.lr_scaling == "linear" else 1)
     return {"workers": workers, "train_workers": len(workers), "use_gpu": any(w.on_gpu for w in workers),
             "global_batch": t.batch_size * t.grad_accum_steps * len(workers), "learning_rate": lr}
+
+
+UNSAFE_STOP_CHECKPOINT_S = 300.0
+"""`trainer.checkpoint_every_s` by default under a PID 1 that lets no stop reach sm-launch: a stop then
+loses at most this much training (plus the 120 s SageMaker waits before its SIGKILL, spent training)."""
+
+
+def stop_fields(trainer, pid1=None) -> dict:
+    """A plan's `checkpoint_every_s` and `stop`, on every path (`pid1` only on a SageMaker host)."""
+    every, stop = stop_protection(trainer, pid1)
+    return {"checkpoint_every_s": every, "stop": stop, "stop_is_clean": pid1 is None or pid1.stop_is_clean}
+
+
+def stop_protection(trainer, pid1) -> tuple[float, str | None]:
+    """(`trainer.checkpoint_every_s` in effect, the line a SageMaker host prints about a stop).
+
+    A stop checkpoints only where SIGTERM reaches sm-launch (`Pid1.stop_is_clean`). Under any other
+    PID 1 the last periodic checkpoint is where the next job resumes, so one is written every
+    `UNSAFE_STOP_CHECKPOINT_S` unless the config says otherwise. Off SageMaker (`pid1` None) only
+    the config counts."""
+    configured = trainer.checkpoint_every_s
+    if pid1 is None:
+        return configured or 0.0, None
+    if pid1.stop_is_clean:
+        return configured or 0.0, f"stop: {pid1.what_a_stop_does()}"
+    every = UNSAFE_STOP_CHECKPOINT_S if configured is None else configured
+    cadence = (f"checkpointing every {every:g} s instead (trainer.checkpoint_every_s"
+               f"{'' if configured is not None else ' default under this PID 1'})" if every else
+               "trainer.checkpoint_every_s is 0, so a stop loses everything since the last checkpoint")
+    return every, (f"stop: {pid1.what_a_stop_does()}; {cadence}. For a checkpoint at the stop itself use "
+                   "sagemaker.entry: container, or smlaunch-init as the image's PID 1 (README, \"Stops under "
+                   "the toolkit\")")
 
 
 def config_train_group(cfg: LaunchConfig) -> tuple[str, str]:
@@ -276,7 +318,7 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
         job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=train_hosts[0],
         train_selector={SUBCLUSTER: "train"}, data_selector={SUBCLUSTER: "data"} if data_hosts else None,
         channels=channels, notes=tuple(notes), join_timeout_s=cfg.cluster.join_timeout_s,
-        **training_numbers(cfg, workers))
+        **training_numbers(cfg, workers), **stop_fields(cfg.trainer))
 
 
 def _local_devices(workers: tuple[WorkerPlan, ...], env: LocalEnvironment,

@@ -282,6 +282,11 @@ class TrainerConfig(_Strict):
     """auto: bf16 autocast on GPU, fp32 on CPU."""
     checkpoint_interval: int = Field(default=0, ge=0)
     """Steps between checkpoints; 0 = only at the end (and on SIGTERM)."""
+    checkpoint_every_s: Optional[float] = Field(default=None, ge=0)
+    """Seconds between checkpoints (at the first step boundary after), beside `checkpoint_interval`;
+    0 = none. Default: none, except on a SageMaker host whose PID 1 lets no stop reach sm-launch
+    (tini, a bash entry script: README "Stops under the toolkit"), where it is
+    `UNSAFE_STOP_CHECKPOINT_S`, the only protection left there."""
     checkpoint_dir: Optional[str] = None
     """Default: the head's `/opt/ml/checkpoints` (SageMaker syncs it to the job's checkpoint S3 URI)."""
     resume: bool = True

@@ -14,8 +14,8 @@ In toolkit mode SageMaker's SIGTERM goes to the container's PID 1, not to the la
 (`launcher.job.supervisor` has the cases). The script names its supervisor (the nearest ancestor that
 is not a shell, as `pid:start time`) in `SMLAUNCH_SUPERVISOR`, and the launcher stops, checkpoints
 and exits when that process is gone (`launcher.job.stopping.watch_supervisor`), the same path as a
-SIGTERM of its own. Where PID 1 has no SIGTERM handler, no process will learn of a stop, and the
-script says so at start.
+SIGTERM of its own. Whether a stop gets that far depends on the container's PID 1; sm-launch says
+at start what a stop will do under it (`launcher.job.supervisor.Pid1`).
 
 The project is the nearest folder at or above this file holding `pyproject.toml`, so the same
 script also serves a source dir staged by hand for the SageMaker Python SDK
@@ -115,15 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
     sys.path.insert(0, str(PROJECT))  # the shipped package: its supervisor module is standard library only
-    from smlaunch.launcher.job.supervisor import SUPERVISOR_ENV, is_alive, pid1_ignores_sigterm, supervisor
+    from smlaunch.launcher.job.supervisor import SUPERVISOR_ENV, is_alive, supervisor
 
     watched = supervisor()  # now: an install takes 20-30 s, and the supervisor may be gone by then
-    deaf = pid1_ignores_sigterm()
-    if deaf:
-        print(f"smlaunch_entry: warning: this container's PID 1 ({deaf}) has no SIGTERM handler, so a stop or spot "
-              "interruption reaches no process here; SageMaker kills the job 120 s later and it resumes from the "
-              "last periodic checkpoint (trainer.checkpoint_interval). sagemaker.entry: container makes sm-launch "
-              "PID 1 and stops it cleanly", flush=True)
     env = dict(os.environ)
     mode = env.get("SMLAUNCH_PIP_INSTALL", "auto")
     if mode not in ("auto", "1", "0"):

@@ -83,3 +83,33 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class CheckpointLog:
+    """When rank 0 wrote checkpoints, why and in how long: the report's `checkpoints`, which show
+    what a cadence costs (`launcher.report.job_report`), and the clock of `trainer.checkpoint_every_s`."""
+
+    def __init__(self, every_s: float):
+        import time
+
+        self.every_s = every_s
+        self.entries: list[dict] = []
+        """{step, why (interval, timer, stop, end), s} per checkpoint written."""
+        self._last = time.monotonic()  # the timer counts from the start of training, then from each checkpoint
+        self._last_state: tuple[int, int] | None = None
+
+    def due(self) -> bool:
+        import time
+
+        return bool(self.every_s) and time.monotonic() - self._last >= self.every_s
+
+    def holds(self, step: int, epochs_done: int) -> bool:
+        """A checkpoint of this very state is written: another would hold the same under the same name."""
+        return self._last_state == (step, epochs_done)
+
+    def written(self, step: int, epochs_done: int, why: str, started: float) -> None:
+        import time
+
+        self._last = time.monotonic()
+        self._last_state = (step, epochs_done)
+        self.entries.append({"step": step, "why": why, "s": round(self._last - started, 3)})

@@ -4,7 +4,7 @@ Several ranks must take every step together (DDP's gradient all-reduce and a che
 are collectives); a rank that went another way would leave the others waiting forever. With
 uneven shards (no rows dropped to equalise them) one rank runs out of batches before another, and
 a stop request reaches ranks at different moments. So before each step the ranks exchange, in one
-all-reduce of nine numbers on a gloo group (CPU tensors: no GPU synchronisation):
+all-reduce of ten numbers on a gloo group (CPU tensors: no GPU synchronisation):
 
 * how many ranks hold a full step's micro-batches, and how many hold any: all of them means a
   normal DDP step; some means a *drain* step (the ranks with data compute without DDP's sync, then
@@ -14,12 +14,14 @@ all-reduce of nine numbers on a gloo group (CPU tensors: no GPU synchronisation)
   reads it at most once a second) or a lost host (`LostHostGuard`, every 2 s): one watcher per
   job, whose verdict every rank has at the next step at no extra cost, where a poll per rank
   would cost the KV store and Ray's node table a request per rank per interval;
+* whether rank 0's clock says a timed checkpoint is due (`trainer.checkpoint_every_s`): only
+  rank 0's clock counts, so every rank writes it after the same step;
 * the previous step's numbers (loss, micro-batches, images, data wait, step time), summed, so the
   step record rank 0 reports covers every rank, one step late and at no extra cost.
 
 The all-reduce is recursive doubling on gloo's point-to-point sends (`_all_reduce`): log2(n)
 rounds, 7 at 128 ranks, where gloo's own all-reduce is a ring of 2 (n - 1) sequential hops, 254 at
-128 ranks. Nine numbers are all latency, so the hop count is the cost: bench/long_run.py measures a
+128 ranks. Ten numbers are all latency, so the hop count is the cost: bench/long_run.py measures a
 hop and puts the ring at about 19 % of a 300 ms step at 128 ranks, recursive doubling at about 1 %
 (BENCHMARKS.md "control_exchange").
 
@@ -56,6 +58,8 @@ class Decision:
     all_full: bool
     any_data: bool
     stop: bool
+    checkpoint: bool
+    """Rank 0 found a timed checkpoint due: every rank saves after this step."""
     previous: list[float] | None
     """The previous step's numbers summed over ranks (as `StepNumbers.as_list`), or None."""
 
@@ -95,18 +99,20 @@ class Control:
             self._stop_seen = internal_kv._internal_kv_get(STOP, namespace=NAMESPACE) is not None
         return self._stop_seen
 
-    def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None) -> Decision:
-        """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost."""
+    def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None,
+                 checkpoint_due: bool = False) -> Decision:
+        """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost.
+        `checkpoint_due` counts on rank 0 only."""
         stop = self._stop_locally()
         lost = self.guard.error() if self.guard is not None and self.rank == 0 else None
-        values = [float(full), float(any_data), float(stop), float(lost is not None)] + \
-            (previous.as_list() if previous else [0.0] * 5)
+        values = [float(full), float(any_data), float(stop), float(lost is not None),
+                  float(checkpoint_due and self.rank == 0)] + (previous.as_list() if previous else [0.0] * 5)
         if self.world > 1:
             values = self._all_reduce(values)
         if values[3] > 0:
             raise lost or self._lost_elsewhere()
         return Decision(all_full=values[0] == self.world, any_data=values[1] > 0, stop=values[2] > 0,
-                        previous=values[4:] if previous is not None else None)
+                        checkpoint=values[4] > 0, previous=values[5:] if previous is not None else None)
 
     def _lost_elsewhere(self) -> Exception:
         """Rank 0's verdict, looked up again here (once, on the way out) for its exact message."""

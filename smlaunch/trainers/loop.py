@@ -50,6 +50,7 @@ class _Run:
         from smlaunch.pipelines.sources.host_loss import LostHostGuard
         from smlaunch.series import StepLog
         from smlaunch.trainers.accounting import Accountant, EpochIds
+        from smlaunch.trainers.checkpoints import CheckpointLog
         from smlaunch.trainers.control import Control
         from smlaunch.trainers.model import create_model
         from smlaunch.trainers.optim import build_optimizer, build_schedule
@@ -110,6 +111,7 @@ class _Run:
         self.mix = LabelMix(spec.num_classes, self.device)
         self.stopped = False
         self.cut_short = False  # the run ended inside an epoch
+        self.saves = CheckpointLog(spec.checkpoint_every_s)  # the timer counts from here
 
     def _fine_tune_from(self, weights: str) -> None:
         """`model.pretrained` into the fresh model, read by rank 0 alone (DDP's wrap copies it to the
@@ -215,7 +217,8 @@ class _Run:
             micro, waited = self._fetch(batches)
             if micro:
                 self.marks.setdefault("first_batch", time.time())
-            decision = self.control.exchange(len(micro) == self.t.grad_accum_steps, bool(micro), pending)
+            decision = self.control.exchange(len(micro) == self.t.grad_accum_steps, bool(micro), pending,
+                                             checkpoint_due=self.rank == 0 and self.saves.due())
             if decision.previous is not None:
                 self._record(decision.previous)
             pending = None
@@ -231,8 +234,11 @@ class _Run:
             self.marks["last_step"] = now = time.time()
             self.marks.setdefault("first_step", now)
             if self.t.checkpoint_interval and self.step % self.t.checkpoint_interval == 0:
-                self._save()
+                self._save("interval")
+            elif decision.checkpoint:
+                self._save("timer")
         return pending, False
+
 
     def _raise_empty_epoch(self):
         from smlaunch.errors import DataError
@@ -331,7 +337,8 @@ class _Run:
 
     def _stop(self) -> None:
         self.guard.check(force=True)
-        self._save()
+        if not self.saves.holds(self.step, self.epochs_done):
+            self._save("stop")
         self.outbox.put("note", text=f"stopped at step {self.step} on request; checkpoint written")
         self.stopped = True
 
@@ -386,8 +393,8 @@ class _Run:
         if not self.validation or self.validation[-1]["step"] != self.step:
             self._validate(self.epochs_done + self.cut_short)
         self.marks["final_validation"] = time.time()
-        if not self.t.checkpoint_interval or self.step % self.t.checkpoint_interval:
-            self._save()
+        if not self.saves.holds(self.step, self.epochs_done):
+            self._save("end")
         if self.rank == 0:
             from smlaunch.trainers.export import save_model
 
@@ -395,9 +402,16 @@ class _Run:
                        {"loss": self.steps.last["loss"] if self.steps.last else None,
                         "validation": self.validation[-1]})
 
-    def _save(self) -> None:
+    def _save(self, why: str) -> None:
         """A checkpoint: every rank reports (a barrier), rank 0 writes the state, with the ids the group
-        has drawn in the current epoch (its data position, whatever the next world size)."""
+        has drawn in the current epoch (its data position, whatever the next world size). `why`
+        (interval, timer, stop, end) and the seconds it took go into the report's `checkpoints`:
+        what a cadence costs."""
+        started = time.monotonic()
+        self._write_checkpoint()
+        self.saves.written(self.step, self.epochs_done, why, started)
+
+    def _write_checkpoint(self) -> None:
         import tempfile
 
         import numpy as np
@@ -441,7 +455,8 @@ class _Run:
                 "epochs": self.epochs_done + self.cut_short,
                 "epochs_complete": self.epochs_done,
                 "stopped_at_step": self.step if self.stopped else None, "resumed_from": self.resumed_from,
-                "resumed_at_step": self.resumed_at_step, "marks": self.marks,
+                "resumed_at_step": self.resumed_at_step, "marks": self.marks, "checkpoints": self.saves.entries,
+                "steps_span_s": self.marks.get("last_step", 0) - self.marks.get("first_step", 0),
                 "sample_accounting": self.books.report(), "workers": workers,
                 "host_rows": {name: int(n) for name, n in zip(hosts, host_rows.tolist())},
                 "chain_by_host": {name: {"train_rows": int(n), "chain_s": round(sec, 4)}

@@ -56,6 +56,8 @@ class TrainSpec:
     train_units: int | None = None
     """Units (files or Parquet row groups) of a File or FastFile train channel: what a complete
     epoch's positions must cover (`trainers.position`); None for a Pipe channel."""
+    checkpoint_every_s: float = 0.0
+    """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
     id_check_rows: int = 2_000_000
     """Epochs of up to this many rows also get the id-based check (`trainers.accounting`), which
     gathers every id drawn to rank 0 (8 bytes a row); larger ones are checked by positions alone."""

@@ -39,11 +39,18 @@ class SimulatedJob(SimulatedHosts):
                         os.link(path, target / path.relative_to(folder))
         super().__init__(root, trees, config)
 
-    def start_under_toolkit(self, host: str, command: str = "run"):
+    def start_under_toolkit(self, host: str, command: str = "run", pid1: list[str] | None = None,
+                            capture_error: bool = False):
         """Start `host` as the toolkit recipe does: the `sagemaker-training` toolkit's real `train`
         entry reads the host's hyperparameters, copies the source dir (this checkout's package and
         the job's config, as a submitted job's tarball holds them) to /opt/ml/code and runs the
-        entry script from it, which execs `sm-launch`. Needs `sagemaker-training` installed."""
+        entry script from it, which execs `sm-launch`. Needs `sagemaker-training` installed.
+
+        `pid1`: run the host as a container does, in a PID namespace of its own whose PID 1 is this
+        command with `train` as its argument (`unshare -pf --mount-proc`; the process started here
+        is `unshare`, and `pid1_of` finds the namespace's PID 1). `capture_error`: `train` runs the
+        entry through a framework module as the PyTorch images do (`support.pytorch_framework`),
+        which pipes the entry's stdout and stderr to the toolkit."""
         source = self.root / "sourcedir"
         if not source.exists():
             package = ROOT / "smlaunch"
@@ -54,10 +61,16 @@ class SimulatedJob(SimulatedHosts):
                            "sagemaker_submit_directory": str(source), "sagemaker_region": "us-east-1"}
         (self.trees[host] / "input" / "config" / "hyperparameters.json").write_text(
             json.dumps({k: json.dumps(v) for k, v in hyperparameters.items()}))
-        train = Path(sys.executable).with_name("train")
+        train = [str(Path(sys.executable).with_name("train"))]
+        argv = ["unshare", "-pf", "--mount-proc", *pid1, *train] if pid1 is not None else train
+        container = {"SMLAUNCH_SIMULATED_HOST": ""} if pid1 is not None else {}  # its PID 1 is what a stop meets
+        framework = {"SAGEMAKER_TRAINING_MODULE": "pytorch_framework:main",
+                     "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "tests" / "support"),
+                                                               os.environ.get("PYTHONPATH")) if p)
+                     } if capture_error else {}
         # SM_STUDIO_LOCAL_MODE: the toolkit skips waiting for DNS to resolve algo-N (here a hosts file does)
-        return self.start(host, command, argv=[str(train)], SMLAUNCH_PIP_INSTALL="0", SMLAUNCH_COMMAND=command,
-                          AWS_REGION="us-east-1", SM_STUDIO_LOCAL_MODE="true")
+        return self.start(host, command, argv=argv, SMLAUNCH_PIP_INSTALL="0", SMLAUNCH_COMMAND=command,
+                          AWS_REGION="us-east-1", SM_STUDIO_LOCAL_MODE="true", **framework, **container)
 
 
 DIGITS_LAYOUT = [

@@ -48,3 +48,22 @@ def test_warmup_then_cosine_to_zero():
     assert factor(0) == 0.1 and abs(factor(9) - 1.0) < 0.03
     assert factor(50) < factor(20) and factor(100) < 1e-9
     assert warmup_cosine(None, 5)(1000) == 1.0  # length unknown: constant after warmup
+
+
+def test_the_checkpoint_log_times_each_checkpoint_and_knows_the_state_it_holds(monkeypatch):
+    import time
+
+    from smlaunch.trainers.checkpoints import CheckpointLog
+
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    log = CheckpointLog(every_s=30)
+    assert not log.due() and not log.holds(0, 0)
+    now[0] = 130.0
+    assert log.due()  # 30 s since training began
+    log.written(12, 0, "timer", started=129.5)
+    assert not log.due() and log.holds(12, 0) and not log.holds(12, 1) and not log.holds(13, 0)
+    now[0] = 159.0
+    assert not log.due()  # counted from the checkpoint, not from the start
+    assert log.entries == [{"step": 12, "why": "timer", "s": 0.5}]
+    assert not CheckpointLog(every_s=0).due()

@@ -37,13 +37,16 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out: dict) -
     control._stop_locally = lambda: rank == 1  # rank 1 saw a stop request; every rank must learn it
     model = torch.nn.parallel.DistributedDataParallel(_model())
     micro = _batches(rank, counts)
-    decision = control.exchange(len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0))
+    # a timed checkpoint is rank 0's call: the others' clocks are not counted
+    decision = control.exchange(len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0),
+                                checkpoint_due=rank != 0)
+    timed = control.exchange(True, True, None, checkpoint_due=rank == 0)
     with model.no_sync():
         for x, y in micro:
             torch.nn.functional.cross_entropy(model(x), y).backward()
     sum_gradients(model, len(micro), world)
     torch.optim.SGD(model.parameters(), lr=0.5).step()
-    out[rank] = {"decision": decision, "weights": [p.detach().clone() for p in model.parameters()],
+    out[rank] = {"decision": decision, "timed": timed.checkpoint, "weights": [p.detach().clone() for p in model.parameters()],
                  "gathered": control.gather(rank * 10, rank), "broadcast": control.broadcast(f"from {rank}")}
     dist.destroy_process_group()
 
@@ -64,6 +67,7 @@ def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(co
             assert torch.allclose(got, want, atol=1e-6), (rank, got, want)
         decision = out[rank]["decision"]
         assert not decision.all_full and decision.any_data and decision.stop  # rank 1's stop reached all
+        assert not decision.checkpoint and out[rank]["timed"]  # rank 0's timer reached all, no one else's
         assert decision.previous == [sum(1.0 + r for r in range(world)), world, 2 * world, 0.5 * world, 1.0 * world]
         assert out[rank]["broadcast"] == "from 0"
     assert out[0]["gathered"] == [r * 10 for r in range(world)]

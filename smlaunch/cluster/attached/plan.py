@@ -25,7 +25,8 @@ import dataclasses
 from pathlib import Path
 
 from smlaunch.cluster.attached.attach import AttachedCluster, Node
-from smlaunch.cluster.plan import NODE_ID_LABEL, SUBCLUSTER, HostPlan, LaunchPlan, channel_plan, training_numbers
+from smlaunch.cluster.plan import (NODE_ID_LABEL, SUBCLUSTER, HostPlan, LaunchPlan, channel_plan, stop_fields,
+                                   training_numbers)
 from smlaunch.cluster.topology import WorkerPlan, place_workers, receiving_groups
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError, UserError
@@ -87,7 +88,8 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, st
         train_selector=_selector(train_nodes, "train", everyone),
         data_selector=_selector(data_nodes, "data", everyone) if data_nodes else None,
         channels=channels, notes=tuple(notes), mode="attached", head_address=attached.address,
-        join_timeout_s=cfg.cluster.join_timeout_s, host_label=NODE_ID_LABEL, output_dir=output_dir, **training_numbers(cfg, workers))
+        join_timeout_s=cfg.cluster.join_timeout_s, host_label=NODE_ID_LABEL, output_dir=output_dir,
+        **training_numbers(cfg, workers), **stop_fields(cfg.trainer))
 
 
 def with_node_trees(plan: LaunchPlan, trees: dict[str, str]) -> LaunchPlan:

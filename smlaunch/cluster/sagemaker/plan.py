@@ -13,7 +13,7 @@ from pathlib import Path
 
 from smlaunch.cluster.sagemaker.nccl import nccl_environment
 from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, HostPlan, LaunchPlan, LocalEnvironment,
-                                   channel_plan, natural_key, training_numbers)
+                                   channel_plan, natural_key, stop_fields, training_numbers)
 from smlaunch.cluster.topology import GroupShape, choose_train_group, place_workers, receiving_groups
 from smlaunch.cluster.sagemaker_env import HOMOGENEOUS_GROUP, GroupInfo, SageMakerEnvironment
 from smlaunch.config.instance_types import InstanceSpec, known_spec
@@ -112,7 +112,7 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
         head_address=f"{head}:{cfg.cluster.port}", join_timeout_s=cfg.cluster.join_timeout_s,
         worker_env=nccl_environment(groups[train_group].instance_type, sm.network_interface_name,
                                     cfg.sagemaker.environment if cfg.sagemaker else None),
-        **training_numbers(cfg, workers))
+        **training_numbers(cfg, workers), **stop_fields(cfg.trainer, local.pid1))
 
 
 def _check_received(channel: str, ch, me: HostPlan, sm: SageMakerEnvironment) -> None:

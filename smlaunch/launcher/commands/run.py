@@ -123,6 +123,8 @@ def _on_sagemaker(command: str, job, stop) -> int:
 
     cfg, plan, sm = job.cfg, job.plan, job.sagemaker
     console.log_to_file(sm.path("output", "data", "smlaunch", "sm-launch.log"))
+    if plan.stop:  # what a stop will do under this container's PID 1 (`cluster.plan.stop_protection`)
+        log.log(logging.INFO if plan.stop_is_clean else logging.WARNING, plan.stop)
     def announce(final) -> None:
         """The head's summary once every host joined: the workers it names are the ones that train
         (the plan before the join placed them on the GPUs the instance types promise)."""

@@ -37,7 +37,8 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         fragile_channels=tuple(fragile_channels(plan)), worker_selectors=tuple(plan.worker_selectors),
         preprocess_selector=dict(plan.preprocess_selector), worker_env=dict(plan.worker_env), resume_from=resume_from,
         pretrained=pretrained_weights(cfg), class_names=names,
-        shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows, train_units=train_units)
+        shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows, train_units=train_units,
+        checkpoint_every_s=plan.checkpoint_every_s)
 
 
 def pretrained_weights(cfg: LaunchConfig) -> str | None:

@@ -48,6 +48,7 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
             "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
             "samples_duplicated": accounting.get("duplicated"),
             "samples_missing": accounting.get("missing"),
+            **checkpoint_cost(result, plan.checkpoint_every_s),
             **timings,
         },
         "classes": result.get("classes"),
@@ -65,6 +66,19 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
     }
     add_analysis(report, monitor or {}, epoch_images)
     return report
+
+
+def checkpoint_cost(result: dict, every_s: float) -> dict:
+    """What this run's checkpoints cost: how many (by why: interval, timer, stop, end), their seconds,
+    and those as a share of the time between the first and last step, which they interrupted."""
+    entries = result.get("checkpoints") or []
+    spent = sum(e["s"] for e in entries)
+    span = result.get("steps_span_s") or 0
+    why: dict[str, int] = {}
+    for e in entries:
+        why[e["why"]] = why.get(e["why"], 0) + 1
+    return {"checkpoint_every_s": every_s, "checkpoints_written": why, "checkpoint_s": round(spent, 3),
+            "checkpoint_pct": round(100 * spent / span, 2) if span > 0 else None}
 
 
 def step_log(report: dict):
@@ -180,10 +194,20 @@ def summary_lines(report: dict) -> list[str]:
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
-    ] + _rank_lines(report) + [
+    ] + _checkpoint_lines(s) + _rank_lines(report) + [
         f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
          for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report) \
         + _phase_lines(s)
+
+
+def _checkpoint_lines(summary: dict) -> list[str]:
+    written = summary.get("checkpoints_written")
+    if not written:
+        return []
+    kinds = ",".join(f"{why}:{n}" for why, n in written.items())
+    pct = summary.get("checkpoint_pct")
+    return [f"checkpoints={sum(written.values())} ({kinds}) checkpoint_s={summary['checkpoint_s']} "
+            f"checkpoint_pct={pct if pct is not None else 'n/a'} checkpoint_every_s={summary['checkpoint_every_s']:g}"]
 
 
 def _phase_lines(summary: dict) -> list[str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from smlaunch.cluster.environment import SIMULATED_HOST_ENV
 from smlaunch.cluster.rendezvous import free_port
 
 log = logging.getLogger("smlaunch")
@@ -55,12 +56,17 @@ class SimulatedHosts:
     def start(self, host: str, command: str = "run", argv: list[str] | None = None,
               **overrides: str) -> subprocess.Popen:
         """Start `host`'s `sm-launch COMMAND` (or `argv`) with its own tree; `overrides` are
-        environment variables."""
+        environment variables. The host is no container: this machine's PID 1 is not its, so it
+        reads none (`SMLAUNCH_SIMULATED_HOST`; a host started in a PID namespace of its own sets it
+        empty)."""
         env = {**os.environ, "SAGEMAKER_BASE_DIR": str(self.trees[host]), "SMLAUNCH_HOSTS_FILE": str(self.hosts_file),
                "SMLAUNCH_RAY_TOKEN": self.token, "TRAINING_JOB_NAME": "simulated-job", "PYTHONUNBUFFERED": "1",
-               "TMPDIR": str(self.tmp), **overrides}
+               "TMPDIR": str(self.tmp), SIMULATED_HOST_ENV: "1", **overrides}
         env.pop("RAY_ADDRESS", None)
-        with open(self.root / f"{host}.log", "w") as out:
+        (self.root / f"{host}.log").write_text("")
+        # appended to, as a container's output stream is: a host's processes write it through
+        # descriptors of their own (sm-launch, and after the toolkit exits, PID 1's stdout)
+        with open(self.root / f"{host}.log", "a") as out:
             self.procs[host] = subprocess.Popen(
                 argv or [sys.executable, "-m", "smlaunch.launcher.cli", command, str(self.config)],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -13,6 +13,7 @@ from smlaunch.cluster.sagemaker.plan import build_sagemaker_plan, choose_head, w
 from smlaunch.cluster.topology import GroupShape, choose_train_group
 from smlaunch.config import load_config
 from smlaunch.errors import ConfigError
+from smlaunch.launcher.job.supervisor import Pid1
 
 HERE = LocalEnvironment(cpus=4, gpus=0, started="t")
 # configs/hetero.yaml's groups: train_group (ml.g5.xlarge), data_group (ml.c5.4xlarge).
@@ -137,6 +138,36 @@ def test_actual_resources_replace_the_table_once_hosts_joined(configs, tmp_path)
     assert cpu_only.train_workers == 2 and not cpu_only.use_gpu  # no GPU anywhere: one CPU worker per train host
 
 
+@pytest.mark.parametrize("pid1, configured, every, says", [
+    (Pid1("tini", "/usr/bin/tini -- train", "exits_with_child"), None, 300,
+     "PID 1 is tini (/usr/bin/tini -- train), which exits as soon as the toolkit does: a stop kills sm-launch "
+     "with it, before any checkpoint; checkpointing every 300 s instead (trainer.checkpoint_every_s default "
+     "under this PID 1)"),
+    (Pid1("bash", "bash -m start_with_right_hostname.sh train", "no_handler"), 60, 60,
+     "which has no SIGTERM handler: the kernel drops a stop's signal, nothing here learns of it, and SageMaker "
+     "kills the job 120 s later without a checkpoint; checkpointing every 60 s instead (trainer.checkpoint_every_s)"),
+    (Pid1("bash", "bash entry.sh", "no_handler"), 0, 0, "trainer.checkpoint_every_s is 0, so a stop loses everything"),
+    (Pid1("python3", "python3 my_init.py", "unknown"), None, 300, "a stop checkpoints only if it forwards"),
+    (Pid1("smlaunch-init", "python3 /usr/local/bin/smlaunch-init train", "reaping"), None, 0,
+     "which forwards SIGTERM to the toolkit and waits for every process: a stop checkpoints at the next step"),
+    (Pid1("sm-launch", "python -m smlaunch.launcher.cli run", "launcher"), 600, 600,
+     "stop: PID 1 is sm-launch itself (sagemaker.entry: container): a stop checkpoints at the next step boundary"),
+])
+def test_each_pid1_sets_what_a_stop_does_and_the_timed_checkpoints(configs, tmp_path, pid1, configured, every, says):
+    """Under a PID 1 that lets no stop reach sm-launch, the last timed checkpoint is all a stop leaves:
+    one every 300 s unless the config says otherwise; where a stop checkpoints, only the config's."""
+    overrides = [] if configured is None else [f"trainer.checkpoint_every_s={configured}"]
+    cfg = load_config(configs / "hetero.yaml", overrides)
+    plan = build_sagemaker_plan(cfg, sm_env(tmp_path, "algo-2"), LocalEnvironment(4, 0, "t", pid1=pid1))
+    assert plan.checkpoint_every_s == every and says in plan.stop
+    assert plan.stop_is_clean == pid1.stop_is_clean == (pid1.kind in ("reaping", "launcher"))
+    if not pid1.stop_is_clean:
+        assert "use sagemaker.entry: container, or smlaunch-init as the image's PID 1" in plan.stop
+    joined = with_joined_resources(plan, [{"labels": {"sm-host": "algo-2"}, "resources": {"CPU": 4.0}}], cfg)
+    assert (joined.checkpoint_every_s, joined.stop) == (plan.checkpoint_every_s, plan.stop)
+    assert build_sagemaker_plan(cfg, sm_env(tmp_path, "algo-2"), HERE).stop is None  # PID 1 not known
+
+
 def test_plan_command_on_a_sagemaker_host_prints_roles_labels_and_head_address(configs, tmp_path):
     write_host_tree(tmp_path / "opt/ml", "algo-1", LAYOUT, CHANNELS)
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(tmp_path / "opt/ml")}
@@ -149,3 +180,4 @@ def test_plan_command_on_a_sagemaker_host_prints_roles_labels_and_head_address(c
     assert "algo-10  worker group=train_group" in text
     assert "labels=ray-subcluster=data,sm-host=algo-1,sm-group=data_group" in text
     assert "note: head algo-2: first host in natural order of train_group ['algo-10', 'algo-2']" in text
+    assert "stop: PID 1 is " in text  # this machine's, whatever it is

@@ -1,0 +1,217 @@
+"""What a SageMaker stop does under each kind of PID 1, tried as it happens (issue 41).
+
+Each host runs as a container does: in a PID namespace of its own (`unshare -pf --mount-proc`),
+PID 1 the image's init or entry script, `train` (the real `sagemaker-training` toolkit) under it,
+the entry script and sm-launch under `train`. SageMaker's stop is `docker stop`'s: SIGTERM to each
+namespace's PID 1, sent from outside; SIGKILL 120 s later. What each kind gives:
+
+| PID 1 | a stop |
+|---|---|
+| tini (or `docker --init`, dumb-init): forwards, then exits with its child | `train` dies, tini returns, the kernel kills every process of the namespace: no checkpoint, no exit status inside; the next job resumes from the last timed checkpoint |
+| bash running the entry as a child (AWS's framework images) | no handler, so the kernel drops the signal: training goes on until the SIGKILL; the next job resumes from the last periodic checkpoint |
+| smlaunch-init (`launcher/reaping_init.py`): forwards, then waits for every process | `train` dies, sm-launch sees it, checkpoints and exits 143 (the init reports it): tests/launcher/job/test_stopping.py, with sm-launch as PID 1 (container entry) beside it |
+
+The inits meet a stand-in workload first (no Ray, a second each); then tini and bash meet a real
+two-host job. Where tini is not installed its stand-in (`support/tini_standin.py`) takes its
+place, checked against tini here wherever both exist.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from smlaunch.launcher.job.supervisor import process_stat
+from smlaunch.trainers.checkpoints import latest_complete
+from support.namespaces import REAPING, STAND_IN, launcher_pids, pid1_of, refused
+from support.sagemaker_job import FakeJob
+
+ROOT = Path(__file__).resolve().parents[3]
+TINI = [shutil.which("tini"), "--"] if shutil.which("tini") else STAND_IN
+TWO_HOSTS = [{"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+             {"instance_group_name": "train_group", "instance_type": "ml.g5.xlarge", "hosts": ["algo-2"]}]
+REFUSED = refused()
+if REFUSED and os.environ.get("CI"):
+    raise RuntimeError(f"CI's machine must run the PID-namespace tests, but unshare -pf fails: {REFUSED}")
+pytestmark = pytest.mark.skipif(REFUSED is not None, reason=f"this kernel refuses PID namespaces: {REFUSED}")
+
+
+def alive(pid: int) -> bool:
+    stat = process_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+# A stand-in for `train` and sm-launch: `train` has no SIGTERM handler; its child (the launcher's
+# part) stops when its parent is gone, takes a second to "checkpoint", writes a mark and exits 143.
+WORKLOAD = """
+import os, subprocess, sys, time
+out = sys.argv[1]
+print(open("/proc/1/comm").read().strip(), flush=True)
+launcher = subprocess.Popen([sys.executable, "-c", '''
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+parent = os.getppid()
+open(sys.argv[1] + ".pid", "w").write(str(os.getpid()))
+while os.getppid() == parent:
+    time.sleep(0.02)
+time.sleep(1.0)
+open(sys.argv[1], "w").write("checkpointed")
+sys.exit(143)
+''', out])
+launcher.wait()
+"""
+
+
+@pytest.mark.parametrize("init, comm, checkpointed", [
+    pytest.param(STAND_IN, "tini", False, id="tini-stand-in"),
+    *([pytest.param([shutil.which("tini"), "--"], "tini", False, id="tini")] if shutil.which("tini") else []),
+    pytest.param(REAPING, "smlaunch-init", True, id="smlaunch-init"),
+    pytest.param(["bash", "-m", "-c", '"$@"; exit $?', "entry"], "bash", None, id="bash"),
+])
+def test_each_pid1_meets_a_stop_as_its_kind_says_in_a_real_namespace(tmp_path, init, comm, checkpointed):
+    """tini and its stand-in: PID 1 exits with `train` (143) and the kernel kills the launcher before its
+    checkpoint. smlaunch-init: the launcher checkpoints and its 143 is reported from inside. bash: the
+    signal is dropped and nothing moves until the SIGKILL."""
+    (tmp_path / "workload.py").write_text(WORKLOAD)
+    out = tmp_path / "mark"
+    unshare = subprocess.Popen(["unshare", "-pf", "--mount-proc", *init, sys.executable, str(tmp_path / "workload.py"),
+                                str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        pid1 = pid1_of(unshare)
+        deadline = time.monotonic() + 20
+        while not Path(f"{out}.pid").exists():
+            assert time.monotonic() < deadline, "the workload never started"
+            time.sleep(0.02)
+        os.kill(pid1, signal.SIGTERM)  # from outside the namespace, as docker stop
+        if checkpointed is None:  # dropped: everything still runs 2 s later; then SageMaker's SIGKILL
+            time.sleep(2)
+            assert alive(pid1) and not out.exists()
+            os.kill(pid1, signal.SIGKILL)
+        status = unshare.wait(20)
+        printed = unshare.stdout.read()
+    finally:
+        unshare.kill()
+    assert comm in printed.splitlines()  # the workload's /proc/1/comm: how sm-launch tells the kinds apart
+    if checkpointed is None:
+        # killed (unshare reports a SIGKILLed child as its own exit 1: it cannot re-raise SIGKILL on itself)
+        assert status != 0 and not alive(pid1) and not out.exists()
+    elif checkpointed:
+        assert status == 143 and out.read_text() == "checkpointed"
+        launcher = Path(f"{out}.pid").read_text()  # its pid inside the namespace
+        assert f"smlaunch-init: pid {launcher} (python" in printed and printed.rstrip().endswith("exited 143"), printed
+    else:
+        assert status == 143 and not out.exists(), printed  # tini returns train's status; the launcher was killed
+
+
+CLASSIFY = "from smlaunch.launcher.job.supervisor import read_pid1; p = read_pid1(); print(p.kind, p.name)"
+
+
+@pytest.mark.parametrize("init, kind", [
+    (TINI, "exits_with_child tini"),
+    (REAPING, "reaping smlaunch-init"),
+    (["bash", "-m", "-c", '"$@"; exit $?', "entry"], "no_handler bash"),
+    ([sys.executable, "-c", "import signal, subprocess, sys; signal.signal(signal.SIGTERM, lambda *a: None); "
+                            "sys.exit(subprocess.call(sys.argv[1:]))"], None),
+    ([], "launcher sm-launch"),
+])
+def test_read_pid1_tells_each_kind_apart_from_inside_its_namespace(init, kind):
+    done = subprocess.run(["unshare", "-pf", "--mount-proc", *init, sys.executable, "-c", CLASSIFY], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    name = Path(sys.executable).name[:15]
+    assert done.stdout.split("\n")[0] == (kind or f"unknown {name}")
+
+
+def _two_host_job(tmp_path, **trainer) -> FakeJob:
+    job = FakeJob(tmp_path, steps=400, layout=TWO_HOSTS)
+    config = yaml.safe_load(job.config.read_text())
+    config["trainer"].update(trainer)
+    job.config.write_text(yaml.safe_dump(config))
+    return job
+
+
+def _complete_step(job) -> int | None:
+    found = latest_complete(job.trees["algo-2"] / "checkpoints")
+    return json.loads((Path(found) / "meta.json").read_text())["step"] if found else None
+
+
+def _steps_logged(job) -> int:
+    return sum(line.startswith("step=") for line in job.log("algo-2").splitlines())
+
+
+@pytest.mark.ray
+def test_under_tini_a_stop_kills_every_launcher_before_a_checkpoint_and_the_next_job_resumes_from_the_timed_one(
+        tmp_path):
+    """tini as PID 1 of both hosts (the real one where installed). Each host says at start that a stop
+    will kill it, and checkpoints on a timer (here every 3 s, set in the config). SIGTERM to both PID 1s:
+    `train` and tini exit 143, the kernel kills each launcher at once (no stop line, no checkpoint of
+    the stop), and the newest complete checkpoint, where the next job resumes, is the last timed one."""
+    pytest.importorskip("sagemaker_training")
+    job = _two_host_job(tmp_path, checkpoint_every_s=3, checkpoint_interval=0)  # every checkpoint a timed one
+    try:
+        unshares = {h: job.start_under_toolkit(h, pid1=TINI) for h in job.trees}
+        job.wait_for_text("algo-2", "step=4 ", 300)
+        deadline = time.monotonic() + 60
+        while _complete_step(job) is None:
+            assert time.monotonic() < deadline, job.log("algo-2")[-3000:]
+            time.sleep(0.2)
+        launchers = launcher_pids(unshares)
+        assert len(launchers) == 2
+        for host in job.trees:
+            assert "PID 1 is tini" in job.log(host) and "kills sm-launch with it" in job.log(host)
+            assert "checkpointing every 3 s instead (trainer.checkpoint_every_s)" in job.log(host)
+        before = _complete_step(job)
+        for unshare in unshares.values():
+            os.kill(pid1_of(unshare), signal.SIGTERM)
+        assert {h: u.wait(10) for h, u in unshares.items()} == {h: 143 for h in job.trees}  # tini: train's status
+        assert not any(alive(p) for p in launchers.values())  # gone with their namespaces, at once
+        head = job.log("algo-2")
+        assert "on request" not in head and "checkpoint written" not in head
+        after = _complete_step(job)
+        assert after is not None and after >= before
+        assert not (job.trees["algo-2"] / "output" / "data" / "report.json").exists()
+    finally:
+        job.cleanup()
+
+
+@pytest.mark.ray
+def test_under_bash_a_stop_is_dropped_training_goes_on_until_the_kill_and_the_next_job_resumes_from_a_periodic_one(
+        tmp_path):
+    """bash running `train` as a child (as AWS's framework images' entry script does) as PID 1 of both
+    hosts, `checkpoint_every_s` left to its default. Each host says at start that a stop will be dropped
+    and that it checkpoints every 300 s for that. SIGTERM to both PID 1s changes nothing: 3 s later
+    every launcher still runs and the head has logged more steps. SageMaker's SIGKILL then ends both
+    namespaces; the next job resumes from the last periodic checkpoint (every 4 steps here)."""
+    pytest.importorskip("sagemaker_training")
+    job = _two_host_job(tmp_path, checkpoint_interval=4)
+    try:
+        entry = ["bash", "-m", "-c", '"$@"; exit $?', "entry.sh"]
+        unshares = {h: job.start_under_toolkit(h, pid1=entry) for h in job.trees}
+        job.wait_for_text("algo-2", "step=6 ", 300)
+        launchers = launcher_pids(unshares)
+        assert len(launchers) == 2
+        for host in job.trees:
+            assert "PID 1 is bash" in job.log(host) and "the kernel drops a stop's signal" in job.log(host)
+            assert ("checkpointing every 300 s instead (trainer.checkpoint_every_s default under this PID 1)"
+                    in job.log(host))
+        for unshare in unshares.values():
+            os.kill(pid1_of(unshare), signal.SIGTERM)
+        steps = _steps_logged(job)
+        time.sleep(3)
+        assert all(alive(p) for p in launchers.values()) and all(u.poll() is None for u in unshares.values())
+        assert _steps_logged(job) > steps and "on request" not in job.log("algo-2")
+        for unshare in unshares.values():  # SageMaker's SIGKILL, 120 s after its SIGTERM
+            os.kill(pid1_of(unshare), signal.SIGKILL)
+        assert all(u.wait(10) != 0 for u in unshares.values())
+        assert not any(alive(p) for p in launchers.values())
+        resumes_at = _complete_step(job)
+        assert resumes_at is not None and resumes_at % 4 == 0 and resumes_at >= 4
+    finally:
+        job.cleanup()
