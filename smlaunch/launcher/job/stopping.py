@@ -116,10 +116,14 @@ def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5
     `capture_error`) then has no reader, so such a pipe is pointed elsewhere first, or a write would
     fail mid-checkpoint: to the container's own stdout on a SageMaker host (so CloudWatch still gets
     the lines), else /dev/null (the log file keeps every line). A pipe someone still reads is left alone.
+    The pipes have a thread of their own that wakes the moment a reader goes (`_watch_pipes`), not at
+    the next poll: a write in between would raise BrokenPipeError wherever it happened.
     """
     if not watched:
         return None
     from smlaunch.launcher.job.supervisor import is_alive
+
+    _watch_pipes()
 
     pid = watched.split(":", 1)[0]
 
@@ -134,6 +138,42 @@ def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5
     thread = threading.Thread(target=watch, name="smlaunch-supervisor-watch", daemon=True)
     thread.start()
     return thread
+
+
+def _watch_pipes() -> threading.Thread | None:
+    """Point stdout and stderr elsewhere as soon as the process reading them (the toolkit, with its
+    `capture_error`, pipes both) is gone: a poll for no event wakes only on POLLERR, which a pipe's
+    write end reports once its last reader closed."""
+    import os
+    import select
+    import stat
+
+    pipes = [fd for fd in (1, 2) if _is_fifo(fd, os, stat)]
+    if not pipes:
+        return None
+
+    def watch() -> None:
+        poller = select.poll()
+        for fd in pipes:
+            poller.register(fd, 0)
+        left = set(pipes)
+        while left:
+            events = poller.poll()
+            _detach_dead_pipes()
+            for fd, _ in events:
+                poller.unregister(fd)
+                left.discard(fd)
+
+    thread = threading.Thread(target=watch, name="smlaunch-pipe-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _is_fifo(fd: int, os, stat) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def _detach_dead_pipes() -> None:

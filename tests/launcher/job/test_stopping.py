@@ -1,10 +1,12 @@
-"""A stop reaches the launcher on the toolkit path too (issue 23, item 1).
+"""A stop reaches the launcher on the toolkit path too (issue 23, item 1; issue 41).
 
-SageMaker's SIGTERM (StopTrainingJob, MaxRuntime, a spot interruption) goes to the training
-toolkit's `train` when the toolkit starts the job; it does not forward it and exits at once. The
-launcher watches the process that started it (`SMLAUNCH_SUPERVISOR`, set by the entry script) and
-takes the SIGTERM path when it is gone. The job test below has both paths at once: two hosts under
-the toolkit, one host whose launcher gets the signal itself (the container path).
+SageMaker's SIGTERM (StopTrainingJob, MaxRuntime, a spot interruption) goes to the container's PID 1.
+Under the training toolkit, `train` gets it (from a PID 1 that forwards it), does not forward it
+and exits at once. The launcher watches the process that started it (`SMLAUNCH_SUPERVISOR`, set by
+the entry script) and takes the SIGTERM path when it is gone, if PID 1 lets it live that long
+(test_pid1_kinds.py has the kinds). The job test below has both entry paths at once, each host in a
+PID namespace of its own: two hosts under smlaunch-init and the toolkit, one host whose launcher is
+PID 1 and gets the signal itself (the container path).
 """
 
 import json
@@ -13,10 +15,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
+from support.namespaces import REAPING, launcher_pids, pid1_of, pid_inside
 from support.sagemaker_job import HOSTS, FakeJob
 from smlaunch.launcher.job.supervisor import process_stat
 
@@ -42,11 +46,6 @@ import subprocess, sys, time
 subprocess.Popen(["sh", "-c", f"{sys.executable} {sys.argv[1]} {sys.argv[2]}; :"], stderr=subprocess.PIPE)
 time.sleep(120)
 """
-
-
-def alive(pid: int) -> bool:
-    stat = process_stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
 
 
 def test_the_launcher_stops_once_the_toolkit_that_started_it_exits_through_a_shell_and_a_dead_pipe(tmp_path):
@@ -83,29 +82,37 @@ def test_a_process_that_is_not_watched_is_not_stopped():
 
 
 @pytest.mark.ray
-def test_sigterm_on_both_entry_paths_checkpoints_every_launcher_leaves_and_the_next_job_resumes(tmp_path):
-    """One 3-host job with both entry paths, as a stop reaches them: the head (algo-2) and algo-3
-    run under the toolkit's real `train` and SageMaker's SIGTERM goes to `train`; algo-1 runs
-    sm-launch as the container's PID 1 would and gets the SIGTERM itself."""
+def test_a_stop_under_smlaunch_init_and_as_pid_1_checkpoints_every_launcher_exits_143_and_the_next_job_resumes(
+        tmp_path):
+    """One 3-host job, each host in a PID namespace of its own as a container is, SageMaker's SIGTERM sent
+    to each namespace's PID 1 from outside (docker stop). algo-1 is the container entry: sm-launch is PID 1
+    and gets the signal itself. The head (algo-2) and algo-3 run the toolkit's real `train` under
+    smlaunch-init (`launcher/reaping_init.py`), through a framework module that pipes the entry's stdout
+    and stderr to `train` as the PyTorch images do (`capture_error=True`). `train` dies at once; both
+    launchers see it, keep writing their logs (no BrokenPipeError), checkpoint at the same step and exit
+    143, which smlaunch-init reports from inside the namespace; algo-1's 143 is its namespace's own status.
+    The other kinds of PID 1 are in test_pid1_kinds.py."""
     pytest.importorskip("sagemaker_training")
     job = FakeJob(tmp_path, steps=400)
     try:
-        job.start("algo-1")
-        trains = {h: job.start_under_toolkit(h) for h in ("algo-2", "algo-3")}
+        unshares = {"algo-1": job.start("algo-1", argv=["unshare", "-pf", "--mount-proc", sys.executable, "-m",
+                                                        "smlaunch.launcher.cli", "run", str(job.config)],
+                                        SMLAUNCH_SIMULATED_HOST="")}
+        unshares |= {h: job.start_under_toolkit(h, pid1=REAPING, capture_error=True) for h in ("algo-2", "algo-3")}
         job.wait_for_text("algo-2", "step=4 ", 300)
-        launchers = {job.procs["algo-1"].pid}
-        for train in trains.values():
-            children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(train.pid)], capture_output=True, text=True)
-            launchers |= {int(p) for p in children.stdout.split()}
-        assert len(launchers) == 3
+        launchers = launcher_pids({h: unshares[h] for h in ("algo-2", "algo-3")})
+        assert len(launchers) == 2
+        inside = {h: pid_inside(p) for h, p in launchers.items()}
+        assert "PID 1 is sm-launch itself" in job.log("algo-1")
+        assert "PID 1 is smlaunch-init" in job.log("algo-2") and "a stop checkpoints" in job.log("algo-3")
         signalled = time.monotonic()
-        for host in HOSTS:  # SageMaker signals every container's entry process
-            job.procs[host].send_signal(signal.SIGTERM)
-        assert {h: t.wait(10) for h, t in trains.items()} == {h: -signal.SIGTERM for h in trains}  # gone at once
-        while any(alive(p) for p in launchers) and time.monotonic() - signalled < 30:
-            time.sleep(0.2)
-        assert not any(alive(p) for p in launchers), {h: job.log(h)[-2000:] for h in HOSTS}
-        assert job.wait(5)["algo-1"] == 143
+        for unshare in unshares.values():  # SageMaker signals every container's PID 1
+            os.kill(pid1_of(unshare), signal.SIGTERM)
+        assert job.wait(60) == {h: 143 for h in HOSTS}, {h: job.log(h)[-2000:] for h in HOSTS}
+        assert time.monotonic() - signalled < 60
+        for host, pid in inside.items():  # the launcher's own status, as the namespace's init reaped it
+            assert f"smlaunch-init: pid {pid} ({Path(sys.executable).name[:15]}) exited 143" in job.log(host), \
+                job.log(host)[-3000:]
 
         head = job.log("algo-2")
         assert "the training toolkit (pid" in head
@@ -114,7 +121,13 @@ def test_sigterm_on_both_entry_paths_checkpoints_every_launcher_leaves_and_the_n
         assert f"stopped at step {stopped} on request; checkpoint written" in head
         assert f"stopped early at step {stopped}" in head
         assert 4 <= stopped < 400 and len(report["steps"]) == stopped
+        assert report["summary"]["checkpoints_written"]["stop"] == 1
         assert list((job.trees["algo-2"] / "checkpoints").rglob("state.pt")), "no checkpoint written on stop"
+        for host in ("algo-2", "algo-3"):  # the pipes' reader died: nothing broke, and the log file has the rest
+            log_file = (job.trees[host] / "output/data/smlaunch/sm-launch.log").read_text()
+            assert "BrokenPipeError" not in job.log(host) + log_file
+            assert "the training toolkit (pid" in log_file, log_file[-2000:]
+            assert any(last in log_file.splitlines()[-1] for last in (f"{host}: ", "report: ")), log_file[-2000:]
         # a stop is not a failure; and the toolkit, gone, reported no success either
         for host in HOSTS:
             assert job.failure(host) is None, job.failure(host)
