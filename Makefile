@@ -52,6 +52,7 @@ bench: setup
 	$(VENV)/bin/python bench/advisor.py
 	$(VENV)/bin/python bench/seed_workload.py
 	$(VENV)/bin/python bench/long_run.py
+	$(VENV)/bin/python bench/checkpoint_cost.py
 
 clean:
 	rm -rf $(VENV) .venv-sdk runs .pytest_cache
