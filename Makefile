@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sdk-venvs run test bench plan clean
+.PHONY: setup sdk-venvs tini run test bench plan clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,13 +26,19 @@ SDK_V3 := sagemaker==3.27.*
 
 sdk-venvs: .venv-sdk/v2/.installed .venv-sdk/v3/.installed
 
+# tini, for tests/launcher/job/test_pid1_kinds.py (the init most images use as PID 1): installed where
+# apt-get can as root, else the tests use a stand-in (tests/support/tini_standin.py). Never fails.
+tini:
+	@command -v tini >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get install -y -qq tini >/dev/null 2>&1 && echo "installed tini"; } || echo "no tini: its stand-in is tested"
+
 run: setup
 	$(VENV)/bin/sm-launch configs/hetero.yaml
 
 plan: setup
 	$(VENV)/bin/sm-launch plan configs/hetero.yaml
 
-test: setup sdk-venvs
+test: setup sdk-venvs tini
 	$(VENV)/bin/python -m pytest
 
 bench: setup
