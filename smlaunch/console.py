@@ -41,17 +41,50 @@ class _ConsoleHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            message = self.format(record)
-            stream = sys.stderr if logging.ERROR <= record.levelno < RESULT else sys.stdout
-            if _bars and stream.isatty():
-                from tqdm import tqdm
-
-                tqdm.write(message, file=stream)
-            else:
-                stream.write(message + "\n")
-                stream.flush()
+            self._write(record)
+        except BrokenPipeError:  # the reader went (the training toolkit, on a stop): write elsewhere, again
+            try:
+                detach_dead_pipes()
+                self._write(record)
+            except Exception:
+                self.handleError(record)
         except Exception:  # a closed pipe must not turn into a second error
             self.handleError(record)
+
+    def _write(self, record: logging.LogRecord) -> None:
+        message = self.format(record)
+        stream = sys.stderr if logging.ERROR <= record.levelno < RESULT else sys.stdout
+        if _bars and stream.isatty():
+            from tqdm import tqdm
+
+            tqdm.write(message, file=stream)
+        else:
+            stream.write(message + "\n")
+            stream.flush()
+
+
+def detach_dead_pipes() -> None:
+    """Point stdout and stderr elsewhere where they are pipes whose reader is gone: the training
+    toolkit pipes both to itself (its `capture_error`) and exits at once on SageMaker's SIGTERM.
+    They go to the container's own output on a SageMaker host (PID 1's stdout, so CloudWatch still
+    gets the lines), else /dev/null (the log file keeps every line). A pipe someone reads is left alone."""
+    import os
+    import select
+
+    target = None
+    if os.environ.get("TRAINING_JOB_NAME") and os.getpid() != 1:  # a SageMaker host: PID 1's stdout is the log stream
+        try:
+            target = os.open("/proc/1/fd/1", os.O_WRONLY | os.O_APPEND)
+        except OSError:
+            target = None
+    if target is None:
+        target = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if any(events & select.POLLERR for _, events in poller.poll(0)):  # a pipe whose reader is gone
+            os.dup2(target, fd)
+    os.close(target)
 
 
 class _ConsoleFormatter(logging.Formatter):

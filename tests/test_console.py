@@ -124,3 +124,34 @@ def test_raylet_messages_go_to_the_log_not_stdout(capsys, caplog, monkeypatch):
                                        "pid": "raylet", "is_err": False}, ignore_prefix=False)
     assert capsys.readouterr().out == ""
     assert any(re.search(r"\(raylet\) WARNING: 4 PYTHON worker", r.getMessage()) for r in caplog.records)
+
+
+def test_console_lines_outlive_the_pipes_reader_and_the_log_file_keeps_them_all(tmp_path):
+    """The training toolkit pipes both streams to itself (capture_error) and dies on a stop: every
+    line after that still goes somewhere (here /dev/null; on SageMaker the container's output), none
+    raises or prints a logging error, the log file has them all, and the process exits 0 (a failed
+    flush at exit would make it 120)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import logging, sys, time
+from smlaunch import console
+console.setup()
+console.log_to_file({str(tmp_path / 'run.log')!r})
+log = logging.getLogger("smlaunch")
+log.info("first")
+sys.stdin.readline()  # the parent closed the pipes' read ends
+for i in range(200):
+    log.info(f"after the reader went {{i}}")
+    log.error(f"an error line {{i}}")
+print("a print too", flush=True)
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip().endswith("first")
+    child.stdout.close()
+    child.stderr.close()
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    assert child.wait(60) == 0
+    text = (tmp_path / "run.log").read_text()
+    assert "after the reader went 199" in text and "an error line 199" in text and "Logging error" not in text

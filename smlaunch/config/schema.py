@@ -281,7 +281,8 @@ class TrainerConfig(_Strict):
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """auto: bf16 autocast on GPU, fp32 on CPU."""
     checkpoint_interval: int = Field(default=0, ge=0)
-    """Steps between checkpoints; 0 = only at the end (and on SIGTERM)."""
+    """Steps between checkpoints; 0 = none by step count (still at the end, on SIGTERM, and by
+    `checkpoint_every_s`)."""
     checkpoint_every_s: Optional[float] = Field(default=None, ge=0)
     """Seconds between checkpoints (at the first step boundary after), beside `checkpoint_interval`;
     0 = none. Default: none, except on a SageMaker host whose PID 1 lets no stop reach sm-launch

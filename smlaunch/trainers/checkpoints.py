@@ -96,16 +96,21 @@ class CheckpointLog:
         self.entries: list[dict] = []
         """{step, why (interval, timer, stop, end), s} per checkpoint written."""
         self._last = time.monotonic()  # the timer counts from the start of training, then from each checkpoint
-        self._last_state: tuple[int, int] | None = None
+        self._last_state: tuple[int, int] | None = None  # (step, epochs done) of the last one
 
     def due(self) -> bool:
         import time
 
         return bool(self.every_s) and time.monotonic() - self._last >= self.every_s
 
-    def holds(self, step: int, epochs_done: int) -> bool:
-        """A checkpoint of this very state is written: another would hold the same under the same name."""
-        return self._last_state == (step, epochs_done)
+    def holds(self, step: int, epochs_done: int | None = None) -> bool:
+        """A checkpoint of this step is written (and, given `epochs_done`, with the same epochs done:
+        the very same state). Another of that step would go to the same directory (`checkpoint_name`),
+        copied over a complete one. The run's end skips it at the step alone, as it always did; a stop
+        only when the state is the same, since an epoch that closed at that step changed it."""
+        if self._last_state is None or self._last_state[0] != step:
+            return False
+        return epochs_done is None or self._last_state[1] == epochs_done
 
     def written(self, step: int, epochs_done: int, why: str, started: float) -> None:
         import time

@@ -393,7 +393,7 @@ class _Run:
         if not self.validation or self.validation[-1]["step"] != self.step:
             self._validate(self.epochs_done + self.cut_short)
         self.marks["final_validation"] = time.time()
-        if not self.saves.holds(self.step, self.epochs_done):
+        if not self.saves.holds(self.step):
             self._save("end")
         if self.rank == 0:
             from smlaunch.trainers.export import save_model

@@ -58,11 +58,12 @@ def test_the_checkpoint_log_times_each_checkpoint_and_knows_the_state_it_holds(m
     now = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
     log = CheckpointLog(every_s=30)
-    assert not log.due() and not log.holds(0, 0)
+    assert not log.due() and not log.holds(0)
     now[0] = 130.0
     assert log.due()  # 30 s since training began
-    log.written(12, 0, "timer", started=129.5)
-    assert not log.due() and log.holds(12, 0) and not log.holds(12, 1) and not log.holds(13, 0)
+    log.written(12, 3, "timer", started=129.5)
+    assert not log.due() and log.holds(12) and not log.holds(13)
+    assert log.holds(12, 3) and not log.holds(12, 4)  # an epoch closed at step 12 since: a stop writes again
     now[0] = 159.0
     assert not log.due()  # counted from the checkpoint, not from the start
     assert log.entries == [{"step": 12, "why": "timer", "s": 0.5}]

@@ -107,7 +107,7 @@ def plan_lines(cfg, plan) -> list[str]:
         lines.append(f"model: fine-tuning {cfg.model.name} from {cfg.model.pretrained} (loaded on rank 0, the "
                      "classifier re-sized to the class count)")
     lines.append(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
-    if plan.checkpoint_every_s and not plan.stop:
+    if plan.checkpoint_every_s and plan.stop_is_clean:  # an unsafe PID 1's line below says it
         lines.append(f"checkpoints: every {plan.checkpoint_every_s:g} s (trainer.checkpoint_every_s)")
     if plan.stop:
         lines.append(plan.stop)

@@ -117,10 +117,12 @@ def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5
     fail mid-checkpoint: to the container's own stdout on a SageMaker host (so CloudWatch still gets
     the lines), else /dev/null (the log file keeps every line). A pipe someone still reads is left alone.
     The pipes have a thread of their own that wakes the moment a reader goes (`_watch_pipes`), not at
-    the next poll: a write in between would raise BrokenPipeError wherever it happened.
+    the next poll; a console line written in the instant between does the same itself
+    (`console.detach_dead_pipes`) and is written again.
     """
     if not watched:
         return None
+    from smlaunch.console import detach_dead_pipes
     from smlaunch.launcher.job.supervisor import is_alive
 
     _watch_pipes()
@@ -130,7 +132,7 @@ def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5
     def watch() -> None:
         while not stop.event.wait(poll_s):
             if not is_alive(watched):
-                _detach_dead_pipes()
+                detach_dead_pipes()
                 stop.request("toolkit exit", f"the training toolkit (pid {pid}) that started sm-launch exited, "
                              "as it does on SageMaker's SIGTERM, which it does not forward")
                 return
@@ -148,6 +150,8 @@ def _watch_pipes() -> threading.Thread | None:
     import select
     import stat
 
+    from smlaunch.console import detach_dead_pipes
+
     pipes = [fd for fd in (1, 2) if _is_fifo(fd, os, stat)]
     if not pipes:
         return None
@@ -159,7 +163,7 @@ def _watch_pipes() -> threading.Thread | None:
         left = set(pipes)
         while left:
             events = poller.poll()
-            _detach_dead_pipes()
+            detach_dead_pipes()
             for fd, _ in events:
                 poller.unregister(fd)
                 left.discard(fd)
@@ -174,23 +178,3 @@ def _is_fifo(fd: int, os, stat) -> bool:
         return stat.S_ISFIFO(os.fstat(fd).st_mode)
     except OSError:
         return False
-
-
-def _detach_dead_pipes() -> None:
-    import os
-    import select
-
-    target = None
-    if os.environ.get("TRAINING_JOB_NAME") and os.getpid() != 1:  # a SageMaker host: PID 1's stdout is the log stream
-        try:
-            target = os.open("/proc/1/fd/1", os.O_WRONLY | os.O_APPEND)
-        except OSError:
-            target = None
-    if target is None:
-        target = os.open(os.devnull, os.O_WRONLY)
-    for fd in (1, 2):
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-        if any(events & select.POLLERR for _, events in poller.poll(0)):  # a pipe whose reader is gone
-            os.dup2(target, fd)
-    os.close(target)

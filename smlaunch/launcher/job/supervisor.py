@@ -88,8 +88,8 @@ class Pid1:
     """`/proc/1/cmdline`, its words joined (cut to 160 characters)."""
     kind: str
     """`launcher` (sm-launch is PID 1: container mode), `reaping` (smlaunch-init), `exits_with_child`
-    (tini and the like), `no_handler` (the kernel drops SIGTERM) or `unknown` (a SIGTERM handler, an
-    init this module does not know)."""
+    (tini and the like), `no_handler` (the kernel drops SIGTERM), `unknown` (a SIGTERM handler, an
+    init this module does not know) or `unreadable` (/proc/1 says nothing here)."""
 
     @property
     def stop_is_clean(self) -> bool:
@@ -110,11 +110,12 @@ class Pid1:
                           "learns of it, and SageMaker kills the job 120 s later without a checkpoint",
             "unknown": f"{who}, which handles SIGTERM: a stop checkpoints only if it forwards the signal to the "
                        "toolkit and then waits until every other process has exited",
+            "unreadable": "PID 1 cannot be read here (/proc/1): whether a stop reaches sm-launch is not known",
         }[self.kind]
 
 
-def read_pid1(proc: Path = Path("/proc")) -> Pid1 | None:
-    """This PID namespace's PID 1, from /proc; None where /proc does not say."""
+def read_pid1(proc: Path = Path("/proc")) -> Pid1:
+    """This PID namespace's PID 1, from /proc (`unreadable` where it does not say: no /proc, hidepid)."""
     if os.getpid() == 1:
         return Pid1("sm-launch", " ".join(_cmdline(Path("/proc/self"))), "launcher")
     try:
@@ -122,7 +123,7 @@ def read_pid1(proc: Path = Path("/proc")) -> Pid1 | None:
         status = dict(line.split(":", 1) for line in (proc / "1" / "status").read_text().splitlines() if ":" in line)
         caught = int(status["SigCgt"].strip(), 16)
     except (OSError, KeyError, ValueError):
-        return None
+        return Pid1("?", "?", "unreadable")
     command = " ".join(_cmdline(proc / "1"))[:160] or name
     if name == REAPING_INIT:
         kind = "reaping"

@@ -87,9 +87,10 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
         _upload_file(s3, tarball, sourcedir_uri(cfg, name))
     log(f"submit: source tarball ({len(members)} files, config {CONFIG_NAME}) -> {sourcedir_uri(cfg, name)}")
     if sm.entry == "toolkit":
-        log("submit: note: under the toolkit a stop (StopTrainingJob, spot) reaches sm-launch only if the image's "
-            "PID 1 passes SIGTERM on; AWS's framework images do not, and the job then resumes from its last "
-            "periodic checkpoint (sagemaker.entry: container stops cleanly)")
+        log("submit: note: under the toolkit a stop (StopTrainingJob, spot) checkpoints only if the image's PID 1 "
+            "forwards SIGTERM and then waits for every process (smlaunch-init does; tini and AWS's framework "
+            "images' bash entry scripts do not): otherwise the job resumes from its last timed checkpoint, every "
+            "300 s by default (trainer.checkpoint_every_s). sagemaker.entry: container stops cleanly")
     if sm.vpc is not None and sm.install_package is not False:
         log("submit: note: a host whose image lacks smlaunch's dependencies pip-installs them from PyPI, which a "
             "VPC reaches only through a NAT gateway (an image that has them needs no network)")

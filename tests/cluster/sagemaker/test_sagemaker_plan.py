@@ -148,6 +148,7 @@ def test_actual_resources_replace_the_table_once_hosts_joined(configs, tmp_path)
      "kills the job 120 s later without a checkpoint; checkpointing every 60 s instead (trainer.checkpoint_every_s)"),
     (Pid1("bash", "bash entry.sh", "no_handler"), 0, 0, "trainer.checkpoint_every_s is 0, so a stop loses everything"),
     (Pid1("python3", "python3 my_init.py", "unknown"), None, 300, "a stop checkpoints only if it forwards"),
+    (Pid1("?", "?", "unreadable"), None, 300, "PID 1 cannot be read here (/proc/1)"),
     (Pid1("smlaunch-init", "python3 /usr/local/bin/smlaunch-init train", "reaping"), None, 0,
      "which forwards SIGTERM to the toolkit and waits for every process: a stop checkpoints at the next step"),
     (Pid1("sm-launch", "python -m smlaunch.launcher.cli run", "launcher"), 600, 600,

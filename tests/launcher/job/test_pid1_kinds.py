@@ -30,17 +30,14 @@ import yaml
 
 from smlaunch.launcher.job.supervisor import process_stat
 from smlaunch.trainers.checkpoints import latest_complete
-from support.namespaces import REAPING, STAND_IN, launcher_pids, pid1_of, refused
+from support.namespaces import REAPING, STAND_IN, launcher_pids, needs_pid_namespaces, pid1_of
 from support.sagemaker_job import FakeJob
 
 ROOT = Path(__file__).resolve().parents[3]
 TINI = [shutil.which("tini"), "--"] if shutil.which("tini") else STAND_IN
 TWO_HOSTS = [{"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
              {"instance_group_name": "train_group", "instance_type": "ml.g5.xlarge", "hosts": ["algo-2"]}]
-REFUSED = refused()
-if REFUSED and os.environ.get("CI"):
-    raise RuntimeError(f"CI's machine must run the PID-namespace tests, but unshare -pf fails: {REFUSED}")
-pytestmark = pytest.mark.skipif(REFUSED is not None, reason=f"this kernel refuses PID namespaces: {REFUSED}")
+pytestmark = needs_pid_namespaces
 
 
 def alive(pid: int) -> bool:
@@ -110,6 +107,31 @@ def test_each_pid1_meets_a_stop_as_its_kind_says_in_a_real_namespace(tmp_path, i
         assert status == 143 and not out.exists(), printed  # tini returns train's status; the launcher was killed
 
 
+def test_smlaunch_init_under_another_init_still_waits_for_the_launcher_and_resets_ignored_signals(tmp_path):
+    """Not PID 1 (as under `docker run --init`), smlaunch-init is a child subreaper: the launcher,
+    orphaned when `train` dies, still comes to it and is waited for. Its children start with SIGPIPE
+    handled by default, not ignored as Python leaves it."""
+    (tmp_path / "workload.py").write_text(WORKLOAD)
+    out = tmp_path / "mark"
+    init = subprocess.Popen([*REAPING, "sh", "-c", f'grep SigIgn /proc/self/status > {tmp_path}/sigign; '
+                             f'exec {sys.executable} {tmp_path / "workload.py"} {out}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not Path(f"{out}.pid").exists():
+            assert time.monotonic() < deadline, "the workload never started"
+            time.sleep(0.02)
+        init.send_signal(signal.SIGTERM)
+        assert init.wait(20) == 143
+        printed = init.stdout.read()
+    finally:
+        init.kill()
+    assert out.read_text() == "checkpointed"  # waited for: it had a second to write it
+    assert f"smlaunch-init: pid {Path(f'{out}.pid').read_text()} (python" in printed, printed
+    ignored = int((tmp_path / "sigign").read_text().split()[1], 16)
+    assert not ignored >> (signal.SIGPIPE - 1) & 1 and not ignored >> (signal.SIGXFSZ - 1) & 1
+
+
 CLASSIFY = "from smlaunch.launcher.job.supervisor import read_pid1; p = read_pid1(); print(p.kind, p.name)"
 
 
@@ -152,7 +174,8 @@ def test_under_tini_a_stop_kills_every_launcher_before_a_checkpoint_and_the_next
     """tini as PID 1 of both hosts (the real one where installed). Each host says at start that a stop
     will kill it, and checkpoints on a timer (here every 3 s, set in the config). SIGTERM to both PID 1s:
     `train` and tini exit 143, the kernel kills each launcher at once (no stop line, no checkpoint of
-    the stop), and the newest complete checkpoint, where the next job resumes, is the last timed one."""
+    the stop), and the newest complete checkpoint, where the next job resumes (`latest_complete`, which
+    the next run calls; the bash test below runs that next job), is the last timed one before the stop."""
     pytest.importorskip("sagemaker_training")
     job = _two_host_job(tmp_path, checkpoint_every_s=3, checkpoint_interval=0)  # every checkpoint a timed one
     try:
@@ -168,6 +191,7 @@ def test_under_tini_a_stop_kills_every_launcher_before_a_checkpoint_and_the_next
             assert "PID 1 is tini" in job.log(host) and "kills sm-launch with it" in job.log(host)
             assert "checkpointing every 3 s instead (trainer.checkpoint_every_s)" in job.log(host)
         before = _complete_step(job)
+        signalled = time.time()
         for unshare in unshares.values():
             os.kill(pid1_of(unshare), signal.SIGTERM)
         assert {h: u.wait(10) for h, u in unshares.items()} == {h: 143 for h in job.trees}  # tini: train's status
@@ -175,7 +199,9 @@ def test_under_tini_a_stop_kills_every_launcher_before_a_checkpoint_and_the_next
         head = job.log("algo-2")
         assert "on request" not in head and "checkpoint written" not in head
         after = _complete_step(job)
-        assert after is not None and after >= before
+        assert after is not None and after >= before  # where the next job resumes (`latest_complete`, as its run)
+        written = [m.stat().st_mtime for m in (job.trees["algo-2"] / "checkpoints").rglob("meta.json")]
+        assert written and max(written) < signalled  # every checkpoint a timed one from before the stop
         assert not (job.trees["algo-2"] / "output" / "data" / "report.json").exists()
     finally:
         job.cleanup()
@@ -188,7 +214,8 @@ def test_under_bash_a_stop_is_dropped_training_goes_on_until_the_kill_and_the_ne
     hosts, `checkpoint_every_s` left to its default. Each host says at start that a stop will be dropped
     and that it checkpoints every 300 s for that. SIGTERM to both PID 1s changes nothing: 3 s later
     every launcher still runs and the head has logged more steps. SageMaker's SIGKILL then ends both
-    namespaces; the next job resumes from the last periodic checkpoint (every 4 steps here)."""
+    namespaces; the next job resumes from the last periodic checkpoint (every 4 steps here) and
+    trains on from it."""
     pytest.importorskip("sagemaker_training")
     job = _two_host_job(tmp_path, checkpoint_interval=4)
     try:
@@ -213,5 +240,17 @@ def test_under_bash_a_stop_is_dropped_training_goes_on_until_the_kill_and_the_ne
         assert not any(alive(p) for p in launchers.values())
         resumes_at = _complete_step(job)
         assert resumes_at is not None and resumes_at % 4 == 0 and resumes_at >= 4
+
+        # The next job (the same checkpoints on new hosts) resumes there and trains 2 steps more.
+        config = yaml.safe_load(job.config.read_text())
+        config["trainer"]["steps"] = resumes_at + 2
+        job.config.write_text(yaml.safe_dump(config))
+        job.procs.clear()
+        job.exited.clear()
+        for host in job.trees:
+            job.start(host)
+        assert job.wait(420) == {h: 0 for h in job.trees}, {h: job.log(h)[-2000:] for h in job.trees}
+        resumed = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())["summary"]
+        assert resumed["resumed_at_step"] == resumes_at and resumed["steps"] == resumes_at + 2
     finally:
         job.cleanup()

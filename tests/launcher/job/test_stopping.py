@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.namespaces import REAPING, launcher_pids, pid1_of, pid_inside
+from support.namespaces import REAPING, launcher_pids, needs_pid_namespaces, pid1_of, pid_inside
 from support.sagemaker_job import HOSTS, FakeJob
 from smlaunch.launcher.job.supervisor import process_stat
 
@@ -82,6 +82,7 @@ def test_a_process_that_is_not_watched_is_not_stopped():
 
 
 @pytest.mark.ray
+@needs_pid_namespaces
 def test_a_stop_under_smlaunch_init_and_as_pid_1_checkpoints_every_launcher_exits_143_and_the_next_job_resumes(
         tmp_path):
     """One 3-host job, each host in a PID namespace of its own as a container is, SageMaker's SIGTERM sent
