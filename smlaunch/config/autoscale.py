@@ -1,0 +1,44 @@
+"""The `autoscale:` section: elastic data hosts (issue 42).
+
+On a Ray cluster whose autoscaler can add and remove nodes (KubeRay's, or `ray start
+--autoscaling-config` here), the launcher asks for data hosts by label while it trains and gives
+them back when the pipeline has capacity to spare (`cluster.autoscale.policy`). The base class
+repeats `schema._Strict` because `schema` imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AutoscaleConfig(_Strict):
+    """How many data hosts the job may hold, and the data wait it aims for."""
+
+    min_data_hosts: int = Field(default=1, ge=0)
+    """Never fewer: 0 lets the chain fall back to the train hosts' CPUs."""
+    max_data_hosts: int = Field(ge=1)
+    """Never more, whatever the wait: the cap on what the job can cost."""
+    target_data_wait_pct: float = Field(default=5.0, gt=0, lt=100)
+    """Add a host while the ranks wait for data longer than this share of their step time (and the
+    advisor's model says one more host shortens the wait); give one back once the wait is under half
+    of it and one host fewer would still feed the trainer."""
+    cooldown_s: float = Field(default=60.0, ge=0)
+    """After a change, how long before the next: a new host needs its Ray node, its workers and the
+    chain's first blocks before the wait shows what it gave."""
+    window_steps: int = Field(default=20, ge=2)
+    """The latest steps a decision reads (their mean data wait and rate)."""
+    group: Optional[str] = None
+    """The instance group that scales (its labels, CPUs and price); default: the one CPU-only group."""
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min_data_hosts > self.max_data_hosts:
+            raise ValueError(f"autoscale.min_data_hosts ({self.min_data_hosts}) is above autoscale.max_data_hosts "
+                             f"({self.max_data_hosts})")
+        return self

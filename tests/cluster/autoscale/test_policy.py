@@ -1,0 +1,95 @@
+"""The elastic data hosts' policy (issue 42, item 2), on the shapes a run goes through.
+
+A chain too slow for the trainer (the ranks wait), a host added until the wait is under the
+target, a trainer that the hosts outrun (hosts given back), a GPU-bound trainer that more hosts
+cannot help, and the hysteresis that keeps a job from flapping: nothing changes in the band
+between half the target and the target, during the cooldown, or while a requested host joins.
+"""
+
+import pytest
+
+from smlaunch.cluster.autoscale.policy import Decision, Window, decide
+from smlaunch.config.autoscale import AutoscaleConfig
+
+CFG = AutoscaleConfig(min_data_hosts=1, max_data_hosts=4, target_data_wait_pct=5, cooldown_s=60)
+
+
+def window(rate_per_host: float, hosts: int, trainer: float, busy: float | None = None) -> Window:
+    """The steady state of `hosts` data hosts making `rate_per_host` images/s each for a trainer that
+    takes `trainer` images/s: FastFlow's min(), the wait what the slower pipeline costs the trainer."""
+    supply = rate_per_host * hosts
+    rate = min(supply, trainer)
+    wait_pct = 100 * (1 - rate / trainer)
+    if busy is None and supply > 0:
+        busy = rate / supply
+    return Window(steps=20, data_wait_pct=wait_pct, images_per_s=rate, gpu_bound_images_per_s=trainer,
+                  data_cpu_busy=busy)
+
+
+def test_a_window_of_step_records_gives_the_wait_the_rate_and_the_trainers_own_rate():
+    records = [{"step_time_s": 0.5, "data_wait_s": 0.1, "images_per_s": 256.0}] * 10  # 128 images a step
+    w = Window.of(records, data_cpu_busy=0.9)
+    assert w.steps == 10 and w.data_wait_pct == pytest.approx(20.0) and w.images_per_s == pytest.approx(256.0)
+    assert w.gpu_bound_images_per_s == pytest.approx(1280 / 4.0)  # 1,280 images in 4 s of compute
+    assert Window.of([]).images_per_s == 0.0
+
+
+def test_from_one_host_on_a_slow_chain_hosts_are_added_until_the_wait_is_under_the_target():
+    hosts, since, seen = 1, 1e9, []
+    for _ in range(10):
+        d = decide(window(100.0, hosts, trainer=330.0), hosts, CFG, since)
+        seen.append((hosts, d.change))
+        if d.change == 0:
+            break
+        assert d.change == 1 and d.predicted_images_per_s == pytest.approx(min(330.0, 100.0 * (hosts + 1)))
+        hosts, since = d.hosts, 1e9  # the host joined and the cooldown passed
+    # 1, 2, 3 hosts wait 70, 39, 9 %: each gets one more; 4 feed the trainer, and 3 could not: kept
+    assert seen == [(1, 1), (2, 1), (3, 1), (4, 0)]
+    assert "3 hosts could make only 300 images/s of the 330" in decide(window(100.0, 4, 330.0), 4, CFG, 1e9).reason
+
+
+def test_a_gpu_bound_trainer_gets_no_host_whatever_the_wait():
+    """A wait the model cannot explain by the pipeline's rate (its hosts are idle: start-up, a slow
+    first block) gets no host: one more would add less than 7 % to the rate."""
+    w = Window(steps=20, data_wait_pct=12.0, images_per_s=290.0, gpu_bound_images_per_s=300.0, data_cpu_busy=0.3)
+    d = decide(w, 2, CFG, 1e9)
+    assert d.change == 0 and "less than 7% more" in d.reason and d.predicted_images_per_s == pytest.approx(300.0)
+
+
+def test_hosts_the_trainer_does_not_need_are_given_back_one_at_a_time_down_to_the_minimum():
+    hosts, seen = 4, []
+    for _ in range(10):
+        d = decide(window(400.0, hosts, trainer=300.0), hosts, CFG, 1e9)
+        seen.append((hosts, d.change))
+        if d.change == 0:
+            break
+        hosts = d.hosts
+    assert seen == [(4, -1), (3, -1), (2, -1), (1, 0)]  # one host makes 400 of the 300 taken: the minimum holds
+    slow = decide(window(160.0, 2, trainer=300.0), 2, CFG, 1e9)  # one host fewer could not feed it
+    assert slow.change == 0 and "could make only 160 images/s of the 300" in slow.reason
+
+
+@pytest.mark.parametrize("w, hosts, since, pending, why", [
+    (window(100.0, 1, 330.0), 1, 30.0, 0, "cooling down (30 of 60 s"),
+    (window(100.0, 1, 330.0), 1, 1e9, 1, "waiting for 1 requested host to join"),
+    (window(100.0, 4, 415.0), 4, 1e9, 0, "within the 5 % target"),  # 3.6 % wait: the band, no change
+    (window(100.0, 4, 600.0), 4, 1e9, 0, "at autoscale.max_data_hosts (4)"),
+    (Window(0, 0.0, 0.0, 0.0), 2, 1e9, 0, "no steps measured yet"),
+    (Window(20, 1.0, 300.0, 300.0, None), 3, 1e9, 0, "CPU use is not known"),
+])
+def test_nothing_changes_in_the_band_in_the_cooldown_while_a_host_joins_at_the_cap_or_without_evidence(
+        w, hosts, since, pending, why):
+    d = decide(w, hosts, CFG, since, pending)
+    assert d.change == 0 and d.hosts == hosts and why in d.reason, d.reason
+
+
+def test_the_bounds_hold_before_anything_else_and_a_decision_is_one_line_with_the_price():
+    assert decide(window(100.0, 0, 300.0, busy=None), 0, CFG, 0.0) == Decision(1, 1, "below autoscale.min_data_hosts (1)")
+    assert decide(window(100.0, 6, 300.0), 6, CFG, 0.0).hosts == 4
+    w = window(100.0, 2, trainer=330.0)
+    d = decide(w, 2, CFG, 1e9)
+    line = d.line(2, w, price_per_host_h=0.204)
+    assert line.startswith("autoscale: +1 data host (2 -> 3): data wait 39.4 %, 200 images/s, $0.61/h for data hosts")
+    assert "3 hosts should make 300 images/s (+50%" in line and "\n" not in line
+    with pytest.raises(ValueError, match="min_data_hosts \\(3\\) is above autoscale.max_data_hosts \\(2\\)"):
+        AutoscaleConfig(min_data_hosts=3, max_data_hosts=2)
