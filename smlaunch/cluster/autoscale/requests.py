@@ -1,0 +1,74 @@
+"""Asking Ray's autoscaler for data hosts by label, beside Ray Data's own requests (issue 42).
+
+`ray.autoscaler.sdk.request_resources` sets one cluster-wide constraint: the last call wins, on
+every Ray version 2.60 ships (`autoscaler/v2/sdk.py`: "future requests will overwrite"). Ray Data
+and Ray Train make their requests through one detached actor, `AutoscalingCoordinator`, which
+merges its requesters' bundles and sends the merge with `request_resources` every 20 s, an empty
+merge included (`ray/data/_internal/cluster_autoscaler/default_autoscaling_coordinator.py`). A
+launcher's own `request_resources` would so be overwritten within 20 s. It registers instead as a
+requester of that coordinator, whose client Ray Data uses itself: its bundles are added to every
+merge, with the data hosts' label selector on each, and no subcluster reservation (which would
+take the hosts' CPUs out of Ray Data's own budget). A request expires after `EXPIRE_S`, so a
+thread sends it again every `REFRESH_S` while it stands.
+"""
+
+from __future__ import annotations
+
+import threading
+
+EXPIRE_S = 180.0
+REFRESH_S = 60.0
+REQUESTER = "smlaunch-data-hosts"
+
+
+class DataHostRequests:
+    """Hold the autoscaler to `hosts` data hosts of `cpus_per_host` CPUs carrying `labels`."""
+
+    def __init__(self, labels: dict[str, str], cpus_per_host: float, requester: str = REQUESTER):
+        self.labels, self.cpus_per_host, self.requester = dict(labels), cpus_per_host, requester
+        self.hosts: int | None = None
+        self._changed = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="smlaunch-data-host-requests", daemon=True)
+        self._started = False
+
+    def want(self, hosts: int) -> None:
+        """Ask for `hosts` hosts from now on (0: none of ours; Ray Data's requests still stand)."""
+        self.hosts = max(0, hosts)
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        self._changed.set()
+
+    def close(self) -> None:
+        """Withdraw the request (the hosts go once idle, after the autoscaler's idle timeout)."""
+        self._closed = True
+        self._changed.set()
+        if self._started:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        # The coordinator's client is not thread-safe: this thread is its only caller.
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import \
+            DefaultAutoscalingCoordinator
+
+        coordinator = DefaultAutoscalingCoordinator(self.requester)
+        while True:
+            self._changed.wait(REFRESH_S)
+            self._changed.clear()
+            if self._closed:
+                coordinator.cancel_request()
+                return
+            if self.hosts:
+                coordinator.request_resources([{"CPU": float(self.cpus_per_host)}] * self.hosts, EXPIRE_S,
+                                              label_selectors=[dict(self.labels)] * self.hosts)
+            else:
+                coordinator.cancel_request()
+
+
+def labelled_nodes(labels: dict[str, str]) -> list[dict]:
+    """The alive nodes carrying every one of `labels` (`ray.nodes()` entries)."""
+    import ray
+
+    return [n for n in ray.nodes() if n.get("Alive")
+            and all((n.get("Labels") or {}).get(k) == v for k, v in labels.items())]

@@ -1,0 +1,62 @@
+"""Data hosts asked of a real autoscaler by label, held while Ray Data makes its own requests, and
+given back (issue 42, item 1's mechanism).
+
+The cluster is Ray's fake multi-node provider under autoscaler v2 (`support.autoscaling_cluster`):
+its nodes are real raylets, started and ended by the autoscaler. The driver runs in a process of
+its own, as the launcher's does. Ray Data's coordinator sends its merged requests every 20 s and
+a direct `request_resources` would be overwritten by them: the hosts must still be there after a
+Ray Data execution and a tick, then go as the request shrinks (idle timeout 5 s here).
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from support.autoscaling_cluster import AutoscalingCluster
+
+LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
+DRIVER = """
+import sys, time, ray
+from smlaunch.cluster.autoscale.requests import DataHostRequests, labelled_nodes
+LABELS = {labels!r}
+ray.init(address=sys.argv[1], logging_level="ERROR")
+ray.data.DataContext.get_current().enable_progress_bars = False
+started = time.monotonic()
+
+def settle(n, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while len(labelled_nodes(LABELS)) != n:
+        if time.monotonic() > deadline:
+            print(f"stuck at {{len(labelled_nodes(LABELS))}} data nodes, waiting for {{n}}", flush=True)
+            sys.exit(1)
+        time.sleep(0.25)
+    print(f"{{n}} data nodes at {{time.monotonic() - started:.1f}} s", flush=True)
+
+requests = DataHostRequests(LABELS, cpus_per_host=1)
+settle(0)
+requests.want(2)
+settle(2)
+rows = ray.data.range(200).map_batches(lambda b: b, batch_size=10, label_selector={{"ray-subcluster": "data"}}).count()
+time.sleep(24)  # Ray Data's coordinator has merged and sent its requests since
+print(f"rows {{rows}}; after the coordinator's tick {{len(labelled_nodes(LABELS))}} data nodes", flush=True)
+requests.want(1)
+settle(1)
+requests.close()
+settle(0)
+"""
+
+
+@pytest.mark.ray
+def test_data_hosts_asked_by_label_join_outlive_ray_datas_own_requests_and_go_when_no_longer_asked(tmp_path):
+    cluster = AutoscalingCluster({"data": {"resources": {"CPU": 1}, "labels": LABELS, "max_workers": 2}},
+                                 head_labels={"ray-subcluster": "train"}, idle_timeout_s=5).start()
+    try:
+        done = subprocess.run([sys.executable, "-c", DRIVER.format(labels=LABELS), cluster.address], env=cluster.env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        cluster.stop()
+    lines = [line for line in done.stdout.splitlines() if "data nodes" in line]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [line.split(" data nodes")[0].split()[-1] for line in lines] == ["0", "2", "2", "1", "0"], lines
+    assert "rows 200; after the coordinator's tick 2 data nodes" in done.stdout

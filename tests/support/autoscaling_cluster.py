@@ -1,0 +1,98 @@
+"""A Ray cluster with a real autoscaler on this machine: Ray's fake multi-node provider, whose
+"nodes" are real raylets started by the autoscaler's monitor, labels included.
+
+Started by hand (`ray start --head --autoscaling-config=...`), as ../shared/notes/ray.md says:
+`ray.cluster_utils.AutoscalingCluster` needs the provider's example.yaml, which Ray's wheel lacks,
+and its start and shutdown run `ray stop --force`, which would end every Ray process on the machine,
+other tests' included. This one is ended by pid: every process whose command line names its own
+temporary directory (the head's daemons, the monitor, each fake node's raylet and agents).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HEAD_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
+"""The provider's id for the head (what `RAY_OVERRIDE_NODE_ID_FOR_TESTING` makes it)."""
+
+
+class AutoscalingCluster:
+    """`node_types`: name -> {"resources": {...}, "labels": {...}, "max_workers": n}, the worker types."""
+
+    def __init__(self, node_types: dict[str, dict], head_labels: dict[str, str], head_cpus: int = 1,
+                 idle_timeout_s: float = 10.0):
+        from smlaunch.cluster.rendezvous import free_port
+
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.tmp = Path(tempfile.mkdtemp(prefix="smas", dir="/tmp"))  # short: Ray's socket paths
+        types = {"ray.head.default": {"resources": {"CPU": head_cpus}, "labels": head_labels, "node_config": {},
+                                      "max_workers": 0}}
+        for name, spec in node_types.items():
+            types[name] = {"resources": spec["resources"], "labels": spec.get("labels", {}), "node_config": {},
+                           "min_workers": 0, "max_workers": spec["max_workers"]}
+        config = {"cluster_name": self.tmp.name, "max_workers": sum(t["max_workers"] for t in node_types.values()),
+                  "idle_timeout_minutes": idle_timeout_s / 60, "upscaling_speed": 1.0,
+                  "provider": {"type": "external",
+                               "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
+                               "gcs_address": self.address, "launch_multiple": True, "head_node_id": HEAD_ID,
+                               "use_node_id_as_ip": True, "disable_node_updaters": True,
+                               "disable_launch_config_check": True},
+                  "auth": {"ssh_user": "ubuntu"}, "available_node_types": types,
+                  "head_node_type": "ray.head.default", "file_mounts": {}, "cluster_synced_files": [],
+                  "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+                  "worker_setup_commands": []}
+        self.config = self.tmp / "autoscaling.yaml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_enable_autoscaler_v2": "1",
+                    "RAY_CLOUD_INSTANCE_ID": HEAD_ID, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": HEAD_ID,
+                    "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env.pop("RAY_ADDRESS", None)
+        self.head_labels, self.head_cpus = head_labels, head_cpus
+
+    def start(self) -> "AutoscalingCluster":
+        import json
+
+        ray = str(Path(sys.executable).with_name("ray"))
+        done = subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
+                               f"--num-cpus={self.head_cpus}", f"--labels={json.dumps(self.head_labels)}",
+                               "--include-dashboard=false", f"--temp-dir={self.tmp / 'ray'}",
+                               f"--autoscaling-config={self.config}"], env=self.env, capture_output=True,
+                              text=True, timeout=120)
+        if done.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"ray start failed: {done.stderr[-2000:]}")
+        return self
+
+    def stop(self) -> None:
+        """Every process of this cluster, by pid (never `ray stop`), then its directory."""
+        import psutil
+
+        mine = str(self.tmp)
+        for _ in range(3):
+            found = []
+            for proc in psutil.process_iter(["pid", "cmdline"]):
+                try:
+                    if proc.info["pid"] != os.getpid() and mine in " ".join(proc.info["cmdline"] or []):
+                        found.append(proc)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            if not found:
+                break
+            for proc in found:
+                try:
+                    proc.send_signal(signal.SIGKILL)
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(found, timeout=5)
+            time.sleep(0.5)
+        shutil.rmtree(self.tmp, ignore_errors=True)
