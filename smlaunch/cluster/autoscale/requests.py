@@ -10,11 +10,16 @@ requester of that coordinator, whose client Ray Data uses itself: its bundles ar
 merge, with the data hosts' label selector on each, and no subcluster reservation (which would
 take the hosts' CPUs out of Ray Data's own budget). A request expires after `EXPIRE_S`, so a
 thread sends it again every `REFRESH_S` while it stands.
+
+A smaller request frees only idle hosts, and a data host running the chain is never idle: one to
+give back is drained (`drain`): Ray schedules nothing new there, lets what runs finish, and the
+autoscaler ends the node once its raylet exits, with no idle timeout.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 EXPIRE_S = 180.0
 REFRESH_S = 60.0
@@ -72,3 +77,19 @@ def labelled_nodes(labels: dict[str, str]) -> list[dict]:
 
     return [n for n in ray.nodes() if n.get("Alive")
             and all((n.get("Labels") or {}).get(k) == v for k, v in labels.items())]
+
+
+def drain(node_id: str, why: str, deadline_s: float = 0.0) -> None:
+    """Give the node back: no new task or actor lands there, those running finish, then its raylet
+    exits and the autoscaler ends it. Lower the request first (`DataHostRequests.want`), or the
+    autoscaler starts a replacement. Ray's reason is PREEMPTION, the one a busy node accepts
+    (IDLE_TERMINATION is refused there); `deadline_s` 0: none (nothing kills it at a deadline anyway)."""
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
+    deadline_ms = time.time_ns() // 1_000_000 + int(deadline_s * 1000) if deadline_s else 0
+    accepted, refusal = gcs.drain_node(node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+                                       why, deadline_ms)
+    if not accepted:
+        raise RuntimeError(f"Ray refused to drain node {node_id[:12]}: {refusal}")

@@ -5,7 +5,8 @@ The cluster is Ray's fake multi-node provider under autoscaler v2 (`support.auto
 its nodes are real raylets, started and ended by the autoscaler. The driver runs in a process of
 its own, as the launcher's does. Ray Data's coordinator sends its merged requests every 20 s and
 a direct `request_resources` would be overwritten by them: the hosts must still be there after a
-Ray Data execution and a tick, then go as the request shrinks (idle timeout 5 s here).
+Ray Data execution and a tick. A host given back while busy is drained: its running task finishes
+there, new tasks go to the other, and the autoscaler ends it; the last goes once idle (5 s here).
 """
 
 import subprocess
@@ -18,7 +19,7 @@ from support.autoscaling_cluster import AutoscalingCluster
 LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
 DRIVER = """
 import sys, time, ray
-from smlaunch.cluster.autoscale.requests import DataHostRequests, labelled_nodes
+from smlaunch.cluster.autoscale.requests import DataHostRequests, drain, labelled_nodes
 LABELS = {labels!r}
 ray.init(address=sys.argv[1], logging_level="ERROR")
 ray.data.DataContext.get_current().enable_progress_bars = False
@@ -40,7 +41,22 @@ settle(2)
 rows = ray.data.range(200).map_batches(lambda b: b, batch_size=10, label_selector={{"ray-subcluster": "data"}}).count()
 time.sleep(24)  # Ray Data's coordinator has merged and sent its requests since
 print(f"rows {{rows}}; after the coordinator's tick {{len(labelled_nodes(LABELS))}} data nodes", flush=True)
+# Give back a busy host: the request shrinks, the host is drained while a task still runs there.
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+busy = labelled_nodes(LABELS)[0]["NodeID"]
+
+@ray.remote(num_cpus=1, max_retries=0)
+def where(sleep_s):
+    time.sleep(sleep_s)
+    return ray.get_runtime_context().get_node_id()
+
+running = where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(busy, soft=False)).remote(6)
+time.sleep(1)
 requests.want(1)
+drain(busy, "fewer data hosts")
+later = ray.get([where.options(label_selector={{"ray-subcluster": "data"}}).remote(0) for _ in range(6)])
+print(f"the running task finished on the drained host: {{ray.get(running) == busy}}; "
+      f"new tasks there: {{later.count(busy)}}", flush=True)
 settle(1)
 requests.close()
 settle(0)
@@ -48,7 +64,7 @@ settle(0)
 
 
 @pytest.mark.ray
-def test_data_hosts_asked_by_label_join_outlive_ray_datas_own_requests_and_go_when_no_longer_asked(tmp_path):
+def test_data_hosts_asked_by_label_join_outlive_ray_datas_own_requests_and_a_busy_one_is_drained_away(tmp_path):
     cluster = AutoscalingCluster({"data": {"resources": {"CPU": 1}, "labels": LABELS, "max_workers": 2}},
                                  head_labels={"ray-subcluster": "train"}, idle_timeout_s=5).start()
     try:
@@ -60,3 +76,4 @@ def test_data_hosts_asked_by_label_join_outlive_ray_datas_own_requests_and_go_wh
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert [line.split(" data nodes")[0].split()[-1] for line in lines] == ["0", "2", "2", "1", "0"], lines
     assert "rows 200; after the coordinator's tick 2 data nodes" in done.stdout
+    assert "the running task finished on the drained host: True; new tasks there: 0" in done.stdout
