@@ -89,12 +89,17 @@ class CheckpointLog:
     """When rank 0 wrote checkpoints, why and in how long: the report's `checkpoints`, which show
     what a cadence costs (`launcher.report.job_report`), and the clock of `trainer.checkpoint_every_s`."""
 
+    RECENT = 10
+
     def __init__(self, every_s: float):
+        import collections
         import time
 
         self.every_s = every_s
-        self.entries: list[dict] = []
-        """{step, why (interval, timer, stop, end), s} per checkpoint written."""
+        self.by_why: dict[str, dict] = {}
+        """why (interval, timer, stop, end) -> {n, s}: bounded, whatever the run's length."""
+        self.recent: collections.deque = collections.deque(maxlen=self.RECENT)
+        """{step, why, s} of the latest checkpoints."""
         self._last = time.monotonic()  # the timer counts from the start of training, then from each checkpoint
         self._last_state: tuple[int, int] | None = None  # (step, epochs done) of the last one
 
@@ -117,4 +122,11 @@ class CheckpointLog:
 
         self._last = time.monotonic()
         self._last_state = (step, epochs_done)
-        self.entries.append({"step": step, "why": why, "s": round(self._last - started, 3)})
+        took = self._last - started
+        totals = self.by_why.setdefault(why, {"n": 0, "s": 0.0})
+        totals["n"] += 1
+        totals["s"] = round(totals["s"] + took, 3)
+        self.recent.append({"step": step, "why": why, "s": round(took, 3)})
+
+    def summary(self) -> dict:
+        return {"by_why": {why: dict(t) for why, t in self.by_why.items()}, "recent": list(self.recent)}

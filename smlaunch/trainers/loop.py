@@ -455,7 +455,7 @@ class _Run:
                 "epochs": self.epochs_done + self.cut_short,
                 "epochs_complete": self.epochs_done,
                 "stopped_at_step": self.step if self.stopped else None, "resumed_from": self.resumed_from,
-                "resumed_at_step": self.resumed_at_step, "marks": self.marks, "checkpoints": self.saves.entries,
+                "resumed_at_step": self.resumed_at_step, "marks": self.marks, "checkpoints": self.saves.summary(),
                 "steps_span_s": self.marks.get("last_step", 0) - self.marks.get("first_step", 0),
                 "sample_accounting": self.books.report(), "workers": workers,
                 "host_rows": {name: int(n) for name, n in zip(hosts, host_rows.tolist())},

@@ -72,14 +72,12 @@ def checkpoint_cost(result: dict, every_s: float) -> dict:
     """What this run's checkpoints cost: how many (by why: interval, timer, stop, end) and their
     seconds; and the seconds of those written between steps (interval, timer) as a share of the time
     between the first and the last step, which they lengthened."""
-    entries = result.get("checkpoints") or []
-    spent = sum(e["s"] for e in entries)
-    between = sum(e["s"] for e in entries if e["why"] in ("interval", "timer"))
+    by_why = (result.get("checkpoints") or {}).get("by_why", {})
+    spent = sum(t["s"] for t in by_why.values())
+    between = sum(t["s"] for why, t in by_why.items() if why in ("interval", "timer"))
     span = result.get("steps_span_s") or 0
-    why: dict[str, int] = {}
-    for e in entries:
-        why[e["why"]] = why.get(e["why"], 0) + 1
-    return {"checkpoint_every_s": every_s, "checkpoints_written": why, "checkpoint_s": round(spent, 3),
+    return {"checkpoint_every_s": every_s, "checkpoints_written": {why: t["n"] for why, t in by_why.items()},
+            "checkpoint_s": round(spent, 3),
             "checkpoint_pct": round(100 * between / span, 2) if span > 0 else None}
 
 
