@@ -1,0 +1,111 @@
+"""The loop that keeps a job's data hosts at the size its trainer needs (issue 42).
+
+Every `period_s` it reads the trainer's latest `window_steps` step records (fed by the launcher's
+progress thread, `on_step`), the data hosts' CPU share and which data hosts have joined; asks the
+policy (`policy.decide`); and acts on a change: a bigger request to the autoscaler, or a smaller
+one and a drain of the host that joined last (the one whose chain holds the fewest blocks of the
+epoch). Each change is a console line and a timeline entry (hosts, data wait, images/s, $/h),
+which the report keeps; holds are kept once a minute, so a day-long run's timeline stays a few
+thousand entries. Ray is reached only through the callables given, so the loop is tested without
+a cluster and runs the same against KubeRay's autoscaler or the fake multi-node provider.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from smlaunch.cluster.autoscale.policy import Decision, Window, decide
+
+HOLD_EVERY_S = 60.0
+"""A decision that changes nothing enters the timeline at most this often."""
+
+
+@dataclass(frozen=True)
+class DataHostsAccess:
+    """What the loop needs of the cluster, as callables (`requests.DataHostRequests`, `requests.drain`, ...)."""
+
+    joined: Callable[[], list[str]]
+    """Node ids of the data hosts that have joined and are not draining, oldest first."""
+    want: Callable[[int], None]
+    """Ask the autoscaler for this many data hosts."""
+    drain: Callable[[str, str], None]
+    """Give one node back: (node id, why)."""
+    cpu_busy: Callable[[], float | None] = lambda: None
+    """The data hosts' CPU share busy (0-1) over the last period, where known."""
+
+
+class ElasticDataHosts:
+    def __init__(self, cfg, access: DataHostsAccess, price_per_host_h: float | None, log: Callable[[str], None],
+                 period_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self.cfg, self.access, self.price, self.log = cfg, access, price_per_host_h, log
+        self.period_s, self.clock = period_s, clock
+        self.records: collections.deque = collections.deque(maxlen=cfg.window_steps)
+        self.timeline: list[dict] = []
+        """{t, hosts, wanted, data_wait_pct, images_per_s, usd_per_h, change, reason} per decision kept."""
+        self.wanted: int | None = None
+        self._changed_at = -float("inf")
+        self._held_at = -float("inf")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def on_step(self, record: dict) -> None:
+        """A step record (`trainers.control.record`), as the progress thread receives it."""
+        with self._lock:
+            self.records.append(record)
+
+    def tick(self) -> Decision:
+        """One decision, acted on."""
+        joined = self.access.joined()
+        with self._lock:
+            records = list(self.records)
+        window = Window.of(records, self.access.cpu_busy())
+        if self.wanted is None:
+            self.wanted = len(joined)
+        pending = max(0, self.wanted - len(joined))
+        now = self.clock()
+        decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending)
+        if decision.change:
+            self.wanted = decision.hosts
+            self.access.want(decision.hosts)
+            if decision.change < 0:
+                for node in joined[decision.hosts - len(joined):]:  # the newest go first
+                    self.access.drain(node, f"smlaunch: fewer data hosts ({decision.reason})")
+            self._changed_at = now
+            with self._lock:
+                self.records.clear()  # the next window measures the new size only
+        if decision.change:
+            self.log(decision.line(len(joined), window, self.price))
+        elif now - self._held_at >= HOLD_EVERY_S:
+            self._held_at = now
+        else:
+            return decision
+        self.timeline.append({"t": round(time.time(), 3), "hosts": len(joined), "wanted": self.wanted,
+                              "data_wait_pct": round(window.data_wait_pct, 2),
+                              "images_per_s": round(window.images_per_s, 1),
+                              "usd_per_h": round(decision.hosts * self.price, 3) if self.price else None,
+                              "change": decision.change, "reason": decision.reason})
+        return decision
+
+    def start(self) -> "ElasticDataHosts":
+        self._thread = threading.Thread(target=self._run, name="smlaunch-elastic-data-hosts", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[dict]:
+        """Stop deciding; the timeline for the report."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.period_s + 10)
+        return self.timeline
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.tick()
+            except Exception as e:  # a failed decision must not end the run it serves
+                self.log(f"autoscale: this decision failed, the hosts stay as they are: {type(e).__name__}: {e}")
