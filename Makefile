@@ -43,6 +43,7 @@ test: setup sdk-venvs tini
 
 bench: setup
 	$(VENV)/bin/python bench/local_default.py
+	$(VENV)/bin/python bench/elastic.py
 	$(VENV)/bin/python bench/epoch_boundary.py
 	$(VENV)/bin/python bench/bringup.py
 	$(VENV)/bin/python bench/startup.py

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from smlaunch.cluster.topology import (GroupShape, WorkerPlan, as_cpu_stand_ins, choose_train_group,
                                        place_workers, receiving_groups)
@@ -185,6 +186,9 @@ class LaunchPlan:
     """On a SageMaker host: what a stop will do under this container's PID 1, in one line."""
     stop_is_clean: bool = True
     """Whether a stop reaches sm-launch here (False under tini, a bash entry script, ...)."""
+    elastic: Any = None
+    """On a running cluster with `autoscale:`: the scaled group and its bounds
+    (`cluster.autoscale.rules.ElasticPlan`); its hosts here are those present at the start."""
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -196,6 +200,16 @@ class LaunchPlan:
         selector names, and a Dataset with no selector got an object-store budget of 0 B on an
         H100 host alone (one chain task at a time of four; 44 images/s)."""
         return self.data_selector or self.train_selector
+
+    @property
+    def preprocess_slots(self) -> int:
+        """The chain's task pool: the preprocessing hosts' CPUs, with an elastic group counted at its
+        largest (Ray Data's budget, which follows the nodes present, keeps it to what has joined)."""
+        on = "data" if self.data_selector else "train"
+        fixed = sum(h.num_cpus for h in self.hosts if h.subcluster == on
+                    and not (self.elastic and h.group == self.elastic.group))
+        grown = int(self.elastic.max_hosts * self.elastic.cpus_per_host) if self.elastic else 0
+        return max(1, fixed + grown)
 
     @property
     def worker_selectors(self) -> list[dict[str, str]]:
@@ -310,6 +324,9 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     data_hosts = [h.name for h in hosts if h.subcluster == "data"]
     if not data_hosts:
         notes.append("no CPU-only group: preprocessing shares the train hosts' CPUs")
+    from smlaunch.cluster.autoscale.rules import fixed_groups_note
+
+    notes += filter(None, [fixed_groups_note(cfg, "the local simulation")])
     routes = receiving_groups({name: ch.instance_groups for name, ch in cfg.channels.items()},
                               [g.name for g in groups], train_group)
     channels = tuple(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in routes[name]),

@@ -20,8 +20,9 @@ class _Strict(BaseModel):
 class AutoscaleConfig(_Strict):
     """How many data hosts the job may hold, and the data wait it aims for."""
 
-    min_data_hosts: int = Field(default=1, ge=0)
-    """Never fewer: 0 lets the chain fall back to the train hosts' CPUs."""
+    min_data_hosts: int = Field(default=1, ge=1)
+    """Never fewer (the hosts a running cluster has when the job starts also stay: they read the
+    channels)."""
     max_data_hosts: int = Field(ge=1)
     """Never more, whatever the wait: the cap on what the job can cost."""
     target_data_wait_pct: float = Field(default=5.0, gt=0, lt=100)

@@ -125,6 +125,12 @@ class SageMakerConfig(_Strict):
     tensorboard_s3_uri: Optional[str] = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
     """TensorBoardOutputConfig.S3OutputPath: SageMaker syncs the head's live TensorBoard events
     (`/opt/ml/output/data/tensorboard`) there while the job runs; point TensorBoard at it."""
+    data_hosts: Union[Literal["auto"], int, None] = None
+    """The data group's host count for the job (`submit --data-hosts` overrides it). None: the
+    group's `instance_count`; `auto`: the count the advisor of the newest report of this config under
+    `run.dir` recommends (`launcher.report.sizing`; run the config briefly first), within the
+    `autoscale:` bounds if the config has them; N: N hosts. The data group is the one `autoscale:`
+    scales, else the one CPU-only group besides the train group."""
 
     @field_validator("environment")
     @classmethod
@@ -135,6 +141,13 @@ class SageMakerConfig(_Strict):
             if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
         return value
+
+    @field_validator("data_hosts", mode="before")
+    @classmethod
+    def _data_hosts(cls, value):
+        if value is None or value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError(f"{value!r}: expected auto or a host count >= 1")
 
     @field_validator("tags")
     @classmethod

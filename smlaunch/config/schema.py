@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
 from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
+from smlaunch.config.autoscale import AutoscaleConfig
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.sagemaker import SageMakerConfig
 from smlaunch.config.op_specs import OpSpec
@@ -394,6 +395,9 @@ class LaunchConfig(_Strict):
     """How `sm-launch submit` creates the training job; only submit reads it."""
     kuberay: Optional[KubeRayConfig] = None
     """How `sm-launch kuberay` writes the RayJob manifest; only that command reads it."""
+    autoscale: Optional[AutoscaleConfig] = None
+    """Elastic data hosts on a Ray cluster with an autoscaler (`run --address`, KubeRay); where
+    groups are fixed (SageMaker, the local simulation) the plan says what it does instead."""
 
     @model_validator(mode="after")
     def _cross(self):

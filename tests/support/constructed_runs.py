@@ -44,3 +44,23 @@ def _sampled(samples: list[dict], host: str, interval_s: float = 0.5) -> dict:
     for x in samples:
         kept.add(x)
     return {"host": host, "interval_s": interval_s * kept.width, "samples": kept.items}
+
+
+def write_run(run_dir, name: str, config, report: dict, mtime: float, layout: str = "local"):
+    """A finished run under `run_dir` as the launcher leaves it: `<name>/resolved_config.yaml` (the
+    config as the run resolved it) and the report where the head wrote it (`local`: the simulated
+    head's tree; `attached`: `<name>/output/data`), dated `mtime`. Returns the report's path."""
+    import json
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    run = Path(run_dir) / name
+    data = run / ("hosts/algo-1/opt/ml/output/data" if layout == "local" else "output/data")
+    data.mkdir(parents=True)
+    (run / "resolved_config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    path = data / "report.json"
+    path.write_text(json.dumps(report))
+    os.utime(path, (mtime, mtime))
+    return path

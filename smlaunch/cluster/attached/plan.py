@@ -83,13 +83,34 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, st
     if cfg.run.dir.startswith("s3://"):
         run_dir, output_dir = str(Path(staging) / name), f"{cfg.run.dir.rstrip('/')}/{name}"
     everyone = [n for nodes in attached.groups.values() for n in nodes] + list(attached.unmatched)
+    data_selector = _selector(data_nodes, "data", everyone) if data_nodes else None
+    elastic = _elastic(cfg, attached, data_selector)
+    if elastic:
+        notes.append(elastic.line() + f"; the {plural(len(attached.groups[elastic.group]), 'host')} here now read "
+                     "the channels and stay, hosts added while training run the chain and go first")
     return LaunchPlan(
         job=cfg.job, run_dir=run_dir, hosts=tuple(hosts), head=train_nodes[0].node_id,
         train_selector=_selector(train_nodes, "train", everyone),
-        data_selector=_selector(data_nodes, "data", everyone) if data_nodes else None,
+        data_selector=data_selector, elastic=elastic,
         channels=channels, notes=tuple(notes), mode="attached", head_address=attached.address,
         join_timeout_s=cfg.cluster.join_timeout_s, host_label=NODE_ID_LABEL, output_dir=output_dir,
         **training_numbers(cfg, workers), **stop_fields(cfg.trainer))
+
+
+def _elastic(cfg: LaunchConfig, attached: AttachedCluster, data_selector: dict | None):
+    """The scaled group's plan (`autoscale:`), or None. Hosts that join later are found by the
+    data selector, so it must be the `ray-subcluster: data` label, not the node ids of now."""
+    from smlaunch.cluster.autoscale.rules import elastic_plan, scaled_group
+
+    group = scaled_group(cfg)
+    if group is None:
+        return None
+    if data_selector != {SUBCLUSTER: "data"}:
+        raise UserError(f"cluster at {attached.address}: autoscale needs every data node, and only those, to carry "
+                        f"the label {SUBCLUSTER}=data (the label that puts hosts added later to work, and that Ray "
+                        "Data budgets by); give the data worker groups that label")
+    nodes = attached.groups[group.name]
+    return elastic_plan(cfg, max(n.cpus for n in nodes))
 
 
 def with_node_trees(plan: LaunchPlan, trees: dict[str, str]) -> LaunchPlan:

@@ -18,8 +18,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from smlaunch.cluster.autoscale.policy import Decision, Window, decide
+from smlaunch.cluster.autoscale.policy import STABILISE_COOLDOWNS, Decision, Window, decide
 
+BUSY_EVERY_S = 1.0
+BUSY_SAMPLES = 30
+"""The data hosts' CPU share is read every `BUSY_EVERY_S` (an instant's reading: the slots taken
+by chain tasks); a decision reads the mean of the latest `BUSY_SAMPLES` since the last change."""
 HOLD_EVERY_S = 60.0
 """A decision that changes nothing enters the timeline at most this often."""
 
@@ -47,7 +51,15 @@ class ElasticDataHosts:
         self.timeline: list[dict] = []
         """{t, hosts, wanted, data_wait_pct, images_per_s, usd_per_h, change, reason} per decision kept."""
         self.wanted: int | None = None
+        self.busy: collections.deque = collections.deque(maxlen=BUSY_SAMPLES)
+        self.host_seconds = 0.0
+        """Data hosts joined, integrated over the ticks: what the job paid for (`summary`)."""
+        self._ticked_at: float | None = None
+        self._sizes: list[int] = []
         self._changed_at = -float("inf")
+        self._last_change = 0
+        self._too_few: dict[int, float] = {}
+        """Size -> until when no release goes down to it (it starved the trainer after a release)."""
         self._held_at = -float("inf")
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -58,18 +70,35 @@ class ElasticDataHosts:
         with self._lock:
             self.records.append(record)
 
-    def tick(self) -> Decision:
-        """One decision, acted on."""
+    def sample_busy(self) -> None:
+        busy = self.access.cpu_busy()
+        if busy is not None:
+            self.busy.append(busy)
+
+    def tick(self, sample: bool = True) -> Decision:
+        """One decision, acted on (`sample`: read the CPU share now too; the loop reads it every second)."""
         joined = self.access.joined()
+        now = self.clock()
+        if self._ticked_at is not None:
+            self.host_seconds += len(joined) * (now - self._ticked_at)
+        self._ticked_at = now
+        if not self._sizes:
+            self._sizes.append(len(joined))
+        if sample:
+            self.sample_busy()
         with self._lock:
             records = list(self.records)
-        window = Window.of(records, self.access.cpu_busy())
+        window = Window.of(records, sum(self.busy) / len(self.busy) if self.busy else None)
         if self.wanted is None:
             self.wanted = len(joined)
         pending = max(0, self.wanted - len(joined))
-        now = self.clock()
-        decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending)
+        too_few = {n: until - now for n, until in self._too_few.items() if until > now}
+        decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending, too_few)
+        if decision.change > 0 and self._last_change < 0:  # the last release starved the trainer
+            self._too_few[len(joined)] = now + STABILISE_COOLDOWNS * max(self.cfg.cooldown_s, self.period_s)
         if decision.change:
+            self._last_change = decision.change
+            self._sizes.append(decision.hosts)
             self.wanted = decision.hosts
             self.access.want(decision.hosts)
             if decision.change < 0:
@@ -78,6 +107,7 @@ class ElasticDataHosts:
             self._changed_at = now
             with self._lock:
                 self.records.clear()  # the next window measures the new size only
+            self.busy.clear()
         if decision.change:
             self.log(decision.line(len(joined), window, self.price))
         elif now - self._held_at >= HOLD_EVERY_S:
@@ -90,6 +120,14 @@ class ElasticDataHosts:
                               "usd_per_h": round(decision.hosts * self.price, 3) if self.price else None,
                               "change": decision.change, "reason": decision.reason})
         return decision
+
+    def summary(self) -> dict:
+        """The report's `autoscale` section: the sizes the job went through, its host-seconds, the timeline."""
+        changes = [e for e in self.timeline if e["change"]]
+        return {"sizes": list(self._sizes), "changes": len(changes), "added": sum(e["change"] > 0 for e in changes),
+                "released": sum(e["change"] < 0 for e in changes), "data_host_seconds": round(self.host_seconds, 1),
+                "price_per_host_h": self.price, "target_data_wait_pct": self.cfg.target_data_wait_pct,
+                "timeline": list(self.timeline)}
 
     def start(self) -> "ElasticDataHosts":
         self._thread = threading.Thread(target=self._run, name="smlaunch-elastic-data-hosts", daemon=True)
@@ -104,8 +142,12 @@ class ElasticDataHosts:
         return self.timeline
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
+        last = self.clock()
+        while not self._stop.wait(min(BUSY_EVERY_S, self.period_s)):
             try:
-                self.tick()
+                self.sample_busy()
+                if self.clock() - last >= self.period_s:
+                    last = self.clock()
+                    self.tick(sample=False)
             except Exception as e:  # a failed decision must not end the run it serves
                 self.log(f"autoscale: this decision failed, the hosts stay as they are: {type(e).__name__}: {e}")

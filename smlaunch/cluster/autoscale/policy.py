@@ -19,7 +19,8 @@ fewer. So a host is added only when the model says it raises the rate by more th
 would still make `RELEASE_HEADROOM` more than the trainer takes. Between the two (the wait under
 the target but not under half of it) nothing changes, and after a change nothing changes for
 `cooldown_s`, nor while a requested host has not joined: the hysteresis that keeps a job from
-flapping between sizes. Every decision says why, with the numbers and the price per hour.
+flapping between sizes; a release that starved the trainer is not made again for a while
+(`STABILISE_COOLDOWNS`). Every decision says why, with the numbers and the price per hour.
 """
 
 from __future__ import annotations
@@ -28,10 +29,15 @@ from dataclasses import dataclass
 
 ADD_MIN_GAIN = 0.07
 """Add a host only if the model predicts at least this much more rate (Cachew's 7 %)."""
-RELEASE_HEADROOM = 1.10
-"""Give a host back only if one fewer would still make this times the GPU-bound rate."""
+RELEASE_HEADROOM = 1.30
+"""Give a host back only if one fewer would still make this times the GPU-bound rate. The CPU-busy
+model reads capacity high (a chain slot between tasks counts as free), so the margin is wide: at
+1.10 the loop gave back a host that was needed (tests/launcher/attached/test_elastic.py, 2 <-> 3)."""
+STABILISE_COOLDOWNS = 5
+"""After a release starved the trainer (a host added right back), no release to that size for
+this many cooldowns: the scale-down stabilisation window of Kubernetes' HorizontalPodAutoscaler."""
 BUSY_FLOOR = 0.05
-"""A CPU share below this says nothing about capacity (the chain is idle, not fast)."""
+"""A CPU share below this is read as this: the capacity it implies is then a lower bound."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,8 @@ def capacity_per_host(window: Window, hosts: int, target_pct: float) -> float | 
         return None
     if window.data_wait_pct > target_pct:
         return window.images_per_s / hosts
-    if window.data_cpu_busy is not None and window.data_cpu_busy >= BUSY_FLOOR:
-        return window.images_per_s / hosts / min(window.data_cpu_busy, 1.0)
+    if window.data_cpu_busy is not None:  # an idle chain (under the floor) counts as at the floor: a lower bound
+        return window.images_per_s / hosts / min(max(window.data_cpu_busy, BUSY_FLOOR), 1.0)
     return None
 
 
@@ -93,9 +99,11 @@ def predicted_rate(per_host: float, hosts: int, gpu_bound: float) -> float:
     return min(gpu_bound, per_host * hosts) if gpu_bound > 0 else per_host * hosts
 
 
-def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int = 0) -> Decision:
+def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int = 0,
+           too_few: dict[int, float] | None = None) -> Decision:
     """The next size for `hosts` joined data hosts under `cfg` (`config.autoscale.AutoscaleConfig`);
-    `pending`: hosts asked for that have not joined yet."""
+    `pending`: hosts asked for that have not joined yet; `too_few`: sizes that starved the trainer
+    right after a release, and the seconds their stabilisation has left (no release to them)."""
     target = cfg.target_data_wait_pct
     hold = lambda why, predicted=None: Decision(hosts, 0, why, predicted)  # noqa: E731
     if pending:
@@ -106,8 +114,9 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
         return Decision(cfg.max_data_hosts, -1, f"above autoscale.max_data_hosts ({cfg.max_data_hosts})")
     if since_change_s < cfg.cooldown_s:
         return hold(f"cooling down ({since_change_s:.0f} of {cfg.cooldown_s:g} s since the last change)")
-    if window.steps == 0 or window.images_per_s <= 0:
-        return hold("no steps measured yet")
+    if window.steps < cfg.window_steps or window.images_per_s <= 0:
+        return hold(f"measuring: {window.steps} of autoscale.window_steps ({cfg.window_steps}) steps since the "
+                    "last change")
     per_host = capacity_per_host(window, hosts, target)
     gpu_bound = window.gpu_bound_images_per_s
     if window.data_wait_pct > target:
@@ -126,6 +135,10 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
         if per_host is None:
             return hold("under the target, but the data hosts' CPU use is not known: no host given back")
         fewer = per_host * (hosts - 1)
+        left = (too_few or {}).get(hosts - 1, 0.0)
+        if left > 0:
+            return hold(f"under the target, but {hosts - 1} hosts starved the trainer after the last release "
+                        f"(no release to {hosts - 1} for {left:.0f} s more)")
         if fewer >= gpu_bound * RELEASE_HEADROOM:
             return Decision(hosts - 1, -1, f"under half the {target:g} % target; {hosts - 1} hosts can make "
                                            f"{fewer:.0f} images/s, the trainer takes {gpu_bound:.0f}",

@@ -93,3 +93,4 @@ def drain(node_id: str, why: str, deadline_s: float = 0.0) -> None:
                                        why, deadline_ms)
     if not accepted:
         raise RuntimeError(f"Ray refused to drain node {node_id[:12]}: {refusal}")
+

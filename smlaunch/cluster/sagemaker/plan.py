@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from smlaunch.cluster.sagemaker.nccl import nccl_environment
+from smlaunch.cluster.autoscale.rules import fixed_groups_note
 from smlaunch.cluster.plan import (GROUP_LABEL, HOST_LABEL, SUBCLUSTER, HostPlan, LaunchPlan, LocalEnvironment,
                                    channel_plan, natural_key, stop_fields, training_numbers)
 from smlaunch.cluster.topology import GroupShape, choose_train_group, place_workers, receiving_groups
@@ -103,6 +104,7 @@ def build_sagemaker_plan(cfg: LaunchConfig, sm: SageMakerEnvironment, local: Loc
     data_groups = [g for g in groups if g != train_group]
     if not data_groups:
         notes.append("no CPU-only group: preprocessing shares the train hosts' CPUs")
+    notes += filter(None, [fixed_groups_note(cfg, "a SageMaker job")])
     workers = place_workers([(h.name, h.num_gpus) for h in hosts if h.subcluster == "train"], cfg.trainer.max_workers)
     return LaunchPlan(
         job=cfg.job, run_dir=str(Path(sm.base_dir) / "checkpoints" / "smlaunch" / cfg.job),

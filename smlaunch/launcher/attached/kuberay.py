@@ -14,7 +14,13 @@ GPU hosts (`ray-subcluster`, `sm-group`) hold in the cluster as on SageMaker:
 * the entrypoint is `sm-launch run` on the config mounted from the ConfigMap; KubeRay sets
   `RAY_ADDRESS`, so the run attaches to the cluster instead of starting one;
 * Ray's token authentication is on (`authOptions.mode: token`: KubeRay makes the Secret), the
-  job has a deadline and the cluster is deleted when it ends.
+  job has a deadline and the cluster is deleted when it ends;
+* with `autoscale:` (issue 42) the one group `cluster.autoscale.rules.scaled_group` names is the
+  exception to fixed replicas: KubeRay's in-tree autoscaler (Ray's v2) runs beside the head, and
+  that group starts at `min_data_hosts` and may grow to `max_data_hosts`. The run asks for its
+  hosts by the group's labels (`launcher.attached.elastic`), which every pod of the group carries,
+  the ones the autoscaler adds included. Every other group keeps min = max = replicas, so the
+  autoscaler can touch nothing else.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import re
 
 import yaml
 
+from smlaunch.cluster.autoscale.rules import scaled_group
 from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER, config_train_group
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.schema import LaunchConfig
@@ -33,6 +40,14 @@ CONFIG_DIR = "/home/ray/smlaunch"
 NODE_RESERVED_VCPUS = 1
 NODE_MEMORY_FRACTION = 0.85
 GPU_RESOURCE = "nvidia.com/gpu"
+AUTOSCALER_IDLE_TIMEOUT_S = 60
+"""How long a scaled host nothing asks for stays. The run gives hosts back by draining them itself
+(`autoscale.cooldown_s` paces that), so this only clears what is left once its request is withdrawn;
+KubeRay's own sample value."""
+AUTOSCALER_CONTAINER = {"requests": {"cpu": "500m", "memory": "512Mi"},
+                        "limits": {"cpu": "500m", "memory": "512Mi"}}
+"""The autoscaler sidecar's resources (KubeRay's defaults, written out so the head pod's footprint
+is in the manifest, not in the operator's version)."""
 
 
 def k8s_name(job: str) -> str:
@@ -62,15 +77,16 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
                   "data": {"config.yaml": yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True),
                                                           sort_keys=False)}}
     head_of = next((g for g in groups if g.name == kuberay.head_group), None)
+    scaled = scaled_group(cfg)
     workers = []
     for group in groups:
-        replicas = group.instance_count - (group is head_of)
-        if replicas == 0:
+        replicas, low, high = worker_counts(cfg, group, head_of, scaled)
+        if high == 0:
             continue
         subcluster = "train" if group.name == train_group else "data"
         workers.append({
-            "groupName": group_name(group.name), "replicas": replicas, "minReplicas": replicas,
-            "maxReplicas": replicas, "labels": {SUBCLUSTER: subcluster, GROUP_LABEL: group.name},
+            "groupName": group_name(group.name), "replicas": replicas, "minReplicas": low,
+            "maxReplicas": high, "labels": {SUBCLUSTER: subcluster, GROUP_LABEL: group.name},
             "rayStartParams": ray_resources(group),
             "template": pod(group, image, kuberay, container="ray-worker")})
     if head_of is None:
@@ -87,9 +103,34 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
         "ttlSecondsAfterFinished": kuberay.ttl_after_finished_s,
         "activeDeadlineSeconds": kuberay.max_run_s,
         "backoffLimit": 0,
-        "rayClusterSpec": {"rayVersion": ray_version, "authOptions": {"mode": "token"},
-                           "headGroupSpec": head, "workerGroupSpecs": workers}}}
+        "rayClusterSpec": {"rayVersion": ray_version, **(autoscaler() if scaled else {}),
+                           "authOptions": {"mode": "token"}, "headGroupSpec": head, "workerGroupSpecs": workers}}}
     return [config_map, job]
+
+
+def worker_counts(cfg: LaunchConfig, group, head_of, scaled) -> tuple[int, int, int]:
+    """(replicas, minReplicas, maxReplicas) of a group's workers. Fixed at its instance count
+    unless it is the scaled group: then it starts at `autoscale.min_data_hosts` and may reach
+    `max_data_hosts`. A head that is one of the group's hosts counts as one of them (it carries
+    the group's labels, so the run counts it too), hence one fewer worker in each."""
+    on_head = int(group is head_of)
+    if scaled is None or group.name != scaled.name:
+        fixed = group.instance_count - on_head
+        return fixed, fixed, fixed
+    low, high = cfg.autoscale.min_data_hosts - on_head, cfg.autoscale.max_data_hosts - on_head
+    return low, low, high
+
+
+def autoscaler() -> dict:
+    """The `rayClusterSpec` fields that start KubeRay's autoscaler sidecar as Ray's autoscaler v2,
+    whose resource requests carry label selectors (the run asks for data hosts by label).
+    `version: v2` is KubeRay's switch: the operator sets `RAY_enable_autoscaler_v2` on the head
+    itself and refuses a spec that also sets that variable, so the head's env stays as it is; the
+    pods' `restartPolicy` stays unset too (v2 accepts Never or nothing)."""
+    return {"enableInTreeAutoscaling": True,
+            "autoscalerOptions": {"version": "v2", "upscalingMode": "Default",
+                                  "idleTimeoutSeconds": AUTOSCALER_IDLE_TIMEOUT_S,
+                                  "resources": {k: dict(v) for k, v in AUTOSCALER_CONTAINER.items()}}}
 
 
 def storage_notes(cfg: LaunchConfig) -> list[str]:

@@ -41,21 +41,29 @@ def run_attached(cfg: LaunchConfig, address: str, stop=None) -> dict:
 def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
     """This path's part of the job: connected to the cluster at `address`, its nodes matched to the
     config's groups and planned on, rank 0's view of run.dir checked, the channels exposed on the
-    receiving nodes. On the way out the channel trees and the stop key are removed, the connection
-    closed, and an `s3://` run.dir gets the driver's files (the report's path then names it)."""
+    receiving nodes. With `autoscale:` the scaled group is first brought to its minimum, and the
+    loop that resizes it is handed to the job (`ClusterUp.elastic`). On the way out the channel
+    trees and the stop key are removed, the autoscaler's request withdrawn, the connection closed,
+    and an `s3://` run.dir gets the driver's files (the report's path then names it)."""
     from smlaunch.cluster.attached.attach import match_groups
     from smlaunch.cluster.attached.plan import attachable, attached_plan
     from smlaunch.launcher.attached.connect import connected
+    from smlaunch.launcher.attached.elastic import controller, grow_to_minimum
     from smlaunch.launcher.commands.plan import summary
     from smlaunch.launcher.job.run import ClusterUp
     from smlaunch.pipelines.sources.node_trees import node_trees
 
     attachable(cfg)
-    env = {HOST_LABEL_ENV: NODE_ID_LABEL, **_endpoint_env(cfg)}
-    with _driver_env(env), connected(address, env_vars=env) as ray:
+    env = {HOST_LABEL_ENV: NODE_ID_LABEL, **_endpoint_env(cfg), **_autoscale_env(cfg)}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_driver_env(env))
+        ray = stack.enter_context(connected(address, env_vars=env))
         if stop is not None:  # now, not when the body starts: matching and checks below take a while
             stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
         _refuse_a_second_job(ray, address)
+        requests = grow_to_minimum(cfg, address)
+        if requests is not None:
+            stack.callback(requests.close)  # the added hosts go once idle
         attached = match_groups(cfg, ray.nodes(), address)
         staging = tempfile.mkdtemp(prefix="smlaunch-staging-") if is_s3(cfg.run.dir) else None
         try:
@@ -76,12 +84,29 @@ def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
             endpoint = None if cfg.run.s3_endpoint in (None, "aws") else cfg.run.s3_endpoint
             with _stop_key_cleared(), node_trees(plan, endpoint, log.info) as exposed:
                 up = ClusterUp(exposed)
+                if plan.elastic is not None:
+                    up.elastic = controller(plan, requests, [n.node_id for n in attached.groups[plan.elastic.group]])
                 try:
                     yield up
                 finally:  # the upload below takes the whole output directory: the plots first
                     up.wait_for_outputs()
     if is_s3(plan.output_dir) and up.report is not None:
         up.report["path"] = join(plan.output_dir, "output", "data", Path(up.report["path"]).name)
+
+
+def _autoscale_env(cfg: LaunchConfig) -> dict[str, str]:
+    """With `autoscale:`, Ray Data's own scale-up is off for the job, in every process that runs its
+    Datasets: smlaunch's loop, which reads the trainer's wait, is then the only one asking. Ray
+    2.60's default (`RATE_BASED`) asks for twice the CPUs in use once half are busy, whatever the
+    trainer takes (with one data host starved it asked for 4 more CPUs before the first step, in
+    tests/launcher/attached/test_elastic.py); `V2` adds a node of every shape past 75 %
+    (ray-project/ray#45331). A threshold above 100 % is never reached."""
+    if not cfg.autoscale:
+        return {}
+    never = "2.0"
+    return {"RAY_DATA_CLUSTER_SCALING_UP_UTIL_THRESHOLD": never,  # V2
+            **{f"RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_{what}_UTIL_THRESHOLD": never  # RATE_BASED
+               for what in ("CPU", "GPU", "MEMORY", "OBJECT_STORE_MEMORY")}}
 
 
 def _endpoint_env(cfg: LaunchConfig) -> dict[str, str]:

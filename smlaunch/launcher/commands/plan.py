@@ -26,12 +26,16 @@ def add_arguments(parser) -> None:
 
 def main(args, failure) -> int:
     job = load_job(args, failure, write_failure_locally=False)
+    sizing = data_hosts_sizing(job.cfg, job.plan, args.config)
     if args.json:
         import json
 
-        log.log(RESULT, json.dumps(plan_json(job.cfg, job.plan), indent=2))
+        shown = plan_json(job.cfg, job.plan)
+        if sizing is not None:
+            shown["data_hosts"] = sizing
+        log.log(RESULT, json.dumps(shown, indent=2))
         return 0
-    for line in plan_lines(job.cfg, job.plan):
+    for line in plan_lines(job.cfg, job.plan) + ([sizing["line"]] if sizing else []):
         log.log(RESULT, line)
     for line in prediction_lines(job.cfg, job.plan, args.rates_from):
         log.log(RESULT, line)
@@ -57,6 +61,26 @@ def prediction_lines(cfg, plan, rates_from: str | None) -> list[str]:
     advisor = advise_plan(hosts, plan.train_workers, measured, cfg.monitor.model_dump(),
                           price_table(cfg.monitor.prices), PRICES_DATED)
     return plan_advice_lines(advisor, str(path))
+
+
+def data_hosts_sizing(cfg, plan, config_name: str) -> dict | None:
+    """What `submit` will make of `sagemaker.data_hosts` (`launcher.report.sizing`): the count, the
+    report and why, and a `line` for the plan; None when the config does not ask, and on a
+    SageMaker host (whose groups are the job's). A report that cannot be found is a line saying
+    so, not a failure: the config is fine to run, only `submit` refuses it."""
+    if plan.mode == "sagemaker" or cfg.sagemaker is None or cfg.sagemaker.data_hosts is None:
+        return None
+    from smlaunch.errors import UserError
+    from smlaunch.launcher.report.sizing import size_data_group
+
+    try:
+        sizing = size_data_group(cfg, cfg.sagemaker.data_hosts, config_name=config_name)
+    except UserError as exc:  # ConfigError too
+        return {"error": str(exc), "line": f"data hosts: {cfg.sagemaker.data_hosts}, but submit will refuse it: "
+                                           + str(exc).removeprefix("data hosts auto: ")}
+    return {"group": sizing.group, "instance_type": sizing.instance_type, "count": sizing.count,
+            "config_count": sizing.was, "report": str(sizing.report) if sizing.report else None,
+            "why": sizing.why, "line": sizing.line()}
 
 
 def plan_json(cfg, plan) -> dict:

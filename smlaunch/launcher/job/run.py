@@ -42,6 +42,8 @@ class ClusterUp:
     rendering: Any = None
     """The report's plots being drawn (`report.job_report.Rendering`) while the cluster goes down;
     a path that ships the output directory elsewhere on exit (an `s3://` run.dir) waits for them."""
+    elastic: Any = None
+    """The loop resizing the data hosts while training (`cluster.autoscale.controller`), or None."""
 
     def wait_for_outputs(self) -> None:
         if self.rendering is not None:
@@ -66,7 +68,7 @@ def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) ->
         log.info(f"cluster: {plural(len(up.plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
         resume_from = prepare_job(cfg, up.plan)
         with forward_stop_to_trainer(stop):
-            report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed, marks)
+            report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed, marks, up.elastic)
         report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
         report["summary"]["command_started_at"] = round(since, 3)  # what phases_s counts from (Unix time)
         report["summary"]["phases_s"] = phases(marks, since)
@@ -126,15 +128,17 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
 
 
 def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None, timings: dict,
-                     stop=None, listed=None, marks: dict | None = None) -> dict:
+                     stop=None, listed=None, marks: dict | None = None, elastic=None) -> dict:
     """Datasets, trainer, report, on the Ray cluster this process is connected to; `plan` is final
     (on SageMaker: after every host joined), and the workers' spec is built from it here. A `stop`
     the trainer has not honoured within its grace ends the fit (`stopping.overdue`). `listed`: the
     channels' listings already under way (a future of `list_channels`), else they are listed here.
     `marks`: the run's phase marks (`launcher.job.phases`), given the listing's and rank 0's here.
+    `elastic`: the loop resizing the data hosts, fed every step record while `fit` runs.
     The report is returned, not written: `run_job` writes it once, with the run's wall time."""
     from smlaunch.cluster.board import start_board
     from smlaunch.cluster.sampler import Samplers
+    from smlaunch.launcher.attached.elastic import running
     from smlaunch.launcher.job.live_events import LiveEvents
     from smlaunch.launcher.job.phases import mark
     from smlaunch.launcher.report.job_report import build_report
@@ -162,11 +166,14 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
         except OSError as exc:
             log.warning(f"TensorBoard events off: {exc}")
             events = None
-        with TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from), cfg.trainer.log_every,
-                           events) as progress:
+        with running(elastic), TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from),
+                                             cfg.trainer.log_every, events,
+                                             on_step=elastic.on_step if elastic else None) as progress:
             result = fit(spec, datasets, fatal=lambda: progress.fatal or overdue(stop))
     finally:
         samples = samplers.gather()
+    if elastic is not None:
+        result["autoscale"] = elastic.summary()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}
     from smlaunch.pipelines.corrupt import corrupt_summary
 

@@ -64,8 +64,9 @@ class _TrainBar(Progress):
 class TrainProgress:
     """Context manager around `fit`: drains the board on a thread until the body returns."""
 
-    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int, events=None):
-        self.board, self.log_every, self.events = board, log_every, events
+    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int, events=None,
+                 on_step=None):
+        self.board, self.log_every, self.events, self.on_step = board, log_every, events, on_step
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
         self.fatal: dict | None = None
@@ -120,6 +121,8 @@ class TrainProgress:
             if event["step"] % self.log_every == 0 or event["step"] == 1:
                 log.info(metric_line(event))
             self._write_events("step", event)
+            if self.on_step is not None:  # the elastic data hosts' loop (`cluster.autoscale.controller`)
+                self.on_step(event)
         elif kind == "validation":
             log.info(validation_line(event))
             self._write_events("validation", event)

@@ -21,7 +21,8 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
     steady = series.steady()
     step_time, images = steady["step_time_s"], steady["images"]  # images: all micro-batches, all ranks
     rows = result["host_rows"]
-    data_hosts = {h.name for h in plan.hosts if h.subcluster == "data"}
+    data_hosts = {h.name for h in plan.hosts if h.subcluster == "data"} | ({"unknown"} if plan.elastic else set())
+    """Hosts an elastic group added while training are not in the plan: their rows count as "unknown"."""
     total_rows = sum(rows.values())
     data_rows = sum(n for host, n in rows.items() if host in data_hosts)
     final = result["validation"][-1] if result["validation"] else {}
@@ -64,6 +65,9 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
         "utilisation": utilisation_summary(plan.to_dict(), samples or {}, series),
         "samples": samples or {},
     }
+    if result.get("autoscale"):
+        report["autoscale"] = result["autoscale"]
+        report["summary"]["data_host_seconds"] = result["autoscale"]["data_host_seconds"]
     add_analysis(report, monitor or {}, epoch_images)
     return report
 
@@ -194,7 +198,7 @@ def summary_lines(report: dict) -> list[str]:
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
         f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
-    ] + _checkpoint_lines(s) + _rank_lines(report) + [
+    ] + _checkpoint_lines(s) + _autoscale_lines(report) + _rank_lines(report) + [
         f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
          for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report) \
         + _phase_lines(s)
@@ -208,6 +212,14 @@ def _checkpoint_lines(summary: dict) -> list[str]:
     pct = summary.get("checkpoint_pct")
     return [f"checkpoints={sum(written.values())} ({kinds}) checkpoint_s={summary['checkpoint_s']} "
             f"checkpoint_pct={pct if pct is not None else 'n/a'} checkpoint_every_s={summary['checkpoint_every_s']:g}"]
+
+
+def _autoscale_lines(report: dict) -> list[str]:
+    a = report.get("autoscale")
+    if not a:
+        return []
+    return [f"autoscale: data hosts {' -> '.join(map(str, a['sizes']))}, {a['added']} added, {a['released']} "
+            f"released, data_host_seconds={a['data_host_seconds']}"]
 
 
 def _phase_lines(summary: dict) -> list[str]:

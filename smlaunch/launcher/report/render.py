@@ -6,6 +6,7 @@ again (after a crash, with other prices, or on a laptop from a job's downloaded 
 * `throughput.png`: images/s per step over wall time (its min-max band where a point stands for a
   bucket of steps), with the data wait % on a second axis;
 * `data_wait.png`: the share of each step (or bucket of steps) spent waiting for the batch;
+* `autoscale.png` (elastic data hosts only): the data hosts over time against the data wait;
 * `utilisation.png`: a heat map of CPU % (and GPU % where there are GPUs) per host over time,
   SageMaker Debugger's view: a GPU row going pale while the data rows glow is an input-bound run.
 
@@ -61,7 +62,17 @@ def _write_markdown(report: dict, path: Path) -> Path:
             if advisor.get("unpriced"):
                 lines += ["", f"No price for: {', '.join(advisor['unpriced'])} (set monitor.prices)."]
             lines.append("")
-    lines += ["Plots: " + ", ".join(f"[{p}]({p})" for p in PLOTS) + "; TensorBoard: `tensorboard --logdir tensorboard`", ""]
+    autoscale = report.get("autoscale")
+    plots = PLOTS + (("autoscale.png",) if autoscale else ())
+    if autoscale:
+        lines += ["## Elastic data hosts", "", f"- sizes: {' -> '.join(map(str, autoscale['sizes']))}; "
+                  f"{autoscale['data_host_seconds']:g} data-host-seconds", "",
+                  "| s | hosts | wanted | data wait % | images/s | $/h | why |", "|---|---|---|---|---|---|---|"]
+        t0 = autoscale["timeline"][0]["t"] if autoscale["timeline"] else 0
+        lines += [f"| {e['t'] - t0:.0f} | {e['hosts']} | {e['wanted']} | {e['data_wait_pct']} | {e['images_per_s']} | "
+                  f"{_cost(e['usd_per_h'])} | {e['reason']} |" for e in autoscale["timeline"]]
+        lines.append("")
+    lines += ["Plots: " + ", ".join(f"[{p}]({p})" for p in plots) + "; TensorBoard: `tensorboard --logdir tensorboard`", ""]
     path.write_text("\n".join(lines))
     return path
 
@@ -108,7 +119,36 @@ def _plots(report: dict, out_dir: Path) -> list[Path]:
     ax.set_title(f"data wait per step (steady mean {report['summary']['data_wait_pct']} %)")
     written.append(_save(fig, out_dir / "data_wait.png"))
     written.append(_heat_map(report, out_dir / "utilisation.png", t0, plt))
+    if report.get("autoscale", {}).get("timeline") and timed:
+        written.append(_autoscale_plot(report, out_dir / "autoscale.png", t0, xs, buckets, plt))
     return written
+
+
+def _autoscale_plot(report: dict, path: Path, t0: float, xs: list, buckets: list, plt) -> Path:
+    """Elastic data hosts: the hosts joined and wanted at each decision kept (a step line), the
+    data wait per step (right axis) with the target, and a marker per change."""
+    a = report["autoscale"]
+    timeline = a["timeline"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    times = [e["t"] - t0 for e in timeline]
+    ax.step(times, [e["hosts"] for e in timeline], where="post", color="tab:green", lw=2, label="data hosts joined")
+    ax.step(times, [e["wanted"] for e in timeline], where="post", color="tab:green", lw=1, ls="--",
+            label="data hosts wanted")
+    for e, t in zip(timeline, times):
+        if e["change"]:
+            ax.annotate(f"{'+' if e['change'] > 0 else '-'}1" + (f"\n${e['usd_per_h']}/h" if e["usd_per_h"] else ""),
+                        (t, e["wanted"]), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
+    ax.set_xlabel("seconds since the first step began")
+    ax.set_ylabel("data hosts", color="tab:green")
+    ax.set_ylim(0, max(e["wanted"] for e in timeline) + 1)
+    twin = ax.twinx()
+    twin.plot(xs, [_bucket_wait_pct(b) for b in buckets], color="tab:red", lw=0.8, alpha=0.6, label="data wait %")
+    twin.axhline(a["target_data_wait_pct"], color="tab:red", ls=":", lw=1, label="target")
+    twin.set_ylabel("data wait % of step", color="tab:red")
+    twin.set_ylim(0, 100)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"elastic data hosts: {' -> '.join(map(str, a['sizes']))}, {a['data_host_seconds']:g} host-seconds")
+    return _save(fig, path)
 
 
 def _heat_map(report: dict, path: Path, t0: float, plt) -> Path:

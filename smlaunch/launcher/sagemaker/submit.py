@@ -29,8 +29,12 @@ JOB_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 
 
 def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None,
-           log: Callable[[str], None] | None = None) -> dict:
-    """Submit `cfg` as a training job; returns the request as sent (token masked)."""
+           log: Callable[[str], None] | None = None, data_hosts: str | int | None = None,
+           from_report: str | None = None, note: Callable[[str], None] | None = None,
+           config_name: str = "CONFIG") -> dict:
+    """Submit `cfg` as a training job; returns the request as sent (token masked). `data_hosts`
+    (over `sagemaker.data_hosts`) and `from_report` size the data group first
+    (`launcher.report.sizing`), whose line goes to `note` (default: `log`)."""
     import logging
     import re
 
@@ -39,6 +43,12 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     if job_name is not None and not re.fullmatch(JOB_NAME, job_name):
         raise ConfigError(f"--job-name {job_name!r}: 1-63 letters, digits and hyphens, starting and ending "
                           "with a letter or digit")
+    from smlaunch.launcher.report.sizing import size_data_group, sized_config
+
+    sizing = size_data_group(cfg, data_hosts if data_hosts is not None else sm.data_hosts, from_report, config_name)
+    if sizing is not None:
+        cfg = sized_config(cfg, sizing)
+        (note or log)(f"submit: {sizing.line()}")
     problems = config_problems(cfg)
     if problems:
         raise ConfigError("; ".join(problems))

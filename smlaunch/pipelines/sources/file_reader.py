@@ -71,8 +71,11 @@ class ChannelDatasource(Datasource):
 
     def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
                  num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None,
-                 seed: int = 0):
+                 seed: int = 0, chain_slots: int = 0):
         self.channel = channel
+        self.chain_slots = chain_slots
+        """Chain tasks that may run at once, where more than the reading CPUs (elastic data hosts):
+        the pass is cut into enough blocks to keep them all at work."""
         self.seed = seed
         self._listing: ChannelListing | ray.ObjectRef = listing
         self._listing_ref: ray.ObjectRef | None = None
@@ -142,8 +145,8 @@ class ChannelDatasource(Datasource):
 
         tasks = sum(self._task_count(host, units, sys.maxsize) for host, units in self.shares().items() if units)
         target = ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
-        return balanced_blocks(tasks, self.estimate_inmemory_data_size(), target, sum(self.cpus.values()),
-                               self.ranks)
+        return balanced_blocks(tasks, self.estimate_inmemory_data_size(), target,
+                               max(sum(self.cpus.values()), self.chain_slots), self.ranks)
 
     def _task_count(self, holder: str | None, units: list[Unit], parallelism: int) -> int:
         """Read tasks for the share of `holder` (None: any receiving host): one per CPU of the host

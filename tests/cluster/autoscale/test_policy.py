@@ -74,7 +74,8 @@ def test_hosts_the_trainer_does_not_need_are_given_back_one_at_a_time_down_to_th
     (window(100.0, 1, 330.0), 1, 1e9, 1, "waiting for 1 requested host to join"),
     (window(100.0, 4, 415.0), 4, 1e9, 0, "within the 5 % target"),  # 3.6 % wait: the band, no change
     (window(100.0, 4, 600.0), 4, 1e9, 0, "at autoscale.max_data_hosts (4)"),
-    (Window(0, 0.0, 0.0, 0.0), 2, 1e9, 0, "no steps measured yet"),
+    (Window(0, 0.0, 0.0, 0.0), 2, 1e9, 0, "measuring: 0 of autoscale.window_steps (20)"),
+    (Window(19, 50.0, 100.0, 200.0, 1.0), 2, 1e9, 0, "measuring: 19 of"),  # a decision reads a whole window
     (Window(20, 1.0, 300.0, 300.0, None), 3, 1e9, 0, "CPU use is not known"),
 ])
 def test_nothing_changes_in_the_band_in_the_cooldown_while_a_host_joins_at_the_cap_or_without_evidence(
@@ -93,3 +94,11 @@ def test_the_bounds_hold_before_anything_else_and_a_decision_is_one_line_with_th
     assert "3 hosts should make 300 images/s (+50%" in line and "\n" not in line
     with pytest.raises(ValueError, match="min_data_hosts \\(3\\) is above autoscale.max_data_hosts \\(2\\)"):
         AutoscaleConfig(min_data_hosts=3, max_data_hosts=2)
+
+
+def test_a_release_that_starved_the_trainer_is_not_made_again_while_it_stabilises():
+    w = window(100.0, 3, 150.0)  # the chain has room to spare on 3 hosts: 2 would do by the model
+    assert decide(w, 3, CFG, 1e9).change == -1
+    d = decide(w, 3, CFG, 1e9, too_few={2: 40.0})
+    assert d.change == 0 and "2 hosts starved the trainer after the last release (no release to 2 for 40 s more)" \
+        in d.reason, d.reason

@@ -1,7 +1,7 @@
 """Data hosts asked of a real autoscaler by label, held while Ray Data makes its own requests, and
 given back (issue 42, item 1's mechanism).
 
-The cluster is Ray's fake multi-node provider under autoscaler v2 (`support.autoscaling_cluster`):
+The cluster is Ray's fake multi-node provider under autoscaler v2 (`smlaunch.cluster.autoscale.fake_cluster`):
 its nodes are real raylets, started and ended by the autoscaler. The driver runs in a process of
 its own, as the launcher's does. Ray Data's coordinator sends its merged requests every 20 s and
 a direct `request_resources` would be overwritten by them: the hosts must still be there after a
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from support.autoscaling_cluster import AutoscalingCluster
+from smlaunch.cluster.autoscale.fake_cluster import AutoscalingCluster
 
 LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
 DRIVER = """

@@ -156,3 +156,79 @@ def test_outputs_on_a_shared_volume_claim_every_pod_mounts_and_a_warning_without
     # an s3:// run.dir needs no volume: the outputs are uploaded (configs/hetero.yaml's channels are S3 too)
     code, docs, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "run.dir=s3://team-runs/jobs")
     assert code == 0 and len(docs) == 2 and err == ""
+
+
+AUTOSCALE = ["--image", "i:1", "--set", "run.dir=s3://team-runs/jobs"]
+
+
+def test_autoscale_makes_the_data_group_elastic_under_kuberays_autoscaler_and_nothing_else(validator, capsys):
+    """With `autoscale:` the manifest is the fixed one plus KubeRay's autoscaler (Ray's v2) and the
+    scaled group's bounds: the closed schema accepts it, and undoing those fields gives back the
+    fixed manifest exactly, so the train group, the head and the job's lifecycle are untouched."""
+    code, (config_map, job), err = kuberay(capsys, HETERO, *AUTOSCALE,
+                                           "--set", "autoscale={min_data_hosts: 2, max_data_hosts: 6}")
+    assert code == 0, err
+    assert problems(validator, job) == []
+    cluster = job["spec"]["rayClusterSpec"]
+    assert cluster["enableInTreeAutoscaling"] is True
+    assert cluster["autoscalerOptions"] == {
+        "version": "v2", "upscalingMode": "Default", "idleTimeoutSeconds": 60,
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}}
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    data, train = groups["data-group"], groups["train-group"]
+    assert (data["replicas"], data["minReplicas"], data["maxReplicas"]) == (2, 2, 6)  # starts at the minimum
+    assert (train["replicas"], train["minReplicas"], train["maxReplicas"]) == (1, 1, 1)
+    # every pod of the group, the autoscaler's included, carries the labels the run asks for and matches
+    assert data["labels"] == {"ray-subcluster": "data", "sm-group": "data_group"}
+    # KubeRay sets RAY_enable_autoscaler_v2 itself for version v2, and refuses a head that sets it too
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert "RAY_enable_autoscaler_v2" not in {e["name"] for e in head["containers"][0]["env"]}
+    assert all("restartPolicy" not in g["template"]["spec"] for g in [cluster["headGroupSpec"], data, train])
+    assert yaml.safe_load(config_map["data"]["config.yaml"])["autoscale"]["max_data_hosts"] == 6
+
+    _, (fixed_map, fixed), _ = kuberay(capsys, HETERO, *AUTOSCALE)
+    del cluster["enableInTreeAutoscaling"], cluster["autoscalerOptions"]
+    data.update(replicas=1, minReplicas=1, maxReplicas=1)  # hetero.yaml: one data host
+    assert job == fixed and "autoscale" not in yaml.safe_load(fixed_map["data"]["config.yaml"])
+    assert "enableInTreeAutoscaling" not in fixed["spec"]["rayClusterSpec"]
+
+
+def test_the_named_group_scales_and_the_other_cpu_group_stays_fixed(validator, capsys, tmp_path):
+    config = yaml.safe_load(Path(HETERO).read_text())
+    config["cluster"]["instance_groups"].append({"name": "prep_group", "instance_type": "ml.c5.2xlarge",
+                                                 "instance_count": 2})
+    three = tmp_path / "three.yaml"
+    three.write_text(yaml.safe_dump(config))
+    code, (_, job), err = kuberay(capsys, str(three), *AUTOSCALE,
+                                  "--set", "autoscale={max_data_hosts: 5, group: prep_group}")
+    assert code == 0, err
+    assert problems(validator, job) == []
+    counts = {g["groupName"]: (g["replicas"], g["minReplicas"], g["maxReplicas"])
+              for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+    assert counts == {"train-group": (1, 1, 1), "data-group": (1, 1, 1), "prep-group": (1, 1, 5)}
+    # two CPU groups and none named: the rule that picks the group refuses, in one line
+    code, _, err = kuberay(capsys, str(three), *AUTOSCALE, "--set", "autoscale={max_data_hosts: 5}")
+    assert code == 2 and err.strip().splitlines() == [
+        "sm-launch: error: autoscale.group: more than one CPU-only group besides the train group train_group "
+        "(data_group, prep_group); name the one to scale"]
+
+
+def test_a_head_of_the_scaled_group_counts_as_one_of_its_hosts(validator, capsys):
+    code, (_, job), err = kuberay(capsys, HETERO, *AUTOSCALE, "--set", "kuberay.head_group=data_group",
+                                  "--set", "autoscale={min_data_hosts: 2, max_data_hosts: 5}")
+    assert code == 0, err
+    assert problems(validator, job) == []
+    cluster = job["spec"]["rayClusterSpec"]
+    assert cluster["headGroupSpec"]["labels"] == {"ray-subcluster": "data", "sm-group": "data_group"}
+    data = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}["data-group"]
+    assert (data["replicas"], data["minReplicas"], data["maxReplicas"]) == (1, 1, 4)
+
+
+@pytest.mark.parametrize("autoscale, expected", [
+    ("{max_data_hosts: 3, group: train_group}", "autoscale.group: train_group is the train group"),
+    ("{max_data_hosts: 3, group: gpus}", "autoscale.group: no instance group 'gpus'"),
+])
+def test_a_bad_autoscale_group_is_refused_in_one_line(capsys, autoscale, expected):
+    code, _, err = kuberay(capsys, HETERO, *AUTOSCALE, "--set", f"autoscale={autoscale}")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and expected in lines[0], err

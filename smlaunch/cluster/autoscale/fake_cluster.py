@@ -1,5 +1,7 @@
 """A Ray cluster with a real autoscaler on this machine: Ray's fake multi-node provider, whose
-"nodes" are real raylets started by the autoscaler's monitor, labels included.
+"nodes" are real raylets started by the autoscaler's monitor, labels included. The tests and
+bench/elastic.py run elastic data hosts on it; on a laptop it is the way to try `autoscale:`
+before a KubeRay cluster.
 
 Started by hand (`ray start --head --autoscaling-config=...`), as ../shared/notes/ray.md says:
 `ray.cluster_utils.AutoscalingCluster` needs the provider's example.yaml, which Ray's wheel lacks,
@@ -26,7 +28,8 @@ HEAD_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
 
 
 class AutoscalingCluster:
-    """`node_types`: name -> {"resources": {...}, "labels": {...}, "max_workers": n}, the worker types."""
+    """`node_types`: name -> {"resources": {...}, "labels": {...}, "max_workers": n[, "min_workers": n]},
+    the worker types."""
 
     def __init__(self, node_types: dict[str, dict], head_labels: dict[str, str], head_cpus: int = 1,
                  idle_timeout_s: float = 10.0):
@@ -39,7 +42,7 @@ class AutoscalingCluster:
                                       "max_workers": 0}}
         for name, spec in node_types.items():
             types[name] = {"resources": spec["resources"], "labels": spec.get("labels", {}), "node_config": {},
-                           "min_workers": 0, "max_workers": spec["max_workers"]}
+                           "min_workers": spec.get("min_workers", 0), "max_workers": spec["max_workers"]}
         config = {"cluster_name": self.tmp.name, "max_workers": sum(t["max_workers"] for t in node_types.values()),
                   "idle_timeout_minutes": idle_timeout_s / 60, "upscaling_speed": 1.0,
                   "provider": {"type": "external",

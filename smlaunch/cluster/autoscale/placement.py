@@ -1,0 +1,71 @@
+"""Where the chain's tasks may run while the data hosts change (issue 42).
+
+The chain's Dataset is built once, with the `ray-subcluster: data` selector; Ray Data sizes its
+budget by that bucket. Two things go wrong with that selector alone while hosts come and go:
+
+* a chain task queued for a free slot is pending demand, and the autoscaler starts a node for it
+  (Ray Data's liveness rule always lets an operator run one task over its budget): hosts joined
+  that no decision asked for (1 -> 3 before the first decision in tests/launcher/attached/test_elastic.py);
+* a host being drained must take no new task, yet it still carries the label until it is gone.
+
+So each chain task is placed on the hosts the loop counts as joined (`ray.io/node-id in(...)`),
+a list the loop publishes in the cluster's KV store (`publish`) and every process that submits
+chain tasks reads at most once a second (`JoinedHosts`, Ray Data's `ray_remote_args_fn`, called
+before each task). A task for those nodes can never be met by a new node, so it is no demand for
+one; a drained host drops off the list before its drain starts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+KEY = b"elastic_data_hosts"
+REFRESH_S = 1.0
+
+
+def publish(nodes: list[str]) -> None:
+    """The joined data hosts, for `JoinedHosts` in every process that runs the chain."""
+    from ray.experimental import internal_kv
+
+    from smlaunch.cluster.job_state import NAMESPACE
+
+    internal_kv._internal_kv_put(KEY, json.dumps(sorted(nodes)).encode(), overwrite=True, namespace=NAMESPACE)
+
+
+def withdraw() -> None:
+    from ray.experimental import internal_kv
+
+    from smlaunch.cluster.job_state import NAMESPACE
+
+    internal_kv._internal_kv_del(KEY, namespace=NAMESPACE)
+
+
+class JoinedHosts:
+    """Ray Data's `ray_remote_args_fn` for the chain: its label selector narrowed to the published
+    hosts (the plain `selector` until a list is published, or where it cannot be read)."""
+
+    def __init__(self, selector: dict[str, str], node_label: str = "ray.io/node-id"):
+        self.selector, self.node_label = dict(selector), node_label
+        self._read_at = -1e9
+        self._nodes: list[str] | None = None
+
+    def __call__(self) -> dict:
+        now = time.monotonic()
+        if now - self._read_at >= REFRESH_S:
+            self._read_at = now
+            self._nodes = self._read()
+        if not self._nodes:
+            return {"label_selector": dict(self.selector)}
+        return {"label_selector": {**self.selector, self.node_label: f"in({','.join(self._nodes)})"}}
+
+    def _read(self) -> list[str] | None:
+        try:
+            from ray.experimental import internal_kv
+
+            from smlaunch.cluster.job_state import NAMESPACE
+
+            raw = internal_kv._internal_kv_get(KEY, namespace=NAMESPACE)
+            return json.loads(raw) if raw else None
+        except Exception:  # noqa: BLE001 - the plain selector still places the task
+            return self._nodes

@@ -1,0 +1,160 @@
+"""Elastic data hosts end to end (issue 42): `sm-launch run --address` with `autoscale:` on a Ray
+cluster whose autoscaler starts and ends real raylets (Ray's fake multi-node provider,
+`smlaunch.cluster.autoscale.fake_cluster`), as KubeRay's autoscaler does pods.
+
+The chain's cost is a fixed wait per image (`pipelines.ops.stand_ins.fixed_cost`), so on this
+machine's 2 cores each added host adds capacity as a real one would. The job starts on one data
+host with a chain too slow for the trainer: hosts are added until the ranks' data wait is under
+the target. Then the chain gets lighter (its cost file rewritten) and hosts are given back. A
+SIGTERM ends the run. (Whether the wait stays under the target, and at what cost in host-seconds,
+is measured by bench/elastic.py: on 2 cores every fake node's raylet slows the trainer too.) Every epoch sees each sample once,
+through every join and every drain.
+
+"""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from smlaunch.cluster.autoscale.fake_cluster import AutoscalingCluster
+
+ROOT = Path(__file__).resolve().parents[3]
+DATA_LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
+HEAVY_MS, LIGHT_MS = 28.0, 1.0
+"""Per image: one data host's 2 slots make ~70 images/s under HEAVY_MS, about half of what the trainer
+takes (~150 images/s of 128 px here), and ~2000 under LIGHT_MS."""
+
+
+def job_config(tmp_path: Path, cost_file: Path) -> Path:
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    cfg["cluster"]["instance_groups"] = [
+        {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1}]
+    # A shuffle buffer of 1024 rows (the default) would hold back 71 % of this 1437-row epoch before the
+    # first batch: the wait would all be at each epoch's start. 64 keeps it per step, as on a real channel.
+    cfg["channels"] = {"train": {"source": str(tmp_path / "train"), "record_format": "image_folder",
+                                 "instance_groups": ["data_group"], "shuffle": {"buffer_rows": 64}}}
+    cfg["pipeline"]["ops"] = [
+        {"op": "decode_image"}, {"op": "random_resized_crop", "size": 128, "scale": [0.7, 1.0]},
+        {"op": "user", "function": "smlaunch.pipelines.ops.stand_ins:fixed_cost",
+         "params": {"ms_per_image": HEAVY_MS, "ms_per_image_file": str(cost_file)}},
+        {"op": "to_uint8_chw"}]
+    # 128 px: one batch per block (`pipelines.dataset.block_bytes`' 1 MiB floor would otherwise hold a
+    # whole epoch of 16 px images in one block, and the trainer would wait only at epoch starts)
+    cfg["trainer"].update(steps=100000, checkpoint_interval=0, log_every=5, validation_every_epochs=0, checkpoint_every_s=0)
+    cfg["autoscale"] = {"min_data_hosts": 1, "max_data_hosts": 4, "target_data_wait_pct": 5,
+                        "cooldown_s": 6, "window_steps": 10}
+    cfg["run"] = {"dir": str(tmp_path / "runs"), "name": "elastic"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+class Output:
+    """The launcher's output lines as they come, kept and searchable."""
+
+    def __init__(self, proc):
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc):
+        for line in proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, predicate, timeout_s: float, what: str, proc) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self.lines):
+            assert proc.poll() is None, f"the launcher ended ({proc.returncode}) before {what}:\n" + "\n".join(self.lines[-60:])
+            assert time.monotonic() < deadline, f"no {what} within {timeout_s} s:\n" + "\n".join(self.lines[-60:])
+            time.sleep(0.5)
+
+
+def waits(lines: list[str]) -> list[float]:
+    return [float(m.group(1)) for line in lines if (m := re.search(r"step=\d+ .*data_wait_pct=([\d.]+)", line))]
+
+
+def changes(lines: list[str]) -> list[tuple[int, int]]:
+    return [(int(m.group(1)), int(m.group(2))) for line in lines
+            if (m := re.search(r"autoscale: [+-]1 data host \((\d+) -> (\d+)\)", line))]
+
+
+@pytest.mark.ray
+def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_is_light_each_epoch_once(tmp_path):
+    from support.user_layouts import digits, write_image_folder
+
+    write_image_folder(tmp_path / "train", digits("train"))
+    cost = tmp_path / "cost_ms"
+    cost.write_text(str(HEAVY_MS))
+    config = job_config(tmp_path, cost)
+    cluster = AutoscalingCluster({"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": 1, "max_workers": 4}},
+                                 head_labels={"ray-subcluster": "train", "sm-group": "train_group"}, head_cpus=2,
+                                 idle_timeout_s=6).start()
+    try:
+        env = {**cluster.env, "PYTHONPATH": str(ROOT)}
+        for key in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER"):
+            env.pop(key, None)
+        proc = subprocess.Popen([sys.executable, "-m", "smlaunch", "run", str(config), "--address", cluster.address],
+                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out = Output(proc)
+        try:
+            # 1. Too slow on one host: hosts are added, one at a time, until a step waits under the target.
+            def fed(ls):
+                grown = [i for i, x in enumerate(ls) if re.search(r"\(\d -> [3-4]\)", x)]
+                return bool(grown) and any(w < 5 for w in waits(ls[grown[0]:]))
+            out.wait_for(fed, 240, "a third data host, then a step waiting under 5 %", proc)
+            # 2. A lighter chain: hosts are given back.
+            cost.write_text(str(LIGHT_MS))
+            before = len(changes(out.lines))
+            out.wait_for(lambda ls: any(b < a for a, b in changes(ls)[before:]), 240, "a release", proc)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 143, "\n".join(out.lines[-60:])
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        report = json.loads((tmp_path / "runs" / "elastic" / "output" / "data" / "report.json").read_text())
+        steps = changes(out.lines)
+        # one host at a time, within the bounds; nothing but the loop changed the size (Ray Data's own
+        # scale-up is off for the job): each size the report saw is one the loop asked for
+        assert all(abs(b - a) == 1 and 1 <= b <= 4 for a, b in steps), steps
+        assert steps[0] == (1, 2), steps
+        a = report["autoscale"]
+        assert a["sizes"][0] == 1 and max(a["sizes"]) <= 4, a["sizes"]
+        assert all(abs(b - a_) == 1 for a_, b in zip(a["sizes"], a["sizes"][1:])), a["sizes"]
+        assert a["added"] >= 2 and a["released"] >= 1 and a["sizes"][1:] == [b for _, b in steps], (a, steps)
+        assert a["data_host_seconds"] > 0
+        assert all(e["reason"] for e in a["timeline"])
+        assert (tmp_path / "runs" / "elastic" / "output" / "data" / "autoscale.png").stat().st_size > 10_000
+        # the added hosts ran the chain (their rows count under "unknown": they are not in the plan)
+        assert report["rows_by_host"].get("unknown", 0) > 0, report["rows_by_host"]
+        # every epoch exactly once, through joins and drains; the stop cut the last one short
+        epochs = report["sample_accounting"]["epochs"]
+        complete = [e for e in epochs if e["complete"]]
+        assert len(complete) >= 3, epochs
+        for e in complete:
+            assert (e["distinct"], e["duplicated"], e["missing"]) == (1437, 0, 0), e
+        assert all(e["duplicated"] == 0 for e in epochs), epochs
+        # the run's request withdrawn: the hosts it added end once idle; the cluster is as it was found
+        # (its node type's one minimum host)
+        deadline = time.monotonic() + 60
+        while (n := data_nodes(cluster.address, env)) > 1 and time.monotonic() < deadline:
+            time.sleep(2)
+        assert n == 1
+    finally:
+        cluster.stop()
+
+
+def data_nodes(address: str, env: dict) -> int:
+    code = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+            "print(sum(1 for n in ray.nodes() if n['Alive'] and n['Labels'].get('sm-group') == 'data_group'))") % address
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return int(ran.stdout.strip().splitlines()[-1])
