@@ -108,7 +108,7 @@ def run_job(work: Path, hosts: int, elastic: bool, args) -> dict:
     hosts_over_time: list[tuple[float, int]] = []
     try:
         started = time.monotonic()
-        while _data_nodes(cluster.address, env) < hosts:  # a fixed group is whole before the job starts
+        while cluster.count_nodes(DATA_LABELS) < hosts:  # a fixed group is whole before the job starts
             if time.monotonic() - started > 120:
                 raise RuntimeError(f"the fake cluster started fewer than {hosts} data nodes in 120 s")
             time.sleep(1)
@@ -144,13 +144,6 @@ def run_job(work: Path, hosts: int, elastic: bool, args) -> dict:
                 "autoscale_lines": [x for x in lines if "autoscale: " in x and "data host (" in x]}
     finally:
         cluster.stop()
-
-
-def _data_nodes(address: str, env: dict) -> int:
-    code = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-            "print(sum(1 for n in ray.nodes() if n['Alive'] and n['Labels'].get('sm-group') == 'data_group'))") % address
-    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    return int(ran.stdout.strip().splitlines()[-1]) if ran.returncode == 0 else 0
 
 
 def buckets(report: dict) -> list[dict]:

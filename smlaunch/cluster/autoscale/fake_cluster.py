@@ -76,6 +76,19 @@ class AutoscalingCluster:
             raise RuntimeError(f"ray start failed: {done.stderr[-2000:]}")
         return self
 
+    def count_nodes(self, labels: dict[str, str]) -> int:
+        """Alive nodes carrying `labels`, asked by a driver of its own (a process that is not
+        connected stays so; the answer is the cluster's, not a stale view)."""
+        code = (f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
+                f"print(sum(1 for n in ray.nodes() if n['Alive'] and all(n['Labels'].get(k) == v for k, v in "
+                f"{dict(labels)!r}.items())))")
+        env = {k: v for k, v in self.env.items() if k not in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING",
+                                                                  "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER")}
+        ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        if ran.returncode != 0:
+            raise RuntimeError(f"could not count the nodes of {self.address}: {ran.stderr[-1000:]}")
+        return int(ran.stdout.strip().splitlines()[-1])
+
     def stop(self) -> None:
         """Every process of this cluster, by pid (never `ray stop`), then its directory."""
         import psutil

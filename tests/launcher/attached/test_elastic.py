@@ -82,6 +82,10 @@ def waits(lines: list[str]) -> list[float]:
     return [float(m.group(1)) for line in lines if (m := re.search(r"step=\d+ .*data_wait_pct=([\d.]+)", line))]
 
 
+def last_step(lines: list[str]) -> int:
+    return max([int(m.group(1)) for line in lines if (m := re.search(r"step=(\d+) ", line))], default=0)
+
+
 def changes(lines: list[str]) -> list[tuple[int, int]]:
     return [(int(m.group(1)), int(m.group(2))) for line in lines
             if (m := re.search(r"autoscale: [+-]1 data host \((\d+) -> (\d+)\)", line))]
@@ -115,6 +119,9 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
             cost.write_text(str(LIGHT_MS))
             before = len(changes(out.lines))
             out.wait_for(lambda ls: any(b < a for a, b in changes(ls)[before:]), 240, "a release", proc)
+            # 3. A whole epoch (44 steps) after the release, so one complete epoch spans a drain.
+            released_at = last_step(out.lines)
+            out.wait_for(lambda ls: last_step(ls) >= released_at + 50, 180, "an epoch after the release", proc)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=120) == 143, "\n".join(out.lines[-60:])
         finally:
@@ -138,23 +145,16 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
         # every epoch exactly once, through joins and drains; the stop cut the last one short
         epochs = report["sample_accounting"]["epochs"]
         complete = [e for e in epochs if e["complete"]]
-        assert len(complete) >= 3, epochs
+        assert len(complete) >= 2, epochs
         for e in complete:
             assert (e["distinct"], e["duplicated"], e["missing"]) == (1437, 0, 0), e
         assert all(e["duplicated"] == 0 for e in epochs), epochs
         # the run's request withdrawn: the hosts it added end once idle; the cluster is as it was found
         # (its node type's one minimum host)
         deadline = time.monotonic() + 60
-        while (n := data_nodes(cluster.address, env)) > 1 and time.monotonic() < deadline:
+        while (n := cluster.count_nodes(DATA_LABELS)) > 1 and time.monotonic() < deadline:
             time.sleep(2)
         assert n == 1
     finally:
         cluster.stop()
 
-
-def data_nodes(address: str, env: dict) -> int:
-    code = ("import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-            "print(sum(1 for n in ray.nodes() if n['Alive'] and n['Labels'].get('sm-group') == 'data_group'))") % address
-    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    return int(ran.stdout.strip().splitlines()[-1])

@@ -33,7 +33,7 @@ def fake_training(configs, tmp_path, monkeypatch):
     seen = {}
     report, plan = constructed_report(configs, tmp_path, compute_s=0.1, wait_s=0.0, chain_s_per_row=0.001, steps=4)
 
-    def train(cfg, plan, resume_from, timings, stop, listed, marks):
+    def train(cfg, plan, resume_from, timings, stop, listed, marks, elastic=None):
         seen.update(plan=plan, timings=dict(timings), stop=stop, listed=listed,
                     resolved=(Path(plan.run_dir) / "resolved_config.yaml").exists())
         seen.setdefault("events", []).append("trained")
