@@ -4,7 +4,7 @@ Several ranks must take every step together (DDP's gradient all-reduce and a che
 are collectives); a rank that went another way would leave the others waiting forever. With
 uneven shards (no rows dropped to equalise them) one rank runs out of batches before another, and
 a stop request reaches ranks at different moments. So before each step the ranks exchange, in one
-all-reduce of ten numbers on a gloo group (CPU tensors: no GPU synchronisation):
+all-reduce of twelve numbers on a gloo group (CPU tensors: no GPU synchronisation):
 
 * how many ranks hold a full step's micro-batches, and how many hold any: all of them means a
   normal DDP step; some means a *drain* step (the ranks with data compute without DDP's sync, then
@@ -16,12 +16,13 @@ all-reduce of ten numbers on a gloo group (CPU tensors: no GPU synchronisation):
   would cost the KV store and Ray's node table a request per rank per interval;
 * whether rank 0's clock says a timed checkpoint is due (`trainer.checkpoint_every_s`): only
   rank 0's clock counts, so every rank writes it after the same step;
-* the previous step's numbers (loss, micro-batches, images, data wait, step time), summed, so the
+* the previous step's numbers (loss, micro-batches, images, data wait, step time, chain seconds and
+  the rows they cover), summed, so the
   step record rank 0 reports covers every rank, one step late and at no extra cost.
 
 The all-reduce is recursive doubling on gloo's point-to-point sends (`_all_reduce`): log2(n)
 rounds, 7 at 128 ranks, where gloo's own all-reduce is a ring of 2 (n - 1) sequential hops, 254 at
-128 ranks. Ten numbers are all latency, so the hop count is the cost: bench/long_run.py measures a
+128 ranks. Twelve numbers are all latency, so the hop count is the cost: bench/long_run.py measures a
 hop and puts the ring at about 19 % of a 300 ms step at 128 ranks, recursive doubling at about 1 %
 (BENCHMARKS.md "control_exchange").
 
@@ -48,9 +49,14 @@ class StepNumbers:
     images: int = 0
     wait_s: float = 0.0
     step_s: float = 0.0
+    chain_s: float = 0.0
+    """The chain's seconds for the step's rows whose chain time was measured (`chain_rows`): what
+    one image costs a data host's slot, as the elastic data hosts' loop models capacity."""
+    chain_rows: int = 0
 
     def as_list(self) -> list[float]:
-        return [self.loss_sum, self.micro_batches, self.images, self.wait_s, self.step_s]
+        return [self.loss_sum, self.micro_batches, self.images, self.wait_s, self.step_s, self.chain_s,
+                self.chain_rows]
 
 
 @dataclass(frozen=True)
@@ -67,11 +73,13 @@ class Decision:
 def record(step: int, epoch: int, numbers: list[float], world: int) -> dict:
     """A step's record over all ranks: mean loss per micro-batch, images/s of all ranks over the
     mean step time, the mean rank's data wait."""
-    loss_sum, micro, images, wait, step_s = numbers
+    loss_sum, micro, images, wait, step_s = numbers[:5]
+    chain_s, chain_rows = (list(numbers[5:7]) + [0.0, 0.0])[:2]
     mean_step = step_s / world
     return {"step": step, "t": round(time.time(), 3), "epoch": epoch, "loss": round(loss_sum / max(micro, 1), 5),
             "step_time_s": round(mean_step, 5), "data_wait_s": round(wait / world, 5),
-            "images_per_s": round(images / mean_step, 2) if mean_step > 0 else 0.0}
+            "images_per_s": round(images / mean_step, 2) if mean_step > 0 else 0.0,
+            "chain_s": round(chain_s, 5), "chain_rows": int(chain_rows)}
 
 
 class Control:
@@ -106,7 +114,7 @@ class Control:
         stop = self._stop_locally()
         lost = self.guard.error() if self.guard is not None and self.rank == 0 else None
         values = [float(full), float(any_data), float(stop), float(lost is not None),
-                  float(checkpoint_due and self.rank == 0)] + (previous.as_list() if previous else [0.0] * 5)
+                  float(checkpoint_due and self.rank == 0)] + (previous.as_list() if previous else [0.0] * 7)
         if self.world > 1:
             values = self._all_reduce(values)
         if values[3] > 0:

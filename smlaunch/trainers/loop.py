@@ -295,7 +295,7 @@ class _Run:
         from smlaunch.trainers.control import StepNumbers, sum_gradients
         from smlaunch.trainers.evaluate import count_hosts, normalise
 
-        accum, losses, images = self.t.grad_accum_steps, [], 0
+        accum, losses, images, chain = self.t.grad_accum_steps, [], 0, []
         for i, batch in enumerate(micro):
             self.seen.add(batch["id"])
             if "pos" in batch:
@@ -311,6 +311,10 @@ class _Run:
             (loss / accum if all_full else loss).backward()
             losses.append(loss.detach())
             images += len(batch["label"])
+            if "prep_s" in batch:  # the chain's time for the rows it timed (a worker's first batch: -1)
+                seconds = batch["prep_s"]
+                timed = seconds >= 0
+                chain.append(torch.stack([seconds[timed].double().sum(), timed.double().sum()]))
         if not all_full:
             sum_gradients(self.raw_model, len(micro), self.world)
         self.optimizer.step()
@@ -320,7 +324,9 @@ class _Run:
             torch.cuda.synchronize(self.device)
         self.step += 1
         loss_sum = torch.stack(losses).sum().item() if losses else 0.0
-        numbers = StepNumbers(loss_sum, len(micro), images, waited, time.perf_counter() - started)
+        chain_s, chain_rows = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0)
+        numbers = StepNumbers(loss_sum, len(micro), images, waited, time.perf_counter() - started, chain_s,
+                              int(chain_rows))
         if self.world == 1:
             self._record(numbers.as_list())
             return None

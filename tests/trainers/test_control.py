@@ -38,7 +38,7 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out: dict) -
     model = torch.nn.parallel.DistributedDataParallel(_model())
     micro = _batches(rank, counts)
     # a timed checkpoint is rank 0's call: the others' clocks are not counted
-    decision = control.exchange(len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0),
+    decision = control.exchange(len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0, 0.25, 2),
                                 checkpoint_due=rank != 0)
     timed = control.exchange(True, True, None, checkpoint_due=rank == 0)
     with model.no_sync():
@@ -68,15 +68,17 @@ def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(co
         decision = out[rank]["decision"]
         assert not decision.all_full and decision.any_data and decision.stop  # rank 1's stop reached all
         assert not decision.checkpoint and out[rank]["timed"]  # rank 0's timer reached all, no one else's
-        assert decision.previous == [sum(1.0 + r for r in range(world)), world, 2 * world, 0.5 * world, 1.0 * world]
+        assert decision.previous == [sum(1.0 + r for r in range(world)), world, 2 * world, 0.5 * world, 1.0 * world,
+                                     0.25 * world, 2 * world]
         assert out[rank]["broadcast"] == "from 0"
     assert out[0]["gathered"] == [r * 10 for r in range(world)]
 
 
 def test_a_step_record_covers_every_rank():
-    entry = record(7, 2, [3.0, 4, 256, 0.2, 2.0], world=2)  # 2 ranks, 4 micro-batches, 1 s mean step
+    entry = record(7, 2, [3.0, 4, 256, 0.2, 2.0, 5.12, 256], world=2)  # 2 ranks, 4 micro-batches, 1 s mean step
     assert (entry["step"], entry["epoch"], entry["loss"], entry["step_time_s"], entry["data_wait_s"],
-            entry["images_per_s"]) == (7, 2, 0.75, 1.0, 0.1, 256.0)
+            entry["images_per_s"], entry["chain_s"], entry["chain_rows"]) == (7, 2, 0.75, 1.0, 0.1, 256.0, 5.12, 256)
+    assert record(7, 2, [3.0, 4, 256, 0.2, 2.0], world=2)["chain_rows"] == 0  # a record without the chain's time
 
 
 def test_one_rank_needs_no_collective():
@@ -84,7 +86,7 @@ def test_one_rank_needs_no_collective():
     control._stop_locally = lambda: False
     decision = control.exchange(True, True, None)
     assert decision.all_full and decision.any_data and not decision.stop and decision.previous is None
-    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2]
+    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2, 0.0, 0]
     model = _model()
     model(torch.ones(1, 4)).sum().backward()
     before = model.weight.grad.clone()

@@ -44,8 +44,11 @@ class DataHostsAccess:
 
 class ElasticDataHosts:
     def __init__(self, cfg, access: DataHostsAccess, price_per_host_h: float | None, log: Callable[[str], None],
-                 period_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+                 period_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 slots_per_host: float | None = None):
         self.cfg, self.access, self.price, self.log = cfg, access, price_per_host_h, log
+        self.slots_per_host = slots_per_host
+        """Chain tasks a data host runs at once (its Ray CPUs): the chain's own clock's capacity."""
         self.period_s, self.clock = period_s, clock
         self.records: collections.deque = collections.deque(maxlen=cfg.window_steps)
         self.timeline: list[dict] = []
@@ -59,6 +62,8 @@ class ElasticDataHosts:
         self._changed_at = -float("inf")
         self._last_change = 0
         self._too_few: dict[int, float] = {}
+        self._starved: dict[int, int] = {}
+        """Size -> how many releases to it starved the trainer (each doubles its stabilisation)."""
         """Size -> until when no release goes down to it (it starved the trainer after a release)."""
         self._held_at = -float("inf")
         self._lock = threading.Lock()
@@ -88,14 +93,16 @@ class ElasticDataHosts:
             self.sample_busy()
         with self._lock:
             records = list(self.records)
-        window = Window.of(records, sum(self.busy) / len(self.busy) if self.busy else None)
+        window = Window.of(records, sum(self.busy) / len(self.busy) if self.busy else None, self.slots_per_host)
         if self.wanted is None:
             self.wanted = len(joined)
         pending = max(0, self.wanted - len(joined))
         too_few = {n: until - now for n, until in self._too_few.items() if until > now}
         decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending, too_few)
         if decision.change > 0 and self._last_change < 0:  # the last release starved the trainer
-            self._too_few[len(joined)] = now + STABILISE_COOLDOWNS * max(self.cfg.cooldown_s, self.period_s)
+            times = self._starved[len(joined)] = self._starved.get(len(joined), 0) + 1
+            hold_s = STABILISE_COOLDOWNS * max(self.cfg.cooldown_s, self.period_s) * 2 ** (times - 1)
+            self._too_few[len(joined)] = now + hold_s  # twice as long each time the same size starves
         if decision.change:
             self._last_change = decision.change
             self._sizes.append(decision.hosts)

@@ -35,7 +35,10 @@ model reads capacity high (a chain slot between tasks counts as free), so the ma
 1.10 the loop gave back a host that was needed (tests/launcher/attached/test_elastic.py, 2 <-> 3)."""
 STABILISE_COOLDOWNS = 5
 """After a release starved the trainer (a host added right back), no release to that size for
-this many cooldowns: the scale-down stabilisation window of Kubernetes' HorizontalPodAutoscaler."""
+this many cooldowns, twice as long each time it happens again (the controller keeps count): the
+scale-down stabilisation window of Kubernetes' HorizontalPodAutoscaler, with a backoff, so a
+capacity model that reads high (bench/elastic.py: 1 host "can make 232 images/s" where it made
+78) costs a few flips, not one a minute."""
 BUSY_FLOOR = 0.05
 """A CPU share below this is read as this: the capacity it implies is then a lower bound."""
 
@@ -50,17 +53,24 @@ class Window:
     gpu_bound_images_per_s: float
     data_cpu_busy: float | None = None
     """Mean share (0-1) of the data hosts' CPUs busy over the window; None where not sampled."""
+    chain_images_per_s_per_host: float | None = None
+    """What a data host's chain slots make by the chain's own clock (slots / seconds per image, the
+    rows' `prep_s`), with no scheduling gaps: an upper bound; None where not timed."""
 
     @classmethod
-    def of(cls, records: list[dict], data_cpu_busy: float | None = None) -> "Window":
-        """From step records (`trainers.control.record`: step_time_s, data_wait_s, images_per_s)."""
+    def of(cls, records: list[dict], data_cpu_busy: float | None = None,
+           slots_per_host: float | None = None) -> "Window":
+        """From step records (`trainers.control.record`: step_time_s, data_wait_s, images_per_s,
+        chain_s and chain_rows)."""
         time_s = sum(r["step_time_s"] for r in records)
         wait_s = sum(min(r["data_wait_s"], r["step_time_s"]) for r in records)
         images = sum(r["images_per_s"] * r["step_time_s"] for r in records)
+        chain_s, chain_rows = sum(r.get("chain_s", 0.0) for r in records), sum(r.get("chain_rows", 0) for r in records)
+        per_host = slots_per_host * chain_rows / chain_s if slots_per_host and chain_rows and chain_s > 0 else None
         return cls(steps=len(records), data_wait_pct=100 * wait_s / time_s if time_s else 0.0,
                    images_per_s=images / time_s if time_s else 0.0,
                    gpu_bound_images_per_s=images / (time_s - wait_s) if time_s > wait_s else 0.0,
-                   data_cpu_busy=data_cpu_busy)
+                   data_cpu_busy=data_cpu_busy, chain_images_per_s_per_host=per_host)
 
 
 @dataclass(frozen=True)
@@ -84,14 +94,20 @@ class Decision:
 
 def capacity_per_host(window: Window, hosts: int, target_pct: float) -> float | None:
     """Images/s one data host's chain can make: the measured rate per host when the pipeline is the
-    limit (the trainer waits), else that rate over the hosts' busy share; None where neither tells."""
+    limit (the trainer waits); else the lower of two estimates that both read high, the rate over
+    the hosts' busy share (a slot between tasks counts as free) and the chain's own clock (no task
+    overhead); None where neither tells. bench/elastic.py: with the busy share alone, 4 hosts read
+    as 177 images/s each where they made 31."""
     if hosts <= 0 or window.images_per_s <= 0:
         return None
     if window.data_wait_pct > target_pct:
         return window.images_per_s / hosts
+    estimates = []
     if window.data_cpu_busy is not None:  # an idle chain (under the floor) counts as at the floor: a lower bound
-        return window.images_per_s / hosts / min(max(window.data_cpu_busy, BUSY_FLOOR), 1.0)
-    return None
+        estimates.append(window.images_per_s / hosts / min(max(window.data_cpu_busy, BUSY_FLOOR), 1.0))
+    if window.chain_images_per_s_per_host:
+        estimates.append(window.chain_images_per_s_per_host)
+    return min(estimates) if estimates else None
 
 
 def predicted_rate(per_host: float, hosts: int, gpu_bound: float) -> float:

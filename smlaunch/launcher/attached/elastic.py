@@ -120,7 +120,7 @@ def controller(plan, requests, base: list[str]):
         return 1 - sum(free.get(n, {}).get("CPU", 0) for n in nodes) / cpus if cpus else None
 
     access = DataHostsAccess(joined=joined, want=requests.want, drain=give_back, cpu_busy=cpu_busy)
-    return ElasticDataHosts(cfg, access, e.price_per_host_h, log.info, period_s=PERIOD_S)
+    return ElasticDataHosts(cfg, access, e.price_per_host_h, log.info, period_s=PERIOD_S, slots_per_host=e.cpus_per_host)
 
 
 @contextlib.contextmanager

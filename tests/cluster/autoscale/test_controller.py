@@ -95,3 +95,21 @@ def test_holds_enter_the_timeline_once_a_minute_and_a_failed_decision_only_logs(
     failing.stop()
     assert lines and lines[0] == ("autoscale: this decision failed, the hosts stay as they are: RuntimeError: "
                                   "GCS unreachable")
+
+
+def test_a_capacity_model_that_reads_high_flips_a_few_times_then_holds_the_size_that_feeds():
+    """The CPU share says one host would do; it makes only 80 of the 150 images/s the trainer takes.
+    Each release to one host starves the trainer and is undone, and the size that starved is not
+    released to again for 5 cooldowns, then 10, 20, ...: the flips thin out instead of recurring."""
+    clock, lines = [0.0], []
+    cluster = ModelCluster(hosts=2, per_host=80.0, trainer=150.0)
+    cluster.busy = lambda: 0.2  # reads low: the model's capacity per host is 5x what the chain makes
+    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0])
+    sizes = run(cluster, loop, clock, ticks=120)  # 20 minutes
+    flips = sum(1 for a, b in zip(sizes, sizes[1:]) if a != b)
+    releases = [i for i, (a, b) in enumerate(zip(sizes, sizes[1:])) if b < a]
+    assert 2 <= len(releases) <= 4, sizes
+    gaps = [b - a for a, b in zip(releases, releases[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0], (releases, sizes)  # each later than the last
+    assert flips <= 2 * len(releases) + 1 and sizes[-1] == 2, sizes  # +1: the release before the first tick
+    assert any("starved the trainer after the last release" in e["reason"] for e in loop.timeline)

@@ -102,3 +102,16 @@ def test_a_release_that_starved_the_trainer_is_not_made_again_while_it_stabilise
     d = decide(w, 3, CFG, 1e9, too_few={2: 40.0})
     assert d.change == 0 and "2 hosts starved the trainer after the last release (no release to 2 for 40 s more)" \
         in d.reason, d.reason
+
+
+def test_the_chains_own_clock_keeps_a_busy_share_that_reads_high_from_giving_back_a_needed_host():
+    records = [{"step_time_s": 1.0, "data_wait_s": 0.0, "images_per_s": 120.0, "chain_s": 32 * 0.030,
+                "chain_rows": 32}] * 20  # 30 ms an image by the chain's clock: 2 slots make 67 images/s
+    busy_only = Window.of(records, data_cpu_busy=0.2)  # 4 hosts "could make" 150 images/s each
+    assert decide(busy_only, 4, CFG, 1e9).change == -1
+    both = Window.of(records, data_cpu_busy=0.2, slots_per_host=2)
+    assert both.chain_images_per_s_per_host == pytest.approx(66.67, abs=0.01)
+    d = decide(both, 4, CFG, 1e9)  # 3 hosts: 200 images/s >= 1.3 x 120: one goes
+    assert d.change == -1 and "3 hosts can make 200 images/s" in d.reason, d.reason
+    d = decide(both, 3, CFG, 1e9)  # 2 hosts: 133 < 156: it stays
+    assert d.change == 0 and "2 hosts could make only 133 images/s of the 120 the trainer takes" in d.reason, d.reason
