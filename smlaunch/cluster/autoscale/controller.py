@@ -62,9 +62,9 @@ class ElasticDataHosts:
         self._changed_at = -float("inf")
         self._last_change = 0
         self._too_few: dict[int, float] = {}
+        """Size -> until when no release goes down to it (it starved the trainer after a release)."""
         self._starved: dict[int, int] = {}
         """Size -> how many releases to it starved the trainer (each doubles its stabilisation)."""
-        """Size -> until when no release goes down to it (it starved the trainer after a release)."""
         self._held_at = -float("inf")
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -113,7 +113,7 @@ def controller(plan, requests, base: list[str]):
     def cpu_busy() -> float | None:
         import ray
 
-        nodes = joined()
+        nodes = [n["NodeID"] for n in joined_nodes(e.labels)]  # read every second: no KV write here
         total = ray._private.state.state.total_resources_per_node()
         free = ray._private.state.state.available_resources_per_node()
         cpus = sum(total.get(n, {}).get("CPU", 0) for n in nodes)
