@@ -15,7 +15,13 @@ the heavy phase (after the same settling time elastic was given) is at most the 
 smallest fixed size that holds the wait. For each: the ranks' data wait per phase, and the data
 host-seconds over the run (joined data nodes sampled every second from the first step to the end).
 
-    python bench/elastic.py [--phase-s 120] [--heavy-ms 28] [--light-ms 1] [--max-hosts 4]
+    python bench/elastic.py [--phase-s 120] [--heavy-ms 28] [--light-ms 1] [--max-hosts 4] [--copies 12]
+                            [--resume DIR --budget-s S]
+
+`--resume DIR` keeps each finished job's results in DIR and reuses them on the next run, and
+`--budget-s` starts no job that would end past that many seconds (exit 3: run again to go on):
+so the bench can be split over calls of a machine lent for minutes at a time (the device's 16
+cores, where extra nodes add real CPUs; this machine's 2 do not).
 
 Ends with `RESULT elastic wait_pct_after=<elastic's wait once at target, heavy phase>
 time_to_target_s=<first step to the first window under the target> host_seconds_ratio=<elastic over
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import signal
@@ -62,7 +69,7 @@ def write_images(root: Path, copies: int) -> int:
     return n
 
 
-def job_config(work: Path, cost: Path, elastic: bool, max_hosts: int) -> Path:
+def job_config(work: Path, cost: Path, elastic: bool, max_hosts: int, crop: int = 128) -> Path:
     import yaml
 
     cfg = {
@@ -72,7 +79,7 @@ def job_config(work: Path, cost: Path, elastic: bool, max_hosts: int) -> Path:
         "channels": {"train": {"source": str(work / "train"), "record_format": "image_folder",
                                "instance_groups": ["data_group"], "shuffle": {"buffer_rows": 64}}},
         "pipeline": {"batch_size": 32, "ops": [
-            {"op": "decode_image"}, {"op": "random_resized_crop", "size": 128, "scale": [0.7, 1.0]},
+            {"op": "decode_image"}, {"op": "random_resized_crop", "size": crop, "scale": [0.7, 1.0]},
             {"op": "user", "function": "smlaunch.pipelines.ops.stand_ins:fixed_cost",
              "params": {"ms_per_image_file": str(cost)}},
             {"op": "to_uint8_chw"}]},
@@ -96,13 +103,13 @@ def run_job(work: Path, hosts: int, elastic: bool, args) -> dict:
 
     cost = work / "cost_ms"
     cost.write_text(str(args.heavy_ms))
-    config = job_config(work, cost, elastic, args.max_hosts)
+    config = job_config(work, cost, elastic, args.max_hosts, args.crop)
     top = args.max_hosts if elastic else hosts
     cluster = AutoscalingCluster({"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": hosts,
                                            "max_workers": top}},
                                  head_labels={"ray-subcluster": "train", "sm-group": "train_group"}, head_cpus=2,
                                  idle_timeout_s=6).start()
-    env = {**cluster.env, "PYTHONPATH": str(ROOT)}
+    env = {**cluster.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), cluster.env.get("PYTHONPATH")]))}
     for key in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER"):
         env.pop(key, None)
     hosts_over_time: list[tuple[float, int]] = []
@@ -175,25 +182,47 @@ def host_seconds(samples: list[tuple[float, int]]) -> float:
     return sum(n * (t2 - t1) for (t1, n), (t2, _) in zip(samples, samples[1:]))
 
 
+def job_seconds(args) -> float:
+    """A job's wall time, roughly: both phases, plus the cluster's start, the job's first step and its end."""
+    return 2 * args.phase_s + 75
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phase-s", type=float, default=120.0, help="seconds of each phase (heavy, then light)")
     parser.add_argument("--heavy-ms", type=float, default=28.0)
     parser.add_argument("--light-ms", type=float, default=1.0)
     parser.add_argument("--max-hosts", type=int, default=4)
+    parser.add_argument("--copies", type=int, default=12,
+                        help="each digit this many times: epochs longer than a phase, as a real channel's are")
+    parser.add_argument("--crop", type=int, default=128, help="the chain's crop size: the trainer's speed")
+    parser.add_argument("--resume", type=Path, help="keep finished jobs here and reuse them (split runs)")
+    parser.add_argument("--budget-s", type=float, help="start no job that would end past this many seconds")
     args = parser.parse_args()
+    began = time.monotonic()
+    if args.resume:
+        args.resume.mkdir(parents=True, exist_ok=True)
     work_root = Path(tempfile.mkdtemp(prefix="smlaunch-elastic-bench-"))
     try:
-        images = write_images(work_root / "train", copies=4)
-        print(f"{images} images (scikit-learn's digits x4, PNG class folders); each job: {args.phase_s:g} s heavy "
+        images = write_images(work_root / "train", copies=args.copies)
+        print(f"{images} images (scikit-learn's digits x{args.copies}, PNG class folders); each job: {args.phase_s:g} s heavy "
               f"({args.heavy_ms:g} ms/image), {args.phase_s:g} s light ({args.light_ms:g} ms/image)", flush=True)
         results = {}
 
         def job(name: str, hosts: int, elastic: bool) -> dict:
-            work = work_root / name
-            work.mkdir()
-            (work / "train").symlink_to(work_root / "train")
-            r = run_job(work, hosts, elastic, args)
+            kept = args.resume / f"{name}.json" if args.resume else None
+            if kept is not None and kept.exists():
+                r = json.loads(kept.read_text())
+                print(f"{name}: kept from {kept}", flush=True)
+            else:
+                if args.budget_s and time.monotonic() - began + job_seconds(args) > args.budget_s:
+                    raise OutOfBudget(name)
+                work = work_root / name
+                work.mkdir()
+                (work / "train").symlink_to(work_root / "train")
+                r = run_job(work, hosts, elastic, args)
+                if kept is not None:
+                    kept.write_text(json.dumps(r))
             steps = r["steps"] = buckets(r["report"])
             r["wait_heavy"] = wait_pct(steps, r["first"] + settle, r["light_at"])
             r["wait_light"] = wait_pct(steps, r["light_at"], r["first"] + 2 * args.phase_s)
@@ -212,6 +241,11 @@ def main() -> int:
         elastic["wait_heavy"] = wait_pct(elastic["steps"], elastic["first"] + settle, elastic["light_at"])
         for line in elastic["autoscale_lines"]:
             print("  " + line.split("INFO smlaunch: ")[-1][:150])
+        for change in (e for e in elastic["report"]["autoscale"]["timeline"] if e["change"]):
+            gone = next((t for t, n in elastic["hosts"] if t >= change["t"] and n != change["hosts"]), None)
+            lag = "not by the end" if gone is None else f"{gone - change['t']:.0f} s later"
+            print(f"  {change['change']:+d} host decided at {change['t'] - elastic['first']:.0f} s; "
+                  f"the joined data nodes changed {lag}")
         fixed = None
         for n in range(1, args.max_hosts + 1):
             r = job(f"fixed-{n}", n, False)
@@ -219,15 +253,22 @@ def main() -> int:
                 fixed = r
                 break
         ratio = elastic["host_s"] / fixed["host_s"] if fixed else float("nan")
-        print(f"elastic: {elastic['host_s']:.0f} data-host-seconds; smallest fixed size under {TARGET:g} %: "
-              f"{'none up to ' + str(args.max_hosts) if fixed is None else str(len(results) - 1) + ' hosts, '}"
-              f"{fixed['host_s'] if fixed else float('nan'):.0f} data-host-seconds")
+        smallest = (f"none up to {args.max_hosts} hosts" if fixed is None else
+                    f"{len(results) - 1} hosts, {fixed['host_s']:.0f} data-host-seconds")
+        print(f"elastic: {elastic['host_s']:.0f} data-host-seconds; smallest fixed size under {TARGET:g} %: {smallest}")
         draw(results, args, ROOT / "bench" / "results" / "elastic.png")
         print(f"RESULT elastic wait_pct_after={elastic['wait_heavy']:.2f} time_to_target_s={time_to_target:.1f} "
               f"host_seconds_ratio={ratio:.3f} goal=wait_pct_after<=5,time_to_target_s<=120,host_seconds_ratio<=0.8")
         return 0
+    except OutOfBudget as e:
+        print(f"stopped before job {e} (--budget-s {args.budget_s:g}); run the same command again to go on")
+        return 3
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
+
+
+class OutOfBudget(Exception):
+    """The next job would end past `--budget-s`."""
 
 
 def draw(results: dict, args, path: Path) -> None:

@@ -57,6 +57,14 @@ START_RETRIES = 2
 """Worker-group starts Ray Train retries after the first times out (Ray Train's default: without end)."""
 
 
+def _execution_options(spec: TrainSpec, options_type):
+    """Each channel's execution: preprocessing on the CPU hosts, and the elastic jobs' buffer cap."""
+    options = options_type(label_selector=dict(spec.preprocess_selector))
+    if spec.ingest_buffer_bytes:
+        options.resource_limits = options.resource_limits.copy(object_store_memory=spec.ingest_buffer_bytes)
+    return options
+
+
 def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
     """Train `spec.world_size` workers and return rank 0's result (per-step records, validation,
     rows per host, ranks). `fatal()` returns a rank's posted user error (`TrainProgress.fatal`),
@@ -69,7 +77,7 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
     from smlaunch.trainers.s3_store import ray_storage
 
     storage_path, storage_filesystem = ray_storage(spec.checkpoint_dir)
-    selector_options = {name: ExecutionOptions(label_selector=dict(spec.preprocess_selector)) for name in datasets}
+    selector_options = {name: _execution_options(spec, ExecutionOptions) for name in datasets}
     trainer = TorchTrainer(
         train_loop,
         train_loop_config=spec,

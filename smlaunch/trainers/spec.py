@@ -58,6 +58,9 @@ class TrainSpec:
     epoch's positions must cover (`trainers.position`); None for a Pipe channel."""
     checkpoint_every_s: float = 0.0
     """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
+    ingest_buffer_bytes: int | None = None
+    """Ray Data's object store budget for each channel's execution (None: Ray's, a share of the
+    store); set with elastic data hosts (`pipelines.dataset.elastic_buffer_bytes`)."""
     id_check_rows: int = 2_000_000
     """Epochs of up to this many rows also get the id-based check (`trainers.accounting`), which
     gathers every id drawn to rank 0 (8 bytes a row); larger ones are checked by positions alone."""

@@ -65,8 +65,8 @@ class AutoscalingCluster:
     def start(self) -> "AutoscalingCluster":
         import json
 
-        ray = str(Path(sys.executable).with_name("ray"))
-        done = subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
+        ray = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` CLI of this interpreter, wherever installed
+        done = subprocess.run([*ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
                                f"--num-cpus={self.head_cpus}", f"--labels={json.dumps(self.head_labels)}",
                                "--include-dashboard=false", f"--temp-dir={self.tmp / 'ray'}",
                                f"--autoscaling-config={self.config}"], env=self.env, capture_output=True,

@@ -94,20 +94,25 @@ class Decision:
 
 def capacity_per_host(window: Window, hosts: int, target_pct: float) -> float | None:
     """Images/s one data host's chain can make: the measured rate per host when the pipeline is the
-    limit (the trainer waits); else the lower of two estimates that both read high, the rate over
-    the hosts' busy share (a slot between tasks counts as free) and the chain's own clock (no task
-    overhead); None where neither tells. bench/elastic.py: with the busy share alone, 4 hosts read
-    as 177 images/s each where they made 31."""
+    limit (the trainer waits); else the chain's own clock where it was timed, the rate over the
+    hosts' busy share where not; None where neither tells.
+
+    The busy share misreads both ways: high when slots sit free between tasks (bench/elastic.py:
+    4 hosts "could make" 177 images/s each where they made 31), low when tasks hold their slots
+    waiting on backpressure, the trainer taking all it wants: the chain went light and the share
+    still read 59 images/s a host for 43 s, where the chain's clock read 1,299, and the host it kept
+    was paid for. The chain's clock (its seconds per row, task overhead left out) reads a little high,
+    which `RELEASE_HEADROOM` covers; a release that starves the trainer anyway is undone and not
+    made again for a while."""
     if hosts <= 0 or window.images_per_s <= 0:
         return None
     if window.data_wait_pct > target_pct:
         return window.images_per_s / hosts
-    estimates = []
-    if window.data_cpu_busy is not None:  # an idle chain (under the floor) counts as at the floor: a lower bound
-        estimates.append(window.images_per_s / hosts / min(max(window.data_cpu_busy, BUSY_FLOOR), 1.0))
     if window.chain_images_per_s_per_host:
-        estimates.append(window.chain_images_per_s_per_host)
-    return min(estimates) if estimates else None
+        return window.chain_images_per_s_per_host
+    if window.data_cpu_busy is not None:  # an idle chain (under the floor) counts as at the floor: a lower bound
+        return window.images_per_s / hosts / min(max(window.data_cpu_busy, BUSY_FLOOR), 1.0)
+    return None
 
 
 def predicted_rate(per_host: float, hosts: int, gpu_bound: float) -> float:

@@ -11,6 +11,11 @@ merge, with the data hosts' label selector on each, and no subcluster reservatio
 take the hosts' CPUs out of Ray Data's own budget). A request expires after `EXPIRE_S`, so a
 thread sends it again every `REFRESH_S` while it stands.
 
+The coordinator also counts each subcluster's nodes for Ray Data's budget, at the same 20 s
+tick: a host that joined ran no chain task until then (bench/elastic.py: a window at 2 hosts made
+what 1 had, and a third was added). `recount` makes it count again at once, as Ray Data's own
+callers do before they pin work to nodes (`get_reserved_resources(recompute=True)`).
+
 A smaller request frees only idle hosts, and a data host running the chain is never idle: one to
 give back is drained (`drain`): Ray schedules nothing new there, lets what runs finish, and the
 autoscaler ends the node once its raylet exits, with no idle timeout.
@@ -34,12 +39,22 @@ class DataHostRequests:
         self.hosts: int | None = None
         self._changed = threading.Event()
         self._closed = False
+        self._recount = False
         self._thread = threading.Thread(target=self._run, name="smlaunch-data-host-requests", daemon=True)
         self._started = False
 
     def want(self, hosts: int) -> None:
         """Ask for `hosts` hosts from now on (0: none of ours; Ray Data's requests still stand)."""
         self.hosts = max(0, hosts)
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        self._changed.set()
+
+    def recount(self) -> None:
+        """Have the coordinator count the cluster's nodes now (the data hosts joined or left), not at
+        its next tick: Ray Data's budget for the chain then follows them within a second."""
+        self._recount = True
         if not self._started:
             self._started = True
             self._thread.start()
@@ -64,11 +79,31 @@ class DataHostRequests:
             if self._closed:
                 coordinator.cancel_request()
                 return
+            if self._recount:
+                self._recount = False
+                _recount_nodes(self.requester)
+            if self.hosts is None:
+                continue
             if self.hosts:
                 coordinator.request_resources([{"CPU": float(self.cpus_per_host)}] * self.hosts, EXPIRE_S,
                                               label_selectors=[dict(self.labels)] * self.hosts)
             else:
                 coordinator.cancel_request()
+
+
+def _recount_nodes(requester: str) -> None:
+    """One tick of Ray Data's autoscaling coordinator now: its view of the nodes, and every
+    requester's reservation (Ray Data's budgets) from it. Ray 2.60's `get_reserved_resources` takes
+    `recompute`; where a later Ray drops it, the coordinator's own 20 s tick still comes."""
+    import ray
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import \
+        get_or_create_autoscaling_coordinator
+
+    try:
+        ray.get(get_or_create_autoscaling_coordinator().get_reserved_resources.remote(requester, recompute=True),
+                timeout=30)
+    except Exception:  # noqa: BLE001 - the next tick counts them anyway
+        pass
 
 
 def labelled_nodes(labels: dict[str, str]) -> list[dict]:

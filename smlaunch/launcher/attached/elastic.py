@@ -119,7 +119,8 @@ def controller(plan, requests, base: list[str]):
         cpus = sum(total.get(n, {}).get("CPU", 0) for n in nodes)
         return 1 - sum(free.get(n, {}).get("CPU", 0) for n in nodes) / cpus if cpus else None
 
-    access = DataHostsAccess(joined=joined, want=requests.want, drain=give_back, cpu_busy=cpu_busy)
+    access = DataHostsAccess(joined=joined, want=requests.want, drain=give_back, cpu_busy=cpu_busy,
+                             recount=requests.recount)
     return ElasticDataHosts(cfg, access, e.price_per_host_h, log.info, period_s=PERIOD_S, slots_per_host=e.cpus_per_host)
 
 

@@ -104,8 +104,10 @@ def _make_tree(run: str, node: str, channels: list) -> str:
 
 
 def _tree(run: str, node: str) -> Path:
-    """The node's tree, under its own temporary directory (computed there)."""
-    return Path(tempfile.gettempdir()) / f"smlaunch-{run}-{node[:12]}" / "opt" / "ml"
+    """The node's tree, under its own temporary directory (computed there). The whole node id: nodes
+    that share a machine (Ray's fake multi-node provider numbers them fff...00001, fff...00002) must
+    not share a tree, or one's removal takes the other's."""
+    return Path(tempfile.gettempdir()) / f"smlaunch-{run}-{node}" / "opt" / "ml"
 
 
 def _expose(opt_ml: Path, node: str, channel, source, objects) -> None:

@@ -2,6 +2,7 @@
 they are asked for, a drained host leaves a tick later, and the trainer's steps follow FastFlow's
 min(trainer, hosts x chain rate). No Ray: the loop reaches the cluster only through its callables."""
 
+import dataclasses
 import itertools
 
 from smlaunch.cluster.autoscale.controller import DataHostsAccess, ElasticDataHosts
@@ -113,3 +114,71 @@ def test_a_capacity_model_that_reads_high_flips_a_few_times_then_holds_the_size_
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0], (releases, sizes)  # each later than the last
     assert flips <= 2 * len(releases) + 1 and sizes[-1] == 2, sizes  # +1: the release before the first tick
     assert any("starved the trainer after the last release" in e["reason"] for e in loop.timeline)
+
+
+def test_an_epochs_first_step_is_left_out_of_the_window_a_pass_starting_over_is_no_starvation():
+    clock, lines = [0.0], []
+    cluster = ModelCluster(hosts=2, per_host=100.0, trainer=150.0)  # two hosts feed it
+    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0])
+    steps = iter(range(10_000))
+    for _ in range(12):  # short epochs: every 4th step waits 2 s for the pass to start over
+        for i in range(10):
+            step = next(steps)
+            start = step % 4 == 0
+            loop.on_step({"step": step, "epoch": step // 4, "step_time_s": 2.2 if start else 0.2,
+                          "data_wait_s": 2.0 if start else 0.002, "images_per_s": 150.0})
+        clock[0] += 10.0
+        loop.tick()
+    assert cluster.wanted == 2 and not lines, lines  # counted in, each window would wait ~77 %
+    assert loop.summary()["epoch_start_steps_left_out"] == 30
+
+
+class SlowJoins(ModelCluster):
+    """Hosts join `join_periods` periods after they are asked for, and make nothing in their first
+    period (worker processes starting), as a fake node's do on 2 cores."""
+
+    join_periods = 4
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.asked_for, self.warming = 0, set()
+
+    def advance(self, loop, steps: int = 10) -> None:
+        self.warming.clear()
+        if len(self.joined) < self.wanted:
+            self.asked_for += 1
+            if self.asked_for >= self.join_periods:
+                self.asked_for = 0
+                node = next(self.ids)
+                self.joined.append(node)
+                self.warming.add(node)
+        working = len(self.joined) - len(self.warming)
+        rate = min(self.trainer, self.per_host * working)
+        step_s = 256 / rate
+        for _ in range(steps):
+            loop.on_step({"step_time_s": step_s, "data_wait_s": step_s - 256 / self.trainer, "images_per_s": rate})
+
+
+def test_the_window_and_the_cooldown_start_when_the_asked_for_host_has_joined():
+    clock, lines = [0.0], []
+    cluster = SlowJoins(hosts=1, per_host=100.0, trainer=150.0)  # two hosts feed it
+    recounts = []
+    access = dataclasses.replace(cluster.access(), recount=lambda: recounts.append(len(cluster.joined)))
+    loop = ElasticDataHosts(CFG, access, price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0])
+    sizes = run(cluster, loop, clock, ticks=16)
+    assert recounts == [2]  # Ray Data's budget counts the host the tick it is seen, not at the coordinator's 20 s
+    # measured from the ask, the window at the join (40 s later, past the 30 s cooldown) held the new
+    # host's first, idle period and a third host was added
+    assert sizes[-1] == 2 and cluster.wanted == 2, (sizes, lines)
+    assert len(lines) == 1 and lines[0].startswith("autoscale: +1 data host (1 -> 2)")
+
+
+def test_the_cpu_share_is_read_over_the_windows_steps_not_the_last_half_minute():
+    cluster = ModelCluster(hosts=2, per_host=100.0, trainer=150.0)
+    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=None, log=lambda line: None)
+    now = 1_000_000.0
+    loop.busy.extend([(now - 30 + i, 1.0) for i in range(22)] + [(now - 8 + i, 0.2) for i in range(8)])
+    window = [{"t": now - 6 + i, "step_time_s": 0.5} for i in range(6)]  # the chain went light 8 s ago
+    assert abs(loop._busy_over(window) - 0.2) < 1e-9
+    assert abs(loop._busy_over(window[-1:]) - 0.2) < 1e-9  # one step: the latest 5 samples
+    assert abs(loop._busy_over([]) - (22 + 8 * 0.2) / 30) < 1e-9  # no step times: all there are

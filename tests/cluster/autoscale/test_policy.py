@@ -104,7 +104,7 @@ def test_a_release_that_starved_the_trainer_is_not_made_again_while_it_stabilise
         in d.reason, d.reason
 
 
-def test_the_chains_own_clock_keeps_a_busy_share_that_reads_high_from_giving_back_a_needed_host():
+def test_the_chains_own_clock_not_the_busy_share_says_what_a_host_can_make():
     records = [{"step_time_s": 1.0, "data_wait_s": 0.0, "images_per_s": 120.0, "chain_s": 32 * 0.030,
                 "chain_rows": 32}] * 20  # 30 ms an image by the chain's clock: 2 slots make 67 images/s
     busy_only = Window.of(records, data_cpu_busy=0.2)  # 4 hosts "could make" 150 images/s each
@@ -115,3 +115,8 @@ def test_the_chains_own_clock_keeps_a_busy_share_that_reads_high_from_giving_bac
     assert d.change == -1 and "3 hosts can make 200 images/s" in d.reason, d.reason
     d = decide(both, 3, CFG, 1e9)  # 2 hosts: 133 < 156: it stays
     assert d.change == 0 and "2 hosts could make only 133 images/s of the 120 the trainer takes" in d.reason, d.reason
+    # a light chain whose tasks hold their slots on backpressure: the busy share reads them full
+    records = [dict(r, chain_s=32 * 0.0015) for r in records]  # 1.5 ms an image: 1,333 images/s a host
+    held = Window.of(records, data_cpu_busy=1.0, slots_per_host=2)
+    d = decide(held, 2, CFG, 1e9)
+    assert d.change == -1 and "1 hosts can make 1333 images/s" in d.reason, d.reason
