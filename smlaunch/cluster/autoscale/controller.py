@@ -92,10 +92,10 @@ class ElasticDataHosts:
         with self._lock:
             first_of_epoch = epoch is not None and epoch != self._epoch
             self._epoch = epoch
-            if not first_of_epoch:
-                self.records.append(record)
-            else:
+            if first_of_epoch:
                 self.epoch_starts += 1
+            else:
+                self.records.append(record)
 
     def sample_busy(self) -> None:
         busy = self.access.cpu_busy()

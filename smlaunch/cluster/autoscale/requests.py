@@ -46,15 +46,15 @@ class DataHostRequests:
     def want(self, hosts: int) -> None:
         """Ask for `hosts` hosts from now on (0: none of ours; Ray Data's requests still stand)."""
         self.hosts = max(0, hosts)
-        if not self._started:
-            self._started = True
-            self._thread.start()
-        self._changed.set()
+        self._wake()
 
     def recount(self) -> None:
         """Have the coordinator count the cluster's nodes now (the data hosts joined or left), not at
         its next tick: Ray Data's budget for the chain then follows them within a second."""
         self._recount = True
+        self._wake()
+
+    def _wake(self) -> None:
         if not self._started:
             self._started = True
             self._thread.start()
@@ -102,8 +102,11 @@ def _recount_nodes(requester: str) -> None:
     try:
         ray.get(get_or_create_autoscaling_coordinator().get_reserved_resources.remote(requester, recompute=True),
                 timeout=30)
-    except Exception:  # noqa: BLE001 - the next tick counts them anyway
-        pass
+    except Exception as exc:  # noqa: BLE001 - the coordinator's next tick counts them anyway
+        import logging
+
+        logging.getLogger("smlaunch").warning(f"autoscale: Ray Data's coordinator did not recount the nodes now "
+                                              f"({type(exc).__name__}); its budget follows at its next tick (20 s)")
 
 
 def labelled_nodes(labels: dict[str, str]) -> list[dict]:
