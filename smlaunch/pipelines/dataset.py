@@ -54,7 +54,9 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
             source = ChannelDatasource(channel, listings[channel.name], roots, num_classes,
                                        cpus={h: plan.host(h).num_cpus for h in channel.hosts},
                                        ranks=plan.train_workers, seed=cfg.seed,
-                                       chain_slots=plan.preprocess_slots if plan.elastic else 0).share_listing()
+                                       chain_slots=plan.preprocess_slots if plan.elastic else 0,
+                                       block_units=ELASTIC_BLOCK_BATCHES * cfg.pipeline.batch_size if plan.elastic
+                                       else 0).share_listing()
         ds = read_channel(source, channel)
         placement = {"ray_remote_args_fn": _placement(plan)} if plan.elastic else {}
         with warnings.catch_warnings():  # see `_placement`
@@ -80,6 +82,14 @@ def _placement(plan: LaunchPlan):
     return JoinedHosts(plan.preprocess_selector, NODE_ID_LABEL)
 
 
+ELASTIC_BLOCK_BATCHES = 4
+"""With elastic data hosts, a pass's blocks hold at most this many batches' worth of files (row
+groups): a chain task takes one block, and a host given back ends only once the tasks it runs
+have. By bytes alone, a channel of small files (bench/elastic.py: 21,564 PNGs of 8x8 digits,
+5 MB) was 16 blocks of 1,350 images, and a drained host ran its task on for 25 s after the
+drain, backpressured by a trainer that took the rows slowly. Image files of ImageNet's size
+already make blocks of a batch or so by bytes (`block_bytes`); records packed many to a file
+get no bound here (their rows per file are not known before reading), only the bytes'."""
 ELASTIC_BUFFER_BLOCKS_PER_SLOT = 6
 ELASTIC_BUFFER_FLOOR = 64 << 20
 

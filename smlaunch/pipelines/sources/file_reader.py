@@ -71,11 +71,15 @@ class ChannelDatasource(Datasource):
 
     def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
                  num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None,
-                 seed: int = 0, chain_slots: int = 0):
+                 seed: int = 0, chain_slots: int = 0, block_units: int = 0):
         self.channel = channel
         self.chain_slots = chain_slots
         """Chain tasks that may run at once, where more than the reading CPUs (elastic data hosts):
         the pass is cut into enough blocks to keep them all at work."""
+        self.block_units = block_units
+        """Units (files, row groups) per block at most, where set (elastic data hosts): a chain task
+        takes one block, and a host given back ends only once its tasks have (see
+        `pipelines.dataset.ELASTIC_BLOCK_BATCHES`). 0: blocks sized by bytes only."""
         self.seed = seed
         self._listing: ChannelListing | ray.ObjectRef = listing
         self._listing_ref: ray.ObjectRef | None = None
@@ -145,8 +149,10 @@ class ChannelDatasource(Datasource):
 
         tasks = sum(self._task_count(host, units, sys.maxsize) for host, units in self.shares().items() if units)
         target = ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
+        units = sum(len(u) for u in self.shares().values())
         return balanced_blocks(tasks, self.estimate_inmemory_data_size(), target,
-                               max(sum(self.cpus.values()), self.chain_slots), self.ranks)
+                               max(sum(self.cpus.values()), self.chain_slots), self.ranks,
+                               at_least=-(-units // self.block_units) if self.block_units else 0)
 
     def _task_count(self, holder: str | None, units: list[Unit], parallelism: int) -> int:
         """Read tasks for the share of `holder` (None: any receiving host): one per CPU of the host
@@ -253,7 +259,7 @@ BLOCKS_PER_RANK_BALANCED = 64
 """From this many blocks per rank on, a rank at most one block ahead is within 1.6 % of the others."""
 
 
-def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int) -> int:
+def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int, at_least: int = 0) -> int:
     """How many blocks a pass of `tasks` read tasks over `size` bytes should end in, so that the
     ranks get equal shares.
 
@@ -264,10 +270,11 @@ def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int) -
     needed 18 steps instead of 15. So a small channel is cut into at least 4 blocks per rank and
     a multiple of the ranks (Ray splits each task's output evenly into the count asked for); a
     large one keeps one block per `target` bytes, as Ray plans it, where a block more or less
-    is noise. At least twice the reading CPUs, so the chain has parallel work."""
+    is noise. At least twice the reading CPUs, so the chain has parallel work, and at least
+    `at_least` (small blocks for elastic hosts: `ChannelDatasource.block_units`)."""
     tasks = max(tasks, 1)
     blocks = tasks * max(1, round(size / tasks / target))  # what the tasks yield before any split (Ray's estimate)
-    split = -(-max(blocks, 2 * cpus, 4 * ranks) // blocks)
+    split = -(-max(blocks, 2 * cpus, 4 * ranks, at_least) // blocks)
     if blocks * split < BLOCKS_PER_RANK_BALANCED * ranks:
         while (blocks * split) % ranks:
             split += 1

@@ -85,6 +85,27 @@ def test_read_tasks_are_bounded_by_the_hosts_cpus_and_ray_still_makes_its_planne
     assert len(batches) >= 16, len(batches)
 
 
+@pytest.mark.ray
+def test_elastic_hosts_get_blocks_of_a_few_files_each_so_a_host_given_back_ends_soon(data_cluster, tmp_path):
+    """`block_units`: a channel of small files is cut into blocks of at most that many files, where
+    by bytes it would be a few large blocks (a chain task each: a drained host ran one on for 25 s)."""
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    objects = write_shards(tmp_path / "src", count=60, per_shard=2)
+    roots = deliver(tmp_path, objects, "FullyReplicated")
+    channel = plan("train")
+    cpus = {"algo-2": 1, "algo-3": 2}
+    by_bytes = ChannelDatasource(channel, list_channel(channel, roots), roots, cpus=cpus, ranks=1)
+    small = ChannelDatasource(channel, list_channel(channel, roots), roots, cpus=cpus, ranks=1, block_units=4)
+    assert by_bytes.block_count() < 15 <= small.block_count(), (by_bytes.block_count(), small.block_count())
+    ds = data_cluster.data.read_datasource(small, label_selector={"sm-host": "in(algo-2,algo-3)"},
+                                           override_num_blocks=small.block_count())
+    blocks = list(ds.iter_batches(batch_size=None))
+    assert max(len(b["id"]) for b in blocks) <= 4 * 2, [len(b["id"]) for b in blocks]
+    assert sorted(int(i) for b in blocks for i in b["id"]) == list(range(120))
+
+
 def test_balanced_blocks_give_small_channels_a_multiple_of_the_ranks_and_large_ones_ray_s_count():
     from smlaunch.pipelines.sources.file_reader import balanced_blocks
 
@@ -95,6 +116,7 @@ def test_balanced_blocks_give_small_channels_a_multiple_of_the_ranks_and_large_o
     # 140 GB over 32 tasks: one block per MiB each, as Ray plans it; no rounding to the ranks.
     assert balanced_blocks(32, 140 * 10**9, mib, cpus=32, ranks=8) == 32 * round(140 * 10**9 / 32 / mib)
     assert balanced_blocks(8, 16 * mib, mib, cpus=2, ranks=1) == 16  # the bench's 20,000 TFRecord rows: no split
+    assert balanced_blocks(2, 5 * mib, mib, cpus=2, ranks=1, at_least=169) == 172  # 4 blocks x 43
 
 
 @pytest.mark.parametrize("cpus", [{"a": 16, "b": 4, "c": 4, "d": 4}, {"a": 1, "b": 3}, {"a": 2}])
