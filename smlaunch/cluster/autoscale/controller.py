@@ -76,6 +76,11 @@ class ElasticDataHosts:
         self._joining = False
         """A change asked for hosts that have not all joined yet."""
         self._seen: set[str] | None = None
+        self._steps_in = 0
+        """Step records taken into windows so far."""
+        self._over_since: int | None = None
+        """`_steps_in` at the end of the first full window over the target, with none under it since
+        (a wait that holds over two windows with no step in common: `policy.CONFIRM_BELOW`)."""
         self.epoch_starts = 0
         """Steps left out of the windows as the first of their epoch (`on_step`)."""
         self._lock = threading.Lock()
@@ -96,6 +101,7 @@ class ElasticDataHosts:
                 self.epoch_starts += 1
             else:
                 self.records.append(record)
+                self._steps_in += 1
 
     def sample_busy(self) -> None:
         busy = self.access.cpu_busy()
@@ -123,10 +129,11 @@ class ElasticDataHosts:
             self._joining = False
             self._restart_window(now)
         with self._lock:
-            records = list(self.records)
+            records, steps_in = list(self.records), self._steps_in
         window = Window.of(records, self._busy_over(records), self.slots_per_host)
         too_few = {n: until - now for n, until in self._too_few.items() if until > now}
-        decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending, too_few)
+        decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending, too_few,
+                          sustained=self._sustained(window, steps_in))
         if decision.change > 0 and self._last_change < 0:  # the last release starved the trainer
             times = self._starved[len(joined)] = self._starved.get(len(joined), 0) + 1
             hold_s = STABILISE_COOLDOWNS * max(self.cfg.cooldown_s, self.period_s) * 2 ** (times - 1)
@@ -154,6 +161,18 @@ class ElasticDataHosts:
                               "change": decision.change, "reason": decision.reason})
         return decision
 
+    def _sustained(self, window: Window, steps_in: int) -> bool:
+        """Whether a full window over the target follows an earlier one over it, with no step in
+        common and none under the target between (`policy.CONFIRM_BELOW`)."""
+        if window.steps < self.cfg.window_steps:
+            return False
+        if window.data_wait_pct <= self.cfg.target_data_wait_pct:
+            self._over_since = None
+            return False
+        if self._over_since is None:
+            self._over_since = steps_in
+        return steps_in - self._over_since >= window.steps
+
     def _busy_over(self, records: list[dict]) -> float | None:
         """The mean CPU share over the samples taken since the window's first step began (records
         carry their wall time `t`), or over the latest `BUSY_MIN_SAMPLES` where fewer; None where none."""
@@ -171,6 +190,7 @@ class ElasticDataHosts:
         first seconds (its worker processes starting, importing the chain) and read as starvation:
         bench/elastic.py added 2 -> 3 -> 4 hosts where fixed 2 held the wait at 0.1 %."""
         self._changed_at = now
+        self._over_since = None
         with self._lock:
             self.records.clear()  # the next window measures the new size only
         self.busy.clear()

@@ -15,8 +15,11 @@ worsens by less than 3 %. This policy reads what smlaunch measures every step, o
 and the advisor's model (`launcher.report.advisor`: FastFlow's min(GPU-bound rate, pipeline
 rate), the pipeline's rate proportional to its hosts) to predict the rate with one host more or
 fewer. So a host is added only when the model says it raises the rate by more than `ADD_MIN_GAIN`
-(a GPU-bound trainer gets none, whatever the wait), and given back only when one host fewer
-would still make `RELEASE_HEADROOM` more than the trainer takes. Between the two (the wait under
+(a GPU-bound trainer gets none, whatever the wait) and the chain's own clock does not say the
+hosts there are already enough (a size the policy would give a host back from: the wait then
+comes from elsewhere, e.g. a host's first seconds; bench/elastic.py on 2 cores added a third
+host on a window at 33 images/s while the clock read 140), and given back only when one host
+fewer would still make `RELEASE_HEADROOM` more than the trainer takes. Between the two (the wait under
 the target but not under half of it) nothing changes, and after a change nothing changes for
 `cooldown_s`, nor while a requested host has not joined: the hysteresis that keeps a job from
 flapping between sizes; a release that starved the trainer is not made again for a while
@@ -39,6 +42,14 @@ this many cooldowns, twice as long each time it happens again (the controller ke
 scale-down stabilisation window of Kubernetes' HorizontalPodAutoscaler, with a backoff, so a
 capacity model that reads high (bench/elastic.py: 1 host "can make 232 images/s" where it made
 78) costs a few flips, not one a minute."""
+CONFIRM_BELOW = 2.0
+"""A wait over the target but under this times it adds a host only when the window before was
+over the target too: one window of a few seconds is noisy (bench/elastic.py: a 10-step window at
+9.3 % where 2 hosts held 0.1 % over the phase added a third, given back 15 s later). A wait this
+far over acts at once, as a job starting on too few hosts needs, unless the chain's own clock
+says the hosts there make what the trainer takes: then the gap is start-up (a host that joined
+seconds ago: 20 % at 2 hosts, which held 0.1 % once warm, added a third) or overhead the clock
+does not see, and only a wait that lasts tells which."""
 BUSY_FLOOR = 0.05
 """A CPU share below this is read as this: the capacity it implies is then a lower bound."""
 
@@ -121,10 +132,12 @@ def predicted_rate(per_host: float, hosts: int, gpu_bound: float) -> float:
 
 
 def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int = 0,
-           too_few: dict[int, float] | None = None) -> Decision:
+           too_few: dict[int, float] | None = None, sustained: bool = True) -> Decision:
     """The next size for `hosts` joined data hosts under `cfg` (`config.autoscale.AutoscaleConfig`);
     `pending`: hosts asked for that have not joined yet; `too_few`: sizes that starved the trainer
-    right after a release, and the seconds their stabilisation has left (no release to them)."""
+    right after a release, and the seconds their stabilisation has left (no release to them);
+    `sustained`: an earlier window, with no step of this one, was over the target too, and none
+    under it since (the controller tracks it; `CONFIRM_BELOW`)."""
     target = cfg.target_data_wait_pct
     hold = lambda why, predicted=None: Decision(hosts, 0, why, predicted)  # noqa: E731
     if pending:
@@ -145,6 +158,17 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
             return hold(f"over the {target:g} % target, but at autoscale.max_data_hosts ({cfg.max_data_hosts})")
         if per_host is None:  # no data host yet: the chain runs on the train hosts
             return Decision(hosts + 1, 1, f"over the {target:g} % target with no data host")
+        clock = (window.chain_images_per_s_per_host or 0.0) * hosts
+        if clock >= gpu_bound * RELEASE_HEADROOM:
+            return hold(f"over the {target:g} % target, but by the chain's own clock {hosts} hosts make "
+                        f"{clock:.0f} images/s, over {RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer "
+                        "takes: the wait is not the chain's (a host starting, the read, the train hosts' CPUs)")
+        if not sustained and clock >= gpu_bound:
+            return hold(f"over the {target:g} % target in this window only, and by the chain's own clock {hosts} "
+                        f"hosts make {clock:.0f} of the {gpu_bound:.0f} images/s the trainer takes: a host if "
+                        "the next window is over too")
+        if not sustained and window.data_wait_pct < target * CONFIRM_BELOW:
+            return hold(f"over the {target:g} % target in this window only: a host if the next is over too")
         more = predicted_rate(per_host, hosts + 1, gpu_bound)
         if more < window.images_per_s * (1 + ADD_MIN_GAIN):
             return hold(f"over the {target:g} % target, but one more host would give {more:.0f} images/s "

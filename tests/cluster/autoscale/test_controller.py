@@ -182,3 +182,26 @@ def test_the_cpu_share_is_read_over_the_windows_steps_not_the_last_half_minute()
     assert abs(loop._busy_over(window) - 0.2) < 1e-9
     assert abs(loop._busy_over(window[-1:]) - 0.2) < 1e-9  # one step: the latest 5 samples
     assert abs(loop._busy_over([]) - (22 + 8 * 0.2) / 30) < 1e-9  # no step times: all there are
+
+
+def test_a_wait_a_little_over_the_target_adds_a_host_only_when_the_next_window_is_over_too():
+    """One window at 9 % among windows under the target adds nothing; two in a row, with no step
+    in common, add one; a wait far over the target (a job starting on too few hosts) adds at once."""
+    clock, lines = [0.0], []
+    cluster = ModelCluster(hosts=2, per_host=100.0, trainer=190.0)  # 0 % wait
+    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0])
+    run(cluster, loop, clock, ticks=5)
+    cluster.trainer = 220.0  # 9 % wait
+    run(cluster, loop, clock, ticks=1)
+    assert not lines and "in this window only" in loop.tick().reason
+    cluster.trainer = 190.0
+    run(cluster, loop, clock, ticks=3)
+    assert not lines and len(cluster.joined) == 2
+    cluster.trainer = 220.0
+    run(cluster, loop, clock, ticks=2)  # two windows over in a row
+    assert lines and lines[0].startswith("autoscale: +1 data host (2 -> 3): data wait 9.1 %"), lines
+    far = ModelCluster(hosts=1, per_host=100.0, trainer=330.0)
+    lines.clear()
+    loop = ElasticDataHosts(CFG, far.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0])
+    run(far, loop, clock, ticks=1)
+    assert lines and lines[0].startswith("autoscale: +1 data host (1 -> 2): data wait 69.7 %"), lines

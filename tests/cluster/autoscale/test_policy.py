@@ -120,3 +120,23 @@ def test_the_chains_own_clock_not_the_busy_share_says_what_a_host_can_make():
     held = Window.of(records, data_cpu_busy=1.0, slots_per_host=2)
     d = decide(held, 2, CFG, 1e9)
     assert d.change == -1 and "1 hosts can make 1333 images/s" in d.reason, d.reason
+
+
+def test_no_host_is_added_where_the_chains_clock_says_the_hosts_already_make_enough():
+    """A wait while the chain's clock reads the hosts well over what the trainer takes is not the
+    chain's (a joined host's first seconds, the read): no host, and the line says so. Where the
+    clock reads them short, the wait is the chain's and a host is added."""
+    def records(chain_ms: float) -> list[dict]:  # 32 images a step; the trainer waits a third of each
+        return [{"step_time_s": 0.6, "data_wait_s": 0.2, "images_per_s": 32 / 0.6, "chain_s": 32 * chain_ms / 1000,
+                 "chain_rows": 32}] * 20
+    enough = Window.of(records(28.0), slots_per_host=2)  # 71 images/s a host by the clock; the trainer takes 80
+    d = decide(enough, 2, CFG, 1e9)
+    assert d.change == 0 and "by the chain's own clock 2 hosts make 143 images/s" in d.reason, d.reason
+    d = decide(Window.of(records(28.0), slots_per_host=2), 1, CFG, 1e9)  # one host: 71 of 80, short
+    assert d.change == 1, d.reason
+    assert decide(Window.of(records(28.0)), 2, CFG, 1e9).change == 1  # no clock: the measured rate decides
+    # the clock says 2 hosts make 91 of the 80 the trainer takes (under 1.3x): a third only if the wait lasts
+    warming = Window.of(records(44.0), slots_per_host=2)
+    d = decide(warming, 2, CFG, 1e9, sustained=False)
+    assert d.change == 0 and "in this window only, and by the chain's own clock 2 hosts make 91" in d.reason, d.reason
+    assert decide(warming, 2, CFG, 1e9, sustained=True).change == 1
