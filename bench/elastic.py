@@ -130,6 +130,7 @@ def run_job(work: Path, hosts: int, elastic: bool, args) -> dict:
             time.sleep(0.5)
         first = time.time()
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        draining: list[tuple[float, str, list[str]]] = []
         try:
             light_at = first + args.phase_s
             while time.time() < first + 2 * args.phase_s:
@@ -137,6 +138,7 @@ def run_job(work: Path, hosts: int, elastic: bool, args) -> dict:
                     cost.write_text(str(args.light_ms))
                 alive = [n for n in ray.nodes() if n["Alive"] and n["Labels"].get("sm-group") == "data_group"]
                 hosts_over_time.append((time.time(), len(alive)))
+                draining += busy_while_draining({n["NodeID"] for n in alive}, draining)
                 print(f"  {'elastic' if elastic else f'fixed {hosts}'}: {time.time() - first:5.0f} s, "
                       f"{len(alive)} data hosts", end="\r", flush=True)
                 time.sleep(1.0)
@@ -148,9 +150,28 @@ def run_job(work: Path, hosts: int, elastic: bool, args) -> dict:
         report = json.loads((work / "runs" / ("elastic" if elastic else "fixed") / "output" / "data"
                              / "report.json").read_text())
         return {"first": first, "light_at": light_at, "hosts": hosts_over_time, "report": report,
+                "draining": draining,
                 "autoscale_lines": [x for x in lines if "autoscale: " in x and "data host (" in x]}
     finally:
         cluster.stop()
+
+
+def busy_while_draining(data_nodes: set[str], seen: list[tuple[float, str, list[str]]]) -> list:
+    """What each draining data node's raylet reports as keeping it up (its `node_activity`: tasks,
+    workers, object store memory in use), where that changed since the last entry for the node:
+    what a host given back waits on before it ends."""
+    import ray
+    from ray.autoscaler.v2.sdk import get_cluster_resource_state
+    from ray.core.generated.autoscaler_pb2 import NodeStatus
+
+    last = {node: activity for _, node, activity in seen}
+    state = get_cluster_resource_state(ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address))
+    out = []
+    for n in state.node_states:
+        node = n.node_id.hex()
+        if node in data_nodes and n.status == NodeStatus.DRAINING and last.get(node) != list(n.node_activity):
+            out.append((time.time(), node, list(n.node_activity)))
+    return out
 
 
 def buckets(report: dict) -> list[dict]:
@@ -246,6 +267,8 @@ def main() -> int:
             lag = "not by the end" if gone is None else f"{gone - change['t']:.0f} s later"
             print(f"  {change['change']:+d} host decided at {change['t'] - elastic['first']:.0f} s; "
                   f"the joined data nodes changed {lag}")
+        for t, node, activity in elastic.get("draining", []):
+            print(f"  draining {node[-6:]} at {t - elastic['first']:.0f} s: {'; '.join(activity) or 'idle'}")
         fixed = None
         for n in range(1, args.max_hosts + 1):
             r = job(f"fixed-{n}", n, False)
