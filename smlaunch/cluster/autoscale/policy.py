@@ -158,12 +158,12 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
             return hold(f"over the {target:g} % target, but at autoscale.max_data_hosts ({cfg.max_data_hosts})")
         if per_host is None:  # no data host yet: the chain runs on the train hosts
             return Decision(hosts + 1, 1, f"over the {target:g} % target with no data host")
-        clock = (window.chain_images_per_s_per_host or 0.0) * hosts
-        if clock >= gpu_bound * RELEASE_HEADROOM:
+        clock = (window.chain_images_per_s_per_host or 0.0) * hosts if gpu_bound > 0 else 0.0
+        if clock and clock >= gpu_bound * RELEASE_HEADROOM:
             return hold(f"over the {target:g} % target, but by the chain's own clock {hosts} hosts make "
                         f"{clock:.0f} images/s, over {RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer "
                         "takes: the wait is not the chain's (a host starting, the read, the train hosts' CPUs)")
-        if not sustained and clock >= gpu_bound:
+        if not sustained and clock and clock >= gpu_bound:
             return hold(f"over the {target:g} % target in this window only, and by the chain's own clock {hosts} "
                         f"hosts make {clock:.0f} of the {gpu_bound:.0f} images/s the trainer takes: a host if "
                         "the next window is over too")

@@ -140,3 +140,6 @@ def test_no_host_is_added_where_the_chains_clock_says_the_hosts_already_make_eno
     d = decide(warming, 2, CFG, 1e9, sustained=False)
     assert d.change == 0 and "in this window only, and by the chain's own clock 2 hosts make 91" in d.reason, d.reason
     assert decide(warming, 2, CFG, 1e9, sustained=True).change == 1
+    # a window spent all waiting has no trainer rate to hold the clock against: the measured rate decides
+    starved = Window.of([dict(r, data_wait_s=0.6) for r in records(44.0)], slots_per_host=2)
+    assert starved.gpu_bound_images_per_s == 0 and decide(starved, 2, CFG, 1e9, sustained=False).change == 1
