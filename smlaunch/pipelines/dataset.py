@@ -99,7 +99,8 @@ def elastic_buffer_bytes(cfg: LaunchConfig, plan: LaunchPlan) -> int:
     chain slot at the most hosts, 64 MiB at least. With Ray's default (a share of the store) the
     chain ran 20-30 s of batches ahead of the trainer: a lighter chain showed in the rows the
     trainer took only that much later, and a host given back stayed up as long, its blocks pinned
-    until taken (bench/elastic.py: 39 s from the drain to the node's end; 1-5 s with this budget).
+    until taken (bench/elastic.py: 39 s from the drain to the node's end; 1-25 s with this budget,
+    5-7 s once chain tasks were a few batches each, `ELASTIC_BLOCK_BATCHES`).
     Two blocks per slot (16 MiB) starved the chain: 4 hosts made 77 images/s where 2 make 120."""
     per_block = block_bytes(cfg) or (1 << 20)
     return max(ELASTIC_BUFFER_FLOOR, ELASTIC_BUFFER_BLOCKS_PER_SLOT * plan.preprocess_slots * per_block)

@@ -163,12 +163,11 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
             return hold(f"over the {target:g} % target, but by the chain's own clock {hosts} hosts make "
                         f"{clock:.0f} images/s, over {RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer "
                         "takes: the wait is not the chain's (a host starting, the read, the train hosts' CPUs)")
-        if not sustained and clock and clock >= gpu_bound:
-            return hold(f"over the {target:g} % target in this window only, and by the chain's own clock {hosts} "
-                        f"hosts make {clock:.0f} of the {gpu_bound:.0f} images/s the trainer takes: a host if "
-                        "the next window is over too")
-        if not sustained and window.data_wait_pct < target * CONFIRM_BELOW:
-            return hold(f"over the {target:g} % target in this window only: a host if the next is over too")
+        enough = bool(clock) and clock >= gpu_bound
+        if not sustained and (enough or window.data_wait_pct < target * CONFIRM_BELOW):
+            why = (f", and by the chain's own clock {hosts} hosts make {clock:.0f} of the {gpu_bound:.0f} images/s "
+                   "the trainer takes") if enough else ""
+            return hold(f"over the {target:g} % target in this window only{why}: a host if the next is over too")
         more = predicted_rate(per_host, hosts + 1, gpu_bound)
         if more < window.images_per_s * (1 + ADD_MIN_GAIN):
             return hold(f"over the {target:g} % target, but one more host would give {more:.0f} images/s "
