@@ -30,9 +30,11 @@ ROOT = Path(__file__).resolve().parents[3]
 DATA_LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
 HEAVY_MS, LIGHT_MS = 35.0, 1.0
 """Per image: one data host's 2 slots make ~57 images/s under HEAVY_MS, under half of what the trainer
-takes (~140 images/s of 128 px here), two ~114 (a wait near 20 %), three feed it; ~2000 under
-LIGHT_MS. At 28 ms two hosts made 140 and fed it within epochs: whether a third came depended on
-one noisy window, which the policy now confirms before adding (`policy.CONFIRM_BELOW`)."""
+takes (~140 images/s of 128 px here, ~108 on CI's 2 cores), two ~114 (a wait near 20 % here, fed on
+CI), three feed it; ~2000 under LIGHT_MS."""
+FED_LOGS = 4
+"""Logged windows (of `log_every` = 5 steps) in a row under the target that count as fed: 20 steps,
+so one lucky window does not, and an epoch start's wait (one step in 44) rarely breaks a run."""
 
 
 def job_config(tmp_path: Path, cost_file: Path) -> Path:
@@ -112,11 +114,14 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
                                 env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = Output(proc)
         try:
-            # 1. Too slow on one host: hosts are added, one at a time, until a step waits under the target.
+            # 1. Too slow on one host: hosts are added, one at a time, until the wait is under the target:
+            # after the latest add, FED_LOGS logged windows in a row under 5 %. How many hosts that takes
+            # depends on the trainer's speed on the machine (two on CI's at ~108 images/s, three here).
             def fed(ls):
-                grown = [i for i, x in enumerate(ls) if re.search(r"\(\d -> [3-4]\)", x)]
-                return bool(grown) and any(w < 5 for w in waits(ls[grown[0]:]))
-            out.wait_for(fed, 240, "a third data host, then a step waiting under 5 %", proc)
+                grown = [i for i, x in enumerate(ls) if "autoscale: +1 data host" in x]
+                after = waits(ls[grown[-1]:]) if grown else []
+                return len(after) >= FED_LOGS and all(w < 5 for w in after[-FED_LOGS:])
+            out.wait_for(fed, 240, f"a data host added, then {FED_LOGS} logged windows waiting under 5 %", proc)
             # 2. A lighter chain: hosts are given back.
             cost.write_text(str(LIGHT_MS))
             before = len(changes(out.lines))
@@ -138,7 +143,7 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
         a = report["autoscale"]
         assert a["sizes"][0] == 1 and max(a["sizes"]) <= 4, a["sizes"]
         assert all(abs(b - a_) == 1 for a_, b in zip(a["sizes"], a["sizes"][1:])), a["sizes"]
-        assert a["added"] >= 2 and a["released"] >= 1 and a["sizes"][1:] == [b for _, b in steps], (a, steps)
+        assert a["added"] >= 1 and a["released"] >= 1 and a["sizes"][1:] == [b for _, b in steps], (a, steps)
         assert a["data_host_seconds"] > 0
         assert all(e["reason"] for e in a["timeline"])
         assert (tmp_path / "runs" / "elastic" / "output" / "data" / "autoscale.png").stat().st_size > 10_000
