@@ -79,6 +79,7 @@ class _Run:
         self.unnamed = 0  # rows the resumed epoch had drawn, known by position only
         self.legacy_position = 0
         self.drawn_before = None  # the resumed epoch's samples already drawn, for the "resumed" note
+        self.resuming = False  # the next epoch is a resumed one, which may rightly hold no full batch
         if state is not None:
             self._resume_position(state)
         self._post_order()
@@ -137,6 +138,7 @@ class _Run:
         import torch
 
         self.step, self.epochs_done = state["step"], state["epochs_done"]
+        self.resuming = True
         if isinstance(state.get("position"), dict):  # where the epoch stands (`trainers.position`)
             from smlaunch.trainers.position import EpochPosition
 
@@ -208,7 +210,9 @@ class _Run:
 
     def _epoch(self, shard, pending, primed=None):
         """Steps until this epoch's data runs out on every rank (True), or the run ends (False)."""
-        resumed = self.consumed is not None or self.legacy_position > 0  # may rightly have nothing left
+        # A resumed epoch may rightly have no full batch left: the checkpoint came at its last full
+        # batch (or at its end), and what is left is a remainder the loop counts but never trains on.
+        resumed, self.resuming = self.resuming, False
         batches = self._batches(shard, primed)
         self.model.train()
         steps_here = 0

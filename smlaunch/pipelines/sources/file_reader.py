@@ -48,7 +48,7 @@ from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.rows import folder_tables, row_blocks, unit_samples
 from smlaunch.pipelines.order import PIECE_ROWS
-from smlaunch.pipelines.sources.units import PackedUnits, Units, units_per_task
+from smlaunch.pipelines.sources.units import PackedUnits, Units, task_bound, units_per_task
 from smlaunch.pipelines.sources.listing import ChannelListing
 
 Unit = tuple[str, int, int | None]
@@ -65,9 +65,11 @@ class ChannelDatasource(Datasource):
     Ray Data plans one read task per planned block: at its 1 MiB blocks, a channel of 140 GB of
     image files would be 140,000 tasks per epoch, and each task costs the driver and a worker
     about as much as reading thousands of small records (bench/formats.py, 2-core VM: 20,000
-    TFRecord rows in 0.42-0.49 s as 8 tasks, 0.29-0.33 s as 2). So a pass has at most one read
+    TFRecord rows in 0.42-0.49 s as 8 tasks, 0.29-0.33 s as 2). So a small pass has one read
     task per CPU of the hosts that read it, and Ray cuts their output into the block count this
-    source asks for (`block_count`), so the ranks still share blocks evenly."""
+    source asks for (`block_count`), so the ranks still share blocks evenly. A large pass has
+    more, each bounded (`task_bound`): a read task holds a CPU until it ends, and one task per
+    CPU over 1.28M files held a 1-CPU data host for 125 s before the chain decoded an image."""
 
     def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
                  num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None,
@@ -145,24 +147,36 @@ class ChannelDatasource(Datasource):
         (None without them: Ray Data plans it). See `balanced_blocks`."""
         if self.cpus is None or not self.ranks:
             return None
-        import ray.data
-
         tasks = sum(self._task_count(host, units, sys.maxsize) for host, units in self.shares().items() if units)
-        target = ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
+        target = _block_bytes()
         units = sum(len(u) for u in self.shares().values())
         return balanced_blocks(tasks, self.estimate_inmemory_data_size(), target,
                                max(sum(self.cpus.values()), self.chain_slots), self.ranks,
                                at_least=-(-units // self.block_units) if self.block_units else 0)
 
-    def _task_count(self, holder: str | None, units: list[Unit], parallelism: int) -> int:
-        """Read tasks for the share of `holder` (None: any receiving host): one per CPU of the host
-        (of all of them for a shared share) when the CPUs are known, else Ray's parallelism
-        spread over the shares; never more than its units. `block_count` counts with this too."""
+    def read_slots(self) -> int:
+        """Read tasks of a pass that run at once: one per CPU of the reading hosts (`_readers`).
+        The reads take no CPU of Ray's (`dataset.read_channel`), so this caps them instead."""
+        return max(1, sum(self._readers(host, units, sys.maxsize) for host, units in self.shares().items() if units))
+
+    def _readers(self, holder: str | None, units: "Units", parallelism: int) -> int:
+        """Read tasks of the share of `holder` (None: any receiving host) that run at once: one per
+        CPU of the host (of all of them for a shared share) when the CPUs are known, else Ray's
+        parallelism spread over the shares; never more than its units. The pass's `open_units`
+        are shared among these (`units_per_task`), whatever the count of tasks."""
         if self.cpus is None:
             bound = max(1, parallelism // len(self.shares()))
         else:
             bound = max(1, self.cpus.get(holder, 1) if holder is not None else sum(self.cpus.values()))
         return max(1, min(bound, len(units)))
+
+    def _task_count(self, holder: str | None, units: "Units", parallelism: int) -> int:
+        """Read tasks for the share of `holder`: at least one per reader (`_readers`), and enough
+        that none reads more than `task_bound` allows. `block_count` counts with this too."""
+        readers = self._readers(holder, units, parallelism)
+        most_units, most_bytes = task_bound(_block_bytes())
+        bounded = max(-(-len(units) // most_units), -(-units.total_size() // most_bytes))
+        return max(1, min(max(readers, bounded), len(units)))
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
@@ -231,7 +245,7 @@ class ChannelDatasource(Datasource):
             order = epoch_order(len(units), self.channel.name, self.seed,
                                 epoch if self.channel.shuffle else None)
             runs = task_runs(len(units), self._task_count(host, units, parallelism))
-            open_units = units_per_task(self.channel, len(runs))
+            open_units = units_per_task(self.channel, self._readers(host, units, parallelism))
             for run in runs:
                 places = np.arange(run.start, run.stop, dtype=np.int64)
                 if done is not None:  # a resumed epoch: units drawn whole are not read again
@@ -255,6 +269,9 @@ class ChannelDatasource(Datasource):
 
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 """Ray Data's target block size when the context sets none."""
+def _block_bytes() -> int:
+    """The job's target block size, from the context Ray Data plans and reads in (`use_block_size`)."""
+    return ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
 BLOCKS_PER_RANK_BALANCED = 64
 """From this many blocks per rank on, a rank at most one block ahead is within 1.6 % of the others."""
 
@@ -290,7 +307,7 @@ def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits, ro
                 classes, num_classes):
     host = this_host()
     # Ray Data sets the job's context in this task, not in a task it starts: the block size goes on as an argument.
-    block_bytes = ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
+    block_bytes = _block_bytes()
     if holder is not None and host != holder:
         # The holder's files are on no other host: if it is gone (this is a retry after it died),
         # a task pinned to it would wait forever; say so instead. The streaming task is not

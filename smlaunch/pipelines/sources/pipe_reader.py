@@ -143,6 +143,12 @@ class PipeChannelDatasource(Datasource):
         rows; a Pipe job's data wait 13 % -> 0.3 %)."""
         return len(self.roots)
 
+    def read_slots(self) -> int:
+        """Read tasks that run at once: one per stream. Each waits on its host's reader actor,
+        which does the reading, so the tasks take no CPU of Ray's (`dataset.read_channel`): with
+        one, a stream held a 1-CPU data host's only CPU for the whole epoch, away from the chain."""
+        return len(self.roots)
+
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
         hosts = sorted(self.roots)

@@ -25,9 +25,32 @@ MAX_OPEN_ROW_GROUPS = 8
 """Parquet row groups one read task holds at once: each is decoded whole (often 100+ MB of images)."""
 
 
+TASK_UNITS = 4096
+"""Units (files, row groups) one read task reads at most: about 0.4 s of small image files on one
+CPU (1.28M files of 700 bytes took one task 125 s), so the chain gets the host's CPUs between
+reads from the first blocks on, and a retried task redoes little."""
+TASK_BLOCKS = 4
+"""Target blocks one read task makes at most (by listed bytes): what a read task adds to the
+object store at once before the chain takes it, a few blocks, not its share of the epoch."""
+
+
+def task_bound(block_bytes: int) -> tuple[int, int]:
+    """(units, listed bytes) one read task reads at most, at Ray Data's target block size.
+
+    Ray Data starts a read task only while the read's object store budget allows, but a started
+    task runs to its end: with one task per CPU, a 1-CPU data host's task held its CPU for the
+    whole pass (125 s over 1.28M files, 855 MiB of blocks queued ahead of a chain that had no
+    CPU left), and at ImageNet's real size it would spill the epoch to disk. Tasks this size end
+    within a second or so, and Ray Data hands the freed CPU to the chain when the read's output
+    waits (bench/scale.py: first step and object store peak on 1, 2 and 4-CPU data hosts). A task
+    still holds a unit whole (a WebDataset shard, a Parquet row group), and at least the units it
+    interleaves (`units_per_task`)."""
+    return TASK_UNITS, TASK_BLOCKS * max(1, block_bytes)
+
+
 def units_per_task(channel: ChannelPlan, tasks: int) -> int:
-    """How many units each of a pass's `tasks` read tasks interleaves: the channel's `open_units`
-    is for the whole pass (what a rank's batches mix is the units open across all tasks, and what
+    """How many units each of a pass's read tasks interleaves, `tasks` of them running at once: the
+    channel's `open_units` is for the whole pass (what a rank's batches mix is the units open across all tasks, and what
     a checkpoint holds grows with them), shared by the tasks, at least one each, within what one
     task can hold open (`MAX_OPEN_*`)."""
     per_task = max(1, -(-channel.open_units // max(tasks, 1)))
@@ -48,6 +71,7 @@ class Units:
         from smlaunch.pipelines.sources.file_list import FileList
 
         self.files = files if isinstance(files, FileList) else FileList.from_pairs(files)
+        self._starts = self._chars = None
         sizes = np.asarray(self.files.sizes, np.int64)
         if not groups:
             self.file_of = self.group = None
@@ -74,10 +98,21 @@ class Units:
         """The units `picked` (indices, in reading order) as a read task's argument."""
         files = picked if self.file_of is None else self.file_of[picked]
         ends = self.files.ends
-        paths, starts, stops = self.files.paths, (ends - np.diff(ends, prepend=0))[files].tolist(), ends[files].tolist()
-        return PackedUnits.of([paths[a:b] for a, b in zip(starts, stops)],
-                              None if self.group is None else self.group[picked], self.sizes[picked], places, drawn,
-                              open_units, seeks)
+        if self._starts is None:  # once per share, not per task: a pass over 1.28M files has hundreds of tasks
+            self._starts = ends - np.diff(ends, prepend=0)
+            self._chars = np.frombuffer(self.files.paths.encode("ascii"), np.uint8) \
+                if self.files.paths.isascii() else None
+        groups, sizes = None if self.group is None else self.group[picked], self.sizes[picked]
+        if self._chars is None:  # a path of other characters: offsets count characters, not bytes
+            paths, starts, stops = self.files.paths, self._starts[files].tolist(), ends[files].tolist()
+            return PackedUnits.of([paths[a:b] for a, b in zip(starts, stops)], groups, sizes, places, drawn,
+                                  open_units, seeks)
+        # The task's paths gathered in one numpy take: slicing them one by one was 1 s of the 1.8 s a
+        # 1.28M-file pass took to plan, before its first read task could start.
+        starts, lengths = self._starts[files], ends[files] - self._starts[files]
+        shift = starts - (np.cumsum(lengths) - lengths)
+        joined = self._chars[np.repeat(shift, lengths) + np.arange(int(lengths.sum()))].tobytes().decode("ascii")
+        return PackedUnits.of(joined, groups, sizes, places, drawn, open_units, seeks, lengths=lengths)
 
 
 class PackedUnits:
@@ -97,13 +132,14 @@ class PackedUnits:
                    np.array([size for _, _, size in units], np.int64), places, drawn, open_units, seeks)
 
     @classmethod
-    def of(cls, rels: list[str], groups, sizes, places=None, drawn: dict | None = None, open_units: int = 1,
-           seeks: dict | None = None):
+    def of(cls, rels: list[str] | str, groups, sizes, places=None, drawn: dict | None = None, open_units: int = 1,
+           seeks: dict | None = None, lengths=None):
+        """`rels`: the paths, or (with their `lengths`) the paths already joined."""
         out = cls.__new__(cls)
-        out._fill(rels, groups, sizes, places, drawn, open_units, seeks)
+        out._fill(rels, groups, sizes, places, drawn, open_units, seeks, lengths)
         return out
 
-    def _fill(self, rels, groups, sizes, places, drawn, open_units, seeks=None) -> None:
+    def _fill(self, rels, groups, sizes, places, drawn, open_units, seeks=None, lengths=None) -> None:
         self.open_units = open_units
         """Units the task reads at a time, interleaved (`units_per_task`)."""
         self.places = None if places is None else np.asarray(places, np.int64)
@@ -113,8 +149,9 @@ class PackedUnits:
         self.seeks = seeks or {}
         """Of those, the ones a read can enter past their drawn head: unit -> (first ordinal to
         read, its `order.seek_point`)."""
-        self.paths = "".join(rels)
-        self.lengths = np.fromiter(map(len, rels), np.int64, len(rels))
+        self.paths = rels if lengths is not None else "".join(rels)
+        self.lengths = np.asarray(lengths, np.int64) if lengths is not None else \
+            np.fromiter(map(len, rels), np.int64, len(rels))
         self.groups = None if groups is None else np.asarray(groups, np.int64)
         self.sizes = np.asarray(sizes, np.int64)
 

@@ -276,7 +276,7 @@ def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_one
 
 @pytest.mark.ray
 def test_a_read_task_listing_over_a_mebibyte_of_file_names_reads(data_cluster, tmp_path, rows):
-    """Few read tasks over many files make each task's pickle large; past 1 MiB Ray Data warns,
+    """A read task over many long paths makes a large pickle; past 1 MiB Ray Data warns,
     naming the read function, which a bare `functools.partial` does not have (it failed the pass
     with an AttributeError)."""
     import cloudpickle
@@ -285,7 +285,7 @@ def test_a_read_task_listing_over_a_mebibyte_of_file_names_reads(data_cluster, t
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import list_channel
 
-    folder = tmp_path / "long" / CLASSES[0]
+    folder = tmp_path / "long" / ("c" * 200)  # a task reads at most `units.TASK_UNITS` files: long paths each
     folder.mkdir(parents=True)
     for n in range(5000):
         (folder / f"{n:05d}{'x' * 240}.png").write_bytes(rows[0][0])

@@ -1,0 +1,167 @@
+"""The 1.28M-file image folder read on one data host of 1, 2 or 4 CPUs (issue 53): how soon the chain
+gets its first batch, what the object store holds meanwhile, and a whole pass's images/s against
+Ray Data's own `read_binary_files` with the same chain.
+
+Each measurement is one local Ray node of `cpus` CPUs labelled as data host `algo-2` (a simulated
+data host: the CPU count is what Ray is told, so 4 on a 2-core machine is 4 slots over 2 cores),
+Ray Data's block size as the main job sets it (1 MiB), and configs/hetero.yaml's chain
+(decode, random crop to 32 px, flip, blur) in `map_batches` tasks, one slot per CPU, as the job
+runs it; batches drawn by the driver as a train worker draws them.
+
+* first batch: from the pass's start to its first chain batch, the channel already listed (the
+  job's listing is measured apart, `scale_listing`); the same on a folder of 2 files per class,
+  so `extra` is what the folder's size adds;
+* object store peak: the node's plasma pages ever written by the end of the pass (a high-water
+  mark, `store_mark_bytes`);
+* images/s of the whole pass, ours against `ray.data.read_binary_files(folder)` (paths to labels
+  in a `map_batches`, then the same chain), on the same node and folder, one after the other.
+
+`bench/scale.py` calls `read_measures`; `python bench/scale_reads.py --scratch DIR --cpus 1 2 4`
+runs this part alone (no RESULT line: scale.py prints the issue's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+HOST = "algo-2"
+BATCH = 64
+CLASSES = 1000
+
+
+def store_mark_bytes() -> int:
+    """Bytes of the local raylets' plasma files that were ever written (allocated tmpfs pages).
+
+    The object store hands freed space to the next object before it touches new pages, so this is
+    a high-water mark: the most the store held at once, give or take fragmentation. (Ray's own
+    reading of the store's use needs grpc, which `ray[data,train]` does not bring.)"""
+    import glob
+    import os
+    import subprocess
+
+    total = 0
+    for pid in subprocess.run(["pgrep", "-f", "raylet"], capture_output=True, text=True).stdout.split():
+        for fd in glob.glob(f"/proc/{pid}/fd/*"):
+            try:
+                if "plasma" in os.readlink(fd):
+                    total += os.stat(fd).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+def _chain():
+    from smlaunch.config import load_config
+    from smlaunch.pipelines.ops.chain import Chain
+
+    return Chain(load_config(ROOT / "configs" / "hetero.yaml").pipeline.ops, [HOST], train=True, channel="train")
+
+
+def _with_chain(ds, cpus: int):
+    import ray.data
+
+    return ds.map_batches(_chain(), batch_size=BATCH, batch_format="numpy",
+                          compute=ray.data.TaskPoolStrategy(size=cpus), num_cpus=1,
+                          label_selector={"ray-subcluster": "data"})
+
+
+def ours(folder: Path, cpus: int, listing=None):
+    """The job's reader over `folder` as a File-mode image folder on HOST, and its listing."""
+    from scale import channel_source
+    from smlaunch.pipelines.dataset import read_channel
+
+    source = channel_source(f"reads{cpus}", folder, "image_folder", cpus, True, listing)
+    return _with_chain(read_channel(source, source.channel), cpus), source.listing
+
+
+def ray_binary(folder: Path, cpus: int):
+    """Ray Data's own reader of the same files, labelled by class folder, then the same chain."""
+    import numpy as np
+    import ray.data
+
+    classes = {name: i for i, name in enumerate(sorted(p.name for p in folder.iterdir() if p.is_dir()))}
+
+    def rows(batch):
+        paths = batch["path"]
+        return {"image": batch["bytes"], "label": np.array([classes[p.rsplit("/", 2)[-2]] for p in paths]),
+                "id": np.arange(len(paths), dtype=np.int64)}
+
+    ds = ray.data.read_binary_files(str(folder), include_paths=True, label_selector={"ray-subcluster": "data"})
+    return _with_chain(ds.map_batches(rows, batch_format="numpy", label_selector={"ray-subcluster": "data"}), cpus)
+
+
+def timed_pass(ds, whole: bool = True) -> dict:
+    """Seconds to the first batch, rows and seconds of the pass (`whole`), and the store's peak."""
+    started = time.perf_counter()
+    first, rows = None, 0
+    for batch in ds.iter_batches(batch_size=BATCH, batch_format="numpy", prefetch_batches=2):
+        if first is None:
+            first = time.perf_counter() - started
+            if not whole:
+                break
+        rows += len(batch["label"])
+    took = time.perf_counter() - started
+    return {"first_s": first, "rows": rows, "s": took, "per_s": rows / took, "store_peak_mb": store_mark_bytes() / 2**20}
+
+
+def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None, buffer_bytes: int = 0) -> dict:
+    """One data host of `cpus` CPUs: the first batch on both folders; then a whole pass over the
+    folder `whole` (None: none), its store peak and images/s, and Ray Data's reader's images/s on
+    the same folder."""
+    from scale import start_ray
+
+    ray = start_ray(cpus)
+    if buffer_bytes:  # the job's ingest buffer (`dataset.ingest_buffer_bytes`), as Ray Train sets it
+        options = ray.data.DataContext.get_current().execution_options
+        options.resource_limits = options.resource_limits.copy(object_store_memory=buffer_bytes)
+    try:
+        out = {}
+        ds, _ = ours(small, cpus)
+        out["small"] = timed_pass(ds, whole=False)
+        ds, _ = ours(large, cpus)
+        out["first"] = timed_pass(ds, whole=False)
+        print(f"  {cpus} CPU data host: first batch {out['first']['first_s']:.1f} s on the large folder, "
+              f"{out['small']['first_s']:.1f} s on the small one", flush=True)
+        if whole is not None:
+            ds, _ = ours(whole, cpus)
+            out["ours"] = timed_pass(ds)
+            print(f"  {cpus} CPU data host, a whole pass over {whole}: {out['ours']['rows']:,} rows in "
+                  f"{out['ours']['s']:.1f} s ({out['ours']['per_s']:.0f} images/s), object store peak "
+                  f"{out['ours']['store_peak_mb']:.0f} MiB", flush=True)
+            out["ray"] = timed_pass(ray_binary(whole, cpus))
+            print(f"  {cpus} CPU data host, Ray Data's read_binary_files + the same chain: {out['ray']['rows']:,} "
+                  f"rows in {out['ray']['s']:.1f} s ({out['ray']['per_s']:.0f} images/s), first batch "
+                  f"{out['ray']['first_s']:.1f} s, object store peak {out['ray']['store_peak_mb']:.0f} MiB; "
+                  f"ours/theirs {out['ours']['per_s'] / out['ray']['per_s']:.2f}", flush=True)
+        return out
+    finally:
+        ray.shutdown()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scratch", type=Path, default=Path("/tmp/scale-scratch"))
+    parser.add_argument("--files", type=int, default=1_281_167)
+    parser.add_argument("--cpus", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--buffer-mb", type=int, default=0, help="the execution's object store cap (0: Ray's share)")
+    parser.add_argument("--pass-files", type=int, default=0,
+                        help="files of the folder read whole (0: the large one; -1: no whole pass)")
+    args = parser.parse_args()
+    from scale_listing import build_folder
+
+    large = build_folder(args.scratch, args.files, CLASSES)
+    small = build_folder(args.scratch, 2 * CLASSES, CLASSES)
+    whole = None if args.pass_files < 0 else large if not args.pass_files else \
+        build_folder(args.scratch, args.pass_files, CLASSES)
+    for cpus in args.cpus:
+        read_measures(large, small, cpus, whole, args.buffer_mb << 20)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
