@@ -9,7 +9,12 @@ writes them). Then, in one run:
 * listing: `scale_listing.measure_listing` (ours against torchvision `ImageFolder`'s scan of the
   same folder, warm, and the driver's memory);
 * the first step: `sm-launch configs/hetero.yaml` on the 1.28M-file folder and on one of 2 files
-  per class, timed from the command to its `step=1` line; the difference over ImageFolder's scan;
+  per class, timed from the command to its `step=1` line, with a data host of 1 CPU and of 2
+  (`DATA_HOST_TYPES`); the difference over ImageFolder's scan;
+* reads by data host size (issue 53, `scale_reads`): on simulated data hosts of 1, 2 and 4 CPUs,
+  the first chain batch's delay on the large folder over the small one (plus the listing), the
+  object store's high-water mark through a whole pass of `--pass-files` files, and that pass's
+  images/s against Ray Data's `read_binary_files` with the same chain, on the same host;
 * data order: one epoch of each class-sorted channel read as a train channel is (our reader,
   Ray Data, the trainer's shuffle buffer) on one local Ray node; distinct labels per batch of 256
   against a uniform random permutation's (and, for contrast, read the way the code read before
@@ -28,10 +33,12 @@ writes them). Then, in one run:
 
     RESULT scale listing_ratio=<x> listing_rss_mb=<x> checkpoint_data_kib_1m=<x>
           checkpoint_data_kib_100m=<x> resume_s_1m=<x> labels_per_batch_ratio=<x>
-          first_step_extra_ratio=<x> goal=...
+          first_step_extra_ratio=<x> first_step_extra_ratio_job_1cpu=<x>
+          first_step_extra_ratio_{1,2,4}cpu=<x> object_store_peak_mb_{1,2,4}cpu=<x> read_ratio_{1,2,4}cpu=<x>
+          goal=...
 
     python bench/scale.py [--scratch DIR] [--files 1281167] [--shard-samples 128] [--steps 300]
-                          [--first-step-runs 3]
+                          [--first-step-runs 3] [--pass-files 100000]
 """
 
 from __future__ import annotations
@@ -322,13 +329,18 @@ def accuracy(scratch: Path, steps: int) -> dict:
     return out
 
 
-def first_step_s(folder: Path) -> float:
+DATA_HOST_TYPES = {1: "ml.c5.xlarge", 2: "ml.c5.4xlarge"}
+"""The data group's instance type for a data host of 1 or 2 CPUs as the local run plans it on 2
+cores (`cluster.plan.build_plan` scales the vCPUs to this machine's)."""
+
+
+def first_step_s(folder: Path, cpus: int = 2) -> float:
     """Seconds from the command to its `step=1` line: `sm-launch configs/hetero.yaml` (the local
-    default: a head that trains and a data host) on `folder` as a File-mode image folder."""
+    default: a head that trains and a data host of `cpus` CPUs) on `folder` as a File-mode image folder."""
     with tempfile.TemporaryDirectory() as tmp:
         sets = [f"run.dir={tmp}", "run.name=first", f"channels.train.source={folder}",
                 "channels.train.record_format=image_folder", "trainer.steps=1", "trainer.log_every=1",
-                "trainer.checkpoint_interval=1000"]
+                "trainer.checkpoint_interval=1000", f"cluster.instance_groups.1.instance_type={DATA_HOST_TYPES[cpus]}"]
         started = time.perf_counter()
         job = subprocess.Popen([sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "hetero.yaml"),
                                 *[x for s in sets for x in ("--set", s)]], stdout=subprocess.PIPE,
@@ -342,45 +354,49 @@ def first_step_s(folder: Path) -> float:
     return took
 
 
-def first_step(scratch: Path, large: Path, runs: int) -> dict:
+def first_step(scratch: Path, large: Path, runs: int, cpus: int = 2) -> dict:
     """The delay before the first step on the 1.28M-file folder over the same job on a folder of 2
-    files per class, best of `runs` each, the two sizes taking turns (so load drifts hit both)."""
+    files per class, best of `runs` each, the two sizes taking turns (so load drifts hit both), on
+    a data host of `cpus` CPUs."""
     from scale_listing import build_folder
 
     small = build_folder(scratch, 2 * CLASSES, CLASSES)
     times: dict[str, list[float]] = {"small": [], "large": []}
     for _ in range(runs):
         for name, folder in (("small", small), ("large", large)):
-            times[name].append(first_step_s(folder))
-            print(f"  first step on the {name} folder after {times[name][-1]:.1f} s", flush=True)
+            times[name].append(first_step_s(folder, cpus))
+            print(f"  first step on the {name} folder after {times[name][-1]:.1f} s ({cpus} CPU data host)", flush=True)
     return {"small_s": min(times["small"]), "large_s": min(times["large"])}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "scale-scratch")
-    parser.add_argument("--files", type=int, default=1_281_167)
-    parser.add_argument("--shard-samples", type=int, default=128, help="samples per class-sorted shard")
-    parser.add_argument("--cpus", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=300, help="steps of each digits job (0: skip them)")
-    parser.add_argument("--first-step-runs", type=int, default=3, help="jobs per folder size timed to their first step")
-    args = parser.parse_args()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    args.scratch.mkdir(parents=True, exist_ok=True)
-    from scale_listing import build_folder, measure_listing
+def reads_by_host_size(args, folder: Path, listing: dict) -> dict:
+    """`scale_reads.read_measures` on data hosts of 1, 2 and 4 CPUs: the first batch's delay on
+    the large folder over the small one, plus the listing (what the job adds before it), over
+    ImageFolder's scan; the object store's high-water mark through a whole pass of `--pass-files`
+    files; that pass's images/s over Ray Data's `read_binary_files` with the same chain."""
+    from scale_listing import build_folder
+    from scale_reads import read_measures
 
-    listing = measure_listing(args.scratch, files=args.files, classes=CLASSES)
-    folder = build_folder(args.scratch, args.files, CLASSES)
-    warm_page_cache(folder)
-    start = first_step(args.scratch, folder, args.first_step_runs)
-    extra = start["large_s"] - start["small_s"]
-    start["ratio"] = extra / listing["imagefolder_s"]
-    print(f"first step of configs/hetero.yaml on {args.files:,} files after {start['large_s']:.1f} s, on "
-          f"{2 * CLASSES:,} files after {start['small_s']:.1f} s (best of {args.first_step_runs}): {extra:.1f} s more, "
-          f"{start['ratio']:.2f}x ImageFolder's scan ({listing['imagefolder_s']:.2f} s)", flush=True)
+    small = build_folder(args.scratch, 2 * CLASSES, CLASSES)
+    whole = folder if args.pass_files == args.files else build_folder(args.scratch, args.pass_files, CLASSES)
+    out = {}
+    for cpus in (1, 2, 4):
+        m = read_measures(folder, small, cpus, whole)
+        extra = m["first"]["first_s"] - m["small"]["first_s"] + listing["listing_s"]
+        out[cpus] = {"first_ratio": extra / listing["imagefolder_s"], "store_mb": m["ours"]["store_peak_mb"],
+                     "read_ratio": m["ours"]["per_s"] / m["ray"]["per_s"]}
+        print(f"{cpus} CPU data host: first batch {extra:.1f} s later on {args.files:,} files (listing included), "
+              f"{out[cpus]['first_ratio']:.2f}x ImageFolder's scan; object store peak {out[cpus]['store_mb']:.0f} MiB; "
+              f"a pass of {args.pass_files:,} files at {out[cpus]['read_ratio']:.2f}x Ray Data's read_binary_files' "
+              "images/s", flush=True)
+    return out
+
+
+def order_and_state(args, folder: Path) -> dict:
+    """The data order and the resume state: the real 1.28M-file pass, and the simulated ones."""
     order = order_and_resume(folder, args.scratch, args.shard_samples, args.cpus)
     kib_1m_128, _, _ = simulated_state_kib(1_281_167, 1, ranks=128, tasks=2304, buffer_rows=1024,
-                                        prefetch_rows=2 * BATCH)
+                                           prefetch_rows=2 * BATCH)
     print(f"simulated 1.28M-file epoch read by 128 ranks through 2,304 read tasks (1,024-row buffers): largest "
           f"resume state {kib_1m_128:.1f} KiB (the real pass above, one consumer: {order['state_kib_1m']:.1f} KiB)",
           flush=True)
@@ -391,18 +407,60 @@ def main() -> int:
           f"last point reads {reread:,} drawn rows again only to drop them ({reread * SIM_RECORD_BYTES / 1e9:.2f} GB "
           f"at {SIM_RECORD_BYTES:,} B a record), {unseekable:,} ({unseekable * SIM_RECORD_BYTES / 1e9:.1f} GB) "
           "if the shards in flight were read from their start", flush=True)
-    if args.steps:
+    ours = [ratio for (fmt, mode), ratio in order["mix"].items() if mode == "ours"]
+    return {"checkpoint_data_kib_1m": f"{max(order['state_kib_1m'], kib_1m_128):.1f}",
+            "checkpoint_data_kib_100m": f"{kib_100m:.1f}", "resume_s_1m": f"{order['resume_s']:.2f}",
+            "labels_per_batch_ratio": f"{min(ours):.2f}"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "scale-scratch")
+    parser.add_argument("--files", type=int, default=1_281_167)
+    parser.add_argument("--shard-samples", type=int, default=128, help="samples per class-sorted shard")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=300, help="steps of each digits job (0: skip them)")
+    parser.add_argument("--first-step-runs", type=int, default=3, help="jobs per folder size timed to their first step")
+    parser.add_argument("--parts", default="first,reads,order,accuracy",
+                        help="what to measure, of first,reads,order,accuracy (the listing always)")
+    parser.add_argument("--pass-files", type=int, default=100_000,
+                        help="files of the folder each data host size reads whole, ours and Ray Data's")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    from scale_listing import build_folder, measure_listing
+
+    listing = measure_listing(args.scratch, files=args.files, classes=CLASSES)
+    folder = build_folder(args.scratch, args.files, CLASSES)
+    parts = set(args.parts.split(","))
+    result = {"listing_ratio": f"{listing['listing_ratio']:.2f}", "listing_rss_mb": f"{listing['listing_rss_mb']:.0f}"}
+    if parts & {"first", "order"}:
+        warm_page_cache(folder)
+    if "first" in parts:
+        for cpus in (2, 1):
+            start = first_step(args.scratch, folder, args.first_step_runs, cpus)
+            extra = start["large_s"] - start["small_s"]
+            ratio = extra / listing["imagefolder_s"]
+            result["first_step_extra_ratio" + ("" if cpus == 2 else "_job_1cpu")] = f"{ratio:.2f}"
+            print(f"first step of configs/hetero.yaml with a {cpus} CPU data host on {args.files:,} files after "
+                  f"{start['large_s']:.1f} s, on {2 * CLASSES:,} files after {start['small_s']:.1f} s (best of "
+                  f"{args.first_step_runs}): {extra:.1f} s more, {ratio:.2f}x ImageFolder's scan "
+                  f"({listing['imagefolder_s']:.2f} s)", flush=True)
+    if "reads" in parts:
+        for cpus, r in reads_by_host_size(args, folder, listing).items():
+            result.update({f"first_step_extra_ratio_{cpus}cpu": f"{r['first_ratio']:.2f}",
+                           f"object_store_peak_mb_{cpus}cpu": f"{r['store_mb']:.0f}",
+                           f"read_ratio_{cpus}cpu": f"{r['read_ratio']:.2f}"})
+    if "order" in parts:
+        result.update(order_and_state(args, folder))
+    if "accuracy" in parts and args.steps:
         acc = accuracy(args.scratch, args.steps)
         print(f"class-sorted shards: {acc['class_sorted']:.3f} validation accuracy, pre-shuffled {acc['pre_shuffled']:.3f}, "
               f"class-sorted with shuffle.enabled: false and buffer_rows: 0 (one fixed order, a file at a time) "
               f"{acc['class_sorted_read_in_order']:.3f}")
-    ours = [ratio for (fmt, mode), ratio in order["mix"].items() if mode == "ours"]
-    print(f"RESULT scale listing_ratio={listing['listing_ratio']:.2f} listing_rss_mb={listing['listing_rss_mb']:.0f} "
-          f"checkpoint_data_kib_1m={max(order['state_kib_1m'], kib_1m_128):.1f} checkpoint_data_kib_100m={kib_100m:.1f} "
-          f"resume_s_1m={order['resume_s']:.2f} labels_per_batch_ratio={min(ours):.2f} "
-          f"first_step_extra_ratio={start['ratio']:.2f} "
-          "goal=listing_ratio<=1.5,listing_rss_mb<=1500,checkpoint_data_kib<=64,labels_per_batch_ratio>=0.9,"
-          "first_step_extra_ratio<=1.5")
+    print("RESULT scale " + " ".join(f"{k}={v}" for k, v in result.items()) +
+          " goal=listing_ratio<=1.5,listing_rss_mb<=1500,checkpoint_data_kib<=64,labels_per_batch_ratio>=0.9,"
+          "first_step_extra_ratio<=1.5,object_store_peak_mb<=256,read_ratio>=1.0")
     return 0
 
 

@@ -16,13 +16,11 @@ runs it; batches drawn by the driver as a train worker draws them.
 * images/s of the whole pass, ours against `ray.data.read_binary_files(folder)` (paths to labels
   in a `map_batches`, then the same chain), on the same node and folder, one after the other.
 
-`bench/scale.py` calls `read_measures`; `python bench/scale_reads.py --scratch DIR --cpus 1 2 4`
-runs this part alone (no RESULT line: scale.py prints the issue's).
+`bench/scale.py` calls `read_measures` (`--parts reads` runs this part alone).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -31,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 HOST = "algo-2"
 BATCH = 64
-CLASSES = 1000
 
 
 def store_mark_bytes() -> int:
@@ -141,27 +138,3 @@ def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None
         return out
     finally:
         ray.shutdown()
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scratch", type=Path, default=Path("/tmp/scale-scratch"))
-    parser.add_argument("--files", type=int, default=1_281_167)
-    parser.add_argument("--cpus", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--buffer-mb", type=int, default=0, help="the execution's object store cap (0: Ray's share)")
-    parser.add_argument("--pass-files", type=int, default=0,
-                        help="files of the folder read whole (0: the large one; -1: no whole pass)")
-    args = parser.parse_args()
-    from scale_listing import build_folder
-
-    large = build_folder(args.scratch, args.files, CLASSES)
-    small = build_folder(args.scratch, 2 * CLASSES, CLASSES)
-    whole = None if args.pass_files < 0 else large if not args.pass_files else \
-        build_folder(args.scratch, args.pass_files, CLASSES)
-    for cpus in args.cpus:
-        read_measures(large, small, cpus, whole, args.buffer_mb << 20)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

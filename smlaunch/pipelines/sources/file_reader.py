@@ -155,9 +155,11 @@ class ChannelDatasource(Datasource):
                                at_least=-(-units // self.block_units) if self.block_units else 0)
 
     def read_slots(self) -> int:
-        """Read tasks of a pass that run at once: one per CPU of the reading hosts (`_readers`).
-        The reads take no CPU of Ray's (`dataset.read_channel`), so this caps them instead."""
-        return max(1, sum(self._readers(host, units, sys.maxsize) for host, units in self.shares().items() if units))
+        """Read tasks of a pass that run at once: one per CPU of the reading hosts (`_readers`;
+        without `cpus`, of the cluster). The reads take no CPU of Ray's (`dataset.read_channel`),
+        so this caps them instead."""
+        parallelism = sys.maxsize if self.cpus is not None else int(ray.cluster_resources().get("CPU", 1))
+        return max(1, sum(self._readers(host, units, parallelism) for host, units in self.shares().items() if units))
 
     def _readers(self, holder: str | None, units: "Units", parallelism: int) -> int:
         """Read tasks of the share of `holder` (None: any receiving host) that run at once: one per

@@ -3,6 +3,7 @@ under both distributions (sharded files read where they live), FastFile from the
 server, corrupt records skipped within the allowance and counted, and failing beyond it."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -256,7 +257,6 @@ def test_ray_s_planning_calls_get_the_real_tasks_count_and_sizes_and_only_the_in
     """Ray's planning asks for the read tasks without a data context four times (the driver's
     `read_datasource`, the parallelism rule, the metadata guess): those get estimates, as many as
     the tasks that run and of the same total size, and an estimate that were run says so."""
-    from types import SimpleNamespace
 
     from smlaunch.pipelines.sources.file_list import FileList
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
@@ -287,3 +287,54 @@ def test_sample_places_take_every_host_s_packed_listing_as_it_is():
     assert places.files.paths == hosts["algo-2"].paths + hosts["algo-3"].paths  # one string, not rejoined
     assert places.find(derived_id("algo-3/shard-7.tar", 4096)) == "algo-3/shard-7.tar sample at byte 4096"
     assert places.find(derived_id("algo-2/shard-0.tar", 0)) == "algo-2/shard-0.tar sample at byte 0"
+
+
+@pytest.mark.parametrize("cpus", [{"a": 1}, {"a": 2, "b": 4}])
+def test_a_large_pass_is_cut_into_short_read_tasks_that_share_the_pass_s_open_units_by_readers(cpus, monkeypatch):
+    """1.28M-file image folders and 2 MiB shards alike: no read task reads more than `TASK_UNITS`
+    files or `TASK_BLOCKS` target blocks of listed bytes, a small channel keeps one task per CPU,
+    and each task interleaves its share of `open_units` as one per reader (CPU), not one per task,
+    so a batch still mixes as many files as before."""
+    from smlaunch.pipelines.sources.file_list import FileList
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import ChannelListing
+    from smlaunch.pipelines.sources.units import TASK_BLOCKS, TASK_UNITS
+
+    import ray.data
+
+    monkeypatch.setattr(ray.data.DataContext.get_current(), "target_max_block_size", 2**20)  # a job's 1 MiB
+    hosts, readers = tuple(cpus), sum(cpus.values())
+    for count, size, record_format in ((20_000, 700, "image_folder"), (100, 2 << 20, "tfrecord"), (6, 700, "tfrecord")):
+        rels = [f"n{i % 10:03d}/{i}.JPEG" if record_format == "image_folder" else f"part-{i}" for i in range(count)]
+        channel = ChannelPlan(name="train", input_mode="File", record_format=record_format, source="", hosts=hosts,
+                              shuffle=True, open_units=16)
+        source = ChannelDatasource(channel, ChannelListing(files={hosts[0]: FileList.of(rels, size)}),
+                                   {h: None for h in hosts}, cpus=cpus, ranks=2)
+        tasks = source.get_read_tasks(8, data_context=SimpleNamespace(_execution_idx=0))
+        units = [t.read_fn.args[2] for t in tasks]
+        assert sorted(rel for u in units for rel, _, _ in u) == sorted(rels)  # every file once
+        assert max(len(u) for u in units) <= TASK_UNITS and \
+            max(int(u.sizes.sum()) for u in units) <= max(TASK_BLOCKS << 20, size), [len(u) for u in units]
+        assert len(tasks) == max(min(readers, count), -(-count // TASK_UNITS), -(-count * size // (TASK_BLOCKS << 20)))
+        assert {u.open_units for u in units} == {-(-16 // min(readers, count))}
+        assert source.read_slots() == min(readers, count)
+        assert len(source.get_read_tasks(8)) == len(tasks)  # Ray's planning estimates count the same tasks
+
+
+@pytest.mark.ray
+def test_read_tasks_take_no_cpu_and_run_one_per_reading_cpu_at_a_time(data_cluster, tmp_path):
+    """The read gives the chain every CPU of Ray's (with one a task, Ray Data reserved a 1-CPU
+    host's only CPU for the read, and the chain waited for the reads to fill the object store),
+    and runs one task per CPU of the reading hosts at a time instead."""
+    from smlaunch.pipelines.dataset import read_channel
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
+
+    objects = write_shards(tmp_path / "src", count=6, per_shard=10)
+    roots = deliver(tmp_path, objects, "FullyReplicated")
+    channel = plan("train")
+    source = ChannelDatasource(channel, list_channel(channel, roots), roots, cpus={"algo-2": 1, "algo-3": 2}, ranks=1)
+    ds = read_channel(source, channel)
+    read = ds._logical_plan.dag
+    assert read.ray_remote_args.get("num_cpus") == 0 and read.compute.size == source.read_slots() == 3
+    assert sorted(int(i) for b in ds.iter_batches(batch_size=None) for i in b["id"]) == list(range(60))
