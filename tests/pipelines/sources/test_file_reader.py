@@ -257,7 +257,6 @@ def test_ray_s_planning_calls_get_the_real_tasks_count_and_sizes_and_only_the_in
     """Ray's planning asks for the read tasks without a data context four times (the driver's
     `read_datasource`, the parallelism rule, the metadata guess): those get estimates, as many as
     the tasks that run and of the same total size, and an estimate that were run says so."""
-
     from smlaunch.pipelines.sources.file_list import FileList
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import ChannelListing
