@@ -68,8 +68,9 @@ class ChannelDatasource(Datasource):
     TFRecord rows in 0.42-0.49 s as 8 tasks, 0.29-0.33 s as 2). So a small pass has one read
     task per CPU of the hosts that read it, and Ray cuts their output into the block count this
     source asks for (`block_count`), so the ranks still share blocks evenly. A large pass has
-    more, each bounded (`task_bound`): a read task holds a CPU until it ends, and one task per
-    CPU over 1.28M files held a 1-CPU data host for 125 s before the chain decoded an image."""
+    more, each bounded (`task_bound`): one task per CPU over 1.28M files was a read of 125 s that
+    a lost host's retry would redo whole. The tasks take no CPU of Ray's (`dataset.read_channel`)
+    and run one per CPU at a time (`read_slots`)."""
 
     def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
                  num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None,
@@ -176,7 +177,7 @@ class ChannelDatasource(Datasource):
         """Read tasks for the share of `holder`: at least one per reader (`_readers`), and enough
         that none reads more than `task_bound` allows. `block_count` counts with this too."""
         readers = self._readers(holder, units, parallelism)
-        most_units, most_bytes = task_bound(_block_bytes())
+        most_units, most_bytes = task_bound()
         bounded = max(-(-len(units) // most_units), -(-units.total_size() // most_bytes))
         return max(1, min(max(readers, bounded), len(units)))
 

@@ -27,25 +27,21 @@ MAX_OPEN_ROW_GROUPS = 8
 
 TASK_UNITS = 4096
 """Units (files, row groups) one read task reads at most: about 0.4 s of small image files on one
-CPU (1.28M files of 700 bytes took one task 125 s), so the chain gets the host's CPUs between
-reads from the first blocks on, and a retried task redoes little."""
-TASK_BLOCKS = 4
-"""Target blocks one read task makes at most (by listed bytes): what a read task adds to the
-object store at once before the chain takes it, a few blocks, not its share of the epoch."""
+CPU (1.28M files of 700 bytes took one task 125 s), so a pass is many short tasks, as Ray Data's
+own readers make: a retried task (a lost host) redoes little, and the last tasks of a pass end
+together."""
+TASK_BYTES = 1 << 30
+"""Listed bytes one read task reads at most (a few seconds from a local disk or S3): by blocks
+instead (4 of ImageNet's 29 MiB), 100,000 WebDataset shards of 110 MB were 95,152 tasks an
+epoch, and planning them took the split coordinator minutes; at 1 GiB, 10,000."""
 
 
-def task_bound(block_bytes: int) -> tuple[int, int]:
-    """(units, listed bytes) one read task reads at most, at Ray Data's target block size.
-
-    Ray Data starts a read task only while the read's object store budget allows, but a started
-    task runs to its end: with one task per CPU, a 1-CPU data host's task held its CPU for the
-    whole pass (125 s over 1.28M files, 855 MiB of blocks queued ahead of a chain that had no
-    CPU left), and at ImageNet's real size it would spill the epoch to disk. Tasks this size end
-    within a second or so, and Ray Data hands the freed CPU to the chain when the read's output
-    waits (bench/scale.py: first step and object store peak on 1, 2 and 4-CPU data hosts). A task
-    still holds a unit whole (a WebDataset shard, a Parquet row group), and at least the units it
-    interleaves (`units_per_task`)."""
-    return TASK_UNITS, TASK_BLOCKS * max(1, block_bytes)
+def task_bound() -> tuple[int, int]:
+    """(units, listed bytes) one read task reads at most. A task still holds one unit whole (a
+    WebDataset shard, a Parquet row group), and at least the units it interleaves
+    (`units_per_task`). What a task adds to the object store is bounded by Ray Data, not by its
+    size: a task's blocks stream out, and its generator waits while the read is over budget."""
+    return TASK_UNITS, TASK_BYTES
 
 
 def units_per_task(channel: ChannelPlan, tasks: int) -> int:

@@ -289,21 +289,18 @@ def test_sample_places_take_every_host_s_packed_listing_as_it_is():
 
 
 @pytest.mark.parametrize("cpus", [{"a": 1}, {"a": 2, "b": 4}])
-def test_a_large_pass_is_cut_into_short_read_tasks_that_share_the_pass_s_open_units_by_readers(cpus, monkeypatch):
-    """1.28M-file image folders and 2 MiB shards alike: no read task reads more than `TASK_UNITS`
-    files or `TASK_BLOCKS` target blocks of listed bytes, a small channel keeps one task per CPU,
+def test_a_large_pass_is_cut_into_short_read_tasks_that_share_the_pass_s_open_units_by_readers(cpus):
+    """1.28M-file image folders and 64 MiB shards alike: no read task reads more than `TASK_UNITS`
+    files or `TASK_BYTES` listed bytes, a small channel keeps one task per CPU,
     and each task interleaves its share of `open_units` as one per reader (CPU), not one per task,
     so a batch still mixes as many files as before."""
     from smlaunch.pipelines.sources.file_list import FileList
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import ChannelListing
-    from smlaunch.pipelines.sources.units import TASK_BLOCKS, TASK_UNITS
+    from smlaunch.pipelines.sources.units import TASK_BYTES, TASK_UNITS
 
-    import ray.data
-
-    monkeypatch.setattr(ray.data.DataContext.get_current(), "target_max_block_size", 2**20)  # a job's 1 MiB
     hosts, readers = tuple(cpus), sum(cpus.values())
-    for count, size, record_format in ((20_000, 700, "image_folder"), (100, 2 << 20, "tfrecord"), (6, 700, "tfrecord")):
+    for count, size, record_format in ((20_000, 700, "image_folder"), (100, 64 << 20, "tfrecord"), (6, 700, "tfrecord")):
         rels = [f"n{i % 10:03d}/{i}.JPEG" if record_format == "image_folder" else f"part-{i}" for i in range(count)]
         channel = ChannelPlan(name="train", input_mode="File", record_format=record_format, source="", hosts=hosts,
                               shuffle=True, open_units=16)
@@ -313,8 +310,8 @@ def test_a_large_pass_is_cut_into_short_read_tasks_that_share_the_pass_s_open_un
         units = [t.read_fn.args[2] for t in tasks]
         assert sorted(rel for u in units for rel, _, _ in u) == sorted(rels)  # every file once
         assert max(len(u) for u in units) <= TASK_UNITS and \
-            max(int(u.sizes.sum()) for u in units) <= max(TASK_BLOCKS << 20, size), [len(u) for u in units]
-        assert len(tasks) == max(min(readers, count), -(-count // TASK_UNITS), -(-count * size // (TASK_BLOCKS << 20)))
+            max(int(u.sizes.sum()) for u in units) <= TASK_BYTES, [len(u) for u in units]
+        assert len(tasks) == max(min(readers, count), -(-count // TASK_UNITS), -(-count * size // TASK_BYTES))
         assert {u.open_units for u in units} == {-(-16 // min(readers, count))}
         assert source.read_slots() == min(readers, count)
         assert len(source.get_read_tasks(8)) == len(tasks)  # Ray's planning estimates count the same tasks
