@@ -267,6 +267,9 @@ class ChannelDatasource(Datasource):
                 read.__name__ = f"read_{self.channel.name}"  # Ray's warning for a read task over 1 MiB needs one
                 tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
             offset += len(units)
+        if not tasks:  # a resumed epoch drawn to its end: Ray Data's planning divides by the task count
+            meta = BlockMetadata(num_rows=0, size_bytes=0, exec_stats=None, input_files=None)
+            tasks.append(ReadTask(_read_nothing, meta, per_task_row_limit=per_task_row_limit))
         return tasks
 
 
@@ -299,6 +302,10 @@ def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int, a
         while (blocks * split) % ranks:
             split += 1
     return blocks * split
+
+
+def _read_nothing():
+    return iter(())
 
 
 def _estimate_only(channel: str):

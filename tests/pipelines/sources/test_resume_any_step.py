@@ -120,8 +120,9 @@ def test_a_checkpoint_at_any_step_of_a_file_channel_s_epoch_resumes_it_exactly(d
 @pytest.mark.ray
 def test_an_epoch_drawn_to_its_last_sample_resumes_as_an_empty_pass_and_the_next_epoch_is_whole(
         data_cluster, tmp_path):
-    """Every sample drawn (the epoch divides into full batches): the resumed pass plans no read
-    task, Ray Data runs it as an empty pass, and the next epoch reads every sample."""
+    """Every sample drawn (the epoch divides into full batches, or a stop came at its end): the
+    resumed pass plans one read task that reads nothing (none failed Ray Data's planning, which
+    divides the estimated size by the task count), and the next epoch reads every sample."""
     from smlaunch.cluster.board import set_order, start_board
     from smlaunch.pipelines.dataset import read_channel
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
@@ -136,7 +137,9 @@ def test_an_epoch_drawn_to_its_last_sample_resumes_as_an_empty_pass_and_the_next
         assert position.units_done == 4
         set_order("train", 0, position.state())
         resumed = ChannelDatasource(channel, listing, roots, seed=7, cpus={h: 1 for h in HOSTS}, ranks=1)
-        assert resumed.get_read_tasks(4, data_context=SimpleNamespace(_execution_idx=0)) == []
+        tasks = resumed.get_read_tasks(4, data_context=SimpleNamespace(_execution_idx=0))
+        assert len(tasks) == 1 and list(tasks[0]()) == [] and resumed.estimate_inmemory_data_size() > 0
+        assert len(resumed.get_read_tasks(4)) == 1  # what Ray's planning counts, without a context
         ds = read_channel(resumed, channel)
         assert [len(b["id"]) for b in ds.iter_batches(batch_size=BATCH)] == []  # the resumed epoch: nothing left
         assert sorted(int(i) for b in ds.iter_batches(batch_size=None) for i in b["id"]) == list(range(64))
