@@ -48,7 +48,7 @@ from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.rows import folder_tables, row_blocks, unit_samples
 from smlaunch.pipelines.order import PIECE_ROWS
-from smlaunch.pipelines.sources.units import PackedUnits, Units, task_bound, units_per_task
+from smlaunch.pipelines.sources.units import TASK_BYTES, TASK_UNITS, PackedUnits, Units, units_per_task
 from smlaunch.pipelines.sources.listing import ChannelListing
 
 Unit = tuple[str, int, int | None]
@@ -68,7 +68,7 @@ class ChannelDatasource(Datasource):
     TFRecord rows in 0.42-0.49 s as 8 tasks, 0.29-0.33 s as 2). So a small pass has one read
     task per CPU of the hosts that read it, and Ray cuts their output into the block count this
     source asks for (`block_count`), so the ranks still share blocks evenly. A large pass has
-    more, each bounded (`task_bound`): one task per CPU over 1.28M files was a read of 125 s that
+    more, each bounded (`units.TASK_UNITS`, `TASK_BYTES`): one task per CPU over 1.28M files was a read of 125 s that
     a lost host's retry would redo whole. The tasks take no CPU of Ray's (`dataset.read_channel`)
     and run one per CPU at a time (`read_slots`)."""
 
@@ -175,10 +175,9 @@ class ChannelDatasource(Datasource):
 
     def _task_count(self, holder: str | None, units: "Units", parallelism: int) -> int:
         """Read tasks for the share of `holder`: at least one per reader (`_readers`), and enough
-        that none reads more than `task_bound` allows. `block_count` counts with this too."""
+        that none reads more than `TASK_UNITS` units or `TASK_BYTES`. `block_count` counts with this too."""
         readers = self._readers(holder, units, parallelism)
-        most_units, most_bytes = task_bound()
-        bounded = max(-(-len(units) // most_units), -(-units.total_size() // most_bytes))
+        bounded = max(-(-len(units) // TASK_UNITS), -(-units.total_size() // TASK_BYTES))
         return max(1, min(max(readers, bounded), len(units)))
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
@@ -275,11 +274,13 @@ class ChannelDatasource(Datasource):
 
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 """Ray Data's target block size when the context sets none."""
+BLOCKS_PER_RANK_BALANCED = 64
+"""From this many blocks per rank on, a rank at most one block ahead is within 1.6 % of the others."""
+
+
 def _block_bytes() -> int:
     """The job's target block size, from the context Ray Data plans and reads in (`use_block_size`)."""
     return ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
-BLOCKS_PER_RANK_BALANCED = 64
-"""From this many blocks per rank on, a rank at most one block ahead is within 1.6 % of the others."""
 
 
 def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int, at_least: int = 0) -> int:

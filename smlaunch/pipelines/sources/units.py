@@ -33,22 +33,17 @@ together."""
 TASK_BYTES = 1 << 30
 """Listed bytes one read task reads at most (a few seconds from a local disk or S3): by blocks
 instead (4 of ImageNet's 29 MiB), 100,000 WebDataset shards of 110 MB were 95,152 tasks an
-epoch, and planning them took the split coordinator minutes; at 1 GiB, 10,000."""
-
-
-def task_bound() -> tuple[int, int]:
-    """(units, listed bytes) one read task reads at most. A task still holds one unit whole (a
-    WebDataset shard, a Parquet row group), and at least the units it interleaves
-    (`units_per_task`). What a task adds to the object store is bounded by Ray Data, not by its
-    size: a task's blocks stream out, and its generator waits while the read is over budget."""
-    return TASK_UNITS, TASK_BYTES
+epoch, and planning them took the split coordinator minutes; at 1 GiB, 10,000. A task still
+holds one unit whole (a WebDataset shard, a Parquet row group). What a task adds to the object
+store is bounded by Ray Data, not by its size: its blocks stream out, and its generator waits
+while the read is over budget."""
 
 
 def units_per_task(channel: ChannelPlan, tasks: int) -> int:
-    """How many units each of a pass's read tasks interleaves, `tasks` of them running at once: the
-    channel's `open_units` is for the whole pass (what a rank's batches mix is the units open across all tasks, and what
-    a checkpoint holds grows with them), shared by the tasks, at least one each, within what one
-    task can hold open (`MAX_OPEN_*`)."""
+    """How many units each of a pass's read tasks interleaves, `tasks` of them running at once:
+    the channel's `open_units` is for the whole pass (what a rank's batches mix is the units open
+    across all tasks, and what a checkpoint holds grows with them), shared by the tasks, at least
+    one each, within what one task can hold open (`MAX_OPEN_*`)."""
     per_task = max(1, -(-channel.open_units // max(tasks, 1)))
     from smlaunch.pipelines.formats import CHANNEL_FORMATS
 
