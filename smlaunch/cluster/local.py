@@ -34,11 +34,16 @@ class LocalCluster:
         self._saved_env: dict[str, str | None] = {}
 
     def __enter__(self) -> "LocalCluster":
+        from smlaunch.user_code import code_folder
+
         # Before importing ray: it reads the auth mode when it loads.
         self._set_env({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
                        "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": None,
                        # Ray Train copies a worker's print() into its logger too: each line twice.
-                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"})
+                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+                       # The user's modules (model factory, task, map ops) are imported from the folder
+                       # sm-launch runs in, by every simulated host's workers too (`smlaunch.user_code`).
+                       "SM_LAUNCH_CODE_DIR": code_folder()})
         import ray
         from ray.cluster_utils import Cluster
 

@@ -115,7 +115,11 @@ class ChannelPlan:
     """Rows per block read: the chain's batch size, so one preprocessing task handles one batch and
     the first batch reaches the trainer after one batch's work, not a whole file's."""
     fields: tuple[str | None, str | None, str | None] = ("image/encoded", "image/class/label", "id")
-    """Where the image, the label and the id are in a record (feature, extension or column names)."""
+    """Where the image, the label and the id are in a record (feature, extension or column names);
+    image or label None: not in this channel's batch (a channel naming its own fields)."""
+    more: tuple[tuple[str, str], ...] = ()
+    """The batch's other fields, (batch name, the data's name), when the channel names them
+    (`config.channel_rules.resolved_fields`)."""
     id_required: bool = False
     """The config named `fields.id`: a sample without it is an error instead of getting a derived id."""
     s3_data_type: str = "S3Prefix"
@@ -137,7 +141,8 @@ def channel_plan(name: str, ch, hosts: tuple[str, ...], block_rows: int = 256) -
                        hosts=hosts, distribution=ch.s3_distribution, max_corrupted_records=ch.max_corrupted_records,
                        attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None,
                        block_rows=block_rows, fields=(fields["image"], fields["label"], fields["id"]),
-                       id_required=bool(ch.fields and ch.fields.id), s3_data_type=ch.s3_data_type,
+                       more=tuple((k, v) for k, v in fields.items() if k not in ("image", "label", "id")),
+                       id_required=bool(ch.fields and ch.fields.get("id")), s3_data_type=ch.s3_data_type,
                        file_system=ch.file_system.type if ch.file_system else None,
                        shuffle=shuffled(name, ch), open_units=ch.shuffle.open_units if shuffled(name, ch) else 1)
 

@@ -64,12 +64,27 @@ def channel_problem(ch) -> str | None:
             return f"fields: record_format {fmt} takes labels from the class folders; remove fields"
         if ch.s3_data_type == "AugmentedManifestFile":
             return "fields: an augmented manifest names its attributes in attribute_names; remove fields"
+        named = sorted(set(ch.fields) - set(RENAMED))
+        if named and fmt not in NAMED_FIELD_FORMATS:
+            return (f"fields: {', '.join(named)}: fields beyond image, label and id are read from record_format "
+                    f"{' or '.join(NAMED_FIELD_FORMATS)} (not yet {fmt})")
     return None
 
 
-def resolved_fields(record_format: str, fields) -> dict[str, str | None]:
-    """The image, label and id names of a channel: its `fields` over the format's defaults."""
+RENAMED = ("image", "label", "id")
+"""Fields a channel's `fields` may rename while the format's defaults give the others."""
+NAMED_FIELD_FORMATS = ("parquet",)
+"""Formats whose readers take any fields (`fields` naming more than image, label and id)."""
+
+
+def resolved_fields(record_format: str, fields: dict | None) -> dict[str, str | None]:
+    """The batch's fields and where each is in the records. `fields` naming only image, label and
+    id renames those over the format's defaults; naming any other field lists the whole batch
+    (`schema.check_fields`): image and label are then read only if named. `id` is always there
+    (None: derived from where a sample is)."""
     base = dict(CHANNEL_FORMATS[record_format].fields or {"image": None, "label": None, "id": None})
-    if fields is not None:
-        base.update({k: v for k, v in fields.model_dump().items() if v is not None})
-    return base
+    if not fields:
+        return base
+    if set(fields) <= set(RENAMED):
+        return {**base, **fields}
+    return {"image": None, "label": None, "id": None, **fields}

@@ -12,6 +12,10 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+FUNCTION_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+"""`package.module:function`: user code is imported by name, never evaluated."""
+
+
 class _Op(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -97,7 +101,18 @@ class UserOp(_Op):
     called as `function(images, rng, train, **params)` with a list of HWC uint8 arrays."""
 
     op: Literal["user"]
-    function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    function: str = Field(pattern=FUNCTION_PATTERN)
+    params: dict = {}
+
+
+class MapOp(_Op):
+    """Your function over the whole batch, `package.module:function`, called on the data hosts as
+    `function(batch, rng, train, **params)` with a dict of NumPy arrays (one per field, one row
+    each) and returning one: Ray Data's `map_batches` convention. It may add, drop or change
+    fields, not rows; `id` and the reader's bookkeeping are kept for it."""
+
+    op: Literal["map"]
+    function: str = Field(pattern=FUNCTION_PATTERN)
     params: dict = {}
 
 
@@ -124,9 +139,11 @@ class Normalize(_Op):
 
 OpSpec = Annotated[
     Union[DecodeImage, Resize, RandomResizedCrop, CenterCrop, HorizontalFlip, GaussianBlur, ColorJitter, UserOp,
-          ToUint8CHW, Normalize],
+          MapOp, ToUint8CHW, Normalize],
     Field(discriminator="op"),
 ]
 
 OP_NAMES = ["decode_image", "resize", "random_resized_crop", "center_crop", "horizontal_flip", "gaussian_blur",
-            "color_jitter", "user", "to_uint8_chw", "normalize"]
+            "color_jitter", "user", "map", "to_uint8_chw", "normalize"]
+IMAGE_OPS = frozenset(OP_NAMES) - {"map"}
+"""Ops on the image field; a chain without any takes no image (tabular data: `map` ops only, or none)."""

@@ -19,7 +19,7 @@ from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
 from smlaunch.config.autoscale import AutoscaleConfig
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.sagemaker import SageMakerConfig
-from smlaunch.config.op_specs import OpSpec
+from smlaunch.config.op_specs import FUNCTION_PATTERN, IMAGE_OPS, OpSpec
 
 
 class _Strict(BaseModel):
@@ -92,15 +92,25 @@ class ClusterConfig(_Strict):
         return self
 
 
-class FieldsConfig(_Strict):
-    """Where a sample's image, integer label and optional id sit in the channel's records: TFRecord
-    feature names, WebDataset extensions (`;` separates alternatives), or Parquet columns."""
+FIELD_NAME = re.compile(r"^[A-Za-z_]\w{0,63}$")
+INTERNAL_COLUMNS = ("pos", "seek", "host", "prep_s")
+"""Columns the reader and the chain add to every batch for the trainer's bookkeeping; not field names."""
+BUILTIN_FIELDS = ("image", "label", "id")
+"""The fields the built-in classification task reads (`id`: a sample's id in the exactly-once accounting)."""
 
-    image: Optional[str] = Field(default=None, min_length=1)
-    label: Optional[str] = Field(default=None, min_length=1)
-    id: Optional[str] = Field(default=None, min_length=1)
-    """Without one, a sample's id is derived from where it is: its file and record, row or byte
-    offset (a Pipe stream's, and so an augmented manifest's, from its image bytes)."""
+
+def check_fields(fields: dict[str, str]) -> dict[str, str]:
+    """`fields` maps a batch's names to the data's: Parquet columns, TFRecord features or WebDataset
+    extensions (`;` between alternatives). Naming only image, label and id renames those, the other
+    two keeping the format's defaults; naming any other field lists the whole batch: only the fields
+    named are read (and `id`, derived from where a sample is when not named)."""
+    for name, source in fields.items():
+        if not FIELD_NAME.match(str(name)) or name in INTERNAL_COLUMNS:
+            raise ValueError(f"fields: {name!r} is not a field name (a Python identifier, not one of "
+                             f"{', '.join(INTERNAL_COLUMNS)})")
+        if not isinstance(source, str) or not source.strip():
+            raise ValueError(f"fields.{name}: name the data's column, feature or extension (got {source!r})")
+    return fields
 
 
 class FileSystemConfig(_Strict):
@@ -144,8 +154,9 @@ class ChannelConfig(_Strict):
     """tfrecord / recordio: files of `tf.train.Example` records (RecordIO also frames an augmented
     manifest stream); image_folder: `<class>/<image>` files; webdataset: tar shards of
     `<key>.<ext>` members; parquet: one row per sample."""
-    fields: Optional[FieldsConfig] = None
-    """Names of the image, label and id in the records; defaults per format (see the README)."""
+    fields: Optional[dict[str, str]] = None
+    """The batch's fields and where they are in the records (`check_fields`); default per format:
+    image, label and id (see the README)."""
     s3_data_type: Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"] = "S3Prefix"
     """S3Prefix: `source` is a folder or prefix; ManifestFile: `source` is a JSON manifest listing the
     channel's objects; AugmentedManifestFile: JSON Lines (see `attribute_names`)."""
@@ -193,6 +204,11 @@ class ChannelConfig(_Strict):
             raise ValueError(problem)
         return self
 
+    @field_validator("fields")
+    @classmethod
+    def _fields(cls, value):
+        return None if value is None else check_fields(value)
+
     @field_validator("source")
     @classmethod
     def _source(cls, value: str) -> str:
@@ -217,18 +233,26 @@ BUILTIN_SOURCES = [f"{seed}/{split}" for seed in BUILTIN_SEEDS for split in ("tr
 class PipelineConfig(_Strict):
     """The preprocessing chain run on the data hosts, and how rows are batched for it."""
 
-    ops: list[OpSpec] = Field(min_length=1)
+    ops: list[OpSpec] = []
+    """Image ops (decode_image first, to_uint8_chw last, a crop between) and `map` ops on any
+    field, in order; none at all for data that needs no preprocessing."""
     batch_size: int = Field(default=64, gt=0)
     """Rows per preprocessing call."""
 
+    @property
+    def has_images(self) -> bool:
+        return any(o.op in IMAGE_OPS for o in self.ops)
+
     @model_validator(mode="after")
     def _shape(self):
-        names = [o.op for o in self.ops]
+        names = [o.op for o in self.ops if o.op in IMAGE_OPS]  # `map` ops may sit anywhere
+        if not names:
+            return self
         if names[0] != "decode_image":
-            raise ValueError("the chain must start with decode_image")
+            raise ValueError("the chain's image ops must start with decode_image")
         body = names[:-1] if names[-1] == "normalize" else names
         if not body or body[-1] != "to_uint8_chw":
-            raise ValueError("the chain must end with to_uint8_chw (optionally followed by normalize, "
+            raise ValueError("the chain's image ops must end with to_uint8_chw (optionally followed by normalize, "
                              "which runs on the trainer's device)")
         if "normalize" in body or body.count("to_uint8_chw") > 1:
             raise ValueError("normalize may only come last, right after the one to_uint8_chw")
@@ -239,9 +263,16 @@ class PipelineConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """A timm model, built with the classes and input size the data has."""
+    """The model: a timm architecture by `name`, built with the classes and input size the data
+    has, or any `torch.nn.Module` your `factory` returns."""
 
-    name: str
+    name: Optional[str] = None
+    """A timm model (`timm.list_models()`); exclusive with `factory`."""
+    factory: Optional[str] = Field(default=None, pattern=FUNCTION_PATTERN)
+    """`package.module:function`, imported from the folder sm-launch runs in and called on every
+    rank as `function(**params)`; it returns a `torch.nn.Module`. Exclusive with `name`."""
+    params: dict = {}
+    """Keyword arguments of `factory` (checked against its signature at `plan`)."""
     num_classes: Optional[int] = Field(default=None, gt=1)
     """Default: what the train channel's data says: a builtin dataset's classes (digits: 10), an
     image folder's class folders, or a Parquet label column's largest value + 1."""
@@ -250,6 +281,20 @@ class ModelConfig(_Strict):
     SageMaker) loaded through timm before training: fine-tuning. The classifier is re-sized to
     `num_classes` (its weights are dropped when the class count differs). Nothing is downloaded
     from a model hub at run time."""
+
+    @model_validator(mode="after")
+    def _one_model(self):
+        if (self.name is None) == (self.factory is None):
+            raise ValueError("set exactly one of model.name (a timm model) or model.factory (package.module:function "
+                             "returning a torch.nn.Module)")
+        if self.params and self.factory is None:
+            raise ValueError("model.params are the factory's arguments; set model.factory or remove them")
+        return self
+
+    @property
+    def label(self) -> str:
+        """What the console, the plan and the model card call the model."""
+        return self.name or self.factory
 
     @field_validator("pretrained", mode="before")
     @classmethod
@@ -260,6 +305,21 @@ class ModelConfig(_Strict):
         if isinstance(value, str) and not value.strip():
             raise ValueError("pretrained: an empty path; name a weights file or use false")
         return value
+
+
+class TaskConfig(_Strict):
+    """What training minimises and validation measures, as your functions; without a `task`, the
+    built-in classification (cross-entropy on `image` and `label`, accuracy and loss)."""
+
+    loss: str = Field(pattern=FUNCTION_PATTERN)
+    """`package.module:function` called as `loss(model, batch)` on every micro-batch, under DDP,
+    autocast and accumulation as the built-in loss is; `batch` is a dict of tensors on the rank's
+    device, one per field of the chain's output. It returns a scalar tensor, or `(tensor, {name:
+    float})` whose numbers (the same names each call) join the step lines, averaged over ranks."""
+    evaluate: Optional[str] = Field(default=None, pattern=FUNCTION_PATTERN)
+    """`package.module:function` called as `evaluate(model, batch)` on each validation batch (the
+    model in eval mode, no grad), returning `{metric: float}` for that batch; each metric is
+    averaged over all validation rows of all ranks. Default: the mean `loss`."""
 
 
 class TrainerConfig(_Strict):
@@ -386,8 +446,10 @@ class LaunchConfig(_Strict):
     seed: int = 0
     cluster: ClusterConfig
     channels: dict[str, ChannelConfig] = Field(min_length=1)
-    pipeline: PipelineConfig
+    pipeline: PipelineConfig = PipelineConfig()
     model: ModelConfig
+    task: Optional[TaskConfig] = None
+    """Your loss and metrics (`TaskConfig`); default: classification of `image` by `label`."""
     trainer: TrainerConfig
     run: RunConfig = RunConfig()
     monitor: MonitorConfig = MonitorConfig()
@@ -415,7 +477,10 @@ class LaunchConfig(_Strict):
         if "train" not in self.channels:
             raise ValueError(f"channels: a channel named 'train' is required; channels: {sorted(self.channels)}")
         train = self.channels["train"]
-        if (self.model.num_classes is None and not train.source.startswith("builtin:")
+        if self.task is None and not self.pipeline.has_images:
+            raise ValueError("pipeline.ops: the built-in classification task trains on images (decode_image ... "
+                             "to_uint8_chw); for other data set task.loss (and task.evaluate) to your functions")
+        if (self.task is None and self.model.num_classes is None and not train.source.startswith("builtin:")
                 and train.record_format not in CLASSES_FROM_DATA):
             raise ValueError(f"model.num_classes: required for a {train.record_format} train channel (source "
                              f"{train.source}); it is read from the data only for builtin datasets and "

@@ -170,16 +170,37 @@ def parquet_samples(channel: ChannelPlan, stream, source: str, row_groups: list[
     several times the read itself (bench/formats.py), so a clean row group never takes that path."""
     from smlaunch.pipelines.formats.parquet import group_rows, iter_groups
 
-    image, label, sample_id = channel.fields
-    fields = {"image": image, "label": label, "id": sample_id}
+    from smlaunch.pipelines.named_fields import batch_fields, is_named
+
+    fields = batch_fields(channel)
     key = None if channel.id_required else _place_key(channel, source)
     for start, table in iter_groups(stream, source, row_groups, fields):
+        if is_named(channel):
+            yield _named_group(channel, table, fields, num_classes, key, source, start)
+            continue
         block = _checked_columns(table, fields, num_classes, channel.id_required, key, start)
         if block is not None:
             yield block
             continue
         for n, data, value, ident in group_rows(table, start, fields):
             yield f"{source} row {n}", data, value, ident if ident is not None or key is None else derived_id(key, n)
+
+
+def _named_group(channel: ChannelPlan, table: pa.Table, fields: dict, num_classes: int | None, key: str | None,
+                 source: str, start: int) -> pa.Table:
+    """A row group of a channel naming its fields (`named_fields`), with its ids: the id column's
+    (integers, none missing), else derived from the file and row."""
+    from smlaunch.pipelines.named_fields import named_table
+
+    if fields.get("id"):
+        ids = table.column(fields["id"])
+        if ids.null_count or not pa.types.is_integer(ids.type):
+            raise DataError(f"channel '{channel.name}': {source}: the id column {fields['id']} must hold integers, "
+                            f"none missing (it holds {ids.type}, {ids.null_count} missing)")
+        ids = ids.combine_chunks().cast(pa.int64())
+    else:
+        ids = member_ids(key or source, start, table.num_rows)
+    return named_table(channel, table, fields, num_classes, ids, source, start)
 
 
 def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_required: bool,

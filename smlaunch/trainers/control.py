@@ -53,10 +53,14 @@ class StepNumbers:
     """The chain's seconds for the step's rows whose chain time was measured (`chain_rows`): what
     one image costs a data host's slot, as the elastic data hosts' loop models capacity."""
     chain_rows: int = 0
+    metric_sums: tuple[float, ...] = (0.0,) * 8
+    """The numbers a user's loss returned beside it (`task.METRIC_SLOTS`, in `metric_names`' order),
+    summed over this rank's micro-batches that returned them (`metric_micro`)."""
+    metric_micro: int = 0
 
     def as_list(self) -> list[float]:
         return [self.loss_sum, self.micro_batches, self.images, self.wait_s, self.step_s, self.chain_s,
-                self.chain_rows]
+                self.chain_rows, *self.metric_sums, self.metric_micro]
 
 
 @dataclass(frozen=True)
@@ -70,16 +74,20 @@ class Decision:
     """The previous step's numbers summed over ranks (as `StepNumbers.as_list`), or None."""
 
 
-def record(step: int, epoch: int, numbers: list[float], world: int) -> dict:
+def record(step: int, epoch: int, numbers: list[float], world: int, metric_names: tuple[str, ...] = ()) -> dict:
     """A step's record over all ranks: mean loss per micro-batch, images/s of all ranks over the
-    mean step time, the mean rank's data wait."""
+    mean step time, the mean rank's data wait; and, when the loss returns numbers (`metric_names`),
+    each one's mean over the micro-batches of all ranks."""
     loss_sum, micro, images, wait, step_s = numbers[:5]
     chain_s, chain_rows = (list(numbers[5:7]) + [0.0, 0.0])[:2]
     mean_step = step_s / world
-    return {"step": step, "t": round(time.time(), 3), "epoch": epoch, "loss": round(loss_sum / max(micro, 1), 5),
-            "step_time_s": round(mean_step, 5), "data_wait_s": round(wait / world, 5),
-            "images_per_s": round(images / mean_step, 2) if mean_step > 0 else 0.0,
-            "chain_s": round(chain_s, 5), "chain_rows": int(chain_rows)}
+    entry = {"step": step, "t": round(time.time(), 3), "epoch": epoch, "loss": round(loss_sum / max(micro, 1), 5),
+             "step_time_s": round(mean_step, 5), "data_wait_s": round(wait / world, 5),
+             "images_per_s": round(images / mean_step, 2) if mean_step > 0 else 0.0,
+             "chain_s": round(chain_s, 5), "chain_rows": int(chain_rows)}
+    if metric_names and len(numbers) > 15 and numbers[15]:
+        entry["metrics"] = {name: round(numbers[7 + i] / numbers[15], 6) for i, name in enumerate(metric_names)}
+    return entry
 
 
 class Control:
@@ -114,7 +122,7 @@ class Control:
         stop = self._stop_locally()
         lost = self.guard.error() if self.guard is not None and self.rank == 0 else None
         values = [float(full), float(any_data), float(stop), float(lost is not None),
-                  float(checkpoint_due and self.rank == 0)] + (previous.as_list() if previous else [0.0] * 7)
+                  float(checkpoint_due and self.rank == 0)] + (previous or StepNumbers()).as_list()
         if self.world > 1:
             values = self._all_reduce(values)
         if values[3] > 0:

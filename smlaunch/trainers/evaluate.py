@@ -36,34 +36,44 @@ def all_reduce(tensor, world: int):
     return tensor
 
 
-def validate(model, batches, device, host_rows, step: int, epoch: int, world: int, norm: dict, autocast) -> dict:
-    """Accuracy and mean loss over this rank's validation shard (`batches`), summed over ranks.
+def validate(model, batches, task, device, host_rows, step: int, epoch: int, control, autocast) -> dict:
+    """The task's metrics (`trainers.task`: accuracy and loss for classification) over this rank's
+    validation shard (`batches`), each a mean over all ranks' rows: a batch's mean weighs its rows.
 
     Ranks' shards may differ in batches (a shard can even be empty: a few large blocks split over
     many ranks), so nothing inside the loop may be a collective. A DDP model's forward is one: it
     broadcasts the buffers (BatchNorm statistics) from rank 0 on every call, so a rank with more
     batches waited in that broadcast while the others waited in the final all-reduce, for ever. The
-    buffers are broadcast once here, before the loop, and the forward runs on the wrapped module."""
+    buffers are broadcast once here, before the loop, and the forward runs on the wrapped module.
+    The sums meet on rank 0 as Python numbers (`control.gather`): an empty shard knows no metric
+    names, and a user's metrics are only known by name once computed."""
     import torch
 
     net = getattr(model, "module", model)
-    if world > 1:
+    if control.world > 1:
         import torch.distributed as dist
 
         for buffer in net.buffers():  # every rank validates with rank 0's statistics, as DDP's forward would
             dist.broadcast(buffer, 0)
     net.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, rows, summed loss (NCCL: on device)
+    sums: dict[str, float] = {}
+    rows = 0
     with torch.no_grad():
         for batch in batches:
             count_hosts(host_rows, batch)
+            n = len(batch["id"])
             with autocast():
-                logits = net(normalise(batch["image"], device, norm)).float()
-            labels = batch["label"].to(device)
-            totals += torch.stack([(logits.argmax(1) == labels).sum().double(),
-                                   torch.tensor(float(len(labels)), dtype=torch.float64, device=device),
-                                   torch.nn.functional.cross_entropy(logits, labels, reduction="sum").double()])
+                metrics = task.evaluate(net, task.inputs(batch, device))
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value) * n
+            rows += n
     net.train()
-    correct, rows, loss = all_reduce(totals, world).tolist()
-    return {"step": step, "epoch": epoch, "accuracy": round(correct / max(rows, 1), 5),
-            "loss": round(loss / max(rows, 1), 5), "rows": int(rows)}
+    parts = control.gather((sums, rows), control.rank)
+    result = None
+    if parts is not None:
+        total = sum(n for _, n in parts)
+        names = list(dict.fromkeys(name for part, _ in parts for name in part))
+        result = {"step": step, "epoch": epoch,
+                  **{name: round(sum(part.get(name, 0.0) for part, _ in parts) / max(total, 1), 5) for name in names},
+                  "rows": int(total)}
+    return control.broadcast(result)

@@ -52,17 +52,19 @@ class _Run:
         from smlaunch.trainers.accounting import Accountant, EpochIds
         from smlaunch.trainers.checkpoints import CheckpointLog
         from smlaunch.trainers.control import Control
-        from smlaunch.trainers.model import create_model
+        from smlaunch.trainers.model import build_model
         from smlaunch.trainers.optim import build_optimizer, build_schedule
         from smlaunch.trainers.mixing import LabelMix
         from smlaunch.trainers.position import DrawnPositions, EpochPosition
         from smlaunch.trainers.next_epoch import NextEpoch
         from smlaunch.trainers.resume import initial_state
+        from smlaunch.trainers.task import make_task
 
         self.spec, self.t, self.marks = spec, spec.trainer, marks
         # A restart after a Pipe, ShardedByS3Key or train host was lost fails at once, before building a model.
         self.guard = LostHostGuard(list(spec.fragile_channels), train_hosts=spec.train_hosts)
         self.guard.check(force=True)
+        self.task = make_task(spec)  # a user's task.loss that does not import fails here, before any data moves
         torch.manual_seed(spec.seed)
         ctx = ray.train.get_context()
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
@@ -90,7 +92,7 @@ class _Run:
         if not self._done():
             self.primed = NextEpoch(self._torch_batches(ray.train.get_dataset_shard("train")))
             marks["data_asked"] = time.time()
-        self.raw_model = create_model(spec.model, spec.num_classes, spec.image_size)
+        self.raw_model = build_model(spec)
         marks["model_built"] = time.time()
         self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
         self.schedule = build_schedule(self.optimizer, self.t, spec.total_steps)
@@ -109,7 +111,7 @@ class _Run:
         self.steps = StepLog()  # bounded: buckets of the whole run, the latest steps exact (`smlaunch.series`)
         self.validation: list[dict] = []
         self.books = Accountant("train", spec.epoch_rows, self.world)
-        self.mix = LabelMix(spec.num_classes, self.device)
+        self.mix = LabelMix(spec.num_classes, self.device) if self.task.builtin else None  # labels' mix per batch
         self.stopped = False
         self.cut_short = False  # the run ended inside an epoch
         self.saves = CheckpointLog(spec.checkpoint_every_s)  # the timer counts from here
@@ -287,50 +289,9 @@ class _Run:
         return micro, waited
 
     def _train_step(self, micro: list, all_full: bool, waited: float, started: float):
-        """One optimizer step on every rank: DDP's own sync when every rank holds a full step,
-        else a drain step with the gradients summed explicitly (`control.sum_gradients`).
+        from smlaunch.trainers.step import train_step
 
-        A drain step runs the bare module, not the DDP wrapper: even under `no_sync`, DDP's
-        forward may broadcast buffers (after a synced step it does), a collective the ranks
-        without data would never join."""
-        import torch
-        import torch.nn.functional as F
-
-        from smlaunch.trainers.control import StepNumbers, sum_gradients
-        from smlaunch.trainers.evaluate import count_hosts, normalise
-
-        accum, losses, images, chain = self.t.grad_accum_steps, [], 0, []
-        for i, batch in enumerate(micro):
-            self.seen.add(batch["id"])
-            if "pos" in batch:
-                self.drawn.add(batch["pos"], batch.get("seek"))
-            self.mix.add(batch["label"])
-            count_hosts(self.host_rows, batch)
-            count_hosts(self.train_rows, batch, self.train_prep)
-            model = self.model if all_full else self.raw_model
-            defer = all_full and self.world > 1 and i < len(micro) - 1  # DDP syncs on the last micro-batch
-            with self.model.no_sync() if defer else contextlib.nullcontext(), self.autocast():
-                loss = F.cross_entropy(model(normalise(batch["image"], self.device, self.spec.normalize)).float(),
-                                       batch["label"].to(self.device))
-            (loss / accum if all_full else loss).backward()
-            losses.append(loss.detach())
-            images += len(batch["label"])
-            if "prep_s" in batch:  # the chain's time for the rows it timed (a worker's first batch: -1)
-                seconds = batch["prep_s"]
-                timed = seconds >= 0
-                chain.append(torch.stack([seconds[timed].double().sum(), timed.double().sum()]))
-        if not all_full:
-            sum_gradients(self.raw_model, len(micro), self.world)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.schedule.step()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.step += 1
-        loss_sum = torch.stack(losses).sum().item() if losses else 0.0
-        chain_s, chain_rows = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0)
-        numbers = StepNumbers(loss_sum, len(micro), images, waited, time.perf_counter() - started, chain_s,
-                              int(chain_rows))
+        numbers = train_step(self, micro, all_full, waited, started)
         if self.world == 1:
             self._record(numbers.as_list())
             return None
@@ -341,7 +302,7 @@ class _Run:
         from smlaunch.trainers.control import record
 
         if self.rank == 0:
-            entry = record(self.step, self.epochs_done + 1, summed, self.world)
+            entry = record(self.step, self.epochs_done + 1, summed, self.world, self.task.metric_names)
             self.steps.add(entry)
             self.outbox.put("step", **entry)
 
@@ -365,8 +326,8 @@ class _Run:
                                positions=self.position if positions else None, units=self.spec.train_units,
                                unnamed=self.unnamed)
         self.unnamed = 0
-        mixed = self.control.gather(self.mix.take(), self.rank)
-        if self.rank == 0 and len(self.books.epochs) > records:
+        mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None
+        if mixed is not None and self.rank == 0 and len(self.books.epochs) > records:
             from smlaunch.trainers.mixing import mix_summary
 
             self.books.epochs[-1]["label_mix"] = mix_summary(mixed)
@@ -395,8 +356,8 @@ class _Run:
 
         batches = ray.train.get_dataset_shard("validation").iter_torch_batches(
             batch_size=256, device=self.device, pin_memory=self.device.type == "cuda")
-        self.validation.append(validate(self.model, batches, self.device, self.host_rows, self.step, epoch,
-                                        self.world, self.spec.normalize, self.autocast))
+        self.validation.append(validate(self.model, batches, self.task, self.device, self.host_rows, self.step, epoch,
+                                        self.control, self.autocast))
         self.outbox.put("validation", **self.validation[-1])
 
     def _finish(self) -> None:

@@ -70,6 +70,34 @@ def create_model(name: str, num_classes: int, image_size: int, in_chans: int = 3
         return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans)
 
 
+def build_model(spec):
+    """The run's model on this rank: the user's `model.factory(**model.params)`, or timm's `model.name`."""
+    if spec.model_factory:
+        return create_from_factory(spec.model_factory, spec.model_params)
+    return create_model(spec.model, spec.num_classes, spec.image_size)
+
+
+def create_from_factory(path: str, params: dict):
+    """`path(**params)`, which must return a `torch.nn.Module`; a `ConfigError` in one line otherwise."""
+    import torch
+
+    from smlaunch.user_code import resolve
+
+    model = resolve(path, "model.factory")(**params)
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"model.factory: {path} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def factory_problems(path: str, params: dict) -> list[str]:
+    """Whether `model.factory` imports and `params` bind to its signature: `plan`'s check, which
+    builds no model."""
+    from smlaunch.user_code import check
+
+    problem = check(path, "model.factory", params=params)
+    return [problem] if problem else []
+
+
 @dataclass(frozen=True)
 class Pretrained:
     """What `load_pretrained` did, for the console line."""
@@ -85,6 +113,8 @@ class Pretrained:
         if self.reinitialised:
             return (f"fine-tuning from {self.source}: classifier {', '.join(self.reinitialised)} re-initialised "
                     f"for {self.num_classes} classes")
+        if not self.num_classes:  # a factory's model: no classifier known, every tensor checked
+            return f"fine-tuning from {self.source}: all {self.loaded} tensors loaded"
         return f"fine-tuning from {self.source}: all weights loaded, classifier included ({self.num_classes} classes)"
 
 

@@ -17,8 +17,11 @@ from smlaunch.config.schema import TrainerConfig
 @dataclass(frozen=True)
 class TrainSpec:
     model: str
-    num_classes: int
-    image_size: int
+    """A timm model's name, or the factory's `package.module:function` (`model_factory`)."""
+    num_classes: int | None
+    """The classes of the built-in classification task; None for a user's task without them."""
+    image_size: int | None
+    """The last crop's size (None: the chain has no image ops)."""
     seed: int
     trainer: TrainerConfig
     learning_rate: float
@@ -61,6 +64,14 @@ class TrainSpec:
     ingest_buffer_bytes: int | None = None
     """Ray Data's object store budget for each channel's execution (None: Ray's, a share of the
     store); set with elastic data hosts (`pipelines.dataset.elastic_buffer_bytes`)."""
+    model_factory: str | None = None
+    """`model.factory`: the model is `model_factory(**model_params)` (`trainers.model.build_model`)."""
+    model_params: dict | None = None
+    task_loss: str | None = None
+    """`task.loss` (and `task.evaluate`): the user's task (`trainers.task`); None: classification."""
+    task_evaluate: str | None = None
+    normalize_in_chain: bool = True
+    """The chain ends in `normalize`: a user's task gets `image` normalised (always, for classification)."""
     id_check_rows: int = 2_000_000
     """Epochs of up to this many rows also get the id-based check (`trainers.accounting`), which
     gathers every id drawn to rank 0 (8 bytes a row); larger ones are checked by positions alone."""
@@ -79,7 +90,8 @@ class TrainSpec:
 
     def card(self) -> dict:
         """What the saved model's card needs."""
-        return {"model": self.model, "num_classes": self.num_classes, "image_size": self.image_size,
+        return {"model": self.model, "model_params": self.model_params, "task": self.task_loss,
+                "num_classes": self.num_classes, "image_size": self.image_size,
                 "normalize": self.normalize, "config_sha256": self.config_sha256, "model_dir": self.model_dir,
                 "class_names": list(self.class_names) if self.class_names is not None else None,
                 "pretrained": self.pretrained}

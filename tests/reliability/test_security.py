@@ -85,8 +85,8 @@ def test_a_user_op_must_be_module_colon_function(tmp_path, function):
         result = sm_launch(str(TINY), "--set", "pipeline.ops.2={op: user, function: 'eval:x'}",
                            "--set", f"run.dir={tmp_path}", cwd=tmp_path)
         assert result.returncode == 2
-        assert result.stderr.splitlines()[-1] == ("sm-launch: error: pipeline.ops.2.function: pipeline user op eval:x: "
-                                                  "cannot import eval (No module named 'eval')")
+        assert result.stderr.splitlines()[-1] == (f"sm-launch: error: pipeline.ops.2.function: cannot import eval from "
+                                                  f"{tmp_path} (ModuleNotFoundError: No module named 'eval')")
         return
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1

@@ -69,7 +69,7 @@ def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(co
         assert not decision.all_full and decision.any_data and decision.stop  # rank 1's stop reached all
         assert not decision.checkpoint and out[rank]["timed"]  # rank 0's timer reached all, no one else's
         assert decision.previous == [sum(1.0 + r for r in range(world)), world, 2 * world, 0.5 * world, 1.0 * world,
-                                     0.25 * world, 2 * world]
+                                     0.25 * world, 2 * world, *[0.0] * 8, 0.0]  # no loss metrics (classification)
         assert out[rank]["broadcast"] == "from 0"
     assert out[0]["gathered"] == [r * 10 for r in range(world)]
 
@@ -86,7 +86,7 @@ def test_one_rank_needs_no_collective():
     control._stop_locally = lambda: False
     decision = control.exchange(True, True, None)
     assert decision.all_full and decision.any_data and not decision.stop and decision.previous is None
-    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2, 0.0, 0]
+    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2, 0.0, 0, *[0.0] * 8, 0]
     model = _model()
     model(torch.ones(1, 4)).sum().backward()
     before = model.weight.grad.clone()
@@ -158,3 +158,14 @@ def test_every_rank_gets_the_same_sum_to_the_bit_with_a_world_not_a_power_of_two
     mp.spawn(_sum_main, args=(world, free_port(), out), nprocs=world, join=True)
     assert all(out[r] == out[0] for r in range(world))  # identical bits: the ranks' decisions agree
     assert out[0] == pytest.approx([0.1 * 15, 5.0, 1e-17 * 10, sum(3.3 ** r for r in range(world))])
+
+
+def test_a_step_record_carries_the_numbers_a_user_s_loss_returns_averaged_over_its_micro_batches():
+    from smlaunch.launcher.job.train_progress import metric_line
+    from smlaunch.trainers.control import record
+
+    summed = StepNumbers(2.0, 2, 64, 0.1, 0.4, metric_sums=(3.0, 1.0, *[0.0] * 6), metric_micro=2).as_list()
+    entry = record(5, 1, summed, 1, ("mae", "r2"))
+    assert entry["metrics"] == {"mae": 1.5, "r2": 0.5} and entry["loss"] == 1.0
+    assert metric_line(entry).endswith(" mae=1.5 r2=0.5") and metric_line(entry).startswith("step=5 loss=1.0000 ")
+    assert "metrics" not in record(5, 1, summed, 1)  # the built-in task returns none

@@ -13,7 +13,9 @@ import os
 
 import torch
 
+from smlaunch.trainers.control import Control
 from smlaunch.trainers.evaluate import validate
+from smlaunch.trainers.task import Classification
 
 from support.ports import free_port
 
@@ -30,8 +32,19 @@ def _model():
 def _batches(rank: int, counts: list[int]):
     g = torch.Generator().manual_seed(100 + rank)
     return [{"image": torch.randint(0, 256, (5, 3, 8, 8), generator=g, dtype=torch.uint8),
-             "label": torch.randint(0, 3, (5,), generator=g), "host": torch.full((5,), rank)}
-            for _ in range(counts[rank])]
+             "label": torch.randint(0, 3, (5,), generator=g), "host": torch.full((5,), rank),
+             "id": torch.arange(5) + 5 * i + 100 * rank}
+            for i in range(counts[rank])]
+
+
+class LabelMean:
+    """A user's task as `trainers.task` calls one: its own metric names, a mean per batch."""
+
+    def inputs(self, batch, device):
+        return {"label": batch["label"].to(device)}
+
+    def evaluate(self, model, inputs):
+        return {"label_mean": inputs["label"].double().mean(), "one": 1.0}
 
 
 def _rank_main(rank: int, world: int, port: int, counts: list[int], out) -> None:
@@ -43,9 +56,12 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out) -> None
     with torch.no_grad():  # each rank's own BatchNorm statistics, as after its last train step
         model.module[1].running_mean.fill_(float(rank))
     host_rows = torch.zeros(world + 1, dtype=torch.long)
-    result = validate(model, _batches(rank, counts), torch.device("cpu"), host_rows, 7, 1, world, NORM,
-                      contextlib.nullcontext)
-    out.put((rank, result, host_rows.tolist(), model.module.training))
+    control = Control(world, rank)
+    result = validate(model, _batches(rank, counts), Classification(NORM), torch.device("cpu"), host_rows, 7, 1,
+                      control, contextlib.nullcontext)
+    users = validate(model, _batches(rank, counts), LabelMean(), torch.device("cpu"), torch.zeros_like(host_rows), 7,
+                     1, control, contextlib.nullcontext)
+    out.put((rank, result, host_rows.tolist(), model.module.training, users))
     dist.destroy_process_group()
 
 
@@ -61,8 +77,8 @@ def test_ranks_with_uneven_validation_shards_all_return_the_totals_over_every_ra
     try:
         results = {}
         for _ in range(world):
-            rank, result, host_rows, training = out.get(timeout=DEADLINE_S)  # a hang fails here, in time
-            results[rank] = (result, host_rows, training)
+            rank, result, host_rows, training, users = out.get(timeout=DEADLINE_S)  # a hang fails here, in time
+            results[rank] = (result, host_rows, training, users)
     finally:
         for p in procs:
             p.join(5)
@@ -81,8 +97,12 @@ def test_ranks_with_uneven_validation_shards_all_return_the_totals_over_every_ra
                 "accuracy": round((logits.argmax(1) == labels).double().mean().item(), 5),
                 "loss": round(torch.nn.functional.cross_entropy(logits, labels).item(), 5)}
     for rank in range(world):
-        result, host_rows, training = results[rank]
+        result, host_rows, training, users = results[rank]
         assert result["rows"] == expected["rows"] and result["step"] == 7 and result["epoch"] == 1, result
         assert abs(result["accuracy"] - expected["accuracy"]) < 1e-5 and abs(result["loss"] - expected["loss"]) < 1e-4
         assert host_rows[rank] == 5 * counts[rank] and sum(host_rows) == 5 * counts[rank]  # this rank's rows
         assert training  # back in train mode for the next step
+        # A user's metrics, by the names it returns, each weighed by its batch's rows over all ranks
+        # (rank 1 has no batch and so knows no names: they come from the others).
+        assert users == {"step": 7, "epoch": 1, "label_mean": round(labels.double().mean().item(), 5), "one": 1.0,
+                         "rows": 20}, users

@@ -121,14 +121,21 @@ def plan_lines(cfg, plan) -> list[str]:
         extras = ([f"{c.file_system} file system, files split between the hosts"] if c.file_system
                   else [c.distribution]) + ([c.s3_data_type] if c.s3_data_type != "S3Prefix" else []) + (
             [f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else []) + (
-            [f"fields {', '.join(f or '-' for f in c.fields)}"] if _custom_fields(c) else []) + (
+            [_fields(c)] if _custom_fields(c) else []) + (
             [f"skip up to {c.max_corrupted_records} corrupt"] if c.max_corrupted_records else []) + (
             [_order(cfg, c)] if c.input_mode != "Pipe" else [])
         where = f"/opt/ml/input/data/{c.name}" + ("_<epoch>" if c.input_mode == "Pipe" else "")
         lines.append(f"  {c.name}: {c.input_mode} {c.record_format} ({', '.join(extras)}) from {c.source} -> "
                      f"{where} on {', '.join(c.hosts)}")
+    if cfg.model.factory:
+        from smlaunch.user_code import code_folder
+
+        params = ", ".join(f"{k}={v!r}" for k, v in cfg.model.params.items())
+        lines.append(f"model: {cfg.model.factory}({params}) on every rank, imported from {code_folder()}")
+    if cfg.task is not None:
+        lines.append(f"task: loss {cfg.task.loss}, validation " + (cfg.task.evaluate or "the mean loss"))
     if cfg.model.pretrained:
-        lines.append(f"model: fine-tuning {cfg.model.name} from {cfg.model.pretrained} (loaded on rank 0, the "
+        lines.append(f"model: fine-tuning {cfg.model.label} from {cfg.model.pretrained} (loaded on rank 0, the "
                      "classifier re-sized to the class count)")
     lines.append(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
     if plan.checkpoint_every_s and plan.stop_is_clean:  # an unsafe PID 1's line below says it
@@ -166,7 +173,7 @@ def summary(cfg, plan) -> list[str]:
     length = plural(t.steps, "step") if t.steps else plural(t.epochs, "epoch")
     workers = plural(plan.train_workers, "train worker")
     device = "GPU" if plan.use_gpu else "CPU"
-    lines = [f"job {cfg.job}: {length} of {cfg.model.name}, batch {t.batch_size} x {workers} ({device}), "
+    lines = [f"job {cfg.job}: {length} of {cfg.model.label}, batch {t.batch_size} x {workers} ({device}), "
              f"global batch {plan.global_batch}"]
     hosts = "; ".join(f"{h.name} {h.subcluster}{' (head)' if h.role == 'head' else ''} {h.group} "
                       f"{h.instance_type}, {plural(h.num_cpus, 'CPU')}" + (f", {plural(h.num_gpus, 'GPU')}"
@@ -182,11 +189,21 @@ def summary(cfg, plan) -> list[str]:
 
 
 def _custom_fields(channel) -> bool:
-    """The channel names its image, label or id other than its format's defaults."""
+    """The channel names its image, label or id other than its format's defaults, or fields of its own."""
     from smlaunch.pipelines.formats import CHANNEL_FORMATS
 
     default = CHANNEL_FORMATS[channel.record_format].fields
-    return default is not None and not channel.attribute_names and channel.fields != tuple(default.values())
+    return default is not None and not channel.attribute_names and (
+        channel.fields != tuple(default.values()) or bool(channel.more))
+
+
+def _fields(channel) -> str:
+    """`fields image, label, id` (the data's names), or a named batch's `fields x1<-col1, ...`."""
+    if not channel.more and all(channel.fields[:2]):
+        return f"fields {', '.join(f or '-' for f in channel.fields)}"
+    named = {"image": channel.fields[0], "label": channel.fields[1], "id": channel.fields[2], **dict(channel.more)}
+    return "fields " + ", ".join(name if name == source else f"{name}<-{source}"
+                                 for name, source in named.items() if source)
 
 
 def _mib(size: int | None) -> str:

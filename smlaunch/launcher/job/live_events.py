@@ -71,12 +71,15 @@ class LiveEvents:
 
     def _write_step(self, record: dict) -> None:
         for tag, value in (("train/loss", record["loss"]), ("train/images_per_s", record["images_per_s"]),
-                           ("train/data_wait_pct", wait_pct(record))):
+                           ("train/data_wait_pct", wait_pct(record)),
+                           *((f"train/{name}", value) for name, value in (record.get("metrics") or {}).items())):
             self.scalar(tag, value, record["step"], record.get("t"))
 
     def validation(self, result: dict) -> None:
-        self.scalar("validation/accuracy", result["accuracy"], result["step"])
-        self.scalar("validation/loss", result["loss"], result["step"])
+        from smlaunch.launcher.job.train_progress import validation_metrics
+
+        for name, value in validation_metrics(result).items():
+            self.scalar(f"validation/{name}", value, result["step"])
         self.flush()
 
     def flush_if_due(self) -> None:

@@ -34,13 +34,20 @@ def model_problems(cfg: LaunchConfig) -> list[str]:
     """timm has the model, and a local `model.pretrained` file is there. An `s3://` file is not
     looked up: `plan` works offline, and rank 0 names a missing object in one line anyway. Whether
     the file's weights fit the model needs torch; that is checked when it is loaded."""
-    from smlaunch.trainers.model import check_model_name
+    from smlaunch.trainers.model import check_model_name, factory_problems
+    from smlaunch.user_code import check
 
     problems = []
-    try:
-        check_model_name(cfg.model.name)
-    except ConfigError as exc:
-        problems.append(str(exc))
+    if cfg.model.factory:
+        problems += factory_problems(cfg.model.factory, dict(cfg.model.params))
+    else:
+        try:
+            check_model_name(cfg.model.name)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if cfg.task is not None:  # called as loss(model, batch) and evaluate(model, batch)
+        problems += [p for p in (check(cfg.task.loss, "task.loss", (None, None)),
+                                 cfg.task.evaluate and check(cfg.task.evaluate, "task.evaluate", (None, None))) if p]
     weights = cfg.model.pretrained
     if weights and not weights.startswith("s3://"):
         path = Path(weights).expanduser()
@@ -55,15 +62,15 @@ def model_problems(cfg: LaunchConfig) -> list[str]:
 
 
 def op_problems(cfg: LaunchConfig) -> list[str]:
+    """Each user and `map` op imports and takes `(images or batch, rng, train, **params)`."""
+    from smlaunch.user_code import check
+
     problems = []
     for i, op in enumerate(cfg.pipeline.ops):
-        if op.op == "user":
-            from smlaunch.pipelines.ops.transforms import resolve_user_op
-
-            try:
-                resolve_user_op(op.function)
-            except ConfigError as exc:
-                problems.append(f"pipeline.ops.{i}.function: {exc}")
+        if op.op in ("user", "map"):
+            problem = check(op.function, f"pipeline.ops.{i}.function", (None, None, True), dict(op.params))
+            if problem:
+                problems.append(problem)
     return problems
 
 

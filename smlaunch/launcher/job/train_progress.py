@@ -31,13 +31,24 @@ WINDOW = 20
 
 
 def metric_line(record: dict) -> str:
+    """The step's line; a user's loss's own numbers (`task.loss`) follow as `name=value`."""
+    extra = "".join(f" {name}={value:.6g}" for name, value in (record.get("metrics") or {}).items())
     return (f"step={record['step']} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
-            f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}")
+            f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}"
+            + extra)
+
+
+NOT_METRICS = ("kind", "step", "epoch", "rows", "t")
+
+
+def validation_metrics(result: dict) -> dict:
+    """A validation result's metrics (classification: accuracy, loss; a user's: what `task.evaluate` returns)."""
+    return {k: v for k, v in result.items() if k not in NOT_METRICS and isinstance(v, (int, float))}
 
 
 def validation_line(result: dict) -> str:
-    return (f"validation step={result['step']} epoch={result['epoch']} accuracy={result['accuracy']:.4f} "
-            f"loss={result['loss']:.4f}")
+    return f"validation step={result['step']} epoch={result['epoch']} " + \
+        " ".join(f"{name}={value:.4f}" for name, value in validation_metrics(result).items())
 
 
 class _TrainBar(Progress):

@@ -28,9 +28,13 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
     rows = builtin_rows(cfg, "train")
     t = cfg.trainer
     total = t.steps or (t.epochs * (rows // plan.global_batch) if rows else None)
-    num_classes, names = _classes(cfg, data_classes)
+    # A user's task has classes only if it says so (`model.num_classes`); classification always has them.
+    num_classes, names = _classes(cfg, data_classes) if cfg.task is None else (cfg.model.num_classes, None)
     return TrainSpec(
-        model=cfg.model.name, num_classes=num_classes, image_size=crops[-1],
+        model=cfg.model.label, num_classes=num_classes, image_size=crops[-1] if crops else None,
+        model_factory=cfg.model.factory, model_params=dict(cfg.model.params) if cfg.model.factory else None,
+        task_loss=cfg.task.loss if cfg.task else None, task_evaluate=cfg.task.evaluate if cfg.task else None,
+        normalize_in_chain=bool(cfg.pipeline.ops) and cfg.pipeline.ops[-1].op == "normalize",
         seed=cfg.seed, trainer=t, learning_rate=plan.learning_rate, total_steps=total, epoch_rows=rows,
         workers=plan.workers, host_names=tuple(h.name for h in plan.hosts),
         model_dir=_absolute(join(model_root(plan), "model")),
@@ -127,8 +131,8 @@ def _builtin_classes(cfg: LaunchConfig) -> int:
 
 def _normalize(cfg: LaunchConfig) -> dict:
     """The chain's trailing `normalize` (mean and std per channel), else (x / 127.5 - 1)."""
-    last = cfg.pipeline.ops[-1]
-    if last.op == "normalize":
+    last = cfg.pipeline.ops[-1] if cfg.pipeline.ops else None
+    if last is not None and last.op == "normalize":
         return {"mean": list(last.mean), "std": list(last.std)}
     return {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
 

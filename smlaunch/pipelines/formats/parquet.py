@@ -68,24 +68,27 @@ def describe(stream: BinaryIO | str, source: str, label: str | None) -> tuple[in
 def iter_groups(stream: BinaryIO | str, source: str, row_groups: list[int] | None,
                 fields: dict[str, str | None]) -> Iterator[tuple[int, pa.Table]]:
     """(row number in the file of its first row, table) of each chosen row group, holding only
-    the image (as binary), label and id columns."""
+    the columns `fields` names (batch name -> column; None: not read), the image as binary."""
     import pyarrow as pa
 
     file = open_parquet(stream, source)
     schema = file.schema_arrow
-    wanted = [fields["image"], fields["label"]] + ([fields["id"]] if fields.get("id") else [])
+    wanted = list(dict.fromkeys(column for column in fields.values() if column))
     missing = [name for name in wanted if name not in schema.names]
     if missing:
+        shown = ", ".join(f"{k}: {v}" for k, v in fields.items() if v)
         raise DataError(f"{source}: no column {', '.join(missing)} (columns: {', '.join(schema.names)}); set the "
-                        "channel's fields: {image, label, id}")
+                        f"channel's fields (now {{{shown}}})")
     starts = _group_starts(file.metadata)
     for group in (range(file.metadata.num_row_groups) if row_groups is None else row_groups):
         try:  # one thread: a pass already runs one read task per CPU, and Arrow's pool only competed with them
             table = file.read_row_group(group, columns=wanted, use_threads=False)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{source}: row group {group} is unreadable ({exc})") from None
-        image = table.schema.get_field_index(fields["image"])
-        yield starts[group], table.set_column(image, fields["image"], _image_bytes(table.column(image), source))
+        if fields.get("image"):
+            image = table.schema.get_field_index(fields["image"])
+            table = table.set_column(image, fields["image"], _image_bytes(table.column(image), source))
+        yield starts[group], table
 
 
 def group_rows(table: pa.Table, start: int, fields: dict[str, str | None]

@@ -1,6 +1,7 @@
 """`Chain`: the Ray Data UDF that runs a YAML op chain on a batch, cheap geometry first.
 
-A batch is a dict of NumPy arrays: `image` (encoded bytes in, uint8 CHW out), `label`, `id`.
+A batch is a dict of NumPy arrays: `image` (encoded bytes in, uint8 CHW out), `label`, `id`, or
+the fields a channel names (`pipelines.named_fields`), which `map` ops take whole.
 Random ops draw from one generator per batch; with a seed it is derived from the seed and the
 batch's row ids, so a batch is reproducible wherever it runs.
 
@@ -46,6 +47,61 @@ def plan_steps(ops: list) -> list[Callable]:
         pending_blurs = []
     steps.extend(_single(b) for b in pending_blurs)
     return steps
+
+
+def plan_stages(ops: list) -> list:
+    """The chain as stages in order: each run of image ops as one list of steps (`plan_steps`),
+    each `map` op as a `MapStage` over the whole batch."""
+    stages: list = []
+    run: list = []
+    for spec in ops:
+        if spec.op == "map":
+            if run:
+                stages.append(plan_steps(run))
+            stages.append(MapStage(spec))
+            run = []
+        else:
+            run.append(spec)
+    if run:
+        stages.append(plan_steps(run))
+    return stages
+
+
+class MapStage:
+    """A `map` op: the user's function over the batch's fields (a dict of arrays, one row each),
+    on the data host, returning the fields to go on with. The rows must stay the rows: the
+    exactly-once accounting and the positions a checkpoint resumes from follow them."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.function: Callable | None = None
+
+    def __call__(self, fields: dict, rng, train: bool, rows: int) -> dict:
+        from smlaunch.user_code import resolve
+
+        if self.function is None:
+            self.function = resolve(self.spec.function, f"pipeline map op {self.spec.function}")
+        out = self.function(fields, rng, train, **self.spec.params)
+        if not isinstance(out, dict):
+            raise DataError(f"map op {self.spec.function} returned {type(out).__name__}; return the batch as a dict "
+                            "of arrays, one row each")
+        fields = {}
+        for name, values in out.items():
+            if name in ("id", "pos", "seek", "host", "prep_s"):
+                continue  # the reader's bookkeeping is the chain's to carry
+            values = values if isinstance(values, np.ndarray) else np.asarray(values)
+            if len(values) != rows:
+                raise DataError(f"map op {self.spec.function}: field {name!r} has {len(values)} rows, the batch "
+                                f"{rows}; a map op may change fields, not rows")
+            fields[name] = values
+        return fields
+
+
+def _rows(values, keep: np.ndarray):
+    """The rows of one field that `keep` marks (a list, or an array)."""
+    if isinstance(values, list):
+        return [v for v, k in zip(values, keep) if k]
+    return np.asarray(values)[keep]
 
 
 def _single(spec) -> Callable:
@@ -94,26 +150,28 @@ class Chain:
         self.host_names = host_names
         self.train = train
         self.seed = seed
-        self._steps: list[Callable] | None = None
+        self._stages: list | None = None
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._steps is None:
-            self._steps = plan_steps(self.ops)
+        if self._stages is None:
+            self._stages = plan_stages(self.ops)
         ids = np.asarray(batch["id"], dtype=np.int64)
-        labels = np.asarray(batch["label"], dtype=np.int64)
         # A File channel's positions and seeks (`pipelines.order`): what a checkpoint resumes from.
         kept = {name: np.asarray(batch[name], dtype=np.int64) for name in ("pos", "seek") if name in batch}
+        fields = {name: values for name, values in batch.items() if name not in ("id", "pos", "seek")}
+        if "label" in fields:
+            fields["label"] = np.asarray(fields["label"], dtype=np.int64)
         started = time.perf_counter()
         while True:
             try:
-                images = self._run(list(batch["image"]), ids)
+                out = self._run(dict(fields), ids)
                 break
             except UndecodableImage as exc:  # `row` of the images decode_image was given: the batch's
                 row, reason = exc.row, exc.reason
             self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
             keep = np.arange(len(ids)) != row
-            batch = {"image": [image for image, kept in zip(batch["image"], keep) if kept]}
-            ids, labels = ids[keep], labels[keep]
+            fields = {name: _rows(values, keep) for name, values in fields.items()}
+            ids = ids[keep]
             kept = {name: values[keep] for name, values in kept.items()}
         # Each row carries its share of the batch's chain time: summed per host by the trainer,
         # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
@@ -122,20 +180,26 @@ class Chain:
         global _PROCESS_WARM
         seconds = (time.perf_counter() - started) / max(len(ids), 1) if _PROCESS_WARM else -1.0
         _PROCESS_WARM = True
-        out = {"image": images, "label": labels, "id": ids,
-               "host": np.full(len(ids), self._host_index(), dtype=np.int16),
-               "prep_s": np.full(len(ids), seconds, dtype=np.float32)}
+        out.update({"id": ids, "host": np.full(len(ids), self._host_index(), dtype=np.int16),
+                    "prep_s": np.full(len(ids), seconds, dtype=np.float32)})
         out.update(kept)
         return out
 
-    def _run(self, images: list, ids: np.ndarray):
-        """The steps over `images`; the random draws depend on the seed and the rows' ids only."""
-        if not images:  # every image of the batch was skipped
-            return np.empty((0, *self._out_shape()), np.uint8)
+    def _run(self, fields: dict, ids: np.ndarray) -> dict:
+        """The stages over the batch's `fields`; the random draws depend on the seed and the rows' ids only."""
         rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
-        for step in self._steps:
-            images = step(images, rng, self.train)
-        return images
+        for stage in self._stages:
+            if isinstance(stage, MapStage):
+                fields = stage(fields, rng, self.train, len(ids))
+                continue
+            images = list(fields["image"])
+            if not images:  # every image of the batch was skipped
+                fields["image"] = np.empty((0, *self._out_shape()), np.uint8)
+                continue
+            for step in stage:
+                images = step(images, rng, self.train)
+            fields["image"] = images
+        return fields
 
     def _undecodable(self, sample_id: int, reason: str) -> None:
         """Skip the sample under the channel's `max_corrupted_records` (counted with its damaged

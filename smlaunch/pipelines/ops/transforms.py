@@ -165,19 +165,9 @@ def user(images: Images, spec: specs.UserOp, rng, train: bool) -> Images:
 
 def resolve_user_op(path: str) -> Callable:
     """`package.module:function` by import (never eval); a ConfigError names what is missing."""
-    import importlib
+    from smlaunch.user_code import resolve
 
-    from smlaunch.errors import ConfigError
-
-    module_name, _, name = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"pipeline user op {path}: cannot import {module_name} ({exc})") from None
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise ConfigError(f"pipeline user op {path}: {module_name} has no function {name}")
-    return function
+    return resolve(path, f"pipeline user op {path}")
 
 
 def horizontal_flip(images: Images, spec: specs.HorizontalFlip, rng, train: bool) -> Images:

@@ -1,5 +1,7 @@
 import io
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -123,8 +125,10 @@ def test_resize_center_crop_and_color_jitter(configs):
     assert color_jitter(varied, jitter, rng, False)[0] is varied[0]  # validation: unchanged
 
 
-def test_a_user_op_by_module_path_and_its_errors(configs):
+def test_a_user_op_by_module_path_and_its_errors(configs, monkeypatch):
     from smlaunch.errors import ConfigError, DataError
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))  # sample_user_ops, also when run alone
     from smlaunch.pipelines.ops.transforms import resolve_user_op
 
     ops = _ops(configs, "pipeline.ops.3={op: user, function: 'sample_user_ops:invert', params: {amount: 200}}")

@@ -1,0 +1,61 @@
+"""One optimizer step of the loop (`trainers.loop`): the task's loss over the step's micro-batches,
+under DDP, autocast and accumulation, then the optimizer; what the step took, for the report.
+
+DDP's own sync when every rank holds a full step, else a drain step with the gradients summed
+explicitly (`control.sum_gradients`). A drain step runs the bare module, not the DDP wrapper:
+even under `no_sync`, DDP's forward may broadcast buffers (after a synced step it does), a
+collective the ranks without data would never join. The task (`trainers.task`) is called the same
+way in both, the built-in classification as a user's loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+
+def train_step(run, micro: list, all_full: bool, waited: float, started: float):
+    """Trains `run` (a loop's `_Run`) one step on `micro`; its `StepNumbers`."""
+    import torch
+
+    from smlaunch.trainers.control import StepNumbers, sum_gradients
+    from smlaunch.trainers.evaluate import count_hosts
+    from smlaunch.trainers.task import METRIC_SLOTS, metric_values
+
+    task, accum = run.task, run.t.grad_accum_steps
+    losses, rows, chain, metrics = [], 0, [], []
+    for i, batch in enumerate(micro):
+        run.seen.add(batch["id"])
+        if "pos" in batch:
+            run.drawn.add(batch["pos"], batch.get("seek"))
+        if run.mix is not None:
+            run.mix.add(batch["label"])
+        count_hosts(run.host_rows, batch)
+        count_hosts(run.train_rows, batch, run.train_prep)
+        model = run.model if all_full else run.raw_model
+        defer = all_full and run.world > 1 and i < len(micro) - 1  # DDP syncs on the last micro-batch
+        with run.model.no_sync() if defer else contextlib.nullcontext(), run.autocast():
+            loss, numbers = task.loss(model, task.inputs(batch, run.device))
+        (loss / accum if all_full else loss).backward()
+        losses.append(loss.detach().float())
+        if numbers:
+            metrics.append(numbers)
+        rows += len(batch["id"])
+        if "prep_s" in batch:  # the chain's time for the rows it timed (a worker's first batch: -1)
+            seconds = batch["prep_s"]
+            timed = seconds >= 0
+            chain.append(torch.stack([seconds[timed].double().sum(), timed.double().sum()]))
+    if not all_full:
+        sum_gradients(run.raw_model, len(micro), run.world)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.schedule.step()
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    run.step += 1
+    loss_sum = torch.stack(losses).sum().item() if losses else 0.0
+    chain_s, chain_rows = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0)
+    sums = [sum(values) for values in zip(*(metric_values(m, task.metric_names) for m in metrics))] if metrics \
+        else [0.0] * METRIC_SLOTS
+    return StepNumbers(loss_sum, len(micro), rows, waited, time.perf_counter() - started, chain_s, int(chain_rows),
+                       tuple(sums), len(metrics))

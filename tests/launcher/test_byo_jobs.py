@@ -1,0 +1,126 @@
+"""Your model, your task, your fields: whole `sm-launch` jobs on a user's own project.
+
+The project (tests/support/byo_project) is copied to a folder of its own, sm-launch runs *in* that
+folder with nothing of it on PYTHONPATH, as a user runs it from a terminal, and its data is written
+by the user's tools (pandas). Its module holds a `map` op, a model factory, a loss and an evaluate
+function; the job must find each by name on every host, train two DDP ranks, learn, and report the
+user's metrics where the built-in task reports accuracy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[1] / "support" / "byo_project"
+
+
+def _project(tmp_path: Path):
+    """The project copied to `tmp_path/project`, its data written by pandas; (folder, module)."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECT, folder)
+    spec = importlib.util.spec_from_file_location("byo_regression", folder / "regression.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for split, rows, files in (("train", 1600, 2), ("validation", 400, 1)):
+        (folder / "data" / split).mkdir(parents=True)
+        frame = module.make_frame(rows, seed=len(split))
+        for i in range(files):  # pandas' own writer, row groups of 200 (the units a pass shuffles)
+            part = frame.iloc[i * rows // files:(i + 1) * rows // files]
+            part.to_parquet(folder / "data" / split / f"part-{i}.parquet", row_group_size=200, index=False)
+    return folder, module
+
+
+def _config(folder: Path, tmp_path: Path, name: str, **sections) -> Path:
+    fields = {name: name for name in ("x1", "x2", "x3", "x4", "y")}
+    cfg = {
+        "job": "byo-regression",
+        "cluster": {"instance_groups": [
+            {"name": "gpu", "instance_type": "ml.g5.12xlarge", "instance_count": 1},
+            {"name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 2}]},
+        "channels": {split: {"source": str(folder / "data" / split), "record_format": "parquet", "fields": fields}
+                     for split in ("train", "validation")},
+        "pipeline": {"batch_size": 100, "ops": [{"op": "map", "function": "regression:stack_features",
+                                                 "params": {"noise": 0.01}}]},
+        "model": {"factory": "regression:mlp", "params": {"inputs": 4, "hidden": 32}},
+        "task": {"loss": "regression:mse", "evaluate": "regression:metrics"},
+        "trainer": {"batch_size": 32, "epochs": 4, "learning_rate": 0.01, "weight_decay": 0.0, "max_workers": 2,
+                    "log_every": 5},
+        "run": {"dir": str(tmp_path / "runs"), "name": name},
+    }
+    for key, value in sections.items():
+        cfg[key] = {**cfg.get(key, {}), **value}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def _sm_launch(folder: Path, *args: str, timeout: float = 480) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the project is found as `python -m` finds it
+    return subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_plan_checks_the_user_s_factory_task_and_map_op_by_name_in_one_line_each(tmp_path):
+    folder, _ = _project(tmp_path)
+    good = _config(folder, tmp_path, "good")
+    result = _sm_launch(folder, "plan", str(good))
+    assert result.returncode == 0, result.stderr
+    assert f"model: regression:mlp(inputs=4, hidden=32) on every rank, imported from {folder}" in result.stdout
+    assert "task: loss regression:mse, validation regression:metrics" in result.stdout
+    assert "fields x1, x2, x3, x4, y" in result.stdout
+    bad = _config(folder, tmp_path, "bad", model={"factory": "regression:mlp", "params": {"inputs": 4, "widht": 8}},
+                  task={"loss": "regression:mse_loss", "evaluate": "no_such_module:metrics"},
+                  pipeline={"ops": [{"op": "map", "function": "regression:stack_features", "params": {"nosie": 1}}]})
+    result = _sm_launch(folder, "plan", str(bad))
+    assert result.returncode == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("sm-launch: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "model.factory: mlp(inputs, hidden=32) cannot take these arguments" in line and "'widht'" in line
+    assert "task.loss: regression has no function mse_loss" in line
+    assert f"task.evaluate: cannot import no_such_module from {folder}" in line
+    assert "pipeline.ops.0.function: stack_features(batch, rng, train, noise=0.0) cannot take" in line
+
+
+@pytest.mark.ray
+def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metrics_on_two_ranks(tmp_path):
+    """Float columns pandas wrote, stacked by the user's `map` op on the data hosts; the user's MLP
+    factory and MSE loss (which also returns its MAE) on two DDP ranks; the user's evaluate. It
+    must learn (the target's variance is about 7.5; a model that learned nothing scores that),
+    read every row once an epoch, report the user's metrics on the step and validation lines and
+    in report.json, and save a model the factory's own module loads."""
+    folder, module = _project(tmp_path)
+    config = _config(folder, tmp_path, "regression")
+    result = _sm_launch(folder, str(config))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "train_workers=2" in out
+    steps = [line for line in out.splitlines() if line.startswith("step=")]
+    assert steps and all(" mae=" in line for line in steps), steps
+    validations = [line for line in out.splitlines() if line.startswith("validation step=")]
+    assert validations and all(" mse=" in v and " mae=" in v and "accuracy" not in v for v in validations)
+    report = json.loads((tmp_path / "runs/regression/hosts/algo-1/opt/ml/output/data/report.json").read_text())
+    final = report["validation"][-1]
+    assert final["rows"] == 400 and final["mse"] < 0.2 and final["mae"] < 0.35, report["validation"]
+    assert report["validation"][0]["mse"] > final["mse"]  # it went on learning after the first epoch
+    for epoch in report["sample_accounting"]["epochs"]:
+        assert (epoch["complete"], epoch["distinct"], epoch["duplicated"], epoch["missing"]) == (True, 1600, 0, 0)
+    assert report["summary"]["data_node_row_fraction"] == 1.0  # the map op ran on the data hosts only
+    model_dir = tmp_path / "runs/regression/hosts/algo-1/opt/ml/model"
+    card = json.loads((model_dir / "model.json").read_text())
+    assert card["model"] == "regression:mlp" and card["model_params"] == {"inputs": 4, "hidden": 32}
+    import torch
+
+    net = module.mlp(**card["model_params"])
+    net.load_state_dict(torch.load(model_dir / "model.pt"))
+    x = torch.tensor(module.make_frame(200, seed=99)[list(module.FEATURES)].to_numpy())
+    want = x @ torch.tensor(module.WEIGHTS) + module.BIAS
+    assert torch.nn.functional.mse_loss(net(x).squeeze(1), want).item() < 0.2
