@@ -7,6 +7,7 @@ importing NumPy, PIL or torch.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -20,14 +21,35 @@ class _Op(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DecodeImage(_Op):
+FIELD_PATTERN = r"^[A-Za-z_]\w{0,63}$"
+
+
+class _ImageOp(_Op):
+    field: str = Field(default="image", pattern=FIELD_PATTERN)
+    """The batch field the op works on (a channel's `fields` name it): `image` unless set."""
+
+
+class _GeometricOp(_ImageOp):
+    masks: tuple[str, ...] = ()
+    """Fields moved with `field` (segmentation masks): the same crop, resize and flip, drawn once
+    per row for all, resized nearest-neighbour (class ids stay class ids); colour ops never touch them."""
+
+    @model_validator(mode="after")
+    def _masks(self):
+        for mask in self.masks:
+            if not re.match(FIELD_PATTERN, mask) or mask == self.field:
+                raise ValueError(f"masks: {mask!r} is not another field of the batch")
+        return self
+
+
+class DecodeImage(_ImageOp):
     """JPEG/PNG bytes -> HWC uint8."""
 
     op: Literal["decode_image"]
     mode: Literal["RGB", "L"] = "RGB"
 
 
-class RandomResizedCrop(_Op):
+class RandomResizedCrop(_GeometricOp):
     """Random area/aspect crop resized to `size` (training); for validation a plain resize to
     `size` x `size`, or with `validation_resize` torchvision's evaluation transform: the shorter
     side to `validation_resize`, then the central `size` square (ImageNet's Resize(256) +
@@ -51,14 +73,14 @@ class RandomResizedCrop(_Op):
         return self
 
 
-class HorizontalFlip(_Op):
+class HorizontalFlip(_GeometricOp):
     """Mirror left-right with probability `p` (training only)."""
 
     op: Literal["horizontal_flip"]
     p: float = Field(default=0.5, ge=0, le=1)
 
 
-class GaussianBlur(_Op):
+class GaussianBlur(_ImageOp):
     """A `kernel_size` Gaussian blur applied `repeat` times (0 disables it)."""
 
     op: Literal["gaussian_blur"]
@@ -73,21 +95,21 @@ class GaussianBlur(_Op):
         return self
 
 
-class Resize(_Op):
+class Resize(_GeometricOp):
     """Resize so the shorter side is `size`, keeping the aspect ratio (torchvision's Resize(int))."""
 
     op: Literal["resize"]
     size: int = Field(gt=0)
 
 
-class CenterCrop(_Op):
+class CenterCrop(_GeometricOp):
     """The central `size` x `size` square (images smaller than that are padded with zeros)."""
 
     op: Literal["center_crop"]
     size: int = Field(gt=0)
 
 
-class ColorJitter(_Op):
+class ColorJitter(_ImageOp):
     """Random brightness, contrast and saturation factors in [1 - x, 1 + x] (training only)."""
 
     op: Literal["color_jitter"]
@@ -96,7 +118,7 @@ class ColorJitter(_Op):
     saturation: float = Field(default=0.0, ge=0)
 
 
-class UserOp(_Op):
+class UserOp(_ImageOp):
     """Your own op, `package.module:function`, imported (never evaluated) on the data hosts and
     called as `function(images, rng, train, **params)` with a list of HWC uint8 arrays."""
 
@@ -116,7 +138,7 @@ class MapOp(_Op):
     params: dict = {}
 
 
-class ToUint8CHW(_Op):
+class ToUint8CHW(_ImageOp):
     """HWC uint8 -> CHW uint8, the wire format to the trainer (normalised there, on its device)."""
 
     op: Literal["to_uint8_chw"]

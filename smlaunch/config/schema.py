@@ -245,20 +245,31 @@ class PipelineConfig(_Strict):
 
     @model_validator(mode="after")
     def _shape(self):
-        names = [o.op for o in self.ops if o.op in IMAGE_OPS]  # `map` ops may sit anywhere
-        if not names:
-            return self
-        if names[0] != "decode_image":
-            raise ValueError("the chain's image ops must start with decode_image")
-        body = names[:-1] if names[-1] == "normalize" else names
-        if not body or body[-1] != "to_uint8_chw":
-            raise ValueError("the chain's image ops must end with to_uint8_chw (optionally followed by normalize, "
-                             "which runs on the trainer's device)")
-        if "normalize" in body or body.count("to_uint8_chw") > 1:
-            raise ValueError("normalize may only come last, right after the one to_uint8_chw")
-        if not {"random_resized_crop", "center_crop"} & set(names):
-            raise ValueError("add a random_resized_crop or center_crop so every image reaches the model at one "
-                             "size")
+        by_field: dict[str, list[str]] = {}
+        moved: dict[str, int] = {}  # a mask field: where the first op that moves it stands
+        for i, o in enumerate(self.ops):
+            if o.op in IMAGE_OPS:  # `map` ops may sit anywhere
+                by_field.setdefault(getattr(o, "field", "image"), []).append(o.op)
+                for mask in getattr(o, "masks", ()):
+                    moved.setdefault(mask, i)
+        for field, names in by_field.items():
+            ops = "the chain's image ops" if field == "image" else f"the chain's ops on field {field}"
+            if names[0] != "decode_image":
+                raise ValueError(f"{ops} must start with decode_image")
+            body = names[:-1] if names[-1] == "normalize" else names
+            if not body or body[-1] != "to_uint8_chw":
+                raise ValueError(f"{ops} must end with to_uint8_chw (optionally followed by normalize, "
+                                 "which runs on the trainer's device)")
+            if "normalize" in body or body.count("to_uint8_chw") > 1:
+                raise ValueError("normalize may only come last, right after the one to_uint8_chw")
+            if not {"random_resized_crop", "center_crop"} & set(names) and field not in moved:
+                raise ValueError(f"add a random_resized_crop or center_crop so every {field} reaches the model at "
+                                 "one size")
+        for mask, at in moved.items():
+            decoded = [i for i, o in enumerate(self.ops) if o.op == "decode_image" and o.field == mask]
+            if not decoded or decoded[0] > at:
+                raise ValueError(f"masks: {mask} is moved before it is decoded; add {{op: decode_image, field: {mask}, "
+                                 "mode: L}} before that op")
         return self
 
 

@@ -37,7 +37,7 @@ class BlockCutter:
     def add_row(self, row: dict) -> list[pa.Table]:
         for name in self.columns:
             self.rows[name].append(row[name])
-        self.row_bytes += len(row["image"]) + ROW_OVERHEAD_BYTES
+        self.row_bytes += _payload(row) + ROW_OVERHEAD_BYTES
         carried_rows, carried_bytes = (self.carry.num_rows, self.carry.nbytes) if self.carry else (0, 0)
         if self.block_bytes:
             full = carried_bytes + self.row_bytes >= self.block_bytes
@@ -86,10 +86,19 @@ class BlockCutter:
         return table
 
 
+INT_COLUMNS = ("label", "id", "pos", "seek")
+
+
 def rows_table(rows: dict[str, list]) -> pa.Table:
-    """Rows by column as a block: binary images, int64 labels, ids (and positions)."""
-    return pa.table({name: pa.array(values, pa.binary() if name == "image" else pa.int64())
-                     for name, values in rows.items()})
+    """Rows by column as a block: binary images, int64 labels, ids (and positions); a channel's
+    own fields (`pipelines.named_fields`) as Arrow infers them (a record's member bytes: binary)."""
+    return pa.table({name: pa.array(values, pa.binary() if name == "image" else pa.int64() if name in INT_COLUMNS
+                                    else None) for name, values in rows.items()})
+
+
+def _payload(row: dict) -> int:
+    """The bytes of a row's binary fields: the image's, or a named channel's (a mask's too)."""
+    return sum(len(v) for v in row.values() if isinstance(v, (bytes, bytearray)))
 
 
 class UnitPositions:

@@ -75,3 +75,58 @@ def _mark(bad: dict[int, str], mask, reason: str) -> None:
     hits = np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))
     for row in hits.tolist():
         bad.setdefault(row, reason)
+
+
+class NamedSample(tuple):
+    """One record's named fields, `(where, {batch name: value or None}, id or None)`: what a
+    record reader (WebDataset members) yields for a channel naming its fields, where it yields a
+    `rows.Sample` of image, label and id otherwise."""
+
+    def __new__(cls, where: str, values: dict, ident):
+        return super().__new__(cls, (where, values, ident))
+
+
+class NamedCheck:
+    """A `NamedSample` as a row of its fields and `id`, or None when a field is missing (or the
+    label is no class) and the channel's corrupt-record policy skips it; past the policy, a
+    `DataError` naming the record. Values stay as the record holds them (a WebDataset member's
+    bytes: a `decode_image` or `map` op reads them), but for `label`, an integer."""
+
+    def __init__(self, channel: ChannelPlan, num_classes: int | None):
+        from smlaunch.pipelines.corrupt import skip_policy
+
+        self.channel, self.num_classes = channel, num_classes
+        self.policy = skip_policy(channel.name, channel.max_corrupted_records)
+        self.sources = {name: source for name, source in batch_fields(channel).items() if source and name != "id"}
+
+    def __call__(self, sample: NamedSample) -> dict | None:
+        where, values, ident = sample
+        try:
+            row = {name: self._value(name, values.get(name)) for name in self.sources}
+            if ident is None:
+                raise DataError(f"no id ({self.channel.fields[2]})")
+            row["id"] = int(ident.strip() if isinstance(ident, (bytes, str)) else ident)
+        except (DataError, ValueError, TypeError) as exc:
+            error = DataError(f"channel '{self.channel.name}': {where}: {exc}")
+            if self.policy is None or not self.policy(error):
+                raise error from None
+            return None
+        return row
+
+    def _value(self, name: str, value):
+        if value is None or (isinstance(value, (bytes, bytearray)) and not value):
+            raise DataError(f"no {name} ({self.sources[name]})")
+        if name != "label":
+            return value
+        try:
+            label = int(value.strip() if isinstance(value, (bytes, str)) else value)
+        except (TypeError, ValueError):
+            raise DataError(f"label {value!r} is not an integer class index") from None
+        if label < 0 or (self.num_classes is not None and label >= self.num_classes):
+            raise DataError(f"label {label} is not a class index 0..{(self.num_classes or 0) - 1}")
+        return label
+
+
+def row_columns(channel: ChannelPlan) -> tuple[str, ...]:
+    """A named channel's row columns, in the order `NamedCheck` makes them."""
+    return tuple(name for name, source in batch_fields(channel).items() if source and name != "id") + ("id",)

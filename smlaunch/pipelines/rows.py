@@ -149,15 +149,24 @@ def webdataset_spans(channel: ChannelPlan, stream: BinaryIO, source: str, start:
     """(offset of the next sample or None, sample) of a stream standing at offset `start`."""
     from smlaunch.pipelines.formats.webdataset import iter_spans, pick
 
+    from smlaunch.pipelines.named_fields import NamedSample, batch_fields, is_named
+
     image_ext, label_ext, id_ext = channel.fields
+    named = {k: v for k, v in batch_fields(channel).items() if v and k != "id"} if is_named(channel) else None
     policy = skip_policy(channel.name, channel.max_corrupted_records)
     place = None if channel.id_required else _place_key(channel, source)
     try:
         for offset, end, sample in iter_spans(stream, source, start):
             key = sample["__key__"].decode(errors="replace")
             ident = pick(sample, id_ext) if id_ext else None
-            yield end, (f"{source} sample {key} at byte {offset}", pick(sample, image_ext), pick(sample, label_ext),
-                        ident if ident is not None or place is None else derived_id(place, offset))
+            ident = ident if ident is not None or place is None else derived_id(place, offset)
+            where = f"{source} sample {key} at byte {offset}"
+            if named is not None:
+                if ident is None:  # a Pipe stream's sample: its id from its members' bytes
+                    ident = derived_id(b"".join(pick(sample, ext) or b"" for ext in named.values()))
+                yield end, NamedSample(where, {name: pick(sample, ext) for name, ext in named.items()}, ident)
+                continue
+            yield end, (where, pick(sample, image_ext), pick(sample, label_ext), ident)
     except RecordError as exc:
         if policy is None or not policy(exc):
             raise DataError(f"channel '{channel.name}': {exc}") from None
@@ -290,9 +299,11 @@ def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None 
     unit's final item (or untagged: a table that has its `pos` column already), and every row
     leaves with its position and seek (`blocks.UnitPositions`; `starts`: a resumed read's first
     ordinals)."""
-    cutter = BlockCutter(("image", "label", "id", "pos", "seek") if positions else ("image", "label", "id"),
-                         channel.block_rows, block_bytes)
-    check = _SampleCheck(channel, num_classes)
+    from smlaunch.pipelines.named_fields import NamedCheck, is_named, row_columns
+
+    columns = row_columns(channel) if is_named(channel) else ("image", "label", "id")
+    cutter = BlockCutter(columns + (("pos", "seek") if positions else ()), channel.block_rows, block_bytes)
+    check = NamedCheck(channel, num_classes) if is_named(channel) else _SampleCheck(channel, num_classes)
     units = UnitPositions(starts)
     try:
         for entry in samples:

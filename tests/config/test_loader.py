@@ -33,7 +33,7 @@ def test_unknown_key_lists_valid_keys(configs):
 
 
 def test_unknown_key_inside_an_op_lists_that_ops_keys(configs):
-    with pytest.raises(ConfigError, match=r"pipeline\.ops\.3\.radius: unknown key; valid keys: op, kernel_size, sigma, repeat"):
+    with pytest.raises(ConfigError, match=r"pipeline\.ops\.3\.radius: unknown key; valid keys: field, op, kernel_size, sigma, repeat"):
         load_config(configs / "hetero.yaml", ["pipeline.ops.3.radius=2"])
 
 

@@ -30,18 +30,22 @@ _PROCESS_WARM = False
 
 
 def plan_steps(ops: list) -> list[Callable]:
-    """The chain as callables `(images, rng, train) -> images`; `normalize` is left to the trainer's
-    device, and blurs that a center crop follows are fused with it."""
+    """A run of image ops as callables `(fields, rng, train) -> fields`, each on its op's `field`
+    (and its `masks`); `normalize` is left to the trainer's device, and blurs that a center crop of
+    the same field (moving no masks) follows are fused with it."""
     steps: list[Callable] = []
     pending_blurs: list[specs.GaussianBlur] = []
     for spec in ops:
-        if spec.op == "gaussian_blur":
+        if spec.op == "gaussian_blur" and (not pending_blurs or pending_blurs[0].field == spec.field):
             pending_blurs.append(spec)
             continue
-        if spec.op == "center_crop" and pending_blurs:
+        if spec.op == "center_crop" and pending_blurs and not spec.masks and pending_blurs[0].field == spec.field:
             steps.append(_blur_then_crop(tuple(pending_blurs), spec))
         else:
             steps.extend(_single(b) for b in pending_blurs)
+            if spec.op == "gaussian_blur":  # a blur of another field starts its own run
+                pending_blurs = [spec]
+                continue
             if spec.op != "normalize":
                 steps.append(_single(spec))
         pending_blurs = []
@@ -106,15 +110,33 @@ def _rows(values, keep: np.ndarray):
 
 def _single(spec) -> Callable:
     function = OPS[spec.op]
-    return lambda images, rng, train: function(images, spec, rng, train)
+    field, masks = spec.field, getattr(spec, "masks", ())
+    if not masks:
+        def step(fields: dict, rng, train: bool) -> dict:
+            fields[field] = function(_listed(fields[field]), spec, rng, train)
+            return fields
+        return step
+
+    def joint(fields: dict, rng, train: bool) -> dict:  # the masks move with the image's own draws
+        fields[field], moved = function(_listed(fields[field]), spec, rng, train, [_listed(fields[m]) for m in masks])
+        fields.update(zip(masks, moved))
+        return fields
+    return joint
+
+
+def _listed(values):
+    """A field's rows as a list (encoded bytes arrive as an array of objects)."""
+    return values if isinstance(values, list) else list(values)
 
 
 def _blur_then_crop(blurs: tuple, crop: specs.CenterCrop) -> Callable:
     reach = sum(b.repeat * (b.kernel_size // 2) for b in blurs)
     widest = max(b.kernel_size // 2 for b in blurs)
 
-    def step(images: Images, rng, train: bool) -> Images:
-        return [_blur_then_crop_one(img, blurs, crop, reach, widest) for img in images]
+    def step(fields: dict, rng, train: bool) -> dict:
+        fields[crop.field] = [_blur_then_crop_one(img, blurs, crop, reach, widest)
+                              for img in _listed(fields[crop.field])]
+        return fields
 
     return step
 
@@ -192,14 +214,17 @@ class Chain:
             if isinstance(stage, MapStage):
                 fields = stage(fields, rng, self.train, len(ids))
                 continue
-            images = list(fields["image"])
-            if not images:  # every image of the batch was skipped
-                fields["image"] = np.empty((0, *self._out_shape()), np.uint8)
+            if not len(ids):  # every image of the batch was skipped
+                fields.update({field: np.empty((0, *self._out_shape(field)), np.uint8)
+                               for field in self._image_fields()})
                 continue
             for step in stage:
-                images = step(images, rng, self.train)
-            fields["image"] = images
+                fields = step(fields, rng, self.train)
         return fields
+
+    def _image_fields(self) -> list[str]:
+        return list(dict.fromkeys(f for spec in self.ops if spec.op != "map" for f in
+                                  (getattr(spec, "field", "image"), *getattr(spec, "masks", ()))))
 
     def _undecodable(self, sample_id: int, reason: str) -> None:
         """Skip the sample under the channel's `max_corrupted_records` (counted with its damaged
@@ -210,10 +235,11 @@ class Chain:
 
         undecodable_sample(self.channel, self.max_corrupted_records, sample_id, reason)
 
-    def _out_shape(self) -> tuple[int, int, int]:
-        """(channels, height, width) of an image out of the chain: the last crop's size."""
-        size = next(spec.size for spec in reversed(self.ops) if spec.op in ("random_resized_crop", "center_crop"))
-        mode = next(spec.mode for spec in self.ops if spec.op == "decode_image")
+    def _out_shape(self, field: str = "image") -> tuple[int, int, int]:
+        """(channels, height, width) of `field` out of the chain: the last crop's size that moved it."""
+        size = next(spec.size for spec in reversed(self.ops) if spec.op in ("random_resized_crop", "center_crop")
+                    and field in (spec.field, *spec.masks))
+        mode = next(spec.mode for spec in self.ops if spec.op == "decode_image" and spec.field == field)
         return (1 if mode == "L" else 3), size, size
 
     def _host_index(self) -> int:

@@ -3,6 +3,8 @@
 Each takes the batch's images (a list of HWC uint8 arrays; encoded bytes for `decode_image`), its
 spec, the batch's random generator and whether this is training: in eval mode random crops become
 a resize and flips and jitter are skipped, blurs still apply. `chain.Chain` strings them together.
+The geometric ops (`GEOMETRIC`) also take `masks`: other fields (segmentation masks) cut, resized
+(nearest-neighbour) and flipped with the images' own draws, so an image and its mask stay aligned.
 """
 
 from __future__ import annotations
@@ -70,21 +72,32 @@ class UndecodableImage(DataError):
         self.row, self.reason = row, message
 
 
-def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, train: bool) -> Images:
+def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, train: bool, masks=()):
+    """torchvision's RandomResizedCrop (bilinear); in eval mode a resize, or Resize + CenterCrop
+    with `validation_resize`. With `masks` (lists of HW1 arrays, one list per mask field), the same
+    boxes (drawn once per row) cut every mask, resized nearest-neighbour so class ids stay class ids;
+    then `(images, masks)` is returned."""
+    if not train and spec.validation_resize:
+        size = specs.Resize(op="resize", size=spec.validation_resize)
+        crop = specs.CenterCrop(op="center_crop", size=spec.size)
+        if not masks:
+            return center_crop(resize(images, size, rng, train), crop, rng, train)
+        return center_crop(*resize(images, size, rng, train, masks), crop, rng, train)
+    boxes = [_crop_box(*img.shape[:2], spec, rng) if train else (0, 0, *img.shape[:2]) for img in images]
+    out = [_crop_resized(img, box, spec.size, "bilinear") for img, box in zip(images, boxes)]
+    if not masks:
+        return out
+    return out, [[_crop_resized(m, box, spec.size, "nearest") for m, box in zip(field, boxes)] for field in masks]
+
+
+def _crop_resized(img: np.ndarray, box: tuple[int, int, int, int], size: int, how: str) -> np.ndarray:
     from PIL import Image
 
-    if not train and spec.validation_resize:
-        return center_crop(resize(images, specs.Resize(op="resize", size=spec.validation_resize), rng, train),
-                           specs.CenterCrop(op="center_crop", size=spec.size), rng, train)
-    out = []
-    for img in images:
-        h, w = img.shape[:2]
-        top, left, ch, cw = _crop_box(h, w, spec, rng) if train else (0, 0, h, w)
-        crop = np.ascontiguousarray(img[top:top + ch, left:left + cw])
-        pil = Image.fromarray(crop.squeeze(-1) if crop.shape[-1] == 1 else crop)
-        resized = np.asarray(pil.resize((spec.size, spec.size), Image.BILINEAR))
-        out.append(resized.reshape(spec.size, spec.size, -1))
-    return out
+    top, left, ch, cw = box
+    crop = np.ascontiguousarray(img[top:top + ch, left:left + cw])
+    pil = Image.fromarray(crop.squeeze(-1) if crop.shape[-1] == 1 else crop)
+    resized = np.asarray(pil.resize((size, size), Image.BILINEAR if how == "bilinear" else Image.NEAREST))
+    return resized.reshape(size, size, -1)
 
 
 def _crop_box(h: int, w: int, spec: specs.RandomResizedCrop, rng) -> tuple[int, int, int, int]:
@@ -107,30 +120,41 @@ def _crop_box(h: int, w: int, spec: specs.RandomResizedCrop, rng) -> tuple[int, 
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
-def resize(images: Images, spec: specs.Resize, rng, train: bool) -> Images:
+def resize(images: Images, spec: specs.Resize, rng, train: bool, masks=()):
+    """The shorter side to `spec.size` (bilinear; `masks` nearest, returned beside: `(images, masks)`)."""
+    out = [_resized(img, spec.size, "bilinear") for img in images]
+    if not masks:
+        return out
+    return out, [[_resized(m, spec.size, "nearest") for m in field] for field in masks]
+
+
+def _resized(img: np.ndarray, side: int, how: str) -> np.ndarray:
     from PIL import Image
 
-    out = []
-    for img in images:
-        h, w = img.shape[:2]
-        scale = spec.size / min(h, w)
-        size = (max(1, round(w * scale)), max(1, round(h * scale)))
-        pil = Image.fromarray(img.squeeze(-1) if img.shape[-1] == 1 else img)
-        out.append(np.asarray(pil.resize(size, Image.BILINEAR)).reshape(size[1], size[0], -1))
-    return out
+    h, w = img.shape[:2]
+    scale = side / min(h, w)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    pil = Image.fromarray(img.squeeze(-1) if img.shape[-1] == 1 else img)
+    return np.asarray(pil.resize(size, Image.BILINEAR if how == "bilinear" else Image.NEAREST)).reshape(size[1],
+                                                                                                      size[0], -1)
 
 
-def center_crop(images: Images, spec: specs.CenterCrop, rng, train: bool) -> Images:
-    out = []
-    for img in images:
+def center_crop(images: Images, spec: specs.CenterCrop, rng, train: bool, masks=()):
+    """The central square (zero-padded when smaller); `masks` cut the same (`(images, masks)`)."""
+    out = [_centre(img, spec.size) for img in images]
+    if not masks:
+        return out
+    return out, [[_centre(m, spec.size) for m in field] for field in masks]
+
+
+def _centre(img: np.ndarray, size: int) -> np.ndarray:
+    h, w = img.shape[:2]
+    if h < size or w < size:
+        pad_h, pad_w = max(0, size - h), max(0, size - w)
+        img = np.pad(img, ((pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
         h, w = img.shape[:2]
-        if h < spec.size or w < spec.size:
-            pad_h, pad_w = max(0, spec.size - h), max(0, spec.size - w)
-            img = np.pad(img, ((pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
-            h, w = img.shape[:2]
-        top, left = (h - spec.size) // 2, (w - spec.size) // 2
-        out.append(np.ascontiguousarray(img[top:top + spec.size, left:left + spec.size]))
-    return out
+    top, left = (h - size) // 2, (w - size) // 2
+    return np.ascontiguousarray(img[top:top + size, left:left + size])
 
 
 def color_jitter(images: Images, spec: specs.ColorJitter, rng, train: bool) -> Images:
@@ -170,11 +194,15 @@ def resolve_user_op(path: str) -> Callable:
     return resolve(path, f"pipeline user op {path}")
 
 
-def horizontal_flip(images: Images, spec: specs.HorizontalFlip, rng, train: bool) -> Images:
+def horizontal_flip(images: Images, spec: specs.HorizontalFlip, rng, train: bool, masks=()):
+    """Mirror left-right with probability p (training only); each row's draw flips its masks too."""
     if not train:
-        return images
+        return images if not masks else (images, [list(field) for field in masks])
     flips = rng.random(len(images)) < spec.p
-    return [img[:, ::-1] if flip else img for img, flip in zip(images, flips)]
+    out = [img[:, ::-1] if flip else img for img, flip in zip(images, flips)]
+    if not masks:
+        return out
+    return out, [[m[:, ::-1] if flip else m for m, flip in zip(field, flips)] for field in masks]
 
 
 def gaussian_blur(images: Images, spec: specs.GaussianBlur, rng, train: bool) -> Images:
@@ -220,6 +248,9 @@ def to_uint8_chw(images: Images, spec: specs.ToUint8CHW, rng, train: bool) -> np
                         "random_resized_crop before it")
     return np.stack([np.ascontiguousarray(img.transpose(2, 0, 1)) for img in images]).astype(np.uint8)
 
+
+GEOMETRIC = frozenset({"resize", "center_crop", "random_resized_crop", "horizontal_flip"})
+"""Ops that move pixels, and so take `masks`; colour ops never touch a mask."""
 
 OPS: dict[str, Callable] = {
     "decode_image": decode_image,

@@ -184,7 +184,7 @@ def test_blur_then_center_crop_is_fused_and_gives_the_same_bytes():
         plain = images
         for spec in [*blurs, crop]:
             plain = OPS[spec.op](plain, spec, None, True)
-        out = fused[0](images, None, True)
+        out = fused[0]({"image": images}, None, True)["image"]
         for a, b in zip(out, plain):
             assert a.shape == b.shape and np.array_equal(a, b)
     assert len(plan_steps([blurs[0], specs.HorizontalFlip(op="horizontal_flip"), crop])) == 3  # not adjacent
@@ -201,7 +201,7 @@ def test_fused_blur_crop_is_cheaper():
     try:
         blur = specs.GaussianBlur(op="gaussian_blur", kernel_size=5, sigma=1.0, repeat=2)
         chain.plan_steps([blur, specs.CenterCrop(op="center_crop", size=32)])[0](
-            [np.zeros((256, 256, 3), np.uint8)], None, True)
+            {"image": [np.zeros((256, 256, 3), np.uint8)]}, None, True)
     finally:
         chain.blur_image = original
     assert seen == [(40, 40)]  # 32 + 2 x (2 passes x radius 2)
@@ -222,3 +222,47 @@ def test_torchvision_decode_matches_pil_and_falls_back_for_other_formats():
         # RGB: the same libjpeg-turbo; L: libjpeg's luma plane vs PIL's convert("L") of the RGB
         assert difference.max() <= 1 if mode == "RGB" else difference.mean() < 2
         assert np.array_equal(out[1], _decode_pil(buf.getvalue(), mode, 1))  # BMP: PIL's path
+
+
+def _png(array: np.ndarray) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(array).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_masks_move_with_their_image_through_crops_resizes_and_flips_and_keep_class_ids():
+    """Each image's mask is the image thresholded (lossless PNGs of a left-right asymmetric
+    pattern): after the chain, the mask must still be the image thresholded, pixel for pixel but
+    at the resampled edges, and hold class ids only (nearest-neighbour). The same chain with the
+    flip not moving the mask breaks that, so the check can fail."""
+    from smlaunch.config.op_specs import (CenterCrop, DecodeImage, HorizontalFlip, RandomResizedCrop, Resize,
+                                          ToUint8CHW)
+
+    rng = np.random.default_rng(0)
+    images, masks = [], []
+    for i in range(16):
+        h, w = 40 + i, 56 - i
+        yy, xx = np.mgrid[0:h, 0:w]
+        inside = (xx < w * 0.3 + i) & (yy > h * 0.2)  # asymmetric: a flip moves it
+        image = np.where(inside[..., None], 220, 30).astype(np.uint8).repeat(3, axis=2)
+        images.append(_png(image))
+        masks.append(_png(inside.astype(np.uint8) * 3))  # class 3 inside, 0 outside
+    batch = {"image": np.array(images, dtype=object), "mask": np.array(masks, dtype=object),
+             "id": np.arange(16)}
+
+    def agreement(flip_masks: tuple) -> float:
+        ops = [DecodeImage(op="decode_image"), DecodeImage(op="decode_image", field="mask", mode="L"),
+               Resize(op="resize", size=36, masks=("mask",)),
+               RandomResizedCrop(op="random_resized_crop", size=24, scale=(0.4, 1.0), masks=("mask",)),
+               HorizontalFlip(op="horizontal_flip", p=0.5, masks=flip_masks),
+               CenterCrop(op="center_crop", size=20, masks=("mask",)),
+               ToUint8CHW(op="to_uint8_chw"), ToUint8CHW(op="to_uint8_chw", field="mask")]
+        out = Chain(ops, ["h"], seed=5)(dict(batch))
+        assert out["image"].shape == (16, 3, 20, 20) and out["mask"].shape == (16, 1, 20, 20)
+        assert set(np.unique(out["mask"]).tolist()) <= {0, 3}  # never a blend of two classes
+        return float(((out["image"][:, 0] > 125) == (out["mask"][:, 0] == 3)).mean())
+
+    assert agreement(("mask",)) > 0.97
+    assert agreement(()) < 0.9  # the image flipped, its mask not
