@@ -73,7 +73,7 @@ def channel_problem(ch) -> str | None:
 
 RENAMED = ("image", "label", "id")
 """Fields a channel's `fields` may rename while the format's defaults give the others."""
-NAMED_FIELD_FORMATS = ("parquet", "webdataset")
+NAMED_FIELD_FORMATS = ("parquet", "webdataset", "tfrecord", "recordio")
 """Formats whose readers take any fields (`fields` naming more than image, label and id)."""
 
 

@@ -102,6 +102,8 @@ class NamedCheck:
     def __call__(self, sample: NamedSample) -> dict | None:
         where, values, ident = sample
         try:
+            if isinstance(ident, Exception):  # the record itself did not parse
+                raise DataError(str(ident))
             row = {name: self._value(name, values.get(name)) for name in self.sources}
             if ident is None:
                 raise DataError(f"no id ({self.channel.fields[2]})")

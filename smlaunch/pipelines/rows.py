@@ -113,6 +113,11 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str, 
         return
     fields = tuple(channel.fields)
     key = None if channel.id_required else _place_key(channel, source)
+    from smlaunch.pipelines.named_fields import batch_fields, is_named
+
+    if is_named(channel):
+        yield from _named_records(channel, records, source, first, key)
+        return
     for n, record in enumerate(records, first):
         try:
             image, label, ident = example_values(record, fields)
@@ -120,6 +125,27 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str, 
             yield f"{source} record {n}", None, None, exc
             continue
         yield f"{source} record {n}", image, label, ident if ident is not None or key is None else derived_id(key, n)
+
+
+def _named_records(channel: ChannelPlan, records: Iterable[bytes], source: str, first: int, key: str | None):
+    """`NamedSample`s of tf.train.Example records for a channel naming its features."""
+    from smlaunch.pipelines.formats.example import example_features
+    from smlaunch.pipelines.named_fields import NamedSample, batch_fields
+
+    named = {name: feature for name, feature in batch_fields(channel).items() if feature}
+    for n, record in enumerate(records, first):
+        where = f"{source} record {n}"
+        try:
+            values = example_features(record, named)
+        except DataError as exc:
+            yield NamedSample(where, {}, exc)
+            continue
+        ident = values.pop("id", None)
+        if ident is None and key is not None:
+            ident = derived_id(key, n)
+        elif ident is None:  # a Pipe stream: no place that stays put, so the record's bytes
+            ident = derived_id(record)
+        yield NamedSample(where, values, ident)
 
 
 def unit_samples(channel: ChannelPlan, stream: BinaryIO, source: str, group: int | None, num_classes: int | None,

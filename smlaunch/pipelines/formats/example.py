@@ -77,6 +77,31 @@ def example_values(data: bytes, names: tuple[str | None, ...]) -> tuple:
     return tuple(out)
 
 
+def example_features(data: bytes, names: dict[str, str]) -> dict:
+    """`{batch name: value}` of the named features of an Example (`names`: batch name -> feature):
+    a one-value feature as its value (bytes, int or float), a longer one as a list, an absent or
+    empty one as None; `DataError` on malformed bytes."""
+    message = _example_class()
+    if message is None:
+        example = decode_example(data)
+        return {name: _one_or_list(example.get(feature)) for name, feature in names.items()}
+    try:
+        features = message.FromString(data).features.feature
+    except Exception as exc:  # protobuf's DecodeError, and what upb raises for bytes it rejects
+        raise DataError(f"not a tf.train.Example ({exc})") from None
+    out = {}
+    for name, feature in names.items():
+        kind = features[feature].WhichOneof("kind") if feature in features else None
+        out[name] = _one_or_list(list(getattr(features[feature], kind).value)) if kind else None
+    return out
+
+
+def _one_or_list(values):
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else list(values)
+
+
 def _first(values):
     return values[0] if values else None
 
