@@ -92,16 +92,24 @@ def test_plan_checks_the_user_s_factory_task_and_map_op_by_name_in_one_line_each
 
 @pytest.mark.ray
 def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metrics_on_two_ranks(tmp_path):
-    """Float columns pandas wrote, stacked by the user's `map` op on the data hosts; the user's MLP
+    """Run by the user's own script through the Python API (`smlaunch.run` on a dict). Float columns pandas wrote, stacked by the user's `map` op on the data hosts; the user's MLP
     factory and MSE loss (which also returns its MAE) on two DDP ranks; the user's evaluate. It
     must learn (the target's variance is about 7.5; a model that learned nothing scores that),
     read every row once an epoch, report the user's metrics on the step and validation lines and
     in report.json, and save a model the factory's own module loads."""
     folder, module = _project(tmp_path)
-    config = _config(folder, tmp_path, "regression")
-    result = _sm_launch(folder, str(config))
+    config = yaml.safe_load(_config(folder, tmp_path, "regression").read_text())
+    (folder / "job.json").write_text(json.dumps(config))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "train.py", "job.json"], cwd=folder, env=env, capture_output=True,
+                            text=True, timeout=480)  # the user's script: smlaunch.run on a dict (the Python API)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
+    summary = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
+    assert summary["steps"] == 100 and summary["train_workers"] == 2, summary
+    plan_error = next(line for line in result.stdout.splitlines() if line.startswith("PLAN ERROR "))
+    assert plan_error == ("PLAN ERROR model.factory: mlp(inputs, hidden=32) cannot take these arguments (got an "
+                          "unexpected keyword argument 'depth')"), plan_error
     assert "train_workers=2" in out
     steps = [line for line in out.splitlines() if line.startswith("step=")]
     assert steps and all(" mae=" in line for line in steps), steps

@@ -82,16 +82,21 @@ def _attached(args, address: str, stop) -> int:
     return 0
 
 
-def _local(command: str, job, stop) -> int:
+def start_local_log(cfg, plan) -> None:
+    """The run's log file in its run directory, opened with the plan's summary lines."""
     from smlaunch import console
     from smlaunch.launcher.commands.plan import summary
 
-    cfg, plan = job.cfg, job.plan
     logs = Path(plan.run_dir) / "logs"
     console.log_to_file(logs / "sm-launch.log")
     for line in summary(cfg, plan):
         log.info(line)
     log.info(f"run directory: {plan.run_dir} (logs, Ray's too: {logs})")
+
+
+def _local(command: str, job, stop) -> int:
+    cfg, plan = job.cfg, job.plan
+    start_local_log(cfg, plan)
     if command == "check":
         from smlaunch.cluster.local import LocalCluster
         from smlaunch.launcher.sagemaker.run import check_hosts
@@ -105,14 +110,19 @@ def _local(command: str, job, stop) -> int:
     return _reported(run_local(cfg, plan, stop=stop))
 
 
-def _reported(report: dict) -> int:
-    """The end of a run on every path: the summary, the report's path, and the exit status (143
-    for a run that stopped on a signal, as SageMaker and shells expect)."""
+def log_report(report: dict) -> dict:
+    """The end of a run on every path (the Python API's too): the summary and the report's path."""
     from smlaunch.launcher.report.job_report import log_summary
 
     log_summary(report, log)
     log.log(RESULT, f"report: {report['path']}")
-    return 143 if report["summary"].get("stopped_at_step") is not None else 0
+    return report
+
+
+def _reported(report: dict) -> int:
+    """`log_report`, and the exit status (143 for a run that stopped on a signal, as SageMaker and
+    shells expect)."""
+    return 143 if log_report(report)["summary"].get("stopped_at_step") is not None else 0
 
 
 def _on_sagemaker(command: str, job, stop) -> int:
