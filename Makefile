@@ -55,6 +55,7 @@ bench: setup
 	$(VENV)/bin/python bench/scale.py --scratch /tmp/scale-scratch
 	$(VENV)/bin/python bench/offload_vs_dataloader.py
 	$(VENV)/bin/python bench/train_overhead.py
+	$(VENV)/bin/python bench/byo.py
 	$(VENV)/bin/python bench/ddp_scaling.py
 	$(VENV)/bin/python bench/advisor.py
 	$(VENV)/bin/python bench/seed_workload.py

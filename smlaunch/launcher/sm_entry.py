@@ -34,6 +34,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROJECT = next((p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file()), HERE)
 COMMANDS = ("run", "check", "plan")
+USER_CODE = "user_code"
+"""The tarball's folder of the user's own modules (model factory, task, map ops), when the config names any."""
 
 
 def missing_requirements(project: Path) -> list[str] | None:
@@ -135,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                          "job reach PyPI, or set sagemaker.install_package: false for an image that has the dependencies")
     else:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if (PROJECT / USER_CODE).is_dir():  # the user's modules `submit` shipped (smlaunch.user_code)
+        env["SM_LAUNCH_CODE_DIR"] = str(PROJECT / USER_CODE)
     if watched:
         if not is_alive(watched):  # gone while we installed: the stop came before sm-launch could start
             print("smlaunch_entry: the process that started this script has exited (a stop); not starting", flush=True)

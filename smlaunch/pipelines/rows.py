@@ -113,7 +113,7 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str, 
         return
     fields = tuple(channel.fields)
     key = None if channel.id_required else _place_key(channel, source)
-    from smlaunch.pipelines.named_fields import batch_fields, is_named
+    from smlaunch.pipelines.named_fields import is_named
 
     if is_named(channel):
         yield from _named_records(channel, records, source, first, key)

@@ -4,32 +4,27 @@ The project (tests/support/byo_project) is copied to a folder of its own, sm-lau
 folder with nothing of it on PYTHONPATH, as a user runs it from a terminal, and its data is written
 by the user's tools (pandas). Its module holds a `map` op, a model factory, a loss and an evaluate
 function; the job must find each by name on every host, train two DDP ranks, learn, and report the
-user's metrics where the built-in task reports accuracy.
+user's metrics where the built-in task reports accuracy. The segmentation project's job runs on a
+Ray cluster started elsewhere (`run --address`: tests/launcher/attached/test_attached.py), which
+has no copy of the project but the one sm-launch ships.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-PROJECT = Path(__file__).resolve().parents[1] / "support" / "byo_project"
-
+from support.byo import copy_project, project_module
 
 def _project(tmp_path: Path):
     """The project copied to `tmp_path/project`, its data written by pandas; (folder, module)."""
-    folder = tmp_path / "project"
-    shutil.copytree(PROJECT, folder)
-    spec = importlib.util.spec_from_file_location("byo_regression", folder / "regression.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    folder = copy_project(tmp_path)
+    module = project_module(folder, "regression")
     for split, rows, files in (("train", 1600, 2), ("validation", 400, 1)):
         (folder / "data" / split).mkdir(parents=True)
         frame = module.make_frame(rows, seed=len(split))
@@ -133,59 +128,3 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     want = x @ torch.tensor(module.WEIGHTS) + module.BIAS
     assert torch.nn.functional.mse_loss(net(x).squeeze(1), want).item() < 0.2
 
-
-def _write_shards(folder: Path, samples, shards: int) -> None:
-    """WebDataset shards as webdataset's own TarWriter writes them: `<key>.jpg` + `<key>.mask.png`."""
-    import webdataset as wds
-
-    folder.mkdir(parents=True)
-    per = -(-len(samples) // shards)
-    for n in range(shards):
-        with wds.TarWriter(str(folder / f"shard-{n:04d}.tar")) as sink:
-            for i, (jpeg, png) in enumerate(samples[n * per:(n + 1) * per], n * per):
-                sink.write({"__key__": f"scene{i:05d}", "jpg": jpeg, "mask.png": png})
-
-
-@pytest.mark.ray
-def test_segmentation_from_webdataset_masks_crops_and_flips_jointly_and_learns(tmp_path):
-    """Images and per-pixel masks from WebDataset shards; the image and its mask decoded, cut by one
-    random crop and one flip per row (the mask nearest-neighbour), colour-jittered (the image only),
-    normalised on the device; a factory's fully convolutional net and a per-pixel loss on two
-    ranks, which must learn the squares' masks. (A crop that left a mask behind fails the loss's
-    shapes or its pixels; the pixel-exact alignment, flips included, is checked in
-    tests/pipelines/ops/test_transforms.py, since a flip left out still learns here: half the rows
-    misaligned only add noise to a brightness rule, IoU 0.95 in a run tried that way.)"""
-    folder = tmp_path / "project"
-    shutil.copytree(PROJECT, folder)
-    spec = importlib.util.spec_from_file_location("byo_segmentation", folder / "segmentation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    _write_shards(folder / "data/train", module.make_samples(768, seed=1), shards=4)
-    _write_shards(folder / "data/validation", module.make_samples(192, seed=2), shards=1)
-    fields = {"image": "jpg", "mask": "mask.png"}
-    cfg = yaml.safe_load(_config(folder, tmp_path, "base").read_text())
-    cfg.update({
-        "job": "byo-segmentation",
-        "channels": {split: {"source": str(folder / "data" / split), "record_format": "webdataset", "fields": fields}
-                     for split in ("train", "validation")},
-        "pipeline": {"batch_size": 64, "ops": [
-            {"op": "decode_image"}, {"op": "decode_image", "field": "mask", "mode": "L"},
-            {"op": "random_resized_crop", "size": 32, "scale": [0.3, 1.0], "masks": ["mask"]},
-            {"op": "horizontal_flip", "masks": ["mask"]}, {"op": "color_jitter", "brightness": 0.2},
-            {"op": "to_uint8_chw"}, {"op": "to_uint8_chw", "field": "mask"},
-            {"op": "normalize", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}]},
-        "model": {"factory": "segmentation:fcn", "params": {"width": 8}},
-        "task": {"loss": "segmentation:pixel_loss", "evaluate": "segmentation:iou"},
-        "run": {"dir": str(tmp_path / "runs"), "name": "segmentation"},
-    })
-    cfg["trainer"].update({"epochs": 4, "learning_rate": 0.02})
-    (folder / "segmentation.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    result = _sm_launch(folder, "segmentation.yaml")
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    report = json.loads((tmp_path / "runs/segmentation/hosts/algo-1/opt/ml/output/data/report.json").read_text())
-    final = report["validation"][-1]
-    assert final["rows"] == 192 and final["iou"] > 0.7 and final["pixel_accuracy"] > 0.9, report["validation"]
-    for epoch in report["sample_accounting"]["epochs"]:
-        assert (epoch["complete"], epoch["distinct"], epoch["duplicated"], epoch["missing"]) == (True, 768, 0, 0)
-    assert report["summary"]["data_node_row_fraction"] == 1.0

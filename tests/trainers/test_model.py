@@ -218,3 +218,26 @@ def test_class_names_are_saved_next_to_the_model(tmp_path):
     save_model(model, {**card, "class_names": None, "pretrained": None}, step=6, final={"loss": 1.0})
     assert not (tmp_path / "model" / "classes.json").exists()  # no stale names for a model without them
     assert "classes" not in json.loads((tmp_path / "model" / "model.json").read_text())
+
+
+def test_a_factory_s_model_fine_tunes_from_a_file_with_every_tensor_checked(tmp_path, monkeypatch):
+    """`model.pretrained` into the user's factory model: no classifier is known, so every tensor
+    must match by key and shape; a file of another model fails in one line naming it."""
+    import torch
+
+    from smlaunch.errors import ConfigError
+    from smlaunch.trainers.model import create_from_factory, load_pretrained
+    from support.byo import PROJECT
+
+    monkeypatch.setenv("SM_LAUNCH_CODE_DIR", str(PROJECT))
+    trained = create_from_factory("regression:mlp", {"inputs": 4, "hidden": 8})
+    torch.save(trained.state_dict(), tmp_path / "mlp.pt")
+    fresh = create_from_factory("regression:mlp", {"inputs": 4, "hidden": 8})
+    assert load_pretrained(fresh, str(tmp_path / "mlp.pt")).describe() == f"fine-tuning from {tmp_path}/mlp.pt: all 4 tensors loaded"
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), trained.state_dict().values()))
+    wider = create_from_factory("regression:mlp", {"inputs": 4, "hidden": 16})
+    with pytest.raises(ConfigError, match=r"model.pretrained: .*mlp.pt does not fit Sequential \(weights of another "
+                                          r"architecture\?\): 3 of another shape \(e.g. 0.bias: 8 in the file, 16 in"):
+        load_pretrained(wider, str(tmp_path / "mlp.pt"))
+    with pytest.raises(ConfigError, match="model.factory: regression:make_frame returned DataFrame, not a torch.nn.Module"):
+        create_from_factory("regression:make_frame", {"rows": 2, "seed": 0})

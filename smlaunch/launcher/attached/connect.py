@@ -22,9 +22,13 @@ REACH_TIMEOUT_S = 10
 
 
 @contextlib.contextmanager
-def connected(address: str, env_vars: dict[str, str] | None = None):
+def connected(address: str, env_vars: dict[str, str] | None = None, code: str | None = None,
+              data: set[str] = frozenset()):
     """A driver connection to the cluster at `address`; one line when it cannot be made.
-    `env_vars` go into the Ray job's runtime environment: every task and actor of the job sees them."""
+    `env_vars` go into the Ray job's runtime environment: every task and actor of the job sees them.
+    `code`: the user's code folder, shipped as the job's `working_dir` (a running cluster's workers
+    have no copy of it; Ray unpacks it on each node, as their working folder, first on sys.path),
+    without the channel folders in `data` (`user_code.data_folders`: they are read as channels)."""
     host, _, port = address.rpartition(":")
     if host and port.isdigit() and "://" not in address:  # `auto` and ray:// fail on their own
         from smlaunch.cluster.rendezvous import wait_for_port
@@ -36,9 +40,18 @@ def connected(address: str, env_vars: dict[str, str] | None = None):
     from smlaunch import console
 
     console.quiet_ray()
+    runtime_env = {"env_vars": dict(env_vars)} if env_vars else {}
+    if code is not None:
+        from smlaunch.user_code import LEFT_OUT, LEFT_OUT_SUFFIXES, code_files
+
+        code_files(code, skip=data)  # refused in one line past the limit, before anything is uploaded
+        real = os.path.realpath(code)
+        inside = [os.path.relpath(d, real) for d in sorted(data) if d.startswith(real + os.sep)]
+        runtime_env.update(working_dir=code, excludes=[f"{name}/" for name in sorted(LEFT_OUT)]
+                           + [f"*{suffix}" for suffix in LEFT_OUT_SUFFIXES] + _venvs(code)
+                           + [f"/{rel}/" for rel in inside])
     try:
-        ray.init(address=address, runtime_env={"env_vars": dict(env_vars)} if env_vars else None,
-                 **console.ray_init_options())
+        ray.init(address=address, runtime_env=runtime_env or None, **console.ray_init_options())
     except Exception as exc:  # ConnectionError, an auth failure, a version mismatch: Ray's own words
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"cannot connect to the Ray cluster at {address}: {first}") from exc
@@ -46,6 +59,15 @@ def connected(address: str, env_vars: dict[str, str] | None = None):
         yield ray
     finally:
         ray.shutdown()
+
+
+def _venvs(folder: str) -> list[str]:
+    """Virtual environments at the top of `folder` (any name: a `pyvenv.cfg` tells), left out."""
+    try:
+        return [f"{entry.name}/" for entry in os.scandir(folder)
+                if entry.is_dir() and os.path.exists(os.path.join(entry.path, "pyvenv.cfg"))]
+    except OSError:
+        return []
 
 
 def check_attached(cfg: LaunchConfig, address: str, log) -> AttachedCluster:

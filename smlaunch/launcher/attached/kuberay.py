@@ -25,7 +25,9 @@ GPU hosts (`ray-subcluster`, `sm-group`) hold in the cluster as on SageMaker:
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 import yaml
 
@@ -131,6 +133,26 @@ def autoscaler() -> dict:
             "autoscalerOptions": {"version": "v2", "upscalingMode": "Default",
                                   "idleTimeoutSeconds": AUTOSCALER_IDLE_TIMEOUT_S,
                                   "resources": {k: dict(v) for k, v in AUTOSCALER_CONTAINER.items()}}}
+
+
+def code_notes(cfg: LaunchConfig) -> list[str]:
+    """What the image must hold when the config names functions of the user's (`plan`'s preflight
+    found each in this folder): their modules, in the image's working directory, where the
+    entrypoint's `sm-launch run` starts and which it ships to the workers as the job's working_dir."""
+    from smlaunch.user_code import code_folder, resolve, user_functions
+
+    named = user_functions(cfg)
+    if not named:
+        return []
+    folder, files = os.path.realpath(code_folder()), set()
+    for field, path in named:
+        module = path.partition(":")[0]
+        found = os.path.realpath(getattr(sys.modules.get(resolve(path, field).__module__), "__file__", "") or "")
+        files.add(os.path.relpath(found, folder) if found.startswith(folder + os.sep)
+                  else module.replace(".", "/") + ".py")
+    files = sorted(files)
+    return [f"the job imports {', '.join(dict.fromkeys(p for _, p in named))}: the image's working directory "
+            f"must hold {', '.join(files)} as this folder does (the run ships that directory to the workers)"]
 
 
 def storage_notes(cfg: LaunchConfig) -> list[str]:

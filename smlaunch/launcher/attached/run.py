@@ -57,7 +57,10 @@ def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
     env = {HOST_LABEL_ENV: NODE_ID_LABEL, **_endpoint_env(cfg), **_autoscale_env(cfg)}
     with contextlib.ExitStack() as stack:
         stack.enter_context(_driver_env(env))
-        ray = stack.enter_context(connected(address, env_vars=env))
+        from smlaunch.user_code import code_folder, data_folders, user_functions
+
+        ray = stack.enter_context(connected(address, env_vars=env, code=code_folder() if user_functions(cfg) else None,
+                                            data=data_folders(cfg)))
         if stop is not None:  # now, not when the body starts: matching and checks below take a while
             stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
         _refuse_a_second_job(ray, address)

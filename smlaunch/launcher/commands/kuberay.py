@@ -25,7 +25,7 @@ def main(args, failure) -> int:
     from importlib.metadata import version
 
     from smlaunch.config import load_config
-    from smlaunch.launcher.attached.kuberay import manifest, manifest_yaml, storage_notes
+    from smlaunch.launcher.attached.kuberay import code_notes, manifest, manifest_yaml, storage_notes
     from smlaunch.launcher.job.preflight import preflight
 
     cfg = load_config(args.config, args.overrides)
@@ -33,5 +33,7 @@ def main(args, failure) -> int:
     documents = manifest(cfg, args.image, version("ray"))
     for note in storage_notes(cfg):  # stderr: stdout is piped to kubectl apply
         print(f"sm-launch: warning: {note}", file=sys.stderr)
+    for note in code_notes(cfg):
+        print(f"sm-launch: note: {note}", file=sys.stderr)
     log.log(RESULT, manifest_yaml(documents).rstrip())
     return 0

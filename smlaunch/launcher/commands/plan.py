@@ -134,6 +134,11 @@ def plan_lines(cfg, plan) -> list[str]:
         lines.append(f"model: {cfg.model.factory}({params}) on every rank, imported from {code_folder()}")
     if cfg.task is not None:
         lines.append(f"task: loss {cfg.task.loss}, validation " + (cfg.task.evaluate or "the mean loss"))
+    from smlaunch.user_code import code_summary
+
+    code = code_summary(cfg)
+    if code:
+        lines.append(code)
     if cfg.model.pretrained:
         lines.append(f"model: fine-tuning {cfg.model.label} from {cfg.model.pretrained} (loaded on rank 0, the "
                      "classifier re-sized to the class count)")

@@ -1,8 +1,9 @@
 """The source tarball of a submitted job: the package, its project file and the resolved config.
 
 `sourcedir.tar.gz` holds `smlaunch/` (Python files only), `pyproject.toml` and `README.md` (so
-`pip install` of the folder works), the entry script as `smlaunch_entry.py` and the job's config
-as `smlaunch-config.yaml`. The config shipped is the resolved one: overrides applied, local
+`pip install` of the folder works), the entry script as `smlaunch_entry.py`, the job's config
+as `smlaunch-config.yaml`, and, when the config names functions of the user's (a model factory, a
+task, `map` or `user` ops), the folder sm-launch runs in under `user_code/`. The config shipped is the resolved one: overrides applied, local
 folder and manifest sources replaced by the S3 URIs they were uploaded to, and a local
 `model.pretrained` by the weights' S3 URI. A `builtin:` source stays as it is: hosts read every
 channel from `/opt/ml/input/data`, and the builtin name is what gives the class count and the
@@ -68,12 +69,16 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> Non
     tar.addfile(info, io.BytesIO(data))
 
 
-def pack_sourcedir(config: dict, dest: str | Path) -> list[str]:
-    """Write `sourcedir.tar.gz` to `dest`; returns the member names."""
+def pack_sourcedir(config: dict, dest: str | Path, code: list[tuple[str, str, int]] | None = None) -> list[str]:
+    """Write `sourcedir.tar.gz` to `dest`; returns the member names. `code`: the user's code folder's
+    files (`user_code.code_files`), shipped under `user_code/`, which the entry script puts first
+    on every host's import path (`SM_LAUNCH_CODE_DIR`), apart from the package's own files."""
     names = []
     raw = io.BytesIO()
+    members = _members(PACKAGE_ROOT.parent)
+    members += [(f"user_code/{Path(rel).as_posix()}", Path(path)) for rel, path, _ in code or ()]
     with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, path in _members(PACKAGE_ROOT.parent):
+        for name, path in members:
             _add(tar, name, path.read_bytes(), 0o755 if name == ENTRY_SCRIPT else 0o644)
             names.append(name)
         _add(tar, CONFIG_NAME, yaml.safe_dump(config, sort_keys=False).encode())

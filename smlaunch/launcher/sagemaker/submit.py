@@ -64,6 +64,11 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
         raise UserError(f"the CreateTrainingJob request for {name} is invalid: " + "; ".join(errors))
     from smlaunch.launcher.sagemaker.sourcedir import pack_sourcedir, resolved_config
 
+    from smlaunch.user_code import code_files, code_folder, data_folders, user_functions
+
+    code = None
+    if user_functions(cfg):  # the user's modules ship under user_code/; an oversized folder is refused now
+        code = code_files(code_folder(), skip=data_folders(cfg))
     uris, weights = channel_uris(cfg, name), pretrained_uri(cfg, name)
     shipped = resolved_config(cfg, uris, weights)  # validated as the hosts will load it
     shown = masked(request)
@@ -93,7 +98,7 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
         log(f"submit: model.pretrained {cfg.model.pretrained} -> {weights}")
     with tempfile.TemporaryDirectory(prefix="smlaunch-submit-") as tmp:
         tarball = Path(tmp) / "sourcedir.tar.gz"
-        members = pack_sourcedir(shipped, tarball)
+        members = pack_sourcedir(shipped, tarball, code)
         _upload_file(s3, tarball, sourcedir_uri(cfg, name))
     log(f"submit: source tarball ({len(members)} files, config {CONFIG_NAME}) -> {sourcedir_uri(cfg, name)}")
     if sm.entry == "toolkit":

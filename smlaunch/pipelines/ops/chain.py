@@ -22,7 +22,7 @@ import numpy as np
 from smlaunch.cluster.plan import this_host
 from smlaunch.errors import DataError
 from smlaunch.config import op_specs as specs
-from smlaunch.pipelines.ops.transforms import OPS, Images, UndecodableImage, blur_image, center_crop
+from smlaunch.pipelines.ops.transforms import OPS, UndecodableImage, blur_image, center_crop
 
 
 _PROCESS_WARM = False

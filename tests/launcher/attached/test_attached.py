@@ -241,3 +241,54 @@ def test_an_s3_run_dir_gets_model_checkpoints_and_report_and_the_next_run_resume
     assert "uploaded" in second.stdout + second.stderr
     assert set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*")) == staged_before  # removed once uploaded
     assert not (ROOT / "s3:").exists() and not (ROOT / "runs" / "attached").exists()
+
+
+@pytest.mark.ray
+def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_learns(cluster, tmp_path):
+    """The user's project (a model factory, a per-pixel loss, IoU; tests/support/byo_project) in a
+    folder of its own, its data WebDataset shards of images and masks (TarWriter). The cluster was
+    started from another folder and nothing puts the project on PYTHONPATH: sm-launch, run in the
+    project folder, ships it as the job's working_dir, leaving out its virtualenv, caches and runs.
+    Images and masks are decoded, cut by one crop and one flip per row (the mask nearest-neighbour),
+    the image jittered and normalised on the device: it must learn the squares' masks. (A crop that
+    left a mask behind fails the loss's shapes or its pixels; pixel-exact alignment, flips
+    included, is tests/pipelines/ops/test_transforms.py's: a flip left out still learns here, half
+    the rows misaligned only adding noise to a brightness rule.)"""
+    import json
+
+    from support.byo import copy_project, project_module, segmentation_config, write_shards
+
+    address, env = cluster
+    folder = copy_project(tmp_path)
+    module = project_module(folder, "segmentation")
+    write_shards(folder / "data/train", module.make_samples(768, seed=1), shards=4)
+    write_shards(folder / "data/validation", module.make_samples(192, seed=2), shards=1)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "env")], check=True, timeout=60)
+    (folder / "__pycache__").mkdir(exist_ok=True)
+    (folder / "__pycache__" / "big.pyc").write_bytes(b"\0" * (120 << 20))  # over the limit, were it shipped
+    groups = [{"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
+              {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2}]
+    cfg = segmentation_config(folder, tmp_path / "runs", "segmentation", groups)
+    (folder / "segmentation.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    project_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    planned = subprocess.run([sys.executable, "-m", "smlaunch", "plan", "segmentation.yaml"], env=project_env,
+                             capture_output=True, text=True, timeout=120, cwd=folder)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    code = next(line for line in planned.stdout.splitlines() if line.startswith("code: "))
+    assert code.startswith(f"code: {folder} (") and code.endswith("ships with the job for segmentation:fcn, "
+                                                                  "segmentation:pixel_loss, segmentation:iou"), code
+    ran = subprocess.run([sys.executable, "-m", "smlaunch", "run", "segmentation.yaml", "--address", address],
+                         env=project_env, capture_output=True, text=True, timeout=600, cwd=folder)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
+    report = json.loads((tmp_path / "runs/segmentation/output/data/report.json").read_text())
+    final = report["validation"][-1]
+    assert final["rows"] == 192 and final["iou"] > 0.7 and final["pixel_accuracy"] > 0.9, report["validation"]
+    for epoch in report["sample_accounting"]["epochs"]:
+        assert (epoch["complete"], epoch["distinct"], epoch["duplicated"], epoch["missing"]) == (True, 768, 0, 0)
+    assert report["summary"]["data_node_row_fraction"] == 1.0
+    # A code folder past the limit is refused in one line naming its largest entries, before any upload.
+    (folder / "data" / "big.bin").write_bytes(b"\0" * (101 << 20))
+    refused = subprocess.run([sys.executable, "-m", "smlaunch", "run", "segmentation.yaml", "--address", address],
+                             env=project_env, capture_output=True, text=True, timeout=120, cwd=folder)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"the code folder {folder} holds over 100 MiB (data (101." in refused.stderr

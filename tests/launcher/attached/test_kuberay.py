@@ -232,3 +232,21 @@ def test_a_bad_autoscale_group_is_refused_in_one_line(capsys, autoscale, expecte
     code, _, err = kuberay(capsys, HETERO, *AUTOSCALE, "--set", f"autoscale={autoscale}")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and expected in lines[0], err
+
+
+def test_a_user_s_functions_must_be_in_the_image_and_the_note_names_their_files(validator, capsys, tmp_path,
+                                                                                 monkeypatch):
+    """The project's functions resolve here (a missing one fails in one line, as at `plan`), and
+    stderr says which files the image's working directory must hold."""
+    from support.byo import copy_project
+
+    monkeypatch.chdir(copy_project(tmp_path))
+    user = ["--set", "model={factory: 'regression:mlp', params: {inputs: 4}}",
+            "--set", "task={loss: 'regression:mse'}"]
+    code, documents, err = kuberay(capsys, HETERO, "--image", "img:1", *user)
+    assert code == 0, err
+    assert problems(validator, documents[1]) == []
+    assert ("sm-launch: note: the job imports regression:mlp, regression:mse: the image's working directory must "
+            "hold regression.py as this folder does") in err
+    code, _, err = kuberay(capsys, HETERO, "--image", "img:1", *user[:2], "--set", "task={loss: 'regression:nope'}")
+    assert code == 2 and "task.loss: regression has no function nope" in err

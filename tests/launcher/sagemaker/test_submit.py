@@ -208,6 +208,44 @@ def test_a_local_folder_channel_is_uploaded_and_the_shipped_config_points_at_it(
     assert f"channel validation: 2 files from {folder}" in out
 
 
+def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions(aws, capsys, tmp_path, monkeypatch):
+    """Submitted from the user's project folder (tests/support/byo_project): its modules ship under
+    `user_code/` without the channel data beside them, its venv or caches; on a host (the container
+    entrypoint, `plan`), the factory, the loss and the map op are found by name in that copy alone."""
+    from support.byo import copy_project, project_module
+
+    folder = copy_project(tmp_path)
+    frame = project_module(folder, "regression").make_frame(40, seed=0)
+    for split in ("train", "validation"):
+        (folder / "data" / split).mkdir(parents=True)
+        frame.to_parquet(folder / "data" / split / "part-0.parquet", index=False)
+    (folder / "__pycache__").mkdir(exist_ok=True)
+    (folder / "__pycache__" / "x.pyc").write_bytes(b"0")
+    fields = "{x1: x1, x2: x2, x3: x3, x4: x4, y: y}"
+    monkeypatch.chdir(folder)  # where the user runs sm-launch
+    code, out, err = submit(aws, capsys, *sets(
+        "sagemaker.command=plan", "model={factory: 'regression:mlp', params: {inputs: 4}}",
+        "task={loss: 'regression:mse', evaluate: 'regression:metrics'}",
+        "pipeline.ops=[{op: map, function: 'regression:stack_features'}]",
+        *[f"channels.{split}={{source: {folder / 'data' / split}, record_format: parquet, fields: {fields}}}"
+          for split in ("train", "validation")]), job="byo-1")
+    assert code == 0, err
+    (request,) = aws.create_requests()
+    tree, _ = fake_host(tmp_path, request, "algo-1")
+    code_dir = tree / "input" / "data" / CODE_CHANNEL
+    code_dir.mkdir(parents=True)
+    aws.s3.download_file(aws.bucket, "smlaunch/byo-1/code/sourcedir.tar.gz", str(code_dir / "sourcedir.tar.gz"))
+    with tarfile.open(code_dir / "sourcedir.tar.gz") as tar:
+        shipped = sorted(n for n in tar.getnames() if n.startswith("user_code/"))
+    assert shipped == ["user_code/regression.py", "user_code/segmentation.py", "user_code/train.py"], shipped
+    argv = request["AlgorithmSpecification"]["ContainerEntrypoint"] + request["AlgorithmSpecification"].get(
+        "ContainerArguments", [])
+    ran = subprocess.run(argv, env=host_env(request, tree), capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)  # not the project folder: only the shipped copy can answer
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert f"model: regression:mlp(inputs=4) on every rank, imported from {tree / 'code' / 'user_code'}" in ran.stdout
+
+
 def test_a_missing_bucket_is_one_line_and_exit_1(aws, capsys):
     code = main(["submit", HETERO, "--job-name", "gone-1", "--set", "sagemaker.bucket=no-such-bucket-here"])
     err = capsys.readouterr().err
