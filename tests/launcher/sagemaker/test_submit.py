@@ -208,10 +208,15 @@ def test_a_local_folder_channel_is_uploaded_and_the_shipped_config_points_at_it(
     assert f"channel validation: 2 files from {folder}" in out
 
 
-def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions(aws, capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("entry", ["container", "toolkit"])
+def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions(aws, capsys, tmp_path, monkeypatch,
+                                                                                 entry):
     """Submitted from the user's project folder (tests/support/byo_project): its modules ship under
-    `user_code/` without the channel data beside them, its venv or caches; on a host (the container
-    entrypoint, `plan`), the factory, the loss and the map op are found by name in that copy alone."""
+    `user_code/` without the channel data beside them, its venv or caches; on a host (`plan`, under
+    the container entrypoint and under the training toolkit), the factory, the loss and the map op
+    are found by name in that copy alone."""
+    if entry == "toolkit":
+        pytest.importorskip("sagemaker_training")
     from support.byo import copy_project, project_module
 
     folder = copy_project(tmp_path)
@@ -223,25 +228,32 @@ def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions
     (folder / "__pycache__" / "x.pyc").write_bytes(b"0")
     fields = "{x1: x1, x2: x2, x3: x3, x4: x4, y: y}"
     monkeypatch.chdir(folder)  # where the user runs sm-launch
+    job = f"byo-{entry}"
     code, out, err = submit(aws, capsys, *sets(
-        "sagemaker.command=plan", "model={factory: 'regression:mlp', params: {inputs: 4}}",
+        "sagemaker.command=plan", f"sagemaker.entry={entry}", "sagemaker.install_package=false",
+        "model={factory: 'regression:mlp', params: {inputs: 4}}",
         "task={loss: 'regression:mse', evaluate: 'regression:metrics'}",
         "pipeline.ops=[{op: map, function: 'regression:stack_features'}]",
         *[f"channels.{split}={{source: {folder / 'data' / split}, record_format: parquet, fields: {fields}}}"
-          for split in ("train", "validation")]), job="byo-1")
+          for split in ("train", "validation")]), job=job)
     assert code == 0, err
     (request,) = aws.create_requests()
     tree, _ = fake_host(tmp_path, request, "algo-1")
-    code_dir = tree / "input" / "data" / CODE_CHANNEL
-    code_dir.mkdir(parents=True)
-    aws.s3.download_file(aws.bucket, "smlaunch/byo-1/code/sourcedir.tar.gz", str(code_dir / "sourcedir.tar.gz"))
-    with tarfile.open(code_dir / "sourcedir.tar.gz") as tar:
+    tarball = tmp_path / "sourcedir.tar.gz"
+    aws.s3.download_file(aws.bucket, f"smlaunch/{job}/code/sourcedir.tar.gz", str(tarball))
+    with tarfile.open(tarball) as tar:
         shipped = sorted(n for n in tar.getnames() if n.startswith("user_code/"))
     assert shipped == ["user_code/regression.py", "user_code/segmentation.py", "user_code/train.py"], shipped
-    argv = request["AlgorithmSpecification"]["ContainerEntrypoint"] + request["AlgorithmSpecification"].get(
-        "ContainerArguments", [])
-    ran = subprocess.run(argv, env=host_env(request, tree), capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)  # not the project folder: only the shipped copy can answer
+    monkeypatch.chdir(tmp_path)  # not the project folder: only the shipped copy can answer on the host
+    if entry == "toolkit":
+        ran = run_toolkit(aws, request, tree)
+    else:
+        code_dir = tree / "input" / "data" / CODE_CHANNEL
+        code_dir.mkdir(parents=True)
+        (code_dir / "sourcedir.tar.gz").write_bytes(tarball.read_bytes())
+        argv = request["AlgorithmSpecification"]["ContainerEntrypoint"] + request["AlgorithmSpecification"].get(
+            "ContainerArguments", [])
+        ran = subprocess.run(argv, env=host_env(request, tree), capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert f"model: regression:mlp(inputs=4) on every rank, imported from {tree / 'code' / 'user_code'}" in ran.stdout
 
