@@ -27,8 +27,10 @@ def batch_fields(channel: ChannelPlan) -> dict[str, str | None]:
 
 
 def is_named(channel: ChannelPlan) -> bool:
-    """Whether the channel lists its own fields (not the built-in image and label)."""
-    return bool(channel.more) or channel.fields[0] is None or channel.fields[1] is None
+    """Whether the channel lists its own fields (not the built-in image and label): a `fields`
+    naming anything but image, label and id (`config.channel_rules.resolved_fields`). An image
+    folder's fields are all None and it is not named."""
+    return bool(channel.more)
 
 
 def named_table(channel: ChannelPlan, table: pa.Table, fields: dict, num_classes: int | None, ids: pa.Array,

@@ -91,8 +91,11 @@ def preload_driver_imports() -> threading.Thread:
     preloaded before). Only modules that do not import ray: ray must load after the cluster's auth
     settings are in the environment (`LocalCluster.__enter__`)."""
     def load() -> None:
-        import torch  # noqa: F401
-        import tensorboardX.event_file_writer  # noqa: F401
+        try:
+            import torch  # noqa: F401
+            import tensorboardX.event_file_writer  # noqa: F401
+        except Exception:  # a warm-up only: a run that fails at once exits while it imports, and says why itself
+            pass
 
     thread = threading.Thread(target=load, name="preload-imports", daemon=True)
     thread.start()
