@@ -61,13 +61,25 @@ def connected(address: str, env_vars: dict[str, str] | None = None, code: str | 
         ray.shutdown()
 
 
-def _venvs(folder: str) -> list[str]:
-    """Virtual environments at the top of `folder` (any name: a `pyvenv.cfg` tells), left out."""
-    try:
-        return [f"{entry.name}/" for entry in os.scandir(folder)
-                if entry.is_dir() and os.path.exists(os.path.join(entry.path, "pyvenv.cfg"))]
-    except OSError:
-        return []
+def _venvs(folder: str, depth: int = 2) -> list[str]:
+    """Virtual environments in `folder` down to `depth` levels (any name: a `pyvenv.cfg` tells),
+    left out as anchored patterns (`/.venv-sdk/v2/`)."""
+    found, pending = [], [("", 0)]
+    while pending:
+        rel, level = pending.pop()
+        try:
+            entries = list(os.scandir(os.path.join(folder, rel)))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            sub = os.path.join(rel, entry.name)
+            if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
+                found.append(f"/{sub}/")
+            elif level + 1 < depth:
+                pending.append((sub, level + 1))
+    return sorted(found)
 
 
 def check_attached(cfg: LaunchConfig, address: str, log) -> AttachedCluster:
