@@ -94,8 +94,8 @@ def preload_driver_imports() -> threading.Thread:
         try:
             import torch  # noqa: F401
             import tensorboardX.event_file_writer  # noqa: F401
-        except Exception:  # a warm-up only: a run that fails at once exits while it imports, and says why itself
-            pass
+        except Exception as exc:  # a warm-up only: a run that fails at once exits while it imports, and says why itself
+            log.debug("import warm-up: %s", exc)
 
     thread = threading.Thread(target=load, name="preload-imports", daemon=True)
     thread.start()
