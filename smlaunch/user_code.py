@@ -74,7 +74,8 @@ LEFT_OUT_SUFFIXES = (".pyc", ".pyo")
 def user_functions(cfg) -> list[tuple[str, str]]:
     """(config field, `package.module:function`) of every function of the user's the config names
     (sm-launch's own stand-ins, `smlaunch.*`, are installed on every host and are not the user's)."""
-    named = [("model.factory", cfg.model.factory)] if cfg.model.factory else []
+    named = [("model.factory", cfg.model.factory)] if cfg.model and cfg.model.factory else []
+    named += [("trainer.loop", cfg.trainer.loop)] if cfg.trainer.loop else []
     if cfg.task is not None:
         named += [("task.loss", cfg.task.loss)] + ([("task.evaluate", cfg.task.evaluate)] if cfg.task.evaluate else [])
     named += [(f"pipeline.ops.{i}.function", op.function) for i, op in enumerate(cfg.pipeline.ops)

@@ -44,6 +44,9 @@ class LocalCluster:
                        # The user's modules (model factory, task, map ops) are imported from the folder
                        # sm-launch runs in, by every simulated host's workers too (`smlaunch.user_code`).
                        "SM_LAUNCH_CODE_DIR": code_folder()})
+        from smlaunch.cluster.ray_auth import reload_ray_auth
+
+        reload_ray_auth()
         import ray
         from ray.cluster_utils import Cluster
 

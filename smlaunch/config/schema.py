@@ -20,7 +20,7 @@ from smlaunch.config.autoscale import AutoscaleConfig
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.sagemaker import SageMakerConfig
 from smlaunch.config.model_task import ModelConfig, TaskConfig
-from smlaunch.config.op_specs import IMAGE_OPS, OpSpec
+from smlaunch.config.op_specs import FUNCTION_PATTERN, IMAGE_OPS, OpSpec
 
 
 class _Strict(BaseModel):
@@ -322,11 +322,22 @@ class TrainerConfig(_Strict):
     lr_scaling: Literal["none", "linear"] = "none"
     """linear: the optimizer's peak rate is `learning_rate` x workers, as the global batch grows
     with them (Goyal et al., 2017: keep the rate per sample; use it with warmup)."""
+    loop: Optional[str] = Field(default=None, pattern=FUNCTION_PATTERN)
+    """Your own Ray Train loop, `package.module:function` taking `config` (README "Your own Ray Train
+    loop"): run on every planned worker instead of the built-in loop; `model`, `task` and
+    `steps`/`epochs` are then not needed (`steps` gives the progress bar its total)."""
+    loop_config: dict = {}
+    """The loop's `config` argument."""
 
     @model_validator(mode="after")
     def _length(self):
-        if (self.steps is None) == (self.epochs is None):
+        if self.loop is None and (self.steps is None) == (self.epochs is None):
             raise ValueError("set exactly one of trainer.steps or trainer.epochs")
+        if self.loop is not None and self.epochs is not None:
+            raise ValueError("trainer.epochs: your loop (trainer.loop) decides its epochs; pass them in "
+                             "trainer.loop_config (trainer.steps only gives the progress bar a total)")
+        if self.loop_config and self.loop is None:
+            raise ValueError("trainer.loop_config is the argument of trainer.loop; set trainer.loop or remove it")
         return self
 
 
@@ -399,7 +410,8 @@ class LaunchConfig(_Strict):
     cluster: ClusterConfig
     channels: dict[str, ChannelConfig] = Field(min_length=1)
     pipeline: PipelineConfig = PipelineConfig()
-    model: ModelConfig
+    model: Optional[ModelConfig] = None
+    """Required unless `trainer.loop` runs your own loop (which builds its own model)."""
     task: Optional[TaskConfig] = None
     """Your loss and metrics (`TaskConfig`); default: classification of `image` by `label`."""
     trainer: TrainerConfig
@@ -429,6 +441,14 @@ class LaunchConfig(_Strict):
         if "train" not in self.channels:
             raise ValueError(f"channels: a channel named 'train' is required; channels: {sorted(self.channels)}")
         train = self.channels["train"]
+        if self.trainer.loop is not None:
+            if self.model is not None or self.task is not None:
+                raise ValueError(f"{'model' if self.model is not None else 'task'}: your loop (trainer.loop) builds "
+                                 "its own model and loss; remove this section (pass settings in trainer.loop_config)")
+            return self
+        if self.model is None:
+            raise ValueError("model: required (model.name, a timm model, or model.factory) unless trainer.loop "
+                             "runs your own Ray Train loop")
         if self.task is None and not self.pipeline.has_images:
             raise ValueError("pipeline.ops: the built-in classification task trains on images (decode_image ... "
                              "to_uint8_chw); for other data set task.loss (and task.evaluate) to your functions")

@@ -44,7 +44,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
     start_counter({c.name: c.max_corrupted_records for c in plan.channels},
                   {c.name: SamplePlaces.of(c.record_format, listings[c.name]) for c in plan.channels
                    if c.name in listings})
-    num_classes = num_classes or cfg.model.num_classes
+    num_classes = num_classes or (cfg.model.num_classes if cfg.model else None)
     datasets = {}
     for channel in plan.channels:
         roots = {h: plan.host(h).opt_ml for h in channel.hosts}

@@ -14,6 +14,11 @@ all-reduce of twelve numbers on a gloo group (CPU tensors: no GPU synchronisatio
   reads it at most once a second) or a lost host (`LostHostGuard`, every 2 s): one watcher per
   job, whose verdict every rank has at the next step at no extra cost, where a poll per rank
   would cost the KV store and Ray's node table a request per rank per interval;
+* whether rank 0 polled for a stop this step (at most once a second): then every rank asks Ray
+  Train for a preemption notice (`ray.train.get_preemption_info()`, a barrier every rank must call
+  equally often: a drained train node, as KubeRay and the autoscaler drain a spot node before it
+  goes, or sm-launch's own drain on a stop, `cluster.drain`), and a notice stops the run like a stop
+  request: a checkpoint at this step boundary, then the end;
 * whether rank 0's clock says a timed checkpoint is due (`trainer.checkpoint_every_s`): only
   rank 0's clock counts, so every rank writes it after the same step;
 * the previous step's numbers (loss, micro-batches, images, data wait, step time, chain seconds and
@@ -97,6 +102,8 @@ class Control:
         """A `LostHostGuard`, polled by rank 0 between steps; the others use it when told to."""
         self.group = None
         self._stop_seen, self._last_poll = False, 0.0
+        self.preempted = None
+        """Ray Train's `PreemptionInfo` once a notice stopped the run, else None."""
         if world > 1:
             import torch.distributed as dist
 
@@ -106,29 +113,42 @@ class Control:
             # all ranks create it, in the same order; the default group already is gloo on CPU
             self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
-    def _stop_locally(self) -> bool:
+    def _stop_locally(self) -> tuple[bool, bool]:
+        """(rank 0 saw the stop request, rank 0 polled this step)."""
         now = time.monotonic()
-        if self.rank == 0 and not self._stop_seen and now - self._last_poll >= POLL_S:
+        polled = self.rank == 0 and not self._stop_seen and now - self._last_poll >= POLL_S
+        if polled:
             self._last_poll = now
             from ray.experimental import internal_kv
 
             self._stop_seen = internal_kv._internal_kv_get(STOP, namespace=NAMESPACE) is not None
-        return self._stop_seen
+        return self._stop_seen, polled
+
+    def _preemption_notice(self):
+        """Ray Train's preemption notice, asked on every rank at the same step; None outside a train worker."""
+        try:
+            import ray.train
+
+            self.preempted = self.preempted or ray.train.get_preemption_info()
+        except Exception:  # noqa: BLE001  (a Control used outside Ray Train, as the tests do)
+            return None
+        return self.preempted
 
     def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None,
                  checkpoint_due: bool = False) -> Decision:
         """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost.
         `checkpoint_due` counts on rank 0 only."""
-        stop = self._stop_locally()
+        stop, polled = self._stop_locally()
         lost = self.guard.error() if self.guard is not None and self.rank == 0 else None
         values = [float(full), float(any_data), float(stop), float(lost is not None),
-                  float(checkpoint_due and self.rank == 0)] + (previous or StepNumbers()).as_list()
+                  float(checkpoint_due and self.rank == 0), float(polled)] + (previous or StepNumbers()).as_list()
         if self.world > 1:
             values = self._all_reduce(values)
         if values[3] > 0:
             raise lost or self._lost_elsewhere()
-        return Decision(all_full=values[0] == self.world, any_data=values[1] > 0, stop=values[2] > 0,
-                        checkpoint=values[4] > 0, previous=values[5:] if previous is not None else None)
+        preempted = values[5] > 0 and self._preemption_notice() is not None
+        return Decision(all_full=values[0] == self.world, any_data=values[1] > 0, stop=values[2] > 0 or preempted,
+                        checkpoint=values[4] > 0, previous=values[6:] if previous is not None else None)
 
     def _lost_elsewhere(self) -> Exception:
         """Rank 0's verdict, looked up again here (once, on the way out) for its exact message."""

@@ -19,6 +19,7 @@ import time
 
 from ray.train import DataConfig
 
+from smlaunch.cluster.drain import POLL_INTERVAL_S as PREEMPTION_POLL_INTERVAL_S
 from smlaunch.trainers.spec import TrainSpec
 
 
@@ -39,7 +40,8 @@ class UnevenSplit(DataConfig):
         return output
 
 
-RAY_TRAIN_ENVIRONMENT = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+RAY_TRAIN_ENVIRONMENT = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+                         "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": PREEMPTION_POLL_INTERVAL_S}
 """How often Ray Train's controller polls its workers (2 s by default). It also notices the workers'
 end only at a poll: the fit returned 4.75 s after rank 0's last line of work with the default,
 1.3 s with 0.5 s (configs/hetero.yaml, 2-core VM). A poll is one small call per worker."""
@@ -75,29 +77,43 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
 
     from smlaunch.trainers.loop import train_loop
     from smlaunch.trainers.s3_store import ray_storage
+    from smlaunch.trainers.user_loop import run_user_loop
 
     storage_path, storage_filesystem = ray_storage(spec.checkpoint_dir)
     selector_options = {name: _execution_options(spec, ExecutionOptions) for name in datasets}
+    user_loop = spec.trainer.loop is not None
     trainer = TorchTrainer(
-        train_loop,
+        run_user_loop if user_loop else train_loop,
         train_loop_config=spec,
         scaling_config=ScalingConfig(num_workers=spec.world_size, use_gpu=spec.use_gpu,
                                      label_selector=[dict(s) for s in spec.worker_selectors]),
         # A run name of its own per launch: Ray Train would otherwise resume silently from whatever
         # run of the same name it finds; resuming is ours (`resume_from`, complete checkpoints only).
-        run_config=RunConfig(name=f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+        run_config=RunConfig(name=loop_run_name(spec) if user_loop else f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
                              storage_path=storage_path, storage_filesystem=storage_filesystem,
                              # Ray Train retries a worker group that cannot start (60 s each) without
                              # end by default: on a cluster shared with another job that would wait for ever.
+                             # A preemption (a drained train node) the loop did not end cleanly on is a
+                             # failure: the job ends, and the next one resumes (`trainers.preemption`).
                              failure_config=FailureConfig(max_failures=spec.trainer.max_failures,
-                                                          controller_failure_limit=START_RETRIES),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                                                          controller_failure_limit=START_RETRIES,
+                                                          max_preemption_failures=0),
+                             # Your loop's checkpoints are yours to keep (Ray's default: all of them).
+                             checkpoint_config=CheckpointConfig(num_to_keep=None if user_loop else 2),
                              worker_runtime_env={"env_vars": dict(spec.worker_env)} if spec.worker_env else None),
         datasets=datasets,
-        dataset_config=UnevenSplit(datasets_to_split="all", execution_options=selector_options),
+        # Your loop gets Ray Train's own split (equal shards, as a loop written for Ray Train assumes:
+        # a rank with a batch more would wait in DDP's all-reduce for ever); ours keeps every row.
+        dataset_config=(DataConfig if user_loop else UnevenSplit)(datasets_to_split="all",
+                                                                  execution_options=selector_options),
     )
     try:
-        return _fit_watching_train_hosts(trainer, list(spec.train_hosts), fatal=fatal)
+        result = _fit_watching_train_hosts(trainer, list(spec.train_hosts), fatal=fatal)
+        if user_loop:
+            from smlaunch.trainers.user_loop import keep_final_checkpoint
+
+            return keep_final_checkpoint(result, spec.model_dir)
+        return result.return_value
     except Exception as exc:
         from smlaunch.errors import user_error_in
 
@@ -105,6 +121,23 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
             _raise_if_a_train_host_was_lost(spec)
             _raise_if_workers_never_started(exc, spec)
         raise
+
+
+def loop_run_name(spec: TrainSpec) -> str:
+    """Ray Train's run name for `trainer.loop`: Ray resumes a run by its storage and name, so with
+    `trainer.resume` the newest earlier loop run in the checkpoint directory (whose newest checkpoint
+    `ray.train.get_checkpoint()` then returns), else a new name."""
+    fresh = f"loop-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    if not spec.trainer.resume:
+        return fresh
+    from smlaunch.trainers.s3_store import is_s3
+
+    if is_s3(spec.checkpoint_dir):
+        return "loop"
+    import glob
+
+    runs = sorted(glob.glob(os.path.join(spec.checkpoint_dir, "loop*", "checkpoint_*")), key=os.path.getmtime)
+    return os.path.basename(os.path.dirname(runs[-1])) if runs else fresh
 
 
 def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0, fatal=None) -> dict:
@@ -149,7 +182,7 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
                 raise train_host_lost_error(gone[0])
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["result"].return_value
+    return outcome["result"]
 
 
 def _raise_if_workers_never_started(exc: BaseException, spec: TrainSpec) -> None:

@@ -310,7 +310,10 @@ class _Run:
         self.guard.check(force=True)
         if not self.saves.holds(self.step, self.epochs_done):
             self._save("stop")
-        self.outbox.put("note", text=f"stopped at step {self.step} on request; checkpoint written")
+        notice = self.control.preempted
+        why = f"on Ray's preemption notice (nodes {', '.join(notice.preempted_node_ids)} drained)" if notice \
+            else "on request"
+        self.outbox.put("note", text=f"stopped at step {self.step} {why}; checkpoint written")
         self.stopped = True
 
     def _close_epoch(self, complete: bool) -> None:

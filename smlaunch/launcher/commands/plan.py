@@ -127,7 +127,9 @@ def plan_lines(cfg, plan) -> list[str]:
         where = f"/opt/ml/input/data/{c.name}" + ("_<epoch>" if c.input_mode == "Pipe" else "")
         lines.append(f"  {c.name}: {c.input_mode} {c.record_format} ({', '.join(extras)}) from {c.source} -> "
                      f"{where} on {', '.join(c.hosts)}")
-    if cfg.model.factory:
+    if cfg.trainer.loop:
+        lines.append(loop_line(cfg, plan))
+    if cfg.model and cfg.model.factory:
         from smlaunch.user_code import code_folder
 
         params = ", ".join(f"{k}={v!r}" for k, v in cfg.model.params.items())
@@ -139,7 +141,7 @@ def plan_lines(cfg, plan) -> list[str]:
     code = code_summary(cfg)
     if code:
         lines.append(code)
-    if cfg.model.pretrained:
+    if cfg.model and cfg.model.pretrained:
         lines.append(f"model: fine-tuning {cfg.model.label} from {cfg.model.pretrained} (loaded on rank 0, the "
                      "classifier re-sized to the class count)")
     lines.append(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
@@ -149,6 +151,16 @@ def plan_lines(cfg, plan) -> list[str]:
         lines.append(plan.stop)
     lines += [f"note: {note}" for note in plan.notes]
     return lines
+
+
+def loop_line(cfg, plan) -> str:
+    """What `trainer.loop` gets: its workers, its config and the channels it reads by name."""
+    from smlaunch.user_code import code_folder
+
+    names = ", ".join(f"'{c.name}'" for c in plan.channels)
+    return (f"loop: {cfg.trainer.loop}(config) on each of {plural(plan.train_workers, 'Ray Train worker')}, imported "
+            f"from {code_folder()}; ray.train.get_dataset_shard({names}) gives each rank an equal share (Ray "
+            "Train's split); the checkpoints it reports go to the checkpoint directory")
 
 
 def workers_text(workers) -> str:
@@ -178,7 +190,8 @@ def summary(cfg, plan) -> list[str]:
     length = plural(t.steps, "step") if t.steps else plural(t.epochs, "epoch")
     workers = plural(plan.train_workers, "train worker")
     device = "GPU" if plan.use_gpu else "CPU"
-    lines = [f"job {cfg.job}: {length} of {cfg.model.label}, batch {t.batch_size} x {workers} ({device}), "
+    lines = [f"job {cfg.job}: your loop {t.loop} on {workers} ({device})" if t.loop else
+             f"job {cfg.job}: {length} of {cfg.model.label}, batch {t.batch_size} x {workers} ({device}), "
              f"global batch {plan.global_batch}"]
     hosts = "; ".join(f"{h.name} {h.subcluster}{' (head)' if h.role == 'head' else ''} {h.group} "
                       f"{h.instance_type}, {plural(h.num_cpus, 'CPU')}" + (f", {plural(h.num_gpus, 'GPU')}"

@@ -70,7 +70,8 @@ class LiveEvents:
         self._write_step(record)
 
     def _write_step(self, record: dict) -> None:
-        for tag, value in (("train/loss", record["loss"]), ("train/images_per_s", record["images_per_s"]),
+        loss = () if record.get("loop") else (("train/loss", record["loss"]),)  # a loop's loss is in its metrics
+        for tag, value in (*loss, ("train/images_per_s", record["images_per_s"]),
                            ("train/data_wait_pct", wait_pct(record)),
                            *((f"train/{name}", value) for name, value in (record.get("metrics") or {}).items())):
             self.scalar(tag, value, record["step"], record.get("t"))

@@ -38,6 +38,8 @@ def model_problems(cfg: LaunchConfig) -> list[str]:
     from smlaunch.user_code import check
 
     problems = []
+    if cfg.trainer.loop:  # called as loop(config): its model is its own business
+        return [p for p in [check(cfg.trainer.loop, "trainer.loop", (dict(cfg.trainer.loop_config),))] if p]
     if cfg.model.factory:
         problems += factory_problems(cfg.model.factory, dict(cfg.model.params))
     else:

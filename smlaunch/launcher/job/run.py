@@ -67,7 +67,8 @@ def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) ->
         timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
         log.info(f"cluster: {plural(len(up.plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
         resume_from = prepare_job(cfg, up.plan)
-        with forward_stop_to_trainer(stop):
+        loop_hosts = sorted({w.host for w in up.plan.workers}) if cfg.trainer.loop else None
+        with forward_stop_to_trainer(stop, drain=loop_hosts):
             report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed, marks, up.elastic)
         report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
         report["summary"]["command_started_at"] = round(since, 3)  # what phases_s counts from (Unix time)
@@ -175,6 +176,12 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
             result = fit(spec, datasets, fatal=lambda: progress.fatal or overdue(stop))
     finally:
         samples = samplers.gather()
+    if cfg.trainer.loop:  # your loop: every rank counted the rows it took, by the host that made them
+        from smlaunch.trainers.user_loop import merge_rank_summaries
+
+        result["host_rows"] = merge_rank_summaries(progress.loop_ranks)
+        if stop is not None and stop.is_set():  # it returned after the stop: exit 143, as the built-in loop
+            result["stopped_at_step"] = result.get("final_step")
     if elastic is not None:
         result["autoscale"] = elastic.summary()
     timings = {**timings, "train_s": round(time.perf_counter() - started, 2)}

@@ -80,8 +80,9 @@ def overdue(stop: StopRequest | None) -> dict | None:
 
 
 @contextmanager
-def forward_stop_to_trainer(stop: StopRequest | None):
-    """While the body runs, relay a stop request into Ray's KV store for the train workers.
+def forward_stop_to_trainer(stop: StopRequest | None, drain: list[str] | None = None):
+    """While the body runs, relay a stop request into Ray's KV store for the train workers, and
+    with `drain` (your own loop's train hosts) as Ray's preemption signal (`cluster.drain`).
 
     Needs `ray.init` to have connected this process. Uses Ray's internal KV client, the same
     store the launcher's job state lives in.
@@ -97,6 +98,10 @@ def forward_stop_to_trainer(stop: StopRequest | None):
                 from ray.experimental import internal_kv
 
                 internal_kv._internal_kv_put(STOP, (stop.signal_name or "stop").encode(), namespace=NAMESPACE)
+                if drain:
+                    from smlaunch.cluster.drain import drain_hosts
+
+                    drain_hosts(drain, stop.grace_s, f"sm-launch: {stop.signal_name or 'stop'}")
                 return
 
     thread = threading.Thread(target=relay, name="smlaunch-stop-relay", daemon=True)

@@ -31,7 +31,12 @@ WINDOW = 20
 
 
 def metric_line(record: dict) -> str:
-    """The step's line; a user's loss's own numbers (`task.loss`) follow as `name=value`."""
+    """The step's line; a user's loss's own numbers (`task.loss`) follow as `name=value`. Your own
+    loop's (`trainer.loop`): `step=N` and what it reported, then the measured rate and data wait."""
+    if record.get("loop"):
+        wait = 100 * record["data_wait_s"] / record["step_time_s"] if record["step_time_s"] else 0
+        return (f"step={record['step']} " + "".join(f"{k}={v:.6g} " for k, v in record["metrics"].items())
+                + f"images_per_sec={record['images_per_s']:.1f} data_wait_pct={wait:.1f}")
     extra = "".join(f" {name}={value:.6g}" for name, value in (record.get("metrics") or {}).items())
     return (f"step={record['step']} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
             f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}"
@@ -61,8 +66,9 @@ class _TrainBar(Progress):
         step_s = sum(r["step_time_s"] for r in self.recent)
         images = sum(r["images_per_s"] * r["step_time_s"] for r in self.recent)
         wait = sum(r["data_wait_s"] for r in self.recent)
+        loss = f"loss {record['loss']:.3f}, " if not record.get("loop") or "loss" in record["metrics"] else ""
         self.describe(f"{images / step_s if step_s else 0:.0f} images/s, data wait {100 * wait / step_s if step_s else 0:.0f} %, "
-                      f"loss {record['loss']:.3f}, epoch {record['epoch']}")
+                      f"{loss}epoch {record['epoch']}")
         self.update(record["step"] - self.n)
 
     def eta_s(self) -> float | None:
@@ -80,6 +86,8 @@ class TrainProgress:
         self.board, self.log_every, self.events, self.on_step = board, log_every, events, on_step
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
+        self.loop_ranks: list[dict] = []
+        """Each rank's measurements of your own loop (`trainers.user_loop.Meter.rank_summary`)."""
         self.fatal: dict | None = None
         """A rank's user error (bad data, a weights file that does not fit): no restart mends it."""
         self._thread = threading.Thread(target=self._run, name="smlaunch-train-progress", daemon=True)
@@ -145,5 +153,7 @@ class TrainProgress:
             log.info(event["text"])
         elif kind == "warning":
             log.warning(event["text"])
+        elif kind == "loop_rank":
+            self.loop_ranks.append(event)
         elif kind == "fatal":  # a user error on a rank: `fit` ends the job instead of a restart
             self.fatal = event

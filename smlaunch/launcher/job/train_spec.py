@@ -27,12 +27,17 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
     crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
     rows = builtin_rows(cfg, "train")
     t = cfg.trainer
-    total = t.steps or (t.epochs * (rows // plan.global_batch) if rows else None)
+    total = t.steps or (t.epochs * (rows // plan.global_batch) if rows and t.epochs else None)
     # A user's task has classes only if it says so (`model.num_classes`); classification always has them.
-    num_classes, names = _classes(cfg, data_classes) if cfg.task is None else (cfg.model.num_classes, None)
+    if cfg.trainer.loop:  # the user's loop: its model, classes and loss are its own
+        num_classes, names = None, None
+    else:
+        num_classes, names = _classes(cfg, data_classes) if cfg.task is None else (cfg.model.num_classes, None)
+    factory = cfg.model.factory if cfg.model else None
     return TrainSpec(
-        model=cfg.model.label, num_classes=num_classes, image_size=crops[-1] if crops else None,
-        model_factory=cfg.model.factory, model_params=dict(cfg.model.params) if cfg.model.factory else None,
+        model=cfg.model.label if cfg.model else cfg.trainer.loop, num_classes=num_classes,
+        image_size=crops[-1] if crops else None,
+        model_factory=factory, model_params=dict(cfg.model.params) if factory else None,
         task_loss=cfg.task.loss if cfg.task else None, task_evaluate=cfg.task.evaluate if cfg.task else None,
         normalize_in_chain=bool(cfg.pipeline.ops) and cfg.pipeline.ops[-1].op == "normalize",
         seed=cfg.seed, trainer=t, learning_rate=plan.learning_rate, total_steps=total, epoch_rows=rows,
@@ -50,7 +55,7 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
 def pretrained_weights(cfg: LaunchConfig) -> str | None:
     """`model.pretrained` as rank 0 reads it: `s3://` as given, a local path made absolute here (a
     train worker's working directory is not the launcher's; rank 0 runs on this, the head, host)."""
-    weights = cfg.model.pretrained
+    weights = cfg.model.pretrained if cfg.model else False
     if not weights:
         return None
     if weights.startswith("s3://"):

@@ -65,6 +65,8 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
         "utilisation": utilisation_summary(plan.to_dict(), samples or {}, series),
         "samples": samples or {},
     }
+    if result.get("loop"):  # your own loop (`trainer.loop`): its reports, checkpoints and return value
+        report["loop"] = result["loop"]
     if result.get("autoscale"):
         report["autoscale"] = result["autoscale"]
         report["summary"]["data_host_seconds"] = result["autoscale"]["data_host_seconds"]

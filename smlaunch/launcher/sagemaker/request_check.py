@@ -182,7 +182,7 @@ def config_problems(cfg: LaunchConfig) -> list[str]:
             problems.append(f"channels.{name}.file_system: SageMaker mounts {ch.file_system.type} "
                             f"{ch.file_system.id} only inside a VPC; set sagemaker.vpc (subnets and "
                             "security_group_ids that reach the file system)")
-    weights = cfg.model.pretrained
+    weights = cfg.model.pretrained if cfg.model else False
     if weights is not False and not weights.startswith("s3://") and not Path(weights).expanduser().is_file():
         state = "is not a file" if Path(weights).expanduser().exists() else "does not exist"
         problems.append(f"model.pretrained: {weights} {state}; submit uploads a local weights file (or give "
@@ -207,7 +207,7 @@ def _account_problems(cfg: LaunchConfig) -> list[str]:
             problems.append(f"sagemaker.volume_kms_key: {', '.join(local)} use local NVMe storage, which SageMaker "
                             "encrypts in hardware and refuses a VolumeKmsKeyId for; remove the key or use types "
                             "without instance storage")
-    if sm.enable_network_isolation and cfg.model.pretrained is not False:
+    if sm.enable_network_isolation and cfg.model and cfg.model.pretrained is not False:
         problems.append(f"model.pretrained: under sagemaker.enable_network_isolation the hosts cannot download "
                         f"{cfg.model.pretrained} from S3; bake the weights into the image or turn isolation off")
     return problems

@@ -66,6 +66,9 @@ def run_host(cfg: LaunchConfig, plan: LaunchPlan, sm: SageMakerEnvironment, stop
              check_only: bool = False, log=logging.getLogger("smlaunch").info, announce=None) -> HostOutcome:
     os.environ.update(ray_environment(sm))
     os.environ.pop("RAY_ADDRESS", None)
+    from smlaunch.cluster.ray_auth import reload_ray_auth
+
+    reload_ray_auth()  # a user's module checked before (a trainer.loop's) may have loaded Ray
     if plan.current_host == plan.head:
         return _run_head(cfg, plan, sm, stop, check_only, log, announce)
     return _run_worker(cfg, plan, sm, stop, log)

@@ -108,7 +108,7 @@ def channel_uris(cfg: LaunchConfig, job_name: str) -> dict[str, str]:
 def pretrained_uri(cfg: LaunchConfig, job_name: str) -> str | None:
     """Where the hosts find `model.pretrained`: an `s3://` value as given, a local weights file at
     `<job prefix>/pretrained/<file name>` (submit uploads it there); None for false."""
-    weights = cfg.model.pretrained
+    weights = cfg.model.pretrained if cfg.model else False
     if weights is False:
         return None
     if weights.startswith("s3://"):
