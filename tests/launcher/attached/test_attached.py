@@ -292,3 +292,46 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
                              env=project_env, capture_output=True, text=True, timeout=120, cwd=folder)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert f"the code folder {folder} holds over 100 MiB (data (101." in refused.stderr
+
+
+@pytest.mark.ray
+def test_z_a_drained_train_node_makes_the_built_in_loop_checkpoint_and_end_cleanly(cluster, tmp_path):
+    """The cluster's operator drains the train node as KubeRay and Ray's autoscaler drain a spot node
+    before it goes (`ray drain-node`, reason preemption): the built-in loop hears it through Ray
+    Train's preemption notice, checkpoints at the next step boundary and ends as a stopped job (143)
+    whose complete checkpoint a next job resumes from. Last in this module: a drained node leaves once idle."""
+    import json
+
+    from support.user_layouts import digits, write_image_folder
+
+    address, env = cluster
+    write_image_folder(tmp_path / "train", digits("train"))
+    cfg = yaml.safe_load(Path(job_config(tmp_path, "http://127.0.0.1:1")).read_text())
+    del cfg["channels"]["validation"]
+    cfg["trainer"].update(steps=2000, checkpoint_interval=0, validation_every_epochs=0)
+    cfg["run"]["name"] = "drained"
+    path = tmp_path / "drained.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    head = next(n["ray.io/node-id"] for n in alive_nodes(address, env) if n["sm-group"] == "train_group")
+    proc = subprocess.Popen([sys.executable, "-m", "smlaunch", "run", str(path), "--address", address], env=env,
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, drained = [], False
+    deadline = time.monotonic() + 420
+    for line in proc.stdout:
+        lines.append(line)
+        if not drained and line.startswith("step=10 "):
+            drain = subprocess.run([RAY, "drain-node", f"--address={address}", f"--node-id={head}",
+                                    "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim",
+                                    "--deadline-remaining-seconds=60"], env=env, capture_output=True, text=True,
+                                   timeout=60)
+            assert drain.returncode == 0, drain.stderr[-2000:]
+            drained = True
+        assert time.monotonic() < deadline, "".join(lines[-40:])
+    out = "".join(lines)
+    assert proc.wait(timeout=60) == 143 and drained, out[-4000:]
+    note = next(line for line in lines if "on Ray's preemption notice" in line)
+    step = int(note.split("stopped at step ")[1].split()[0])
+    assert f"nodes {head} drained" in note and 10 <= step < 2000, note
+    report = json.loads((tmp_path / "runs/drained/output/data/report.json").read_text())
+    assert report["summary"]["stopped_at_step"] == step
+    assert list((tmp_path / "runs/drained/checkpoints").glob(f"*/step-{step:08d}/meta.json")), step  # complete
