@@ -34,19 +34,22 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out: dict) -
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     control = Control(world)
-    control._stop_locally = lambda: rank == 1  # rank 1 saw a stop request; every rank must learn it
+    control._stop_locally = lambda: (rank == 1, False)  # rank 1 saw a stop request; every rank must learn it
+    asked = []  # Ray Train's preemption notice is a barrier: every rank asks at the step rank 0 polled, and only then
+    control._preemption_notice = lambda: asked.append(control) or "a notice"
     model = torch.nn.parallel.DistributedDataParallel(_model())
     micro = _batches(rank, counts)
     # a timed checkpoint is rank 0's call: the others' clocks are not counted
     decision = control.exchange(len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0, 0.25, 2),
                                 checkpoint_due=rank != 0)
+    control._stop_locally = lambda: (False, rank == 0)
     timed = control.exchange(True, True, None, checkpoint_due=rank == 0)
     with model.no_sync():
         for x, y in micro:
             torch.nn.functional.cross_entropy(model(x), y).backward()
     sum_gradients(model, len(micro), world)
     torch.optim.SGD(model.parameters(), lr=0.5).step()
-    out[rank] = {"decision": decision, "timed": timed.checkpoint, "weights": [p.detach().clone() for p in model.parameters()],
+    out[rank] = {"decision": decision, "timed": timed.checkpoint, "noticed": (timed.stop, len(asked)), "weights": [p.detach().clone() for p in model.parameters()],
                  "gathered": control.gather(rank * 10, rank), "broadcast": control.broadcast(f"from {rank}")}
     dist.destroy_process_group()
 
@@ -68,6 +71,7 @@ def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(co
         decision = out[rank]["decision"]
         assert not decision.all_full and decision.any_data and decision.stop  # rank 1's stop reached all
         assert not decision.checkpoint and out[rank]["timed"]  # rank 0's timer reached all, no one else's
+        assert out[rank]["noticed"] == (True, 1)  # asked once, at rank 0's poll, and the notice stops every rank
         assert decision.previous == [sum(1.0 + r for r in range(world)), world, 2 * world, 0.5 * world, 1.0 * world,
                                      0.25 * world, 2 * world, *[0.0] * 8, 0.0]  # no loss metrics (classification)
         assert out[rank]["broadcast"] == "from 0"
@@ -83,7 +87,7 @@ def test_a_step_record_covers_every_rank():
 
 def test_one_rank_needs_no_collective():
     control = Control(world=1)
-    control._stop_locally = lambda: False
+    control._stop_locally = lambda: (False, False)
     decision = control.exchange(True, True, None)
     assert decision.all_full and decision.any_data and not decision.stop and decision.previous is None
     assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2, 0.0, 0, *[0.0] * 8, 0]
@@ -125,7 +129,7 @@ def _lost_main(rank: int, world: int, port: int, out: dict) -> None:
     asked: list = []
     control = Control(world, rank, _Guard(rank, asked))
     if rank == 0:
-        control._stop_locally = lambda: False  # rank 0 would read Ray's KV store; the others never do
+        control._stop_locally = lambda: (False, False)  # rank 0 would read Ray's KV store; the others never do
     try:
         control.exchange(True, True, None)
         out[rank] = ("no error", asked)

@@ -1,0 +1,61 @@
+"""What `trainers.user_loop` does around your own loop without a cluster: the batches it hands the
+loop, the step records it makes of its reports, the rows by host, and the one line an error becomes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from smlaunch.trainers.user_loop import Meter, _strip_dict, _strip_table, error_line, merge_rank_summaries
+
+
+class _Outbox:
+    def __init__(self):
+        self.sent = []
+
+    def put(self, kind, **fields):
+        self.sent.append((kind, fields))
+
+
+def test_batches_lose_the_chain_s_columns_and_their_hosts_are_counted():
+    meter = Meter(0, 2, ("algo-1", "algo-2", "algo-3"), _Outbox(), None)
+    table = pa.table({"image": [b"a", b"b", b"c"], "label": [1, 2, 3], "id": [7, 8, 9], "pos": [0, 1, 2],
+                      "seek": [0, 0, 0], "host": np.array([1, 2, 2], dtype=np.int16), "prep_s": [0.1] * 3})
+    assert _strip_table(table, meter).column_names == ["image", "label"]
+    assert _strip_dict({"x": np.zeros(2), "host": np.array([1, 3]), "id": np.arange(2)}, meter).keys() == {"x"}
+    summary = meter.rank_summary()  # host 3 is past the plan's hosts: "unknown"
+    assert summary["host_rows"] == {"algo-1": 0, "algo-2": 2, "algo-3": 2, "unknown": 1}
+    merged = merge_rank_summaries([summary, {"host_rows": {"algo-2": 5, "algo-3": 0}}])
+    assert merged == {"algo-2": 7, "algo-3": 2, "unknown": 1}
+
+
+def test_reports_become_step_records_with_rows_and_waits_measured_at_the_shard():
+    outbox = _Outbox()
+    meter = Meter(0, 2, ("algo-1",), outbox, 100)
+    batches = list(meter.timed(iter([{"image": np.zeros((4, 3))}, {"image": np.zeros((4, 3))}]), "train"))
+    assert len(batches) == 2 and meter.rows == {"train": 8} and meter.epochs == 1
+    meter.on_report({"step": 7, "loss": 0.5, "acc": 0.25, "note": "text"}, checkpoint=None)
+    meter.on_report({"loss": 0.4}, checkpoint="a checkpoint")  # no step key: the loop's own step is kept
+    (_, first), (_, second) = outbox.sent
+    assert first["step"] == 7 and first["metrics"] == {"loss": 0.5, "acc": 0.25} and first["loop"]
+    assert first["loss"] == 0.5 and first["images_per_s"] > 0 and first["epoch"] == 1
+    assert second["step"] == 2 and second["images_per_s"] == 0.0  # the report count: no rows since the first
+    assert (meter.reports, meter.checkpoints, meter.steps.count) == (2, 1, 2)
+    other = Meter(1, 2, ("algo-1",), _Outbox(), None)  # rank 1 counts reports, posts nothing
+    other.on_report({"step": 3}, None)
+    assert other.step == 3 and not other.outbox.sent
+
+
+def test_an_error_in_the_loop_is_one_line_naming_the_rank_function_and_the_user_s_frame(tmp_path, monkeypatch):
+    monkeypatch.setenv("SM_LAUNCH_CODE_DIR", str(tmp_path))
+    (tmp_path / "mine.py").write_text("def train(config):\n    helper()\n\ndef helper():\n    raise KeyError('lr')\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mine", tmp_path / "mine.py")
+    mine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mine)
+    try:
+        mine.train({})
+    except KeyError as exc:
+        line = error_line(exc, 1, "mine:train")
+    assert line == "trainer.loop mine:train failed on rank 1 at mine.py:5 in helper: KeyError: 'lr'"
