@@ -120,7 +120,9 @@ def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_a
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143 and took < 30, (took, out[-3000:])
+    # SageMaker kills 120 s after its SIGTERM: the exit must come well before (typically 15-30 s here; a
+    # tighter bound failed CI at 30.4 s on a busy 2-core machine, which is not what this claim is about)
+    assert proc.returncode == 143 and took < 100, (took, out[-3000:])
     first = report(tmp_path, "run")
     summary = first["summary"]
     # The worker died between the checkpoint seen at the kill and the next one: restarting from
@@ -270,7 +272,7 @@ def test_a_stop_the_trainer_cannot_reach_ends_the_job_after_the_grace_in_one_lin
         if job.poll() is None:
             job.kill()
     text = output(tmp_path, "stuck")
-    assert job.returncode == 1 and 3 <= took < 30, (job.returncode, took, text[-3000:])
+    assert job.returncode == 1 and 3 <= took < 60, (job.returncode, took, text[-3000:])  # grace 3 s, then the teardown
     assert "SIGTERM received: stopping at the next step boundary (up to 3 s)" in text
     last = (tmp_path / "stuck.err").read_text().strip().splitlines()[-1]
     assert last == ("sm-launch: error: the trainer did not stop within 3 s of SIGTERM (trainer.stop_grace_s): no step "

@@ -59,3 +59,12 @@ def test_an_error_in_the_loop_is_one_line_naming_the_rank_function_and_the_user_
     except KeyError as exc:
         line = error_line(exc, 1, "mine:train")
     assert line == "trainer.loop mine:train failed on rank 1 at mine.py:5 in helper: KeyError: 'lr'"
+
+
+def test_a_loop_that_never_reports_is_still_timed_as_one_record():
+    outbox = _Outbox()
+    meter = Meter(0, 1, ("algo-1",), outbox, None)
+    list(meter.timed(iter([{"x": np.zeros(5)}]), "train"))
+    meter.close()
+    (_, record), = outbox.sent
+    assert record["step"] == 1 and record["images_per_s"] > 0 and meter.reports == 0

@@ -104,9 +104,10 @@ def plan_lines(cfg, plan) -> list[str]:
     t = cfg.trainer
     lines.append(f"train workers: {plan.train_workers} ({'GPU, NCCL' if plan.use_gpu else 'CPU, gloo'}): "
                  + workers_text(plan.workers))
-    lines.append(f"global batch: {plan.global_batch} = {t.batch_size} x {plural(plan.train_workers, 'worker')} x "
-                 f"{t.grad_accum_steps} accumulation; learning rate {plan.learning_rate:g}"
-                 + (" (linear scaling)" if t.lr_scaling == "linear" else ""))
+    if not t.loop:  # your loop's batch and rate are its own
+        lines.append(f"global batch: {plan.global_batch} = {t.batch_size} x {plural(plan.train_workers, 'worker')} x "
+                     f"{t.grad_accum_steps} accumulation; learning rate {plan.learning_rate:g}"
+                     + (" (linear scaling)" if t.lr_scaling == "linear" else ""))
     if plan.worker_env:
         lines.append("train workers' environment: " + " ".join(f"{k}={v}" for k, v in plan.worker_env.items()))
     lines.append(f"preprocessing selector: {plan.preprocess_selector}"
