@@ -56,6 +56,7 @@ bench: setup
 	$(VENV)/bin/python bench/offload_vs_dataloader.py
 	$(VENV)/bin/python bench/train_overhead.py
 	$(VENV)/bin/python bench/byo.py
+	$(VENV)/bin/python bench/user_loop.py
 	$(VENV)/bin/python bench/ddp_scaling.py
 	$(VENV)/bin/python bench/advisor.py
 	$(VENV)/bin/python bench/seed_workload.py
