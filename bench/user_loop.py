@@ -80,8 +80,10 @@ def plain_main(address: str, folder: str, steps: int) -> None:
 def rates(returned: dict, started: float) -> dict:
     ends = returned["step_ends"]
     steady = ends[WARM:]
+    waited = sum(returned["waits"][WARM + 1:len(ends)])
     return {"first_step_s": round(ends[0] - started, 2),
-            "images_per_s": round((len(steady) - 1) * returned["batch_size"] / (steady[-1] - steady[0]), 2)}
+            "images_per_s": round((len(steady) - 1) * returned["batch_size"] / (steady[-1] - steady[0]), 2),
+            "data_wait_pct": round(100 * waited / (steady[-1] - steady[0]), 1), "torch_threads": returned["threads"]}
 
 
 def run_ours(project: Path, address: str, env: dict, steps: int, n: int) -> dict:
