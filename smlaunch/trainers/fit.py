@@ -118,6 +118,7 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
         from smlaunch.errors import user_error_in
 
         if user_error_in(exc) is None:
+            _raise_if_preempted(exc)
             _raise_if_a_train_host_was_lost(spec)
             _raise_if_workers_never_started(exc, spec)
         raise
@@ -183,6 +184,23 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def _raise_if_preempted(exc: BaseException) -> None:
+    """Ray Train's `PreemptionError`: a train node was drained (a spot notice) and the loop did not
+    return before the drain's deadline (`max_preemption_failures=0`: no restart on a node that is
+    going). One line instead of the controller's traceback."""
+    from smlaunch.errors import UserError
+
+    chain = [exc, getattr(exc, "controller_failure", None), exc.__cause__]
+    found = next((e for e in chain if e is not None and type(e).__name__ == "PreemptionError"), None)
+    if found is None:
+        return
+    info = getattr(found, "preemption_info", None)
+    nodes = ", ".join(info.preempted_node_ids) if info is not None else "a train node"
+    raise UserError(f"train node(s) {nodes} drained for preemption and the loop did not return before the drain's "
+                    "deadline: a loop should report a checkpoint and return once ray.train.get_preemption_info() "
+                    "is not None; the next job resumes from its last reported checkpoint") from None
 
 
 def _raise_if_workers_never_started(exc: BaseException, spec: TrainSpec) -> None:

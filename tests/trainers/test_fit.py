@@ -8,7 +8,7 @@ from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
 from smlaunch.errors import UserError
 from smlaunch.launcher.job.train_spec import train_spec
-from smlaunch.trainers.fit import START_RETRIES, _raise_if_workers_never_started
+from smlaunch.trainers.fit import START_RETRIES, _raise_if_preempted, _raise_if_workers_never_started
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml")
 
@@ -40,3 +40,14 @@ def test_the_spec_fit_takes_carries_the_plans_worker_decision_and_nothing_is_rec
     assert [s[plan.host_label] for s in spec.worker_selectors] == ["algo-1", "algo-1", "algo-2", "algo-2"]
     assert spec.train_hosts == ("algo-1", "algo-2")
     assert dict(spec.preprocess_selector) == plan.preprocess_selector
+
+
+def test_a_drain_the_loop_did_not_return_on_ends_in_one_line():
+    from ray.train.v2.api.exceptions import PreemptionError
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    info = PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"ab12": [0, 1]})
+    with pytest.raises(UserError) as raised:
+        _raise_if_preempted(PreemptionError(preemption_info=info, drain_timed_out=True))
+    assert str(raised.value).startswith("train node(s) ab12 drained for preemption and the loop did not return")
+    _raise_if_preempted(ValueError("x"))  # not a preemption: not ours to rename
