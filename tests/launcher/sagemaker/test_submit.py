@@ -243,7 +243,8 @@ def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions
     aws.s3.download_file(aws.bucket, f"smlaunch/{job}/code/sourcedir.tar.gz", str(tarball))
     with tarfile.open(tarball) as tar:
         shipped = sorted(n for n in tar.getnames() if n.startswith("user_code/"))
-    assert shipped == ["user_code/regression.py", "user_code/segmentation.py", "user_code/train.py"], shipped
+    assert shipped == ["user_code/ray_loop.py", "user_code/regression.py", "user_code/segmentation.py",
+                       "user_code/train.py"], shipped
     monkeypatch.chdir(tmp_path)  # not the project folder: only the shipped copy can answer on the host
     if entry == "toolkit":
         ran = run_toolkit(aws, request, tree)
