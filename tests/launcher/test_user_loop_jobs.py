@@ -92,12 +92,15 @@ def test_a_ray_docs_loop_trains_on_two_ranks_stops_on_sigterm_through_the_preemp
     out = "".join(lines)
     assert proc.wait(timeout=60) == 143 and sent is not None, out[-4000:]
     seen = json.loads(notice.read_text())
-    assert seen["ranks"] == [0, 1] and seen["t"] - sent < 2.0, (seen, sent)
+    # The notice is there within 2 s: no call the loop made later than that was answered None (the loop
+    # asks once a step, and a step waiting for data may come later: the claim is Ray's answer, not the step's).
+    assert seen["ranks"] == [0, 1] and seen["last_none"] - sent < 2.0 and seen["t"] >= sent, (seen, sent)
     assert json.loads(start.read_text()) == {"step": 0, "resumed": False}
     report = _report(tmp_path, "first")
     summary = report["summary"]
     assert summary["stopped_at_step"] == seen["step"] and summary["train_workers"] == 2, summary
-    assert summary["data_node_row_fraction"] == 1.0 and set(report["rows_by_host"]) == {"algo-2", "algo-3"}
+    rows = report["rows_by_host"]  # a few steps may all come from one data host
+    assert summary["data_node_row_fraction"] == 1.0 and rows and set(rows) <= {"algo-2", "algo-3"}, rows
     assert 0 <= summary["data_wait_pct"] <= 100 and report["steps"][-1]["step"] == seen["step"]
     assert report["loop"]["returned"] == {"preempted_at": seen["step"]}, report["loop"]
     model = tmp_path / "runs/first/hosts/algo-1/opt/ml/model/state.pt"

@@ -44,7 +44,7 @@ def train_func(config):
             ray.train.report(metrics, checkpoint=saved)
 
     shard = ray.train.get_dataset_shard("train")
-    seen = []
+    seen, last_none = [], None
     while step < config["steps"]:
         for batch in shard.iter_torch_batches(batch_size=config["batch_size"]):
             images = batch["image"].float() / 255.0
@@ -56,11 +56,15 @@ def train_func(config):
             seen.append(sorted(batch.keys()))
             time.sleep(config.get("sleep_s", 0))
             metrics = {"step": step, "loss": loss.item(), "epoch": epoch}
+            asked_at = time.time()
             preempted = ray.train.get_preemption_info()
-            if preempted is not None:
+            if preempted is None:
+                last_none = asked_at
+            else:
                 if config.get("notice_file") and rank == 0:
                     with open(config["notice_file"], "w") as out:
-                        json.dump({"step": step, "t": time.time(), "ranks": preempted.preempted_ranks}, out)
+                        json.dump({"step": step, "t": asked_at, "last_none": last_none,
+                                   "ranks": preempted.preempted_ranks}, out)
                 save(metrics)
                 return {"preempted_at": step}
             if step % config["checkpoint_every"] == 0 or step >= config["steps"]:
