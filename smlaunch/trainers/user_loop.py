@@ -32,9 +32,8 @@ INTERNAL_COLUMNS = ("id", "pos", "seek", "host", "prep_s")
 class Meter:
     """One rank's measurements of the loop: rows by host, data wait, reports."""
 
-    def __init__(self, rank: int, world: int, host_names: tuple[str, ...], outbox, total_steps: int | None):
+    def __init__(self, rank: int, world: int, host_names: tuple[str, ...], outbox):
         self.rank, self.world, self.hosts, self.outbox = rank, world, list(host_names) + ["unknown"], outbox
-        self.total_steps = total_steps
         self.lock = threading.Lock()
         self.host_rows = [0] * len(self.hosts)
         self.rows = {}  # shard name -> rows the loop took
@@ -139,7 +138,7 @@ class MeasuredShard:
 
     def iter_torch_batches(self, *, collate_fn=None, dtypes=None, device="auto", **kwargs):
         import torch
-        from ray.data.collate_fn import ArrowBatchCollateFn, DefaultCollateFn, NumpyBatchCollateFn, PandasBatchCollateFn
+        from ray.data.collate_fn import ArrowBatchCollateFn, DefaultCollateFn, PandasBatchCollateFn
 
         meter = self._meter
         if collate_fn is None:
@@ -154,13 +153,11 @@ class MeasuredShard:
         class Stripping(ArrowBatchCollateFn):
             def __call__(self, table):
                 table = _strip_table(table, meter)
-                if isinstance(user, NumpyBatchCollateFn):
-                    return user({c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names})
                 if isinstance(user, PandasBatchCollateFn):
                     return user(table.to_pandas())
                 if isinstance(user, ArrowBatchCollateFn):
                     return user(table)
-                return user({c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names})
+                return user({c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names})  # numpy
 
         batches = self._inner.iter_torch_batches(collate_fn=Stripping(), device=device, **kwargs)
         return meter.timed(batches, self._name)
@@ -171,9 +168,6 @@ class MeasuredShard:
                 yield _strip_dict(batch, self._meter) if isinstance(batch, dict) else batch
 
         return self._meter.timed(stripped(), self._name)
-
-    def __iter__(self):
-        return iter(self.iter_batches())
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -227,7 +221,7 @@ def run_user_loop(spec) -> dict:
     rank, world = context.get_world_rank(), context.get_world_size()
     marks = {"train_workers_up": time.time()}
     outbox = Outbox(enabled=rank == 0)
-    meter = Meter(rank, world, spec.host_names, outbox, spec.total_steps)
+    meter = Meter(rank, world, spec.host_names, outbox)
     undo = _patch(meter)
     found = ray.train.get_checkpoint()
     if found is not None:
@@ -280,7 +274,7 @@ def keep_final_checkpoint(result, model_dir: str) -> dict:
 
 
 def merge_rank_summaries(summaries: list[dict]) -> dict:
-    """Rows by host over every rank's summary (`Meter.rank_summary`), and the ranks' mean data wait."""
+    """Rows by host over every rank's summary (`Meter.rank_summary`)."""
     rows: dict[str, int] = {}
     for summary in summaries:
         for host, n in summary["host_rows"].items():

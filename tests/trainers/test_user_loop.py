@@ -18,7 +18,7 @@ class _Outbox:
 
 
 def test_batches_lose_the_chain_s_columns_and_their_hosts_are_counted():
-    meter = Meter(0, 2, ("algo-1", "algo-2", "algo-3"), _Outbox(), None)
+    meter = Meter(0, 2, ("algo-1", "algo-2", "algo-3"), _Outbox())
     table = pa.table({"image": [b"a", b"b", b"c"], "label": [1, 2, 3], "id": [7, 8, 9], "pos": [0, 1, 2],
                       "seek": [0, 0, 0], "host": np.array([1, 2, 2], dtype=np.int16), "prep_s": [0.1] * 3})
     assert _strip_table(table, meter).column_names == ["image", "label"]
@@ -31,7 +31,7 @@ def test_batches_lose_the_chain_s_columns_and_their_hosts_are_counted():
 
 def test_reports_become_step_records_with_rows_and_waits_measured_at_the_shard():
     outbox = _Outbox()
-    meter = Meter(0, 2, ("algo-1",), outbox, 100)
+    meter = Meter(0, 2, ("algo-1",), outbox)
     batches = list(meter.timed(iter([{"image": np.zeros((4, 3))}, {"image": np.zeros((4, 3))}]), "train"))
     assert len(batches) == 2 and meter.rows == {"train": 8} and meter.epochs == 1
     meter.on_report({"step": 7, "loss": 0.5, "acc": 0.25, "note": "text"}, checkpoint=None)
@@ -41,7 +41,7 @@ def test_reports_become_step_records_with_rows_and_waits_measured_at_the_shard()
     assert first["loss"] == 0.5 and first["images_per_s"] > 0 and first["epoch"] == 1
     assert second["step"] == 2 and second["images_per_s"] == 0.0  # the report count: no rows since the first
     assert (meter.reports, meter.checkpoints, meter.steps.count) == (2, 1, 2)
-    other = Meter(1, 2, ("algo-1",), _Outbox(), None)  # rank 1 counts reports, posts nothing
+    other = Meter(1, 2, ("algo-1",), _Outbox())  # rank 1 counts reports, posts nothing
     other.on_report({"step": 3}, None)
     assert other.step == 3 and not other.outbox.sent
 
@@ -63,7 +63,7 @@ def test_an_error_in_the_loop_is_one_line_naming_the_rank_function_and_the_user_
 
 def test_a_loop_that_never_reports_is_still_timed_as_one_record():
     outbox = _Outbox()
-    meter = Meter(0, 1, ("algo-1",), outbox, None)
+    meter = Meter(0, 1, ("algo-1",), outbox)
     list(meter.timed(iter([{"x": np.zeros(5)}]), "train"))
     meter.close()
     (_, record), = outbox.sent
