@@ -19,6 +19,24 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["support.s3"]  # the local S3 server's fixtures, for every folder
 
 
+def pytest_collection_modifyitems(config, items):
+    """One xdist worker runs every module that starts Ray, in file order and first; the other runs the
+    rest beside it, a module at a time (`-n 2 --dist loadgroup`, pyproject's addopts).
+
+    Two Ray jobs at once on CI's two cores starve each other's node start-up; a job beside the unit
+    tests meets no more load than the busy core each whole-job test is held to. A module is Ray's when
+    a test of it is marked `ray` or uses `data_cluster` (one per worker session), so module fixtures
+    (a shared job, a shared cluster) still start once. Without xdist the order is the same."""
+    def starts_ray(item) -> bool:
+        return item.get_closest_marker("ray") is not None or "data_cluster" in item.fixturenames
+
+    ray_modules = {item.path for item in items if starts_ray(item)}
+    items[:] = [i for i in items if i.path in ray_modules] + [i for i in items if i.path not in ray_modules]
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group("ray" if item.path in ray_modules else item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def dataset_cache(tmp_path_factory):
     """Keep the builtin dataset out of the user's home; built once per test session."""
