@@ -20,7 +20,14 @@ Side by side on this machine, taking turns, `--rounds` of each (median):
 `--before DIR` also times another checkout of smlaunch (e.g. `git worktree add /tmp/before <commit>`)
 on the same paths in the same rounds, so a change is measured against its parent side by side.
 
-    python bench/startup.py [--rounds 3] [--paths local,simulate,address] [--before DIR]
+`--preload MODULES` also times this checkout with Ray's own preloaded workers on the local and
+simulate paths (the address path's cluster is the operator's): `RAY_preload_python_modules=MODULES`
+in the environment the nodes start from, so every worker the raylet starts imports them before it
+takes work, and the raylet prestarts a node's CPU count of workers when the driver connects
+(`prestart_worker_first_driver`, on by default). Issue 56 tried `torch,torchvision,timm`: not kept
+(BENCHMARKS.md, startup).
+
+    python bench/startup.py [--rounds 3] [--paths local,simulate,address] [--before DIR] [--preload MODULES]
 
 Ends with `RESULT startup first_step_s=<x> ratio_vs_ray=<x> exit_after_last_step_s=<x>` for the
 local path (the quick start's), then one line per other path; the goals: first step <= 15 s and
@@ -54,10 +61,10 @@ def environment(code: Path = ROOT) -> dict:
     return env
 
 
-def time_ours(code: Path, run_dir: Path, path: str, address: str | None) -> dict:
-    """One job of `configs/hetero.yaml` on `path`, run from the smlaunch tree `code`."""
+def time_ours(code: Path, run_dir: Path, path: str, address: str | None, extra_env: dict | None = None) -> dict:
+    """One job of `configs/hetero.yaml` on `path`, run from the smlaunch tree `code` (with `extra_env`)."""
     sets = ["--set", f"trainer.steps={STEPS}", "--set", f"run.dir={run_dir}", "--set", "run.name=r"]
-    env = environment(code)
+    env = {**environment(code), **(extra_env or {})}
     if path == "simulate":
         args = ["simulate", str(CONFIG), *sets]
     elif path == "address":
@@ -135,12 +142,17 @@ def main() -> int:
     parser.add_argument("--paths", default="local,simulate,address",
                         help="comma-separated, of local, simulate, address (default: all three)")
     parser.add_argument("--before", type=Path, help="another smlaunch checkout to time in the same rounds")
+    parser.add_argument("--preload", metavar="MODULES",
+                        help="also time this checkout with RAY_preload_python_modules=MODULES (local, simulate)")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     if not paths or set(paths) - {"local", "simulate", "address"}:
         parser.error(f"--paths: choose from local, simulate, address (got {args.paths!r})")
-    trees = {"now": ROOT, **({"before": args.before.resolve()} if args.before else {})}
-    runs: dict[tuple[str, str], list[dict]] = {(t, p): [] for t in trees for p in paths}
+    trees = {"now": ROOT, **({"before": args.before.resolve()} if args.before else {}),
+             **({"preload": ROOT} if args.preload else {})}
+    extra = {"preload": {"RAY_preload_python_modules": args.preload}} if args.preload else {}
+    runs: dict[tuple[str, str], list[dict]] = {(t, p): [] for t in trees for p in paths
+                                               if not (t == "preload" and p == "address")}
     ray: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         address = stack.enter_context(operator_cluster(Path(tmp))) if "address" in paths else None
@@ -149,7 +161,9 @@ def main() -> int:
             print(f"round {n + 1}: Ray alone: {json.dumps(ray[-1])}", flush=True)
             for path in paths:
                 for tree, code in trees.items():
-                    phases = time_ours(code, Path(tmp) / f"{tree}-{path}-{n}", path, address)
+                    if (tree, path) not in runs:
+                        continue
+                    phases = time_ours(code, Path(tmp) / f"{tree}-{path}-{n}", path, address, extra.get(tree))
                     runs[tree, path].append(phases)
                     print(f"  sm-launch {path} ({tree}): first step {phases['first_step']:.1f} s, last step "
                           f"{phases['last_step']:.1f} s, exit {phases['exit']:.1f} s: {json.dumps(phases)}", flush=True)

@@ -8,6 +8,7 @@ subprocess."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,22 +20,39 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["support.s3"]  # the local S3 server's fixtures, for every folder
 
 
+@functools.cache
+def starts_ray(module: str) -> bool:
+    """Whether the test module at `module` (relative to the repo) starts Ray: it has a test marked
+    `ray` or one using the session's `data_cluster`. Read from the source, so that the xdist
+    controller, which collects nothing, decides as the workers do."""
+    text = (ROOT / module).read_text()
+    return "mark.ray" in text or "data_cluster" in text
+
+
 def pytest_collection_modifyitems(config, items):
-    """One xdist worker runs every module that starts Ray, in file order and first; the other runs the
-    rest beside it, a module at a time (`-n 2 --dist loadgroup`, pyproject's addopts).
+    """The modules that start Ray first, in file order (see `pytest_xdist_make_scheduler`)."""
+    def ray(item) -> bool:
+        return starts_ray(item.nodeid.split("::", 1)[0])
+
+    items[:] = [i for i in items if ray(i)] + [i for i in items if not ray(i)]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (`-n 2`, pyproject's addopts): one worker runs every module that starts
+    Ray, one after another in file order; the other runs the rest beside it, a module at a time.
 
     Two Ray jobs at once on CI's two cores starve each other's node start-up; a job beside the unit
-    tests meets no more load than the busy core each whole-job test is held to. A module is Ray's when
-    a test of it is marked `ray` or uses `data_cluster` (one per worker session), so module fixtures
-    (a shared job, a shared cluster) still start once. Without xdist the order is the same."""
-    def starts_ray(item) -> bool:
-        return item.get_closest_marker("ray") is not None or "data_cluster" in item.fixturenames
+    tests meets no more load than the busy core each whole-job test is held to. Module fixtures (a
+    shared job, a shared cluster) still start once. xdist's own `--dist loadgroup` cannot do this
+    under pytest 9 (it renames items through `_nodeid`, which pytest 9 no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
 
-    ray_modules = {item.path for item in items if starts_ray(item)}
-    items[:] = [i for i in items if i.path in ray_modules] + [i for i in items if i.path not in ray_modules]
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group("ray" if item.path in ray_modules else item.nodeid.split("::")[0]))
+    class RayModulesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "ray" if starts_ray(module) else module
+
+    return RayModulesTogether(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
