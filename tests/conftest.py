@@ -8,7 +8,6 @@ subprocess."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
@@ -18,41 +17,6 @@ from support.environment import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["support.s3"]  # the local S3 server's fixtures, for every folder
-
-
-@functools.cache
-def starts_ray(module: str) -> bool:
-    """Whether the test module at `module` (relative to the repo) starts Ray: it has a test marked
-    `ray` or one using the session's `data_cluster`. Read from the source, so that the xdist
-    controller, which collects nothing, decides as the workers do."""
-    text = (ROOT / module).read_text()
-    return "mark.ray" in text or "data_cluster" in text
-
-
-def pytest_collection_modifyitems(config, items):
-    """The modules that start Ray first, in file order (see `pytest_xdist_make_scheduler`)."""
-    def ray(item) -> bool:
-        return starts_ray(item.nodeid.split("::", 1)[0])
-
-    items[:] = [i for i in items if ray(i)] + [i for i in items if not ray(i)]
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (`-n 2`, pyproject's addopts): one worker runs every module that starts
-    Ray, one after another in file order; the other runs the rest beside it, a module at a time.
-
-    Two Ray jobs at once on CI's two cores starve each other's node start-up; a job beside the unit
-    tests meets no more load than the busy core each whole-job test is held to. Module fixtures (a
-    shared job, a shared cluster) still start once. xdist's own `--dist loadgroup` cannot do this
-    under pytest 9 (it renames items through `_nodeid`, which pytest 9 no longer reads)."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class RayModulesTogether(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "ray" if starts_ray(module) else module
-
-    return RayModulesTogether(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -25,7 +25,8 @@ def _rows(channel, samples) -> pa.Table:
     return pa.concat_tables(list(row_blocks(channel, samples)))
 
 
-def test_parquet_columns_by_their_batch_names_and_dtypes_and_a_null_is_named_or_skipped(tmp_path):
+@pytest.mark.ray  # the run's corrupt-record counter is a Ray actor
+def test_parquet_columns_by_their_batch_names_and_dtypes_and_a_null_is_named_or_skipped(tmp_path, data_cluster):
     import numpy as np
     import pandas as pd
 
@@ -54,7 +55,8 @@ def test_parquet_columns_by_their_batch_names_and_dtypes_and_a_null_is_named_or_
     assert table.column("v").to_pylist()[0] == [0.0, 0.5]
 
 
-def test_tfrecord_features_of_every_kind_written_by_the_tfrecord_package(tmp_path):
+@pytest.mark.ray  # the run's corrupt-record counter is a Ray actor
+def test_tfrecord_features_of_every_kind_written_by_the_tfrecord_package(tmp_path, data_cluster):
     from tfrecord import TFRecordWriter
 
     path = tmp_path / "shard-0.tfrecord"
