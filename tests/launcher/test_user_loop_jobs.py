@@ -74,7 +74,9 @@ def test_a_ray_docs_loop_trains_on_two_ranks_stops_on_sigterm_through_the_preemp
     `ray.train.get_preemption_info()` within 2 s on every rank, it reports a checkpoint and returns,
     and the job exits 143. The second job: `get_checkpoint()` returns that checkpoint (the loop
     resumes at its step), trains on, and the loop's own error ends the job in one line naming the
-    rank, the function and the loop's frame."""
+    rank, the function and the loop's frame. Jobs of their own: every other job runs the built-in
+    loop, and here the training, the data's use, the checkpoints and the stop all go through the
+    user's function (issue 56: a new whole job says why no existing one could carry its claim)."""
     folder = copy_project(tmp_path)
     notice, start = tmp_path / "notice.json", tmp_path / "start.json"
     first = _config(folder, tmp_path, "first", {"steps": 400, "sleep_s": 0.2, "notice_file": str(notice),

@@ -300,7 +300,9 @@ def test_z_a_drained_train_node_makes_the_built_in_loop_checkpoint_and_end_clean
     """The cluster's operator drains the train node as KubeRay and Ray's autoscaler drain a spot node
     before it goes (`ray drain-node`, reason preemption): the built-in loop hears it through Ray
     Train's preemption notice, checkpoints at the next step boundary and ends as a stopped job (143)
-    whose complete checkpoint a next job resumes from. Last in this module: a drained node leaves once idle."""
+    whose complete checkpoint a next job resumes from. Last in this module: a drained node leaves once idle.
+    A job of its own on the module's cluster: a drain ends the job it reaches, and this is the one
+    path (an operator's drain, no SIGTERM before it) that no other job's stop takes."""
     import json
 
     from support.user_layouts import digits, write_image_folder
