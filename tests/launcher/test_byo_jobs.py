@@ -92,7 +92,8 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     must learn (the target's variance is about 7.5; a model that learned nothing scores that),
     read every row once an epoch, report the user's metrics on the step and validation lines and
     in report.json, and save a model the factory's own module loads. A job of its own: every other
-    job trains an image classifier with the built-in task, from the product's own configs."""
+    job trains on images and starts from the CLI; this one is tabular data entered through the
+    Python API, which no other job uses."""
     folder, module = _project(tmp_path)
     config = yaml.safe_load(_config(folder, tmp_path, "regression").read_text())
     (folder / "job.json").write_text(json.dumps(config))
