@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from smlaunch.cluster.autoscale.policy import STABILISE_COOLDOWNS, Decision, Window, decide
+from smlaunch.cluster.autoscale.policy import PEAK_S, STABILISE_COOLDOWNS, WARM_WINDOWS, Decision, Prices, Window, decide
 
 BUSY_EVERY_S = 1.0
 BUSY_SAMPLES = 30
@@ -51,8 +51,10 @@ class DataHostsAccess:
 class ElasticDataHosts:
     def __init__(self, cfg, access: DataHostsAccess, price_per_host_h: float | None, log: Callable[[str], None],
                  period_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 slots_per_host: float | None = None):
+                 slots_per_host: float | None = None, train_price_h: float | None = None):
         self.cfg, self.access, self.price, self.log = cfg, access, price_per_host_h, log
+        self.prices = Prices(train_price_h, price_per_host_h)
+        """The train hosts' $/h (all of them) and a data host's: the cost per image decisions judge by."""
         self.slots_per_host = slots_per_host
         """Chain tasks a data host runs at once (its Ray CPUs): the chain's own clock's capacity."""
         self.period_s, self.clock = period_s, clock
@@ -63,6 +65,10 @@ class ElasticDataHosts:
         self.busy: collections.deque = collections.deque(maxlen=BUSY_SAMPLES)
         self.host_seconds = 0.0
         """Data hosts joined, integrated over the ticks: what the job paid for (`summary`)."""
+        self.train_seconds = 0.0
+        """The ticks' span: the train hosts' time over the same seconds (`summary`'s cost per image)."""
+        self.images = 0.0
+        """Images the steps trained (all of them, an epoch's first step too)."""
         self._ticked_at: float | None = None
         self._sizes: list[int] = []
         self._changed_at = -float("inf")
@@ -83,6 +89,10 @@ class ElasticDataHosts:
         (a wait that holds over two windows with no step in common: `policy.CONFIRM_BELOW`)."""
         self.epoch_starts = 0
         """Steps left out of the windows as the first of their epoch (`on_step`)."""
+        self._peaks: collections.deque = collections.deque()
+        """(clock, GPU-bound images/s) of the full windows of the last `PEAK_S`: the trainer's best lately."""
+        self._warm_from = 0
+        """`_steps_in` when the latest epoch began: the next `WARM_WINDOWS` windows are its warm-up."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -95,10 +105,12 @@ class ElasticDataHosts:
         hosts on windows of 97 % wait at 43 images/s, while the hosts had capacity to spare)."""
         epoch = record.get("epoch")
         with self._lock:
+            self.images += record.get("images_per_s", 0.0) * record.get("step_time_s", 0.0)
             first_of_epoch = epoch is not None and epoch != self._epoch
             self._epoch = epoch
             if first_of_epoch:
                 self.epoch_starts += 1
+                self._warm_from = self._steps_in
             else:
                 self.records.append(record)
                 self._steps_in += 1
@@ -117,6 +129,7 @@ class ElasticDataHosts:
         now = self.clock()
         if self._ticked_at is not None:
             self.host_seconds += len(joined) * (now - self._ticked_at)
+            self.train_seconds += now - self._ticked_at
         self._ticked_at = now
         if not self._sizes:
             self._sizes.append(len(joined))
@@ -129,11 +142,17 @@ class ElasticDataHosts:
             self._joining = False
             self._restart_window(now)
         with self._lock:
-            records, steps_in = list(self.records), self._steps_in
+            records, steps_in, warm_from = list(self.records), self._steps_in, self._warm_from
         window = Window.of(records, self._busy_over(records), self.slots_per_host)
         too_few = {n: until - now for n, until in self._too_few.items() if until > now}
+        if window.steps >= self.cfg.window_steps:
+            self._peaks.append((now, window.gpu_bound_images_per_s))
+        while self._peaks and self._peaks[0][0] < now - PEAK_S:
+            self._peaks.popleft()
         decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending, too_few,
-                          sustained=self._sustained(window, steps_in))
+                          sustained=self._sustained(window, steps_in),
+                          warming=steps_in - warm_from <= WARM_WINDOWS * self.cfg.window_steps, prices=self.prices,
+                          trainer_peak=max((rate for _, rate in self._peaks), default=None))
         if decision.change > 0 and self._last_change < 0:  # the last release starved the trainer
             times = self._starved[len(joined)] = self._starved.get(len(joined), 0) + 1
             hold_s = STABILISE_COOLDOWNS * max(self.cfg.cooldown_s, self.period_s) * 2 ** (times - 1)
@@ -149,7 +168,7 @@ class ElasticDataHosts:
             self._joining = decision.change > 0
             self._restart_window(now)
         if decision.change:
-            self.log(decision.line(len(joined), window, self.price))
+            self.log(decision.line(len(joined), window, self.prices))
         elif now - self._held_at >= HOLD_EVERY_S:
             self._held_at = now
         else:
@@ -158,6 +177,8 @@ class ElasticDataHosts:
                               "data_wait_pct": round(window.data_wait_pct, 2),
                               "images_per_s": round(window.images_per_s, 1),
                               "usd_per_h": round(decision.hosts * self.price, 3) if self.price else None,
+                              "usd_per_million_images": _round(self.prices.per_million_images(len(joined),
+                                                                                   window.images_per_s)),
                               "change": decision.change, "reason": decision.reason})
         return decision
 
@@ -201,8 +222,17 @@ class ElasticDataHosts:
         return {"sizes": list(self._sizes), "changes": len(changes), "added": sum(e["change"] > 0 for e in changes),
                 "released": sum(e["change"] < 0 for e in changes), "data_host_seconds": round(self.host_seconds, 1),
                 "epoch_start_steps_left_out": self.epoch_starts,
-                "price_per_host_h": self.price, "target_data_wait_pct": self.cfg.target_data_wait_pct,
+                "price_per_host_h": self.price, "train_price_h": self.prices.train_h,
+                "usd_per_million_images": _round(self._usd_per_million_images()),
+                "target_data_wait_pct": self.cfg.target_data_wait_pct,
                 "timeline": list(self.timeline)}
+
+    def _usd_per_million_images(self) -> float | None:
+        """What the job paid per million images over the loop's life, train hosts and data hosts."""
+        if self.prices.train_h is None or self.prices.data_host_h is None or not self.images:
+            return None
+        usd = (self.prices.train_h * self.train_seconds + self.prices.data_host_h * self.host_seconds) / 3600
+        return 1e6 * usd / self.images
 
     def start(self) -> "ElasticDataHosts":
         self._thread = threading.Thread(target=self._run, name="smlaunch-elastic-data-hosts", daemon=True)
@@ -226,3 +256,7 @@ class ElasticDataHosts:
                     self.tick(sample=False)
             except Exception as e:  # a failed decision must not end the run it serves
                 self.log(f"autoscale: this decision failed, the hosts stay as they are: {type(e).__name__}: {e}")
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None

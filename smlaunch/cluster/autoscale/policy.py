@@ -24,6 +24,14 @@ the target but not under half of it) nothing changes, and after a change nothing
 `cooldown_s`, nor while a requested host has not joined: the hysteresis that keeps a job from
 flapping between sizes; a release that starved the trainer is not made again for a while
 (`STABILISE_COOLDOWNS`). Every decision says why, with the numbers and the price per hour.
+
+What a host is worth is judged by the job's cost per trained image, the GPU hosts counted (issue
+57): a host is added only where the rate it adds pays for it (`Prices`); with the GPU host twenty
+times a data host's price, nearly any gain does, and a data host that adds nothing never does. And
+while the chain's workers warm (the first `WARM_WINDOWS` windows after the first step and after each
+epoch's start), a wait alone adds nothing: the chain's own clock must show the hosts short of what
+the trainer takes (bench/elastic.py on 2 cores: a second host 21 s in, on a first window of 45 %
+wait, where one host fed the trainer for the rest of the phase).
 """
 
 from __future__ import annotations
@@ -52,6 +60,31 @@ seconds ago: 20 % at 2 hosts, which held 0.1 % once warm, added a third) or over
 does not see, and only a wait that lasts tells which."""
 BUSY_FLOOR = 0.05
 """A CPU share below this is read as this: the capacity it implies is then a lower bound."""
+PEAK_S = 90.0
+"""A release must feed the trainer's best GPU-bound rate of the windows of this many seconds, not
+only the latest window's: a trainer slowed for a while (a checkpoint, a host joining on a shared
+machine: bench/elastic.py on 2 cores read 24 images/s of a trainer that takes 60 while a new host's
+workers started) would otherwise lose a host it needs once it recovers, and get it back a
+cooldown later."""
+WARM_WINDOWS = 3
+"""Windows after the first step and after each epoch's start in which an add needs the chain's own
+clock to confirm the shortage (the controller says when: `decide(warming=...)`)."""
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per hour of the job's train hosts (all of them) and of one data host, at the advisor's
+    prices (`cluster.prices`, `monitor.prices`): the job's cost per trained image. Either may be
+    unknown (None); then no decision turns on cost."""
+
+    train_h: float | None
+    data_host_h: float | None
+
+    def per_million_images(self, hosts: int, images_per_s: float) -> float | None:
+        """USD per million images trained at `images_per_s` on `hosts` data hosts; None where unknown."""
+        if self.train_h is None or self.data_host_h is None or images_per_s <= 0:
+            return None
+        return 1e6 * (self.train_h + hosts * self.data_host_h) / 3600 / images_per_s
 
 
 @dataclass(frozen=True)
@@ -94,11 +127,14 @@ class Decision:
     predicted_images_per_s: float | None = None
     """The model's rate at `hosts`, where it has one."""
 
-    def line(self, before: int, window: Window, price_per_host_h: float | None) -> str:
+    def line(self, before: int, window: Window, prices: Prices | None) -> str:
         """The console line (and the report timeline's text) of this decision."""
         what = {1: f"+1 data host ({before} -> {self.hosts})", -1: f"-1 data host ({before} -> {self.hosts})",
                 0: f"{before} data hosts kept"}[self.change]
-        cost = f", ${self.hosts * price_per_host_h:.2f}/h for data hosts" if price_per_host_h else ""
+        per_host = prices.data_host_h if prices else None
+        cost = f", ${self.hosts * per_host:.2f}/h for data hosts" if per_host else ""
+        per_m = prices.per_million_images(before, window.images_per_s) if prices else None
+        cost += f", ${per_m:.2f} per million images so far" if per_m is not None else ""
         return (f"autoscale: {what}: data wait {window.data_wait_pct:.1f} %, {window.images_per_s:.0f} images/s"
                 f"{cost}; {self.reason}")
 
@@ -132,12 +168,16 @@ def predicted_rate(per_host: float, hosts: int, gpu_bound: float) -> float:
 
 
 def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int = 0,
-           too_few: dict[int, float] | None = None, sustained: bool = True) -> Decision:
+           too_few: dict[int, float] | None = None, sustained: bool = True, warming: bool = False,
+           prices: Prices | None = None, trainer_peak: float | None = None) -> Decision:
     """The next size for `hosts` joined data hosts under `cfg` (`config.autoscale.AutoscaleConfig`);
     `pending`: hosts asked for that have not joined yet; `too_few`: sizes that starved the trainer
     right after a release, and the seconds their stabilisation has left (no release to them);
     `sustained`: an earlier window, with no step of this one, was over the target too, and none
-    under it since (the controller tracks it; `CONFIRM_BELOW`)."""
+    under it since (the controller tracks it; `CONFIRM_BELOW`); `warming`: the window is one of the
+    first `WARM_WINDOWS` after the first step or an epoch's start; `prices`: what the job pays;
+    `trainer_peak`: the trainer's best GPU-bound rate of the recent windows (`PEAK_S`), what a
+    release must still feed."""
     target = cfg.target_data_wait_pct
     hold = lambda why, predicted=None: Decision(hosts, 0, why, predicted)  # noqa: E731
     if pending:
@@ -163,30 +203,53 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
             return hold(f"over the {target:g} % target, but by the chain's own clock {hosts} hosts make "
                         f"{clock:.0f} images/s, over {RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer "
                         "takes: the wait is not the chain's (a host starting, the read, the train hosts' CPUs)")
-        enough = bool(clock) and clock >= gpu_bound
-        if not sustained and (enough or window.data_wait_pct < target * CONFIRM_BELOW):
-            why = (f", and by the chain's own clock {hosts} hosts make {clock:.0f} of the {gpu_bound:.0f} images/s "
-                   "the trainer takes") if enough else ""
-            return hold(f"over the {target:g} % target in this window only{why}: a host if the next is over too")
+        now = window.images_per_s
+        if warming:  # the wait may be the workers starting: only the chain's clock can say it is short
+            if not clock:
+                return hold(f"over the {target:g} % target while the chain's workers warm (the first "
+                            f"{WARM_WINDOWS} windows of the run or an epoch), with no chain clock to confirm a "
+                            "shortage: a host if the wait outlasts the warm-up")
+            per_host = window.chain_images_per_s_per_host
+            now = predicted_rate(per_host, hosts, gpu_bound)
+        else:
+            enough = bool(clock) and clock >= gpu_bound
+            if not sustained and (enough or window.data_wait_pct < target * CONFIRM_BELOW):
+                why = (f", and by the chain's own clock {hosts} hosts make {clock:.0f} of the {gpu_bound:.0f} "
+                       "images/s the trainer takes") if enough else ""
+                return hold(f"over the {target:g} % target in this window only{why}: a host if the next is over too")
         more = predicted_rate(per_host, hosts + 1, gpu_bound)
-        if more < window.images_per_s * (1 + ADD_MIN_GAIN):
-            return hold(f"over the {target:g} % target, but one more host would give {more:.0f} images/s "
+        if more < now * (1 + ADD_MIN_GAIN):
+            clocked = (f" by the chain's own clock ({hosts} hosts make {clock:.0f} images/s while its workers "
+                       "warm)") if warming else ""
+            return hold(f"over the {target:g} % target, but one more host would give {more:.0f} images/s{clocked} "
                         f"(the trainer takes {gpu_bound:.0f}): less than {ADD_MIN_GAIN:.0%} more", more)
+        paid = prices.per_million_images(hosts, now) if prices else None
+        paying = prices.per_million_images(hosts + 1, more) if prices else None
+        if paid is not None and paying is not None and paying >= paid:
+            return hold(f"over the {target:g} % target, but {hosts + 1} hosts would make {more:.0f} images/s at "
+                        f"${paying:.2f} per million images, against ${paid:.2f} now: the job would pay more per image",
+                        more)
+        cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paying is not None else ""
         return Decision(hosts + 1, 1, f"over the {target:g} % target; {hosts + 1} hosts should make {more:.0f} "
-                                      f"images/s (+{more / window.images_per_s - 1:.0%}; the trainer takes "
-                                      f"{gpu_bound:.0f})", more)
+                                      f"images/s (+{more / now - 1:.0%}; the trainer takes {gpu_bound:.0f}){cost}",
+                        more)
     if window.data_wait_pct < target / 2 and hosts > cfg.min_data_hosts:
         if per_host is None:
             return hold("under the target, but the data hosts' CPU use is not known: no host given back")
         fewer = per_host * (hosts - 1)
+        takes = max(gpu_bound, trainer_peak or 0.0)
+        best = f" (its best lately: {takes:.0f})" if takes > gpu_bound else ""
         left = (too_few or {}).get(hosts - 1, 0.0)
         if left > 0:
             return hold(f"under the target, but {hosts - 1} hosts starved the trainer after the last release "
                         f"(no release to {hosts - 1} for {left:.0f} s more)")
-        if fewer >= gpu_bound * RELEASE_HEADROOM:
+        if fewer >= takes * RELEASE_HEADROOM:  # the same rate on a host fewer: less per image
+            after = predicted_rate(per_host, hosts - 1, gpu_bound)
+            paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
+            paying = prices.per_million_images(hosts - 1, after) if prices else None
+            cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
             return Decision(hosts - 1, -1, f"under half the {target:g} % target; {hosts - 1} hosts can make "
-                                           f"{fewer:.0f} images/s, the trainer takes {gpu_bound:.0f}",
-                            predicted_rate(per_host, hosts - 1, gpu_bound))
+                                           f"{fewer:.0f} images/s, the trainer takes {gpu_bound:.0f}{best}{cost}", after)
         return hold(f"under the target, but {hosts - 1} hosts could make only {fewer:.0f} images/s of the "
-                    f"{gpu_bound:.0f} the trainer takes", fewer)
+                    f"{gpu_bound:.0f} the trainer takes{best}", fewer)
     return hold(f"within the {target:g} % target")

@@ -29,6 +29,8 @@ class ElasticPlan:
     cooldown_s: float
     window_steps: int
     price_per_host_h: float | None
+    train_price_h: float | None = None
+    """The train group's hosts together, $/h: the policy judges a host by the job's cost per image."""
 
     def line(self) -> str:
         cost = f", ${self.price_per_host_h:.2f}/h each" if self.price_per_host_h else ""
@@ -82,9 +84,14 @@ def elastic_plan(cfg, cpus_per_host: float) -> ElasticPlan | None:
     from smlaunch.cluster.attached.attach import selector
     from smlaunch.cluster.prices import price_table
 
+    from smlaunch.cluster.plan import config_train_group
+
     a = cfg.autoscale
     prices = price_table(cfg.monitor.prices)
+    train = next(g for g in cfg.cluster.instance_groups if g.name == config_train_group(cfg)[0])
+    train_price = prices.get(train.instance_type)
     return ElasticPlan(group=group.name, labels=selector(cfg, group.name),
                        cpus_per_host=cpus_per_host, min_hosts=a.min_data_hosts, max_hosts=a.max_data_hosts,
                        target_data_wait_pct=a.target_data_wait_pct, cooldown_s=a.cooldown_s,
-                       window_steps=a.window_steps, price_per_host_h=prices.get(group.instance_type))
+                       window_steps=a.window_steps, price_per_host_h=prices.get(group.instance_type),
+                       train_price_h=train_price * train.instance_count if train_price is not None else None)

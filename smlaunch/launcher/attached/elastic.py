@@ -121,7 +121,8 @@ def controller(plan, requests, base: list[str]):
 
     access = DataHostsAccess(joined=joined, want=requests.want, drain=give_back, cpu_busy=cpu_busy,
                              recount=requests.recount)
-    return ElasticDataHosts(cfg, access, e.price_per_host_h, log.info, period_s=PERIOD_S, slots_per_host=e.cpus_per_host)
+    return ElasticDataHosts(cfg, access, e.price_per_host_h, log.info, period_s=PERIOD_S, slots_per_host=e.cpus_per_host,
+                            train_price_h=e.train_price_h)
 
 
 @contextlib.contextmanager

@@ -43,8 +43,9 @@ class ModelCluster:
         images = 256
         step_s = images / rate
         wait_s = step_s - images / self.trainer
-        for _ in range(steps):
-            loop.on_step({"step_time_s": step_s, "data_wait_s": wait_s, "images_per_s": rate})
+        for _ in range(steps):  # the chain's clock: 2 slots a host, each 2 / per_host s an image
+            loop.on_step({"step_time_s": step_s, "data_wait_s": wait_s, "images_per_s": rate,
+                          "chain_s": images * 2 / self.per_host, "chain_rows": images})
 
 
 def run(cluster: ModelCluster, loop: ElasticDataHosts, clock: list, ticks: int, period_s: float = 10.0) -> list:
@@ -71,7 +72,9 @@ def test_from_too_few_hosts_the_loop_adds_them_one_per_cooldown_then_gives_back_
     assert changes[0]["usd_per_h"] == 0.408 and changes[0]["data_wait_pct"] == 69.7
 
     cluster.trainer = 150.0  # the trainer got slower (a bigger model): two hosts more than it needs
-    sizes = run(cluster, loop, clock, ticks=12)
+    sizes = run(cluster, loop, clock, ticks=8)  # its best of the last 90 s (policy.PEAK_S) still reads 330
+    assert sizes == [4] * 8 and "its best lately: 330" in loop.tick().reason
+    sizes = run(cluster, loop, clock, ticks=8)
     assert sizes[-1] == 2 and cluster.drained == ["node-4", "node-3"]  # the newest go first, one per cooldown
     assert lines[-1].startswith("autoscale: -1 data host (3 -> 2)") and "the trainer takes 150" in lines[-1]
     assert loop.stop() is loop.timeline
@@ -202,6 +205,37 @@ def test_a_wait_a_little_over_the_target_adds_a_host_only_when_the_next_window_i
     assert lines and lines[0].startswith("autoscale: +1 data host (2 -> 3): data wait 9.1 %"), lines
     far = ModelCluster(hosts=1, per_host=100.0, trainer=330.0)
     lines.clear()
-    loop = ElasticDataHosts(CFG, far.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0])
-    run(far, loop, clock, ticks=1)
+    loop = ElasticDataHosts(CFG, far.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0],
+                            slots_per_host=2)
+    run(far, loop, clock, ticks=1)  # the chain's clock confirms the shortage in the first window
     assert lines and lines[0].startswith("autoscale: +1 data host (1 -> 2): data wait 69.7 %"), lines
+
+
+def test_in_the_first_windows_a_wait_adds_a_host_only_where_the_chains_clock_confirms_a_shortage():
+    """Issue 57: the first windows of a run (and of each epoch) hold the chain's workers starting.
+    Without the chain's clock a wait there adds nothing until the warm-up is over; with it, a host
+    comes at once where the clock reads the hosts short, and never where it reads them enough."""
+    clock, lines = [0.0], []
+    blind = ModelCluster(hosts=1, per_host=100.0, trainer=330.0)
+    loop = ElasticDataHosts(CFG, blind.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0])
+    run(blind, loop, clock, ticks=3)  # 3 windows of 70 % wait, no clock: the warm-up
+    assert not lines and "while the chain's workers warm" in loop.timeline[0]["reason"], loop.timeline
+    run(blind, loop, clock, ticks=1)
+    assert lines and lines[0].startswith("autoscale: +1 data host (1 -> 2): data wait 69.7 %"), lines
+    lines.clear()
+    fed = ModelCluster(hosts=1, per_host=100.0, trainer=90.0)
+    loop = ElasticDataHosts(CFG, fed.access(), price_per_host_h=0.204, train_price_h=1.408, log=lines.append,
+                            clock=lambda: clock[0], slots_per_host=2)
+    for epoch in range(3):  # each epoch's first windows wait 40 % (the workers start); one host feeds it
+        for i in range(4):
+            slow = i < 2
+            rate = 54.0 if slow else 90.0
+            for _ in range(10):
+                loop.on_step({"epoch": epoch, "step_time_s": 256 / rate, "data_wait_s": 256 / rate - 256 / 90.0,
+                              "images_per_s": rate, "chain_s": 256 * 2 / 100.0, "chain_rows": 256})
+            clock[0] += 10.0
+            loop.tick()
+    assert not lines and loop.summary()["sizes"] == [1], lines
+    summary = loop.summary()
+    assert summary["train_price_h"] == 1.408 and summary["usd_per_million_images"] > 0
+    assert all(e["usd_per_million_images"] > 0 for e in summary["timeline"])
