@@ -221,7 +221,8 @@ def _autoscale_lines(report: dict) -> list[str]:
     if not a:
         return []
     return [f"autoscale: data hosts {' -> '.join(map(str, a['sizes']))}, {a['added']} added, {a['released']} "
-            f"released, data_host_seconds={a['data_host_seconds']}"]
+            f"released, data_host_seconds={a['data_host_seconds']}"
+            + (f" usd_per_million_images={a['usd_per_million_images']}" if a.get("usd_per_million_images") is not None else "")]
 
 
 def _phase_lines(summary: dict) -> list[str]:

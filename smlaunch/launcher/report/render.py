@@ -65,20 +65,25 @@ def _write_markdown(report: dict, path: Path) -> Path:
     autoscale = report.get("autoscale")
     plots = PLOTS + (("autoscale.png",) if autoscale else ())
     if autoscale:
+        per_m = autoscale.get("usd_per_million_images")
         lines += ["## Elastic data hosts", "", f"- sizes: {' -> '.join(map(str, autoscale['sizes']))}; "
-                  f"{autoscale['data_host_seconds']:g} data-host-seconds", "",
-                  "| s | hosts | wanted | data wait % | images/s | $/h | why |", "|---|---|---|---|---|---|---|"]
+                  f"{autoscale['data_host_seconds']:g} data-host-seconds; "
+                  + (f"${per_m:.2f} per million images, train and data hosts" if per_m is not None
+                     else "cost per image unknown (no price for the train or data hosts: monitor.prices)"), "",
+                  "| s | hosts | wanted | data wait % | images/s | data hosts $/h | $ per million images | why |",
+                  "|---|---|---|---|---|---|---|---|"]
         t0 = autoscale["timeline"][0]["t"] if autoscale["timeline"] else 0
         lines += [f"| {e['t'] - t0:.0f} | {e['hosts']} | {e['wanted']} | {e['data_wait_pct']} | {e['images_per_s']} | "
-                  f"{_cost(e['usd_per_h'])} | {e['reason']} |" for e in autoscale["timeline"]]
+                  f"{_cost(e['usd_per_h'])} | {_cost(e.get('usd_per_million_images'), 2)} | {e['reason']} |"
+                  for e in autoscale["timeline"]]
         lines.append("")
     lines += ["Plots: " + ", ".join(f"[{p}]({p})" for p in plots) + "; TensorBoard: `tensorboard --logdir tensorboard`", ""]
     path.write_text("\n".join(lines))
     return path
 
 
-def _cost(value) -> str:
-    return "-" if value is None else f"{value:.3f}"
+def _cost(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _plots(report: dict, out_dir: Path) -> list[Path]:
@@ -126,11 +131,17 @@ def _plots(report: dict, out_dir: Path) -> list[Path]:
 
 def _autoscale_plot(report: dict, path: Path, t0: float, xs: list, buckets: list, plt) -> Path:
     """Elastic data hosts: the hosts joined and wanted at each decision kept (a step line), the
-    data wait per step (right axis) with the target, and a marker per change."""
+    data wait per step (right axis) with the target, and a marker per change; below, where prices
+    are known, what the job paid per million images trained (train and data hosts: what the policy
+    judges by), per point of the step series."""
     a = report["autoscale"]
     timeline = a["timeline"]
-    fig, ax = plt.subplots(figsize=(9, 4))
     times = [e["t"] - t0 for e in timeline]
+    priced = a.get("train_price_h") is not None and a.get("price_per_host_h") is not None
+    fig, axes = plt.subplots(2 if priced else 1, 1, figsize=(9, 6 if priced else 4), sharex=True, squeeze=False)
+    ax = axes[0][0]
+    if priced:
+        _cost_panel(axes[1][0], a, times, xs, buckets)
     ax.step(times, [e["hosts"] for e in timeline], where="post", color="tab:green", lw=2, label="data hosts joined")
     ax.step(times, [e["wanted"] for e in timeline], where="post", color="tab:green", lw=1, ls="--",
             label="data hosts wanted")
@@ -138,7 +149,7 @@ def _autoscale_plot(report: dict, path: Path, t0: float, xs: list, buckets: list
         if e["change"]:
             ax.annotate(f"{'+' if e['change'] > 0 else '-'}1" + (f"\n${e['usd_per_h']}/h" if e["usd_per_h"] else ""),
                         (t, e["wanted"]), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
-    ax.set_xlabel("seconds since the first step began")
+    axes[-1][0].set_xlabel("seconds since the first step began")
     ax.set_ylabel("data hosts", color="tab:green")
     ax.set_ylim(0, max(e["wanted"] for e in timeline) + 1)
     twin = ax.twinx()
@@ -149,6 +160,25 @@ def _autoscale_plot(report: dict, path: Path, t0: float, xs: list, buckets: list
     ax.legend(loc="upper left", fontsize=8)
     ax.set_title(f"elastic data hosts: {' -> '.join(map(str, a['sizes']))}, {a['data_host_seconds']:g} host-seconds")
     return _save(fig, path)
+
+
+def _cost_panel(ax, a: dict, times: list, xs: list, buckets: list) -> None:
+    """USD per million images per point: the train hosts' and the data hosts' price over the point's
+    images/s, the data hosts those of the latest decision kept at or before it."""
+    import bisect
+
+    usd = []
+    for x, b in zip(xs, buckets):
+        rate = b["sum"]["images"] / b["sum"]["step_time_s"] if b["sum"]["step_time_s"] else 0.0
+        i = bisect.bisect_right(times, x) - 1
+        hosts = a["timeline"][max(i, 0)]["hosts"]
+        usd.append(1e6 * (a["train_price_h"] + hosts * a["price_per_host_h"]) / 3600 / rate if rate else None)
+    ax.plot(xs, [u if u is not None else float("nan") for u in usd], color="tab:purple", lw=1)
+    ax.set_ylabel("$ per million images", color="tab:purple")
+    ax.set_ylim(bottom=0)
+    whole = a.get("usd_per_million_images")
+    ax.set_title(f"cost per image, train and data hosts (${whole:.2f} per million over the run)" if whole is not None
+                 else "cost per image, train and data hosts", fontsize=9)
 
 
 def _heat_map(report: dict, path: Path, t0: float, plt) -> Path:

@@ -155,6 +155,11 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
         assert all(abs(b - a_) == 1 for a_, b in zip(a["sizes"], a["sizes"][1:])), a["sizes"]
         assert a["added"] >= 1 and a["released"] >= 1 and a["sizes"][1:] == [b for _, b in steps], (a, steps)
         assert a["data_host_seconds"] > 0
+        # the cost per image, the GPU host counted, is what a decision judges by (issue 57): in its
+        # line, in the timeline, and over the run (ml.g5.xlarge and ml.c5.xlarge at the table's prices)
+        assert a["train_price_h"] == 1.408 and a["price_per_host_h"] == 0.204 and a["usd_per_million_images"] > 0, a
+        assert all(e["usd_per_million_images"] for e in a["timeline"] if e["change"]), a["timeline"]
+        assert all("per million images" in line for line in out.lines if "autoscale: +1 data host" in line)
         assert all(e["reason"] for e in a["timeline"])
         assert (tmp_path / "runs" / "elastic" / "output" / "data" / "autoscale.png").stat().st_size > 10_000
         # the added hosts ran the chain (their rows count under "unknown": they are not in the plan)

@@ -85,3 +85,29 @@ def test_a_report_drawn_in_the_background_raises_its_drawing_error_where_the_job
     drawing = Rendering(path)
     with pytest.raises(KeyError):
         drawing.wait()
+
+
+def test_elastic_runs_show_the_cost_per_image_in_the_table_and_under_the_hosts_plot(configs, tmp_path):
+    """Issue 57: the elastic section's timeline and autoscale.png carry the job's cost per image,
+    the train hosts counted; with no price known the plot keeps one panel and the line says why."""
+    report, _ = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)
+    t0 = report["steps"][0]["t"]
+    entry = {"hosts": 1, "wanted": 2, "data_wait_pct": 41.0, "images_per_s": 78.0, "usd_per_h": 0.408,
+             "usd_per_million_images": 5.74, "change": 1, "reason": "over the 5 % target"}
+    autoscale = {"sizes": [1, 2], "changes": 1, "added": 1, "released": 0, "data_host_seconds": 12.5,
+                 "price_per_host_h": 0.204, "train_price_h": 1.408, "usd_per_million_images": 6.12,
+                 "target_data_wait_pct": 5.0, "epoch_start_steps_left_out": 1,
+                 "timeline": [dict(entry, t=t0 + 0.5), dict(entry, t=t0 + 2.0, hosts=2, change=0, reason="within")]}
+    heights = {}
+    for name, section in {"priced": autoscale,
+                          "unpriced": dict(autoscale, train_price_h=None, usd_per_million_images=None)}.items():
+        out = tmp_path / name
+        write_report(dict(report, autoscale=section), out)
+        summary = (out / "summary.md").read_text()
+        heights[name] = matplotlib.image.imread(out / "autoscale.png").shape[0]
+        if name == "priced":
+            assert "12.5 data-host-seconds; $6.12 per million images, train and data hosts" in summary
+            assert "| data hosts $/h | $ per million images | why |" in summary and "| 0.408 | 5.74 | over" in summary
+        else:
+            assert "cost per image unknown (no price for the train or data hosts: monitor.prices)" in summary
+    assert heights["priced"] > heights["unpriced"] * 1.3, heights
