@@ -52,7 +52,7 @@ class ElasticDataHosts:
     def __init__(self, cfg, access: DataHostsAccess, price_per_host_h: float | None, log: Callable[[str], None],
                  period_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
                  slots_per_host: float | None = None, train_price_h: float | None = None):
-        self.cfg, self.access, self.price, self.log = cfg, access, price_per_host_h, log
+        self.cfg, self.access, self.log = cfg, access, log
         self.prices = Prices(train_price_h, price_per_host_h)
         """The train hosts' $/h (all of them) and a data host's: the cost per image decisions judge by."""
         self.slots_per_host = slots_per_host
@@ -176,7 +176,8 @@ class ElasticDataHosts:
         self.timeline.append({"t": round(time.time(), 3), "hosts": len(joined), "wanted": self.wanted,
                               "data_wait_pct": round(window.data_wait_pct, 2),
                               "images_per_s": round(window.images_per_s, 1),
-                              "usd_per_h": round(decision.hosts * self.price, 3) if self.price else None,
+                              "usd_per_h": round(decision.hosts * self.prices.data_host_h, 3)
+                              if self.prices.data_host_h else None,
                               "usd_per_million_images": _round(self.prices.per_million_images(len(joined),
                                                                                    window.images_per_s)),
                               "change": decision.change, "reason": decision.reason})
@@ -222,7 +223,7 @@ class ElasticDataHosts:
         return {"sizes": list(self._sizes), "changes": len(changes), "added": sum(e["change"] > 0 for e in changes),
                 "released": sum(e["change"] < 0 for e in changes), "data_host_seconds": round(self.host_seconds, 1),
                 "epoch_start_steps_left_out": self.epoch_starts,
-                "price_per_host_h": self.price, "train_price_h": self.prices.train_h,
+                "price_per_host_h": self.prices.data_host_h, "train_price_h": self.prices.train_h,
                 "usd_per_million_images": _round(self._usd_per_million_images()),
                 "target_data_wait_pct": self.cfg.target_data_wait_pct,
                 "timeline": list(self.timeline)}

@@ -26,8 +26,9 @@ flapping between sizes; a release that starved the trainer is not made again for
 (`STABILISE_COOLDOWNS`). Every decision says why, with the numbers and the price per hour.
 
 What a host is worth is judged by the job's cost per trained image, the GPU hosts counted (issue
-57): a host is added only where the rate it adds pays for it (`Prices`); with the GPU host twenty
-times a data host's price, nearly any gain does, and a data host that adds nothing never does. And
+57): a host is added only where the rate it adds pays for it (`Prices`): at ml.g5.xlarge and
+ml.c5.xlarge prices a second data host must add about 13 %, and the dearer the GPU hosts against
+a data host, the less it must add; a data host that adds nothing never pays. And
 while the chain's workers warm (the first `WARM_WINDOWS` windows after the first step and after each
 epoch's start), a wait alone adds nothing: the chain's own clock must show the hosts short of what
 the trainer takes (bench/elastic.py on 2 cores: a second host 21 s in, on a first window of 45 %

@@ -82,9 +82,8 @@ def elastic_plan(cfg, cpus_per_host: float) -> ElasticPlan | None:
     if group is None:
         return None
     from smlaunch.cluster.attached.attach import selector
-    from smlaunch.cluster.prices import price_table
-
     from smlaunch.cluster.plan import config_train_group
+    from smlaunch.cluster.prices import price_table
 
     a = cfg.autoscale
     prices = price_table(cfg.monitor.prices)

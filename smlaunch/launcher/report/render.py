@@ -167,12 +167,13 @@ def _cost_panel(ax, a: dict, times: list, xs: list, buckets: list) -> None:
     images/s, the data hosts those of the latest decision kept at or before it."""
     import bisect
 
-    usd = []
+    from smlaunch.cluster.autoscale.policy import Prices
+
+    prices, usd = Prices(a["train_price_h"], a["price_per_host_h"]), []
     for x, b in zip(xs, buckets):
         rate = b["sum"]["images"] / b["sum"]["step_time_s"] if b["sum"]["step_time_s"] else 0.0
-        i = bisect.bisect_right(times, x) - 1
-        hosts = a["timeline"][max(i, 0)]["hosts"]
-        usd.append(1e6 * (a["train_price_h"] + hosts * a["price_per_host_h"]) / 3600 / rate if rate else None)
+        hosts = a["timeline"][max(bisect.bisect_right(times, x) - 1, 0)]["hosts"]
+        usd.append(prices.per_million_images(hosts, rate))
     ax.plot(xs, [u if u is not None else float("nan") for u in usd], color="tab:purple", lw=1)
     ax.set_ylabel("$ per million images", color="tab:purple")
     ax.set_ylim(bottom=0)
