@@ -4,8 +4,8 @@ cluster whose autoscaler starts and ends real raylets (Ray's fake multi-node pro
 
 The chain's cost is a fixed wait per image (`pipelines.ops.stand_ins.fixed_cost`), so on this
 machine's 2 cores each added host adds capacity as a real one would. The job starts on one data
-host with a chain too slow for the trainer: hosts are added until the ranks' data wait is under
-the target. Then the chain gets lighter (its cost file rewritten) and hosts are given back. A
+host with a light chain; once the trainer's own rate is timed, the chain is made too slow for it
+(one host feeds 0.4x of it), and hosts are added until the ranks' data wait is under the target. Then the chain gets lighter (its cost file rewritten) and hosts are given back. A
 SIGTERM ends the run. (Whether the wait stays under the target, and at what cost in host-seconds,
 is measured by bench/elastic.py: on 2 cores every fake node's raylet slows the trainer too.) Every epoch sees each sample once,
 through every join and every drain.
@@ -28,10 +28,15 @@ from smlaunch.cluster.autoscale.fake_cluster import AutoscalingCluster
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA_LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
-HEAVY_MS, LIGHT_MS = 35.0, 1.0
-"""Per image: one data host's 2 slots make ~57 images/s under HEAVY_MS, under half of what the trainer
-takes (~140 images/s of 128 px here, ~108 on CI's 2 cores), two ~114 (a wait near 20 % here, fed on
-CI), three feed it; ~2000 under LIGHT_MS."""
+LIGHT_MS = 1.0
+"""Per image, the chain's cost at the start and after the fed phase: ~2000 images/s on one data host."""
+ONE_HOST_SHARE = 0.4
+"""What one data host feeds of the trainer's own rate in the heavy phase: two hosts still starve it (a wait
+near 20 %), three feed it (1.2x), four leave a margin. The heavy cost is set from the trainer's rate measured
+in the job's first windows, as bench/elastic.py does: a fixed cost (35 ms per image, ~57 images/s a host)
+starved a trainer of ~140 images/s but fed one slowed to ~50 by a busy CI machine, and no host was added."""
+PROBE_LOGS = 6
+"""Logged windows under the target, after the first epoch's warm-up, whose median rate is the trainer's."""
 FED_LOGS = 4
 """Logged windows (of `log_every` = 5 steps) in a row under the target that count as fed: 20 steps,
 so one lucky window does not, and an epoch start's wait (one step in 44) rarely breaks a run."""
@@ -49,7 +54,7 @@ def job_config(tmp_path: Path, cost_file: Path) -> Path:
     cfg["pipeline"]["ops"] = [
         {"op": "decode_image"}, {"op": "random_resized_crop", "size": 128, "scale": [0.7, 1.0]},
         {"op": "user", "function": "smlaunch.pipelines.ops.stand_ins:fixed_cost",
-         "params": {"ms_per_image": HEAVY_MS, "ms_per_image_file": str(cost_file)}},
+         "params": {"ms_per_image": LIGHT_MS, "ms_per_image_file": str(cost_file)}},
         {"op": "to_uint8_chw"}]
     # 128 px: one batch per block (`pipelines.dataset.block_bytes`' 1 MiB floor would otherwise hold a
     # whole epoch of 16 px images in one block, and the trainer would wait only at epoch starts)
@@ -91,6 +96,13 @@ def waits(lines: list[str]) -> list[float]:
     return [float(m.group(1)) for line in lines if (m := re.search(r"step=\d+ .*data_wait_pct=([\d.]+)", line))]
 
 
+def rates(lines: list[str], from_step: int) -> list[float]:
+    """images_per_sec of the logged windows from `from_step` on whose wait is under the target."""
+    return [float(m.group(2)) for line in lines
+            if (m := re.search(r"step=(\d+) .*images_per_sec=([\d.]+) data_wait_pct=([\d.]+)", line))
+            and int(m.group(1)) >= from_step and float(m.group(3)) < 5]
+
+
 def last_step(lines: list[str]) -> int:
     return max([int(m.group(1)) for line in lines if (m := re.search(r"step=(\d+) ", line))], default=0)
 
@@ -106,7 +118,7 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
 
     write_image_folder(tmp_path / "train", digits("train"))
     cost = tmp_path / "cost_ms"
-    cost.write_text(str(HEAVY_MS))
+    cost.write_text(str(LIGHT_MS))
     config = job_config(tmp_path, cost)
     cluster = AutoscalingCluster({"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": 1, "max_workers": 4}},
                                  head_labels={"ray-subcluster": "train", "sm-group": "train_group"}, head_cpus=2,
@@ -119,17 +131,27 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
                                 env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = Output(proc)
         try:
+            # 0. The trainer's own rate, fed by a light chain (one host, nothing to add), sets the heavy cost:
+            # one host's 2 slots make ONE_HOST_SHARE of it, whatever this machine's speed.
+            out.wait_for(lambda ls: len(rates(ls, 15)) >= PROBE_LOGS, 240, f"{PROBE_LOGS} fed windows to time the trainer", proc)
+            trainer_rate = sorted(rates(out.lines, 15)[:PROBE_LOGS])[PROBE_LOGS // 2]
+            heavy_ms = 2 * 1000 / (ONE_HOST_SHARE * trainer_rate)
+            cost.write_text(str(heavy_ms))
+            print(f"step {last_step(out.lines)}: trainer {trainer_rate:.0f} images/s fed, chain now {heavy_ms:.0f} ms an image")
+            probed_at = len(out.lines)
+            assert not changes(out.lines), out.tail()
             # 1. Too slow on one host: hosts are added, one at a time, until the wait is under the target:
             # more than one host now, and since the latest change FED_LOGS logged windows in a row under 5 %.
-            # How many hosts that takes depends on the trainer's speed on the machine (two on CI's at ~108
-            # images/s, three here); a trainer slowed by a busy machine may be fed by one host for a while,
-            # and the loop rightly gives the others back: then the test waits for a size it can release from.
+            # (A trainer slowed by a busy machine may be fed by fewer hosts for a while, and the loop rightly
+            # gives the others back: then the test waits for a size it can release from.)
             def fed(ls):
                 moved = [i for i, x in enumerate(ls) if re.search(r"autoscale: [+-]1 data host", x)]
                 after = waits(ls[moved[-1]:]) if moved else []
                 return (changes(ls) or [(1, 1)])[-1][1] >= 2 and len(after) >= FED_LOGS and all(
                     w < 5 for w in after[-FED_LOGS:])
-            out.wait_for(fed, 300, f"data hosts added, then {FED_LOGS} logged windows waiting under 5 %", proc)
+            out.wait_for(fed, 300, f"data hosts added (trainer {trainer_rate:.0f} images/s, chain {heavy_ms:.0f} ms "
+                         f"per image), then {FED_LOGS} logged windows waiting under 5 %", proc)
+            assert any(w >= 5 for w in waits(out.lines[probed_at:])), "the heavy chain never starved the trainer"
             # 2. A lighter chain: hosts are given back.
             cost.write_text(str(LIGHT_MS))
             before = len(changes(out.lines))
@@ -139,6 +161,7 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
             # and the release came in it: the stop cut the second short.)
             released_at = last_step(out.lines)
             out.wait_for(lambda ls: last_step(ls) >= released_at + 2 * 45, 240, "two epochs after the release", proc)
+            print("\n".join(x for x in out.lines if "autoscale:" in x))
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=120) == 143, "\n".join(out.lines[-60:])
         finally:
