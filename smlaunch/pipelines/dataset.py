@@ -90,22 +90,6 @@ have. By bytes alone, a channel of small files (bench/elastic.py: 21,564 PNGs of
 drain, backpressured by a trainer that took the rows slowly. Image files of ImageNet's size
 already make blocks of a batch or so by bytes (`block_bytes`); records packed many to a file
 get no bound here (their rows per file are not known before reading), only the bytes'."""
-ELASTIC_BUFFER_BLOCKS_PER_SLOT = 6
-ELASTIC_BUFFER_FLOOR = 64 << 20
-
-
-def elastic_buffer_bytes(cfg: LaunchConfig, plan: LaunchPlan) -> int:
-    """The object store budget of a channel's execution with elastic data hosts: six blocks per
-    chain slot at the most hosts, 64 MiB at least. With Ray's default (a share of the store) the
-    chain ran 20-30 s of batches ahead of the trainer: a lighter chain showed in the rows the
-    trainer took only that much later, and a host given back stayed up as long, its blocks pinned
-    until taken (bench/elastic.py: 39 s from the drain to the node's end; 1-25 s with this budget,
-    5-7 s once chain tasks were a few batches each, `ELASTIC_BLOCK_BATCHES`).
-    Two blocks per slot (16 MiB) starved the chain: 4 hosts made 77 images/s where 2 make 120."""
-    per_block = block_bytes(cfg) or (1 << 20)
-    return max(ELASTIC_BUFFER_FLOOR, ELASTIC_BUFFER_BLOCKS_PER_SLOT * plan.preprocess_slots * per_block)
-
-
 def block_bytes(cfg: LaunchConfig) -> int | None:
     """Ray Data's target block size for the job: 3/4 of the chain's output for one batch (uint8
     CHW at the last crop or resize size), at least 1 MiB; None (Ray's 128 MiB) when no op sets a

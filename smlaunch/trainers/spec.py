@@ -61,9 +61,6 @@ class TrainSpec:
     epoch's positions must cover (`trainers.position`); None for a Pipe channel."""
     checkpoint_every_s: float = 0.0
     """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
-    ingest_buffer_bytes: int | None = None
-    """Ray Data's object store budget for each channel's execution (None: Ray's, a share of the
-    store); set with elastic data hosts (`pipelines.dataset.elastic_buffer_bytes`)."""
     model_factory: str | None = None
     """`model.factory`: the model is `model_factory(**model_params)` (`trainers.model.build_model`)."""
     model_params: dict | None = None

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 from smlaunch.cluster.plan import LaunchPlan
-from smlaunch.pipelines.dataset import elastic_buffer_bytes
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.trainers.s3_store import is_s3, join
 
@@ -48,7 +47,6 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         preprocess_selector=dict(plan.preprocess_selector), worker_env=dict(plan.worker_env), resume_from=resume_from,
         pretrained=pretrained_weights(cfg), class_names=names,
         shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows, train_units=train_units,
-        ingest_buffer_bytes=elastic_buffer_bytes(cfg, plan) if plan.elastic else None,
         checkpoint_every_s=plan.checkpoint_every_s)
 
 
