@@ -106,16 +106,13 @@ def timed_pass(ds, whole: bool = True) -> dict:
     return {"first_s": first, "rows": rows, "s": took, "per_s": rows / took, "store_peak_mb": store_mark_bytes() / 2**20}
 
 
-def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None, buffer_bytes: int = 0) -> dict:
+def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None) -> dict:
     """One data host of `cpus` CPUs: the first batch on both folders; then a whole pass over the
     folder `whole` (None: none), its store peak and images/s, and Ray Data's reader's images/s on
     the same folder."""
     from scale import start_ray
 
     ray = start_ray(cpus)
-    if buffer_bytes:  # the job's ingest buffer (`dataset.ingest_buffer_bytes`), as Ray Train sets it
-        options = ray.data.DataContext.get_current().execution_options
-        options.resource_limits = options.resource_limits.copy(object_store_memory=buffer_bytes)
     try:
         out = {}
         ds, _ = ours(small, cpus)

@@ -89,7 +89,11 @@ have. By bytes alone, a channel of small files (bench/elastic.py: 21,564 PNGs of
 5 MB) was 16 blocks of 1,350 images, and a drained host ran its task on for 25 s after the
 drain, backpressured by a trainer that took the rows slowly. Image files of ImageNet's size
 already make blocks of a batch or so by bytes (`block_bytes`); records packed many to a file
-get no bound here (their rows per file are not known before reading), only the bytes'."""
+get no bound here (their rows per file are not known before reading), only the bytes'. (A host
+given back also stays until the trainer has taken the blocks it made: see
+`trainers.fit._execution_options`.)"""
+
+
 def block_bytes(cfg: LaunchConfig) -> int | None:
     """Ray Data's target block size for the job: 3/4 of the chain's output for one batch (uint8
     CHW at the last crop or resize size), at least 1 MiB; None (Ray's 128 MiB) when no op sets a

@@ -81,8 +81,8 @@ class ChannelDatasource(Datasource):
         the pass is cut into enough blocks to keep them all at work."""
         self.block_units = block_units
         """Units (files, row groups) per block at most, where set (elastic data hosts): a chain task
-        takes one block, and a host given back ends only once its tasks have (see
-        `pipelines.dataset.ELASTIC_BLOCK_BATCHES`). 0: blocks sized by bytes only."""
+        takes one block, and a host given back ends only once its tasks have, and their blocks
+        are taken (see `pipelines.dataset.ELASTIC_BLOCK_BATCHES`). 0: blocks sized by bytes only."""
         self.seed = seed
         self._listing: ChannelListing | ray.ObjectRef = listing
         self._listing_ref: ray.ObjectRef | None = None

@@ -5,9 +5,10 @@ cluster whose autoscaler starts and ends real raylets (Ray's fake multi-node pro
 The chain's cost is a fixed wait per image (`pipelines.ops.stand_ins.fixed_cost`), so on this
 machine's 2 cores each added host adds capacity as a real one would. The job starts on one data
 host with a light chain; once the trainer's own rate is timed, the chain is made too slow for it
-(one host feeds 0.4x of it), and hosts are added until the ranks' data wait is under the target. Then the chain gets lighter (its cost file rewritten) and hosts are given back. A
-SIGTERM ends the run. (Whether the wait stays under the target, and at what cost in host-seconds,
-is measured by bench/elastic.py: on 2 cores every fake node's raylet slows the trainer too.) Every epoch sees each sample once,
+(one host feeds 0.4x of it), and hosts are added until the ranks' data wait is under the target.
+Then the chain gets lighter (its cost file rewritten) and hosts are given back. A SIGTERM ends the
+run. (Whether the wait stays under the target, and at what cost, is measured by bench/elastic.py:
+on 2 cores every fake node's raylet slows the trainer too.) Every epoch sees each sample once,
 through every join and every drain.
 
 """
@@ -15,6 +16,7 @@ through every join and every drain.
 import json
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -33,10 +35,12 @@ LIGHT_MS = 1.0
 ONE_HOST_SHARE = 0.4
 """What one data host feeds of the trainer's own rate in the heavy phase: two hosts still starve it (a wait
 near 20 %), three feed it (1.2x), four leave a margin. The heavy cost is set from the trainer's rate measured
-in the job's first windows, as bench/elastic.py does: a fixed cost (35 ms per image, ~57 images/s a host)
+in the job's first logged steps, as bench/elastic.py's probe job does: a fixed cost (35 ms per image, ~57 images/s a host)
 starved a trainer of ~140 images/s but fed one slowed to ~50 by a busy CI machine, and no host was added."""
-PROBE_LOGS = 6
-"""Logged windows under the target, after the first epoch's warm-up, whose median rate is the trainer's."""
+PROBE_LOGS = 7
+"""Logged steps (one in `log_every`) waiting under the target, from PROBE_FROM_STEP on, whose median
+images/s is the trainer's rate: a few steps slowed by the chain's start do not set it."""
+PROBE_FROM_STEP = 15
 FED_LOGS = 4
 """Logged windows (of `log_every` = 5 steps) in a row under the target that count as fed: 20 steps,
 so one lucky window does not, and an epoch start's wait (one step in 44) rarely breaks a run."""
@@ -113,6 +117,7 @@ def changes(lines: list[str]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(1200)  # its own waits have deadlines (4-7 min a run here; 407 s beside a busy core)
 def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_is_light_each_epoch_once(tmp_path):
     from support.user_layouts import digits, write_image_folder
 
@@ -133,8 +138,9 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
         try:
             # 0. The trainer's own rate, fed by a light chain (one host, nothing to add), sets the heavy cost:
             # one host's 2 slots make ONE_HOST_SHARE of it, whatever this machine's speed.
-            out.wait_for(lambda ls: len(rates(ls, 15)) >= PROBE_LOGS, 240, f"{PROBE_LOGS} fed windows to time the trainer", proc)
-            trainer_rate = sorted(rates(out.lines, 15)[:PROBE_LOGS])[PROBE_LOGS // 2]
+            out.wait_for(lambda ls: len(rates(ls, PROBE_FROM_STEP)) >= PROBE_LOGS, 240,
+                         f"{PROBE_LOGS} fed steps to time the trainer", proc)
+            trainer_rate = statistics.median(rates(out.lines, PROBE_FROM_STEP)[:PROBE_LOGS])
             heavy_ms = 2 * 1000 / (ONE_HOST_SHARE * trainer_rate)
             cost.write_text(str(heavy_ms))
             print(f"step {last_step(out.lines)}: trainer {trainer_rate:.0f} images/s fed, chain now {heavy_ms:.0f} ms an image")
