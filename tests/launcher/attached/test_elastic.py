@@ -33,8 +33,8 @@ DATA_LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
 LIGHT_MS = 1.0
 """Per image, the chain's cost at the start and after the fed phase: ~2000 images/s on one data host."""
 ONE_HOST_SHARE = 0.4
-"""What one data host feeds of the trainer's own rate in the heavy phase: two hosts still starve it (a wait
-near 20 %), three feed it (1.2x), four leave a margin. The heavy cost is set from the trainer's rate measured
+"""What one data host feeds of the trainer's own rate in the heavy phase: two make 0.8x of it (fed
+only where the trainer slows as hosts join, as it does on 2 shared cores), three 1.2x, four 1.6x. The heavy cost is set from the trainer's rate measured
 in the job's first logged steps, as bench/elastic.py's probe job does: a fixed cost (35 ms per image, ~57 images/s a host)
 starved a trainer of ~140 images/s but fed one slowed to ~50 by a busy CI machine, and no host was added."""
 PROBE_LOGS = 7
@@ -101,7 +101,7 @@ def waits(lines: list[str]) -> list[float]:
 
 
 def rates(lines: list[str], from_step: int) -> list[float]:
-    """images_per_sec of the logged windows from `from_step` on whose wait is under the target."""
+    """images_per_sec of the logged steps from `from_step` on whose wait is under the target."""
     return [float(m.group(2)) for line in lines
             if (m := re.search(r"step=(\d+) .*images_per_sec=([\d.]+) data_wait_pct=([\d.]+)", line))
             and int(m.group(1)) >= from_step and float(m.group(3)) < 5]
@@ -157,7 +157,10 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
                     w < 5 for w in after[-FED_LOGS:])
             out.wait_for(fed, 300, f"data hosts added (trainer {trainer_rate:.0f} images/s, chain {heavy_ms:.0f} ms "
                          f"per image), then {FED_LOGS} logged windows waiting under 5 %", proc)
-            assert any(w >= 5 for w in waits(out.lines[probed_at:])), "the heavy chain never starved the trainer"
+            # the first host was added for the heavy chain's wait (the logged steps, one in 5, may all miss it)
+            added = [float(m.group(1)) for x in out.lines[probed_at:]
+                     if (m := re.search(r"autoscale: \+1 data host \(1 -> 2\): data wait ([\d.]+) %", x))]
+            assert added and added[0] > 5, out.tail()
             # 2. A lighter chain: hosts are given back.
             cost.write_text(str(LIGHT_MS))
             before = len(changes(out.lines))
