@@ -14,7 +14,8 @@ writes them). Then, in one run:
 * reads by data host size (issue 53, `scale_reads`): on simulated data hosts of 1, 2 and 4 CPUs,
   the first chain batch's delay on the large folder over the small one (plus the listing), the
   object store's high-water mark through a whole pass of `--pass-files` files, and that pass's
-  images/s against Ray Data's `read_binary_files` with the same chain, on the same host;
+  images/s against Ray Data's `read_binary_files` with the same chain, on the same host; each
+  again with the read fused into the chain's task (`_fused`: an option weighed, not the job's);
 * data order: one epoch of each class-sorted channel read as a train channel is (our reader,
   Ray Data, the trainer's shuffle buffer) on one local Ray node; distinct labels per batch of 256
   against a uniform random permutation's (and, for contrast, read the way the code read before
@@ -34,8 +35,8 @@ writes them). Then, in one run:
     RESULT scale listing_ratio=<x> listing_rss_mb=<x> checkpoint_data_kib_1m=<x>
           checkpoint_data_kib_100m=<x> resume_s_1m=<x> labels_per_batch_ratio=<x>
           first_step_extra_ratio=<x> first_step_extra_ratio_job_1cpu=<x>
-          first_step_extra_ratio_{1,2,4}cpu=<x> object_store_peak_mb_{1,2,4}cpu=<x> read_ratio_{1,2,4}cpu=<x>
-          goal=...
+          first_step_extra_ratio_{1,2,4}cpu[_fused]=<x> object_store_peak_mb_{1,2,4}cpu[_fused]=<x>
+          read_ratio_{1,2,4}cpu[_fused]=<x> goal=...
 
     python bench/scale.py [--scratch DIR] [--files 1281167] [--shard-samples 128] [--steps 300]
                           [--first-step-runs 3] [--pass-files 100000]
@@ -375,19 +376,21 @@ def reads_by_host_size(args, folder: Path, listing: dict) -> dict:
     ImageFolder's scan; the object store's high-water mark through a whole pass of `--pass-files`
     files; that pass's images/s over Ray Data's `read_binary_files` with the same chain."""
     from scale_listing import build_folder
-    from scale_reads import read_measures
+    from scale_reads import fused, ours, read_measures
 
     small = build_folder(args.scratch, 2 * CLASSES, CLASSES)
     whole = folder if args.pass_files == args.files else build_folder(args.scratch, args.pass_files, CLASSES)
     out = {}
-    for cpus in (1, 2, 4):
-        m = read_measures(folder, small, cpus, whole)
+    for cpus, reader in ((c, r) for c in (1, 2, 4) for r in (ours, fused)):
+        m = read_measures(folder, small, cpus, whole, reader)
         extra = m["first"]["first_s"] - m["small"]["first_s"] + listing["listing_s"]
-        out[cpus] = {"first_ratio": extra / listing["imagefolder_s"], "store_mb": m["ours"]["store_peak_mb"],
-                     "read_ratio": m["ours"]["per_s"] / m["ray"]["per_s"]}
-        print(f"{cpus} CPU data host: first batch {extra:.1f} s later on {args.files:,} files (listing included), "
-              f"{out[cpus]['first_ratio']:.2f}x ImageFolder's scan; object store peak {out[cpus]['store_mb']:.0f} MiB; "
-              f"a pass of {args.pass_files:,} files at {out[cpus]['read_ratio']:.2f}x Ray Data's read_binary_files' "
+        key = f"{cpus}cpu" + ("" if reader is ours else "_fused")
+        out[key] = {"first_ratio": extra / listing["imagefolder_s"], "store_mb": m["ours"]["store_peak_mb"],
+                    "read_ratio": m["ours"]["per_s"] / m["ray"]["per_s"]}
+        host = f"{cpus} CPU data host" + ("" if reader is ours else " (fused)")
+        print(f"{host}: first batch {extra:.1f} s later on {args.files:,} files (listing included), "
+              f"{out[key]['first_ratio']:.2f}x ImageFolder's scan; object store peak {out[key]['store_mb']:.0f} MiB; "
+              f"a pass of {args.pass_files:,} files at {out[key]['read_ratio']:.2f}x Ray Data's read_binary_files' "
               "images/s", flush=True)
     return out
 
@@ -447,10 +450,10 @@ def main() -> int:
                   f"{args.first_step_runs}): {extra:.1f} s more, {ratio:.2f}x ImageFolder's scan "
                   f"({listing['imagefolder_s']:.2f} s)", flush=True)
     if "reads" in parts:
-        for cpus, r in reads_by_host_size(args, folder, listing).items():
-            result.update({f"first_step_extra_ratio_{cpus}cpu": f"{r['first_ratio']:.2f}",
-                           f"object_store_peak_mb_{cpus}cpu": f"{r['store_mb']:.0f}",
-                           f"read_ratio_{cpus}cpu": f"{r['read_ratio']:.2f}"})
+        for key, r in reads_by_host_size(args, folder, listing).items():
+            result.update({f"first_step_extra_ratio_{key}": f"{r['first_ratio']:.2f}",
+                           f"object_store_peak_mb_{key}": f"{r['store_mb']:.0f}",
+                           f"read_ratio_{key}": f"{r['read_ratio']:.2f}"})
     if "order" in parts:
         result.update(order_and_state(args, folder))
     if "accuracy" in parts and args.steps:

@@ -16,6 +16,9 @@ runs it; batches drawn by the driver as a train worker draws them.
 * images/s of the whole pass, ours against `ray.data.read_binary_files(folder)` (paths to labels
   in a `map_batches`, then the same chain), on the same node and folder, one after the other.
 
+The same three measures are taken again on a fresh node with the read fused into the chain's
+task (`fused`), an option issue 53 asks to weigh; the job does not use it yet.
+
 `bench/scale.py` calls `read_measures` (`--parts reads` runs this part alone).
 """
 
@@ -76,6 +79,24 @@ def ours(folder: Path, cpus: int, listing=None):
     return _with_chain(read_channel(source, source.channel), cpus), source.listing
 
 
+def fused(folder: Path, cpus: int, listing=None):
+    """The same read with the chain run inside its tasks: issue 53's option "the read fused into
+    the chain's task", measured here before the job is changed. Ray Data fuses a read into the
+    next `map_batches` only when both ask the same CPUs, slots and hosts and the map has no
+    `batch_size` (with one it keeps them apart: `operator_fusion._can_fuse_map_ops`), and only
+    without a split of the read's output (so one block count per task, no `balanced_blocks`).
+    The chain then takes each read block whole, and no read block waits in the object store."""
+    import ray.data
+
+    from scale import channel_source
+
+    source = channel_source(f"fused{cpus}", folder, "image_folder", cpus, True, listing)
+    tasks = sum(source._task_count(host, units, sys.maxsize) for host, units in source.shares().items() if units)
+    here = {"compute": ray.data.TaskPoolStrategy(size=cpus), "num_cpus": 1, "label_selector": {"ray-subcluster": "data"}}
+    ds = ray.data.read_datasource(source, override_num_blocks=tasks, **here)
+    return ds.map_batches(_chain(), batch_size=None, batch_format="numpy", **here), source.listing
+
+
 def ray_binary(folder: Path, cpus: int):
     """Ray Data's own reader of the same files, labelled by class folder, then the same chain."""
     import numpy as np
@@ -106,29 +127,30 @@ def timed_pass(ds, whole: bool = True) -> dict:
     return {"first_s": first, "rows": rows, "s": took, "per_s": rows / took, "store_peak_mb": store_mark_bytes() / 2**20}
 
 
-def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None) -> dict:
+def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None, reader=ours) -> dict:
     """One data host of `cpus` CPUs: the first batch on both folders; then a whole pass over the
     folder `whole` (None: none), its store peak and images/s, and Ray Data's reader's images/s on
-    the same folder."""
+    the same folder. `reader`: `ours` (the job's) or `fused`."""
     from scale import start_ray
 
     ray = start_ray(cpus)
+    label = "" if reader is ours else f" ({reader.__name__})"
     try:
         out = {}
-        ds, _ = ours(small, cpus)
+        ds, _ = reader(small, cpus)
         out["small"] = timed_pass(ds, whole=False)
-        ds, _ = ours(large, cpus)
+        ds, _ = reader(large, cpus)
         out["first"] = timed_pass(ds, whole=False)
-        print(f"  {cpus} CPU data host: first batch {out['first']['first_s']:.1f} s on the large folder, "
+        print(f"  {cpus} CPU data host{label}: first batch {out['first']['first_s']:.1f} s on the large folder, "
               f"{out['small']['first_s']:.1f} s on the small one", flush=True)
         if whole is not None:
-            ds, _ = ours(whole, cpus)
+            ds, _ = reader(whole, cpus)
             out["ours"] = timed_pass(ds)
-            print(f"  {cpus} CPU data host, a whole pass over {whole}: {out['ours']['rows']:,} rows in "
+            print(f"  {cpus} CPU data host{label}, a whole pass over {whole}: {out['ours']['rows']:,} rows in "
                   f"{out['ours']['s']:.1f} s ({out['ours']['per_s']:.0f} images/s), object store peak "
                   f"{out['ours']['store_peak_mb']:.0f} MiB", flush=True)
             out["ray"] = timed_pass(ray_binary(whole, cpus))
-            print(f"  {cpus} CPU data host, Ray Data's read_binary_files + the same chain: {out['ray']['rows']:,} "
+            print(f"  {cpus} CPU data host{label}, Ray Data's read_binary_files + the same chain: {out['ray']['rows']:,} "
                   f"rows in {out['ray']['s']:.1f} s ({out['ray']['per_s']:.0f} images/s), first batch "
                   f"{out['ray']['first_s']:.1f} s, object store peak {out['ray']['store_peak_mb']:.0f} MiB; "
                   f"ours/theirs {out['ours']['per_s'] / out['ray']['per_s']:.2f}", flush=True)
