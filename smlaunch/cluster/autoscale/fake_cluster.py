@@ -111,11 +111,19 @@ class AutoscalingCluster:
             raise RuntimeError(f"could not count the nodes of {self.address}: {ran.stderr[-1000:]}")
         return int(ran.stdout.strip().splitlines()[-1])
 
-    def stop(self) -> None:
+    def stop(self, keep_logs: Path | None = None) -> None:
         """Every process of this cluster, by pid (never `ray stop`), then its directory. Found by
         the cluster's directory in their command line and as their children: a raylet's dashboard
-        and runtime-env agents name themselves `ray::...` and were left running after every stop."""
+        and runtime-env agents name themselves `ray::...` and were left running after every stop.
+        `keep_logs`: a folder that keeps the autoscaler's and the GCS's logs (which nodes it started
+        and ended, and why) once the directory goes."""
         import psutil
+
+        if keep_logs is not None:
+            keep_logs.mkdir(parents=True, exist_ok=True)
+            for log in sorted((self.tmp / "ray").glob("session_2*/logs/*")):
+                if log.name.startswith(("monitor.", "gcs_server.")) and log.is_file():
+                    shutil.copy2(log, keep_logs / log.name)
 
         mine = str(self.tmp)
         for _ in range(3):

@@ -184,7 +184,8 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
         assert steps[0] == (1, 2), steps
         a = report["autoscale"]
         assert a["sizes"][0] == 1 and max(a["sizes"]) <= 4, a["sizes"]
-        assert all(abs(b - a_) == 1 for a_, b in zip(a["sizes"], a["sizes"][1:])), a["sizes"]
+        assert all(abs(b - a_) == 1 for a_, b in zip(a["sizes"], a["sizes"][1:])), \
+            (a["sizes"], steps, f"the autoscaler's log: {tmp_path / 'ray-logs'}")
         assert a["added"] >= 1 and a["released"] >= 1 and a["sizes"][1:] == [b for _, b in steps], (a, steps)
         assert a["data_host_seconds"] > 0
         # the cost per image, the GPU host counted, is what a decision judges by (issue 57): in its
@@ -210,5 +211,5 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
             time.sleep(2)
         assert n == 1
     finally:
-        cluster.stop()
+        cluster.stop(keep_logs=tmp_path / "ray-logs")  # which nodes the autoscaler started and ended, why
 
