@@ -34,9 +34,10 @@ LIGHT_MS = 1.0
 """Per image, the chain's cost at the start and after the fed phase: ~2000 images/s on one data host."""
 ONE_HOST_SHARE = 0.4
 """What one data host feeds of the trainer's own rate in the heavy phase: two make 0.8x of it (fed
-only where the trainer slows as hosts join, as it does on 2 shared cores), three 1.2x, four 1.6x. The heavy cost is set from the trainer's rate measured
-in the job's first logged steps, as bench/elastic.py's probe job does: a fixed cost (35 ms per image, ~57 images/s a host)
-starved a trainer of ~140 images/s but fed one slowed to ~50 by a busy CI machine, and no host was added."""
+only where the trainer slows as hosts join, as it does on 2 shared cores), three 1.2x, four 1.6x.
+The heavy cost is set from the trainer's rate measured in the job's first logged steps, as
+bench/elastic.py's probe job does: a fixed cost (35 ms per image, ~57 images/s a host) starved a
+trainer of ~140 images/s but fed one slowed to ~50 by a busy CI machine, and no host was added."""
 PROBE_LOGS = 7
 """Logged steps (one in `log_every`) waiting under the target, from PROBE_FROM_STEP on, whose median
 images/s is the trainer's rate: a few steps slowed by the chain's start do not set it."""
