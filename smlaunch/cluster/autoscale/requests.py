@@ -18,7 +18,11 @@ callers do before they pin work to nodes (`get_reserved_resources(recompute=True
 
 A smaller request frees only idle hosts, and a data host running the chain is never idle: one to
 give back is drained (`drain`): Ray schedules nothing new there, lets what runs finish, and the
-autoscaler ends the node once its raylet exits, with no idle timeout.
+autoscaler ends the node once its raylet exits, with no idle timeout. The smaller request must be
+in the autoscaler's hands before the drain: with the old one still standing, the autoscaler sees
+a host missing (the draining one no longer counts) and starts a replacement, which the loop then
+gives back too (tests/launcher/attached/test_elastic.py saw sizes 1, 2, 3, 2, 2, 1 once in 14
+runs). So `want` returns a smaller request only once the coordinator has forwarded it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import time
 
 EXPIRE_S = 180.0
 REFRESH_S = 60.0
+FORWARDED_S = 10.0
+"""How long `want` waits for a smaller request to reach the autoscaler (a coordinator call or two)."""
 REQUESTER = "smlaunch-data-hosts"
 
 
@@ -40,13 +46,30 @@ class DataHostRequests:
         self._changed = threading.Event()
         self._closed = False
         self._recount = False
+        self._asked = self._forwarded = 0
+        """`want` calls made, and how many of them the coordinator has forwarded to the autoscaler."""
+        self._forwarded_cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="smlaunch-data-host-requests", daemon=True)
         self._started = False
 
     def want(self, hosts: int) -> None:
-        """Ask for `hosts` hosts from now on (0: none of ours; Ray Data's requests still stand)."""
-        self.hosts = max(0, hosts)
+        """Ask for `hosts` hosts from now on (0: none of ours; Ray Data's requests still stand). A
+        smaller request returns once the autoscaler has it (at most `FORWARDED_S`), so a `drain`
+        that follows starts no replacement."""
+        smaller = self.hosts is not None and hosts < self.hosts
+        with self._forwarded_cond:
+            self.hosts = max(0, hosts)
+            self._asked += 1
+            asked = self._asked
         self._wake()
+        if smaller:
+            with self._forwarded_cond:
+                if not self._forwarded_cond.wait_for(lambda: self._forwarded >= asked, FORWARDED_S):
+                    import logging
+
+                    logging.getLogger("smlaunch").warning(
+                        f"autoscale: the request for {hosts} data hosts did not reach the autoscaler within "
+                        f"{FORWARDED_S:g} s; it may start a host in place of one given back")
 
     def recount(self) -> None:
         """Have the coordinator count the cluster's nodes now (the data hosts joined or left), not at
@@ -79,16 +102,26 @@ class DataHostRequests:
             if self._closed:
                 coordinator.cancel_request()
                 return
-            if self._recount:
-                self._recount = False
-                _recount_nodes(self.requester)
-            if self.hosts is None:
+            with self._forwarded_cond:
+                hosts, asked = self.hosts, self._asked
+            if hosts is None:
+                if self._recount:
+                    self._recount = False
+                    _recount_nodes(self.requester)
                 continue
-            if self.hosts:
-                coordinator.request_resources([{"CPU": float(self.cpus_per_host)}] * self.hosts, EXPIRE_S,
-                                              label_selectors=[dict(self.labels)] * self.hosts)
+            if hosts:
+                coordinator.request_resources([{"CPU": float(self.cpus_per_host)}] * hosts, EXPIRE_S,
+                                              label_selectors=[dict(self.labels)] * hosts)
             else:
                 coordinator.cancel_request()
+            if self._recount or asked > self._forwarded:
+                # The coordinator's calls run in order: once this one returns, the request above was
+                # merged and sent to the autoscaler (`request_resources` sends an updated one at once).
+                self._recount = False
+                _recount_nodes(self.requester)
+            with self._forwarded_cond:
+                self._forwarded = asked
+                self._forwarded_cond.notify_all()
 
 
 def _recount_nodes(requester: str) -> None:
