@@ -10,6 +10,7 @@ that sleeps per image stretches the epoch to tens of seconds, so the kill lands 
   matches the channel's files). FastFile goes through the same read tasks (only the file they
   open differs: a lazy S3 object instead of a local copy), so its run was dropped to save the
   suite a minute and a half; it passed the same assertions when it ran (issue 9's note).
+  The run ends at its epoch's last full batch, and a next run resumes there.
 * Pipe (both channels, train sharded by S3 key): a stream cannot be replayed, so the job fails
   within a deadline with one line naming the channel, the host and the FIFO, and a second run
   with `trainer.resume=true` resumes from the last complete checkpoint the first one wrote.
@@ -153,8 +154,14 @@ ONE_EPOCH = ("trainer.steps=null", "trainer.epochs=1", SLOW_OP)
 
 
 @pytest.mark.ray
-def test_a_data_host_lost_mid_epoch_the_epoch_completes_with_every_sample_once(tmp_path):
-    run = LostHostRun(tmp_path, "r", first_step, *ONE_EPOCH)
+def test_a_data_host_lost_mid_epoch_the_epoch_completes_with_every_sample_once_and_its_end_resumes(tmp_path):
+    """The lost host's run, then a next run from its last checkpoint. The run ends at its epoch's last
+    full batch, step 44 (1437 rows are 44 batches of 32 and 29 over), and checkpoints there: a next
+    run resumes into an epoch of 29 rows, which the loop once took for an empty channel (every
+    restart failed with "gave the train workers no full batch"; issue 53). Resumed now, that epoch
+    ends (its 29 rows counted, not trained on) and the next one trains whole. (That resume had two
+    jobs of its own in test_train_failures.py; the first was a one-epoch run like this one.)"""
+    run = LostHostRun(tmp_path, "r", first_step, *ONE_EPOCH, "trainer.checkpoint_interval=44")
     text = run.finish()
     assert run.job.returncode == 0, text[-3000:]
     report = report_of(run.tmp, run.name)
@@ -168,6 +175,26 @@ def test_a_data_host_lost_mid_epoch_the_epoch_completes_with_every_sample_once(t
     assert min(times) < run.killed_at < max(times) and len(times) == EPOCH_IDS // 32
     assert report["samples"]["algo-3"]["samples"] == [] and report["samples"]["algo-3"]["error"]
     assert report["summary"]["samples_duplicated"] == 0 and report["summary"]["samples_missing"] == 0
+
+    # The next run resumes at the epoch's last full batch and trains the next epoch whole, and a step more.
+    resumed, _ = start(tmp_path, "r", SLOW_OP, "trainer.steps=89", "trainer.checkpoint_interval=44")
+    try:
+        resumed.wait(timeout=JOB_DEADLINE_S)
+    finally:
+        resumed.kill()
+    out = output(tmp_path, "r")
+    assert resumed.returncode == 0, out[-3000:]
+    assert "at step 44, epoch 1, 1408 of its samples already drawn" in out, out[-3000:]
+    rep = report_of(tmp_path, "r")
+    assert (rep["summary"]["resumed_at_step"], rep["summary"]["steps"]) == (44, 89)
+    assert [s["step"] for s in rep["steps"]] == list(range(45, 90))  # the next epoch's 44 steps, and one more
+    epochs = rep["sample_accounting"]["epochs"]
+    assert [(e["epoch"], e["complete"]) for e in epochs] == [(1, True), (2, True), (3, False)], epochs
+    assert epochs[0]["skipped_rows"] == 1408
+    for e in epochs[:2]:  # by position (what was drawn before the checkpoint is in it), and by id
+        p = e["positions"]
+        assert (p["rows"], p["duplicates"], p["units_incomplete"], p["units_open"]) == (EPOCH_IDS, 0, 0, 0), e
+        assert (e["distinct"] + e["skipped_rows"], e["duplicated"], e["missing"]) == (EPOCH_IDS, 0, 0), e
 
 
 @pytest.mark.ray

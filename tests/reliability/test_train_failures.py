@@ -11,8 +11,8 @@ and 3; issue 20, items 5 and 6):
   loss curve goes on, every complete epoch has each sample id once, the two ranks end with the same
   weights, and the saved model reloads to the trainer's own final validation numbers.
 
-Three jobs (each costs about a minute of the suite), and two more for a checkpoint at an epoch's
-last full batch (issue 53). The multi-host versions (SIGTERM to every host, the head host lost) are
+Three jobs (each costs about a minute of the suite). A checkpoint at an epoch's last full batch
+(issue 53) is resumed in test_data_host_loss.py, after its one-epoch run. The multi-host versions (SIGTERM to every host, the head host lost) are
 in `test_host_loss.py`.
 """
 
@@ -166,26 +166,6 @@ def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_a
     card = json.loads((head(tmp_path, "run") / "model" / "model.json").read_text())
     assert card["steps"] == target
     assert_model_reloads_to_its_final_validation(configs, head(tmp_path, "run") / "model", card)
-
-
-@pytest.mark.ray
-def test_a_checkpoint_at_an_epoch_s_last_full_batch_resumes_and_the_next_epoch_trains(configs, tmp_path):
-    """tiny.yaml on one rank: 1437 rows are 44 full batches of 32 and 29 rows over. A checkpoint at
-    step 44 (a step count, or a stop, landing there) resumed into an epoch of 29 rows, which the
-    loop took for an empty channel: every restart of the job failed with "gave the train workers no
-    full batch". Resumed now, that epoch ends (its 29 rows counted, not trained on) and the next one
-    trains whole. Two jobs of their own: no other test's checkpoint lands on an epoch's last full
-    batch by construction (the stop tests' steps depend on timing, their ranks split unevenly)."""
-    finish(launch(configs, tmp_path, "edge", "trainer.steps=44", "trainer.checkpoint_interval=44"))
-    out = finish(launch(configs, tmp_path, "edge", "trainer.steps=89", "trainer.checkpoint_interval=44"))
-    rep = report(tmp_path, "edge")
-    assert "at step 44, epoch 1, 1408 of its samples already drawn" in out, out[-3000:]
-    assert (rep["summary"]["resumed_at_step"], rep["summary"]["steps"]) == (44, 89)
-    assert [s["step"] for s in rep["steps"]] == list(range(45, 90))  # the next epoch's 44 steps, and one more
-    epochs = rep["sample_accounting"]["epochs"]
-    assert [(e["epoch"], e["complete"]) for e in epochs] == [(1, True), (2, True), (3, False)], epochs
-    assert epochs[0]["skipped_rows"] == 1408
-    assert_each_complete_epoch_once(rep)
 
 
 def assert_model_reloads_to_its_final_validation(configs, model_dir: Path, card: dict) -> None:

@@ -199,52 +199,6 @@ def s3_tree(s3, uri: str) -> dict[str, int]:
 
 
 @pytest.mark.ray
-def test_an_s3_run_dir_gets_model_checkpoints_and_report_and_the_next_run_resumes_from_s3(cluster, tmp_path):
-    """No disk shared between the driver and the nodes: everything the run keeps goes to S3, and a
-    second run finds the first one's checkpoint there (rank 0 downloads it and checks its hash)."""
-    import json
-
-    from support.user_layouts import digits, write_image_folder, write_parquet
-
-    address, env = cluster
-    write_image_folder(tmp_path / "train", digits("train"))
-    write_parquet(tmp_path / "validation", digits("validation"), files=1, row_group_size=120)
-    staged_before = set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*"))
-    with LocalS3({"s3://team-data/digits/validation/": tmp_path / "validation",
-                  "s3://team-runs/keep/": tmp_path / "validation"}) as s3:
-        config = job_config(tmp_path, s3.endpoint_url)
-        missing = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://no-such-bucket/runs")
-        assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
-            "sm-launch: error: run.dir: cannot write to s3://no-such-bucket/runs/attached (NoSuchBucket); create "
-            "the bucket or grant s3:PutObject and s3:DeleteObject on it"]
-        first = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
-                          "--set", "trainer.steps=16", "--set", "trainer.checkpoint_interval=8", timeout=600)
-        assert first.returncode == 0, first.stderr[-4000:]
-        after_first = s3_tree(s3, "s3://team-runs/jobs/attached")
-        second = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
-                           "--set", "trainer.steps=24", "--set", "trainer.checkpoint_interval=8", timeout=600)
-        assert second.returncode == 0, second.stderr[-4000:]
-        keys = s3_tree(s3, "s3://team-runs/jobs/attached")
-        report = json.loads(s3.client().get_object(Bucket="team-runs", Key="jobs/attached/output/data/report.json")
-                            ["Body"].read())
-    for name in ("model/model.pt", "model/model.json", "model/classes.json", "resolved_config.yaml",
-                 "logs/sm-launch.log", "output/data/report.json"):
-        assert after_first.get(name), (name, sorted(after_first))
-    import re
-
-    steps = sorted(m.group(1) for k in after_first if (m := re.fullmatch(r"checkpoints/run-[^/]+/(step-\d+)/state.pt", k)))
-    assert steps == ["step-00000008", "step-00000016"], sorted(after_first)
-    assert any(k.startswith("output/data/tensorboard/") for k in after_first)
-    assert report["summary"]["resumed_at_step"] == 16, report["summary"]
-    assert report["summary"]["resumed_from"].startswith("s3://team-runs/jobs/attached/checkpoints/run-")
-    assert report["summary"]["resumed_from"].endswith("/step-00000016")
-    assert report["summary"]["steps"] == 24 and any(k.endswith("step-00000024/state.pt") for k in keys)
-    assert "uploaded" in second.stdout + second.stderr
-    assert set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*")) == staged_before  # removed once uploaded
-    assert not (ROOT / "s3:").exists() and not (ROOT / "runs" / "attached").exists()
-
-
-@pytest.mark.ray
 def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_learns(cluster, tmp_path):
     """The user's project (a model factory, a per-pixel loss, IoU; tests/support/byo_project) in a
     folder of its own, its data WebDataset shards of images and masks (TarWriter). The cluster was
@@ -296,45 +250,84 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
 
 
 @pytest.mark.ray
-def test_z_a_drained_train_node_makes_the_built_in_loop_checkpoint_and_end_cleanly(cluster, tmp_path):
-    """The cluster's operator drains the train node as KubeRay and Ray's autoscaler drain a spot node
-    before it goes (`ray drain-node`, reason preemption): the built-in loop hears it through Ray
-    Train's preemption notice, checkpoints at the next step boundary and ends as a stopped job (143)
-    whose complete checkpoint a next job resumes from. Last in this module: a drained node leaves once idle.
-    A job of its own on the module's cluster: a drain ends the job it reaches, and this is the one
-    path (an operator's drain, no SIGTERM before it) that no other job's stop takes."""
-    import json
+def test_z_an_s3_run_dir_gets_everything_the_next_run_resumes_from_s3_and_a_drain_makes_it_checkpoint_and_end(
+        cluster, tmp_path):
+    """No disk shared between the driver and the nodes: everything the run keeps goes to S3, and a
+    second run finds the first one's checkpoint there (rank 0 downloads it and checks its hash).
 
-    from support.user_layouts import digits, write_image_folder
+    The cluster's operator then drains the train node under the second run, as KubeRay and Ray's
+    autoscaler drain a spot node before it goes (`ray drain-node`, reason preemption): the built-in
+    loop hears it through Ray Train's preemption notice, checkpoints at the next step boundary and
+    ends as a stopped job (143) whose complete checkpoint (in S3) a next job resumes from. The drain
+    ends the job it reaches, so it rides on the module's last job (it was a job of its own; the
+    suite's time, issue 56), and this test runs last: a drained node leaves once idle. No other
+    job's stop takes this path (an operator's drain, no SIGTERM before it)."""
+    import json
+    import re
+
+    from support.user_layouts import digits, write_image_folder, write_parquet
 
     address, env = cluster
     write_image_folder(tmp_path / "train", digits("train"))
-    cfg = yaml.safe_load(Path(job_config(tmp_path, "http://127.0.0.1:1")).read_text())
-    del cfg["channels"]["validation"]
-    cfg["trainer"].update(steps=2000, checkpoint_interval=0, validation_every_epochs=0)
-    cfg["run"]["name"] = "drained"
-    path = tmp_path / "drained.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    write_parquet(tmp_path / "validation", digits("validation"), files=1, row_group_size=120)
+    staged_before = set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*"))
     head = next(n["ray.io/node-id"] for n in alive_nodes(address, env) if n["sm-group"] == "train_group")
-    proc = subprocess.Popen([sys.executable, "-m", "smlaunch", "run", str(path), "--address", address], env=env,
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, drained = [], False
-    deadline = time.monotonic() + 420
-    for line in proc.stdout:
-        lines.append(line)
-        if not drained and line.startswith("step=10 "):
-            drain = subprocess.run([RAY, "drain-node", f"--address={address}", f"--node-id={head}",
-                                    "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim",
-                                    "--deadline-remaining-seconds=60"], env=env, capture_output=True, text=True,
-                                   timeout=60)
-            assert drain.returncode == 0, drain.stderr[-2000:]
-            drained = True
-        assert time.monotonic() < deadline, "".join(lines[-40:])
-    out = "".join(lines)
-    assert proc.wait(timeout=60) == 143 and drained, out[-4000:]
+    with LocalS3({"s3://team-data/digits/validation/": tmp_path / "validation",
+                  "s3://team-runs/keep/": tmp_path / "validation"}) as s3:
+        config = job_config(tmp_path, s3.endpoint_url)
+        missing = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://no-such-bucket/runs")
+        assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+            "sm-launch: error: run.dir: cannot write to s3://no-such-bucket/runs/attached (NoSuchBucket); create "
+            "the bucket or grant s3:PutObject and s3:DeleteObject on it"]
+        first = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
+                          "--set", "trainer.steps=16", "--set", "trainer.checkpoint_interval=8", timeout=600)
+        assert first.returncode == 0, first.stderr[-4000:]
+        after_first = s3_tree(s3, "s3://team-runs/jobs/attached")
+        # The second run resumes at 16 and trains on until the drain (logged every 10 steps: at step 20).
+        # Without validation, as the drain test was: the loop asks for the notice once a second, about 40
+        # steps here, so the stop may come after the epoch's end (step 44), and a validation pass started
+        # there on the drained train node did not end (noticed, left alone: issue 55's closing note).
+        second = subprocess.Popen([sys.executable, "-m", "smlaunch", "run", config, "--address", address, "--set",
+                                   "run.dir=s3://team-runs/jobs", "--set", "trainer.steps=2000", "--set",
+                                   "trainer.checkpoint_interval=8", "--set", "trainer.validation_every_epochs=0"],
+                                  env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines, drained = [], False
+        deadline = time.monotonic() + 420
+        try:
+            for line in second.stdout:
+                lines.append(line)
+                if not drained and line.startswith("step=20 "):
+                    drain = subprocess.run([RAY, "drain-node", f"--address={address}", f"--node-id={head}",
+                                            "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim",
+                                            "--deadline-remaining-seconds=60"], env=env, capture_output=True,
+                                           text=True, timeout=60)
+                    assert drain.returncode == 0, drain.stderr[-2000:]
+                    drained = True
+                assert time.monotonic() < deadline, "".join(lines[-40:])
+            out = "".join(lines)
+            assert second.wait(timeout=60) == 143 and drained, out[-4000:]
+        finally:
+            if second.poll() is None:
+                second.kill()
+        keys = s3_tree(s3, "s3://team-runs/jobs/attached")
+        report = json.loads(s3.client().get_object(Bucket="team-runs", Key="jobs/attached/output/data/report.json")
+                            ["Body"].read())
+    for name in ("model/model.pt", "model/model.json", "model/classes.json", "resolved_config.yaml",
+                 "logs/sm-launch.log", "output/data/report.json"):
+        assert after_first.get(name), (name, sorted(after_first))
+    steps = sorted(m.group(1) for k in after_first if (m := re.fullmatch(r"checkpoints/run-[^/]+/(step-\d+)/state.pt", k)))
+    assert steps == ["step-00000008", "step-00000016"], sorted(after_first)
+    assert any(k.startswith("output/data/tensorboard/") for k in after_first)
+    assert report["summary"]["resumed_at_step"] == 16, report["summary"]
+    assert report["summary"]["resumed_from"].startswith("s3://team-runs/jobs/attached/checkpoints/run-")
+    assert report["summary"]["resumed_from"].endswith("/step-00000016")
+    # the drain: the loop stopped at the next step boundary on Ray's notice, its checkpoint complete in S3
     note = next(line for line in lines if "on Ray's preemption notice" in line)
     step = int(note.split("stopped at step ")[1].split()[0])
-    assert f"nodes {head} drained" in note and 10 <= step < 2000, note
-    report = json.loads((tmp_path / "runs/drained/output/data/report.json").read_text())
-    assert report["summary"]["stopped_at_step"] == step
-    assert list((tmp_path / "runs/drained/checkpoints").glob(f"*/step-{step:08d}/meta.json")), step  # complete
+    assert f"nodes {head} drained" in note and 20 <= step < 2000, note
+    assert report["summary"]["stopped_at_step"] == step, report["summary"]
+    assert any(k.endswith(f"step-{step:08d}/state.pt") for k in keys), sorted(keys)
+    assert any(k.endswith(f"step-{step:08d}/meta.json") for k in keys), sorted(keys)  # complete
+    assert "uploaded" in out
+    assert set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*")) == staged_before  # removed once uploaded
+    assert not (ROOT / "s3:").exists() and not (ROOT / "runs" / "attached").exists()

@@ -11,8 +11,8 @@ namespace's PID 1, sent from outside; SIGKILL 120 s later. What each kind gives:
 | bash running the entry as a child (AWS's framework images) | no handler, so the kernel drops the signal: training goes on until the SIGKILL; the next job resumes from the last periodic checkpoint |
 | smlaunch-init (`launcher/reaping_init.py`): forwards, then waits for every process | `train` dies, sm-launch sees it, checkpoints and exits 143 (the init reports it): tests/launcher/job/test_stopping.py, with sm-launch as PID 1 (container entry) beside it |
 
-The inits meet a stand-in workload first (no Ray, a second each); then tini and bash meet a real
-two-host job. Where tini is not installed its stand-in (`support/tini_standin.py`) takes its
+The inits meet a stand-in workload first (no Ray, a second each); then bash and tini meet a real
+two-host job in turn, the second job resuming the first's checkpoints. Where tini is not installed its stand-in (`support/tini_standin.py`) takes its
 place, checked against tini here wherever both exist.
 """
 
@@ -168,54 +168,37 @@ def _steps_logged(job) -> int:
     return sum(line.startswith("step=") for line in job.log("algo-2").splitlines())
 
 
-@pytest.mark.ray
-def test_under_tini_a_stop_kills_every_launcher_before_a_checkpoint_and_the_next_job_resumes_from_the_timed_one(
-        tmp_path):
-    """tini as PID 1 of both hosts (the real one where installed). Each host says at start that a stop
-    will kill it, and checkpoints on a timer (here every 3 s, set in the config). SIGTERM to both PID 1s:
-    `train` and tini exit 143, the kernel kills each launcher at once (no stop line, no checkpoint of
-    the stop), and the newest complete checkpoint, where the next job resumes (`latest_complete`, which
-    the next run calls; the bash test below runs that next job), is the last timed one before the stop."""
-    pytest.importorskip("sagemaker_training")
-    job = _two_host_job(tmp_path, checkpoint_every_s=3, checkpoint_interval=0)  # every checkpoint a timed one
-    try:
-        unshares = {h: job.start_under_toolkit(h, pid1=TINI) for h in job.trees}
-        job.wait_for_text("algo-2", "step=4 ", 300)
-        deadline = time.monotonic() + 60
-        while _complete_step(job) is None:
-            assert time.monotonic() < deadline, job.log("algo-2")[-3000:]
-            time.sleep(0.2)
-        launchers = launcher_pids(unshares)
-        assert len(launchers) == 2
-        for host in job.trees:
-            assert "PID 1 is tini" in job.log(host) and "kills sm-launch with it" in job.log(host)
-            assert "checkpointing every 3 s instead (trainer.checkpoint_every_s)" in job.log(host)
-        before = _complete_step(job)
-        signalled = time.time()
-        for unshare in unshares.values():
-            os.kill(pid1_of(unshare), signal.SIGTERM)
-        assert {h: u.wait(10) for h, u in unshares.items()} == {h: 143 for h in job.trees}  # tini: train's status
-        assert not any(alive(p) for p in launchers.values())  # gone with their namespaces, at once
-        head = job.log("algo-2")
-        assert "on request" not in head and "checkpoint written" not in head
-        after = _complete_step(job)
-        assert after is not None and after >= before  # where the next job resumes (`latest_complete`, as its run)
-        written = [m.stat().st_mtime for m in (job.trees["algo-2"] / "checkpoints").rglob("meta.json")]
-        assert written and max(written) < signalled  # every checkpoint a timed one from before the stop
-        assert not (job.trees["algo-2"] / "output" / "data" / "report.json").exists()
-    finally:
-        job.cleanup()
+def _next_job(job, **trainer) -> None:
+    """The job's next run, as SageMaker starts one: the same checkpoints, new hosts (the toolkit copies
+    its source dir, the config in it, to an empty /opt/ml/code), these trainer settings."""
+    config = yaml.safe_load(job.config.read_text())
+    config["trainer"].update(trainer)
+    job.config.write_text(yaml.safe_dump(config))
+    shutil.rmtree(job.root / "sourcedir", ignore_errors=True)
+    for tree in job.trees.values():
+        shutil.rmtree(tree / "code")
+        (tree / "code").mkdir()
+    job.procs.clear()
+    job.exited.clear()
 
 
 @pytest.mark.ray
-def test_under_bash_a_stop_is_dropped_training_goes_on_until_the_kill_and_the_next_job_resumes_from_a_periodic_one(
+def test_a_stop_under_bash_is_dropped_under_tini_kills_every_launcher_and_each_next_job_resumes_its_last_checkpoint(
         tmp_path):
-    """bash running `train` as a child (as AWS's framework images' entry script does) as PID 1 of both
-    hosts, `checkpoint_every_s` left to its default. Each host says at start that a stop will be dropped
-    and that it checkpoints every 300 s for that. SIGTERM to both PID 1s changes nothing: 3 s later
-    every launcher still runs and the head has logged more steps. SageMaker's SIGKILL then ends both
-    namespaces; the next job resumes from the last periodic checkpoint (every 4 steps here) and
-    trains on from it."""
+    """Two jobs on the same checkpoints, each ended by a SageMaker stop (SIGTERM to both PID 1s), as
+    each kind of PID 1 meets it. (Two jobs, not three: the first's next job is the second.)
+
+    1. bash running `train` as a child (as AWS's framework images' entry script does) as PID 1 of both
+       hosts, `checkpoint_every_s` left to its default. Each host says at start that a stop will be
+       dropped and that it checkpoints every 300 s for that. SIGTERM to both PID 1s changes nothing:
+       3 s later every launcher still runs and the head has logged more steps. SageMaker's SIGKILL
+       then ends both namespaces; the newest complete checkpoint is a periodic one (every 4 steps).
+    2. The next job, on new hosts, under tini (the real one where installed) and checkpointing on a
+       timer (every 3 s, set in the config): it resumes from that periodic checkpoint and trains on
+       from it. Each host says at start that a stop will kill it. SIGTERM to both PID 1s: `train` and
+       tini exit 143, the kernel kills each launcher at once (no stop line, no checkpoint of the
+       stop), and the newest complete checkpoint, where the next job resumes (`latest_complete`,
+       which the next run calls), is the last timed one before the stop."""
     pytest.importorskip("sagemaker_training")
     job = _two_host_job(tmp_path, checkpoint_interval=4)
     try:
@@ -241,16 +224,34 @@ def test_under_bash_a_stop_is_dropped_training_goes_on_until_the_kill_and_the_ne
         resumes_at = _complete_step(job)
         assert resumes_at is not None and resumes_at % 4 == 0 and resumes_at >= 4
 
-        # The next job (the same checkpoints on new hosts) resumes there and trains 2 steps more.
-        config = yaml.safe_load(job.config.read_text())
-        config["trainer"]["steps"] = resumes_at + 2
-        job.config.write_text(yaml.safe_dump(config))
-        job.procs.clear()
-        job.exited.clear()
+        # 2. The next job resumes there, under tini, every checkpoint from now on a timed one.
+        _next_job(job, checkpoint_every_s=3, checkpoint_interval=0)
+        unshares = {h: job.start_under_toolkit(h, pid1=TINI) for h in job.trees}
+        job.wait_for_text("algo-2", f"step={resumes_at + 4} ", 300)
+        head = job.log("algo-2")
+        assert any("resumed from" in line and f"at step {resumes_at}, epoch" in line for line in head.splitlines()), \
+            head[-3000:]
+        deadline = time.monotonic() + 60
+        while (_complete_step(job) or 0) <= resumes_at:  # the first timed checkpoint of this job
+            assert time.monotonic() < deadline, job.log("algo-2")[-3000:]
+            time.sleep(0.2)
+        launchers = launcher_pids(unshares)
+        assert len(launchers) == 2
         for host in job.trees:
-            job.start(host)
-        assert job.wait(420) == {h: 0 for h in job.trees}, {h: job.log(h)[-2000:] for h in job.trees}
-        resumed = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())["summary"]
-        assert resumed["resumed_at_step"] == resumes_at and resumed["steps"] == resumes_at + 2
+            assert "PID 1 is tini" in job.log(host) and "kills sm-launch with it" in job.log(host)
+            assert "checkpointing every 3 s instead (trainer.checkpoint_every_s)" in job.log(host)
+        before = _complete_step(job)
+        signalled = time.time()
+        for unshare in unshares.values():
+            os.kill(pid1_of(unshare), signal.SIGTERM)
+        assert {h: u.wait(10) for h, u in unshares.items()} == {h: 143 for h in job.trees}  # tini: train's status
+        assert not any(alive(p) for p in launchers.values())  # gone with their namespaces, at once
+        head = job.log("algo-2")
+        assert "on request" not in head and "checkpoint written" not in head
+        after = _complete_step(job)
+        assert after is not None and after >= before > resumes_at  # where the next job resumes (`latest_complete`)
+        written = [m.stat().st_mtime for m in (job.trees["algo-2"] / "checkpoints").rglob("meta.json")]
+        assert written and max(written) < signalled  # every checkpoint a timed one from before the stop
+        assert not (job.trees["algo-2"] / "output" / "data" / "report.json").exists()
     finally:
         job.cleanup()

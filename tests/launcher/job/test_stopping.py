@@ -6,7 +6,8 @@ and exits at once. The launcher watches the process that started it (`SMLAUNCH_S
 the entry script) and takes the SIGTERM path when it is gone, if PID 1 lets it live that long
 (test_pid1_kinds.py has the kinds). The job test below has both entry paths at once, each host in a
 PID namespace of its own: two hosts under smlaunch-init and the toolkit, one host whose launcher is
-PID 1 and gets the signal itself (the container path).
+PID 1 and gets the signal itself (the container path). Its next job, the resumed one, is also the
+suite's plain multi-host job (`three_hosts_joined_trained_and_exited_zero`).
 """
 
 import json
@@ -139,16 +140,62 @@ def test_a_stop_under_smlaunch_init_and_as_pid_1_checkpoints_every_launcher_exit
             assert job.failure(host) is None, job.failure(host)
             assert not (job.trees[host] / "output" / "success").exists()
 
-        # The next job (spot: the same checkpoints on new hosts) resumes where this one stopped.
+        # The next job (spot: the same checkpoints on new hosts) resumes where this one stopped. It is the
+        # plain multi-host job too: three hosts join, train and exit 0 (one job fewer in the suite).
+        steps = max(28, stopped + 24)  # an epoch (1437 rows, 23 steps of 2 x 32) completes inside the run
         config = yaml.safe_load(job.config.read_text())
-        config["trainer"]["steps"] = stopped + 2
+        config["trainer"]["steps"] = steps
         job.config.write_text(yaml.safe_dump(config))
         job.procs.clear()
         job.exited.clear()
         for host in HOSTS:
             job.start(host)
-        assert job.wait(420) == {h: 0 for h in HOSTS}, {h: job.log(h)[-2000:] for h in HOSTS}
-        resumed = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())["summary"]
-        assert resumed["resumed_at_step"] == stopped
+        resumed = three_hosts_joined_trained_and_exited_zero(job, steps)
+        assert resumed["summary"]["resumed_at_step"] == stopped
     finally:
         job.cleanup()
+
+
+def three_hosts_joined_trained_and_exited_zero(job, steps: int) -> dict:
+    """The plain path with real processes, one `sm-launch` per fake SageMaker host (algo-1 the CPU
+    host, the GPU group listing algo-3 before algo-2) and one Ray cluster across them: every host
+    joins, the two GPU hosts train `steps` steps of 2 x 32 images by DDP, an epoch (split unevenly
+    across the ranks) ends inside the run with each sample once, and every host exits 0. Returns the
+    head's report."""
+    codes = job.wait(420)
+    assert codes == {h: 0 for h in HOSTS}, {h: job.log(h)[-2000:] for h in HOSTS}
+
+    head_log = job.log("algo-2")
+    assert "head algo-2 at " in head_log and "hosts_joined=3 " in head_log
+    # The head's summary names the workers that train: placed on the GPUs the joined hosts reported
+    # (none here), not on the ones the instance type (ml.g5.xlarge) promises.
+    assert "batch 32 x 2 train workers (CPU)" in head_log and "train workers (GPU)" not in head_log
+    assert head_log.index("hosts_joined=3 ") < head_log.index("batch 32 x 2 train workers (CPU)")
+    for worker in ("algo-1", "algo-3"):
+        assert f"{worker} joining head algo-2" in job.log(worker)
+        assert "head algo-2 finished the job" in job.log(worker)
+        # Workers leave within 10 s of the head (which exits last, after its own teardown).
+        assert abs(job.exited["algo-2"] - job.exited[worker]) < 10
+    report = json.loads((job.trees["algo-2"] / "output/data/report.json").read_text())
+    assert report["summary"]["steps"] == steps
+    # The head runs the same job body as a local run: the same timings, the run's wall time included.
+    assert report["summary"]["wall_s"] > report["summary"]["train_s"] > 0 < report["summary"]["cluster_start_s"]
+    assert report["rows_by_host"]["algo-1"] > 0 and report["summary"]["data_node_row_fraction"] == 1.0
+    assert report["plan"]["head"] == "algo-2" and report["plan"]["head_address"] == f"algo-2:{job.port}"
+    # Both GPU hosts train (on this machine without GPUs, one CPU rank each): DDP across two host
+    # processes, rank 0 on the head, and the same weights on both at the end.
+    assert [(w["rank"], w["host"]) for w in report["workers"]] == [(0, "algo-2"), (1, "algo-3")]
+    assert report["summary"]["ranks_in_sync"] and report["summary"]["train_workers"] == 2
+    # each complete epoch once across the two ranks (a resumed one: what was drawn before the stop
+    # is its skipped rows)
+    complete = [e for e in report["sample_accounting"]["epochs"] if e["complete"]]
+    assert complete, report["sample_accounting"]
+    for e in complete:
+        assert (e["distinct"] + e["skipped_rows"], e["duplicated"], e["missing"]) == (1437, 0, 0), e
+    assert report["summary"]["validation_accuracy"] > 0.3  # chance is 0.1
+    assert (job.trees["algo-2"] / "model/model.pt").exists()
+    assert not any(job.failure(h) for h in HOSTS)
+    # The shared token authenticates every host and is printed nowhere.
+    node_logs = [(job.trees[h] / "output/data/smlaunch/ray-node.log").read_text() for h in HOSTS]
+    assert not any(job.token in text for text in node_logs + [job.log(h) for h in HOSTS])
+    return report
