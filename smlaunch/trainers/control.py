@@ -134,6 +134,17 @@ class Control:
             return None
         return self.preempted
 
+    def notice(self, wait_s: float = 0.0):
+        """Ray Train's preemption notice now, asked on every rank (each must call this equally often:
+        rank 0's answer is every rank's); with `wait_s`, asked again every half second until one comes
+        or the time is up (Ray Train's watcher learns of a drain within `cluster.drain.POLL_INTERVAL_S`).
+        The rounds are counted, not timed: every rank takes the same number, so none is left in the barrier."""
+        for _ in range(int(wait_s / 0.5)):
+            if self._preemption_notice() is not None:
+                break
+            time.sleep(0.5)
+        return self._preemption_notice()
+
     def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None,
                  checkpoint_due: bool = False) -> Decision:
         """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost.

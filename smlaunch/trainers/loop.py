@@ -19,6 +19,10 @@ from __future__ import annotations
 import contextlib
 import time
 
+NOTICE_WAIT_S = 3.0
+"""How long a validation pass that failed waits for a preemption notice that explains it (a drain
+Ray Train's watcher had not seen yet) before the failure counts as the run's."""
+
 
 def train_loop(spec) -> dict:
     """One rank's training. A user error (bad data, a weights file that does not fit) is posted to
@@ -112,7 +116,7 @@ class _Run:
         self.validation: list[dict] = []
         self.books = Accountant("train", spec.epoch_rows, self.world)
         self.mix = LabelMix(spec.num_classes, self.device) if self.task.builtin else None  # labels' mix per batch
-        self.stopped = False
+        self.stopped, self.stopped_by = False, None
         self.cut_short = False  # the run ended inside an epoch
         self.saves = CheckpointLog(spec.checkpoint_every_s)  # the timer counts from here
 
@@ -198,9 +202,10 @@ class _Run:
                 self._close_epoch(complete=True)
                 if not self._done():
                     primed = NextEpoch(self._torch_batches(shard))
-                if self.t.epochs or self.t.validation_every_epochs and \
-                        self.epochs_done % self.t.validation_every_epochs == 0:
-                    self._validate(self.epochs_done)
+                if (self.t.epochs or self.t.validation_every_epochs and
+                        self.epochs_done % self.t.validation_every_epochs == 0) and \
+                        not self._validate_unless_preempted(self.epochs_done):
+                    break
         if pending is not None:
             self._record(self.control.flush(pending))
         self.cut_short = bool(self.seen.parts)  # the step count (or a stop) ended the run inside an epoch
@@ -311,9 +316,10 @@ class _Run:
         if not self.saves.holds(self.step, self.epochs_done):
             self._save("stop")
         notice = self.control.preempted
-        why = f"on Ray's preemption notice (nodes {', '.join(notice.preempted_node_ids)} drained)" if notice \
-            else "on request"
-        self.outbox.put("note", text=f"stopped at step {self.step} {why}; checkpoint written")
+        self.stopped_by = f"Ray's preemption notice (nodes {', '.join(notice.preempted_node_ids)} drained)" \
+            if notice else None
+        self.outbox.put("note", text=f"stopped at step {self.step} on {self.stopped_by or 'request'}; "
+                                     "checkpoint written")
         self.stopped = True
 
     def _close_epoch(self, complete: bool) -> None:
@@ -363,9 +369,29 @@ class _Run:
                                         self.control, self.autocast))
         self.outbox.put("validation", **self.validation[-1])
 
+    def _validate_unless_preempted(self, epoch: int) -> bool:
+        """Validate, unless a train node is being drained (then stop: False). A validation pass on a
+        draining node cannot start: Ray Train starts the validation dataset's coordinator actor on
+        first use, pinned to a train node (`NodeAffinitySchedulingStrategy`, soft=False), and a draining
+        node takes no new actor, so the pass fails with `ActorUnschedulableError`; a restart cannot be
+        placed there either, and the job would end in 3 x 60 s with exit 1 instead of a checkpoint.
+        The step loop asks for the notice at most once a second, so a drain just before an epoch's end
+        (or the run's) is asked for here again, on every rank (a barrier); a pass that fails because
+        the notice came a moment after this ask stops the run too."""
+        if self.control.notice() is None:
+            try:
+                self._validate(epoch)
+                return True
+            except Exception:
+                if self.control.notice(wait_s=NOTICE_WAIT_S) is None:
+                    raise
+        self._stop()
+        return False
+
     def _finish(self) -> None:
-        if not self.validation or self.validation[-1]["step"] != self.step:
-            self._validate(self.epochs_done + self.cut_short)
+        if (not self.validation or self.validation[-1]["step"] != self.step) and \
+                not self._validate_unless_preempted(self.epochs_done + self.cut_short):
+            return
         self.marks["final_validation"] = time.time()
         if not self.saves.holds(self.step):
             self._save("end")
@@ -428,7 +454,8 @@ class _Run:
                 # One way of counting epochs everywhere: the 1-based epoch a step belongs to.
                 "epochs": self.epochs_done + self.cut_short,
                 "epochs_complete": self.epochs_done,
-                "stopped_at_step": self.step if self.stopped else None, "resumed_from": self.resumed_from,
+                "stopped_at_step": self.step if self.stopped else None, "stopped_by": self.stopped_by,
+                "resumed_from": self.resumed_from,
                 "resumed_at_step": self.resumed_at_step, "marks": self.marks, "checkpoints": self.saves.summary(),
                 "steps_span_s": self.marks.get("last_step", 0) - self.marks.get("first_step", 0),
                 "sample_accounting": self.books.report(), "workers": workers,

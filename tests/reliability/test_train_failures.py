@@ -135,6 +135,7 @@ def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_a
     assert all(n % 32 == 0 and 0 < n <= 128 for n in images) and images.count(128) >= 0.8 * len(images), images
     stopped = summary["stopped_at_step"]
     assert stopped is not None and stopped >= 20 and f"stopped early at step {stopped} on request (SIGTERM)" in out
+    assert summary["stopped_by"] == "request (SIGTERM)"
     assert latest_complete(checkpoints).name == f"step-{stopped:08d}"
     # The report's steps are the restarted group's: from the checkpoint it resumed at to the stop.
     assert [s["step"] for s in first["steps"]] == list(range(summary["resumed_at_step"] + 1, stopped + 1))

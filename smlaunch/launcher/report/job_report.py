@@ -46,6 +46,8 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
             "global_batch": plan.global_batch,
             "ranks_in_sync": len({w["param_sha256"] for w in workers}) == 1 if workers else None,
             "stopped_at_step": result.get("stopped_at_step"),
+            "stopped_by": (result.get("stopped_by") or "request (SIGTERM)")
+            if result.get("stopped_at_step") is not None else None,
             "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
             "samples_duplicated": accounting.get("duplicated"),
             "samples_missing": accounting.get("missing"),
@@ -191,8 +193,8 @@ def summary_lines(report: dict) -> list[str]:
 
     s = report["summary"]
     acc = s["validation_accuracy"]
-    lines = [f"stopped early at step {s['stopped_at_step']} on request (SIGTERM); the last checkpoint "
-             "holds the state"] if s.get("stopped_at_step") is not None else []
+    lines = [f"stopped early at step {s['stopped_at_step']} on {s.get('stopped_by') or 'request (SIGTERM)'}; "
+             "the last checkpoint holds the state"] if s.get("stopped_at_step") is not None else []
     if s.get("resumed_at_step") is not None:
         lines.append(f"resumed at step {s['resumed_at_step']} from {s['resumed_from']}")
     return lines + [
