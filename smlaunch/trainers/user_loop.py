@@ -197,11 +197,20 @@ def _patch(meter: Meter):
     return undo
 
 
-def error_line(exc: BaseException, rank: int, function: str) -> str:
-    """One line: the rank, the loop, the loop's own deepest frame (not Ray's or ours) and the error."""
+def error_line(exc: BaseException, rank: int, function: str, loop=None) -> str:
+    """One line: the rank, the loop, the loop's own deepest frame (not Ray's or ours) and the error.
+    The loop's frames are those under the folder its module was imported from (`loop`'s module; the
+    code folder when it did not import): on a SageMaker host or a cluster that folder is the copy
+    the job shipped, not the folder sm-launch was started in."""
+    import sys
+    from pathlib import Path
+
     from smlaunch.user_code import code_folder
 
     folder = code_folder()
+    module = sys.modules.get(getattr(loop, "__module__", None) or "")
+    if getattr(module, "__file__", None):
+        folder = str(Path(module.__file__).parents[module.__name__.count(".")])
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(folder)
               and "/site-packages/" not in f.filename and "/smlaunch/" not in f.filename]
     where = f" at {frames[-1].filename[len(folder):].lstrip('/')}:{frames[-1].lineno} in {frames[-1].name}" \
@@ -226,11 +235,12 @@ def run_user_loop(spec) -> dict:
     found = ray.train.get_checkpoint()
     if found is not None:
         outbox.put("note", text=f"trainer.loop: ray.train.get_checkpoint() gives {found.path} (trainer.resume)")
+    loop = None
     try:
         loop = resolve(spec.trainer.loop, "trainer.loop")
         returned = loop(dict(spec.trainer.loop_config))
     except Exception as exc:
-        line = error_line(exc, rank, spec.trainer.loop)
+        line = error_line(exc, rank, spec.trainer.loop, loop)
         post("fatal", wait_s=5, text=line, error="UserError")
         from smlaunch.errors import UserError
 

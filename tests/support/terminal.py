@@ -16,12 +16,14 @@ import time
 
 
 def run_in_terminal(argv: list[str], env: dict, timeout_s: float, columns: int = 120,
-                    rows: int = 40) -> tuple[int, str]:
-    """(exit status, everything the command wrote to its terminal), both stdout and stderr."""
+                    rows: int = 40, cwd=None, on_output=None) -> tuple[int, str]:
+    """(exit status, everything the command wrote to its terminal), both stdout and stderr.
+    `on_output(text, proc)`: called with everything written so far after each read (a person who
+    presses Ctrl-C, or a test that sends a signal, once a line is on the screen)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=cwd)
     os.close(slave)
     chunks, deadline = [], time.monotonic() + timeout_s
     try:
@@ -35,6 +37,8 @@ def run_in_terminal(argv: list[str], env: dict, timeout_s: float, columns: int =
                 if not data:
                     break
                 chunks.append(data)
+                if on_output is not None:
+                    on_output(b"".join(chunks).decode("utf-8", errors="replace"), proc)
             elif proc.poll() is not None and not _readable(master):
                 break
         else:

@@ -61,6 +61,28 @@ def test_an_error_in_the_loop_is_one_line_naming_the_rank_function_and_the_user_
     assert line == "trainer.loop mine:train failed on rank 1 at mine.py:5 in helper: KeyError: 'lr'"
 
 
+def test_the_loop_s_frame_is_found_in_the_shipped_copy_it_was_imported_from(tmp_path, monkeypatch):
+    """On a SageMaker host or a cluster the loop's module is the job's shipped copy, imported from a
+    folder that is not the one sm-launch runs in: its frames are still the loop's."""
+    import importlib.util
+    import sys
+
+    monkeypatch.setenv("SM_LAUNCH_CODE_DIR", str(tmp_path / "where-sm-launch-runs"))
+    shipped = tmp_path / "opt_ml_code" / "user_code" / "team"
+    shipped.mkdir(parents=True)
+    (shipped / "__init__.py").write_text("")
+    (shipped / "loops.py").write_text("def train(config):\n    raise ValueError('no data')\n")
+    spec = importlib.util.spec_from_file_location("team.loops", shipped / "loops.py")
+    loops = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "team.loops", loops)
+    spec.loader.exec_module(loops)
+    try:
+        loops.train({})
+    except ValueError as exc:
+        line = error_line(exc, 0, "team.loops:train", loops.train)
+    assert line == "trainer.loop team.loops:train failed on rank 0 at team/loops.py:2 in train: ValueError: no data"
+
+
 def test_a_loop_that_never_reports_is_still_timed_as_one_record():
     outbox = _Outbox()
     meter = Meter(0, 1, ("algo-1",), outbox)

@@ -208,13 +208,15 @@ def test_a_local_folder_channel_is_uploaded_and_the_shipped_config_points_at_it(
     assert f"channel validation: 2 files from {folder}" in out
 
 
-@pytest.mark.parametrize("entry", ["container", "toolkit"])
+@pytest.mark.parametrize("entry,code", [("container", "model"), ("toolkit", "model"), ("container", "loop"),
+                                        ("toolkit", "loop")])
 def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions(aws, capsys, tmp_path, monkeypatch,
-                                                                                 entry):
+                                                                                 entry, code):
     """Submitted from the user's project folder (tests/support/byo_project): its modules ship under
     `user_code/` without the channel data beside them, its venv or caches; on a host (`plan`, under
     the container entrypoint and under the training toolkit), the factory, the loss and the map op
-    are found by name in that copy alone."""
+    (`code="model"`), or the user's own Ray Train loop (`code="loop"`, issue 55), are found by name
+    in that copy alone."""
     if entry == "toolkit":
         pytest.importorskip("sagemaker_training")
     from support.byo import copy_project, project_module
@@ -228,15 +230,16 @@ def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions
     (folder / "__pycache__" / "x.pyc").write_bytes(b"0")
     fields = "{x1: x1, x2: x2, x3: x3, x4: x4, y: y}"
     monkeypatch.chdir(folder)  # where the user runs sm-launch
-    job = f"byo-{entry}"
-    code, out, err = submit(aws, capsys, *sets(
-        "sagemaker.command=plan", f"sagemaker.entry={entry}", "sagemaker.install_package=false",
-        "model={factory: 'regression:mlp', params: {inputs: 4}}",
-        "task={loss: 'regression:mse', evaluate: 'regression:metrics'}",
+    job = f"byo-{entry}-{code}"
+    uses = ["model={factory: 'regression:mlp', params: {inputs: 4}}",
+            "task={loss: 'regression:mse', evaluate: 'regression:metrics'}"] if code == "model" else \
+        ["model=null", "task=null", "trainer.loop=ray_loop:train_func", "trainer.loop_config={lr: 0.05, batch_size: 8}"]
+    status, out, err = submit(aws, capsys, *sets(
+        "sagemaker.command=plan", f"sagemaker.entry={entry}", "sagemaker.install_package=false", *uses,
         "pipeline.ops=[{op: map, function: 'regression:stack_features'}]",
         *[f"channels.{split}={{source: {folder / 'data' / split}, record_format: parquet, fields: {fields}}}"
           for split in ("train", "validation")]), job=job)
-    assert code == 0, err
+    assert status == 0, err
     (request,) = aws.create_requests()
     tree, _ = fake_host(tmp_path, request, "algo-1")
     tarball = tmp_path / "sourcedir.tar.gz"
@@ -256,7 +259,12 @@ def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions
             "ContainerArguments", [])
         ran = subprocess.run(argv, env=host_env(request, tree), capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
-    assert f"model: regression:mlp(inputs=4) on every rank, imported from {tree / 'code' / 'user_code'}" in ran.stdout
+    user_code = tree / "code" / "user_code"
+    if code == "model":
+        assert f"model: regression:mlp(inputs=4) on every rank, imported from {user_code}" in ran.stdout
+    else:
+        assert "loop: ray_loop:train_func(config) on each of 1 Ray Train worker, imported from " \
+               f"{user_code}" in ran.stdout, ran.stdout[-2000:]
 
 
 def test_a_missing_bucket_is_one_line_and_exit_1(aws, capsys):
