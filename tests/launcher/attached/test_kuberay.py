@@ -250,3 +250,10 @@ def test_a_user_s_functions_must_be_in_the_image_and_the_note_names_their_files(
             "hold regression.py as this folder does") in err
     code, _, err = kuberay(capsys, HETERO, "--image", "img:1", *user[:2], "--set", "task={loss: 'regression:nope'}")
     assert code == 2 and "task.loss: regression has no function nope" in err
+    # your own Ray Train loop (issue 55): the same rule, and the manifest passes the schema
+    code, documents, err = kuberay(capsys, HETERO, "--image", "img:1", "--set", "model=null", "--set", "task=null",
+                                   "--set", "trainer.loop=ray_loop:train_func")
+    assert code == 0, err
+    assert problems(validator, documents[1]) == []
+    assert ("sm-launch: note: the job imports ray_loop:train_func: the image's working directory must hold "
+            "ray_loop.py as this folder does") in err
