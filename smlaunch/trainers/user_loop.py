@@ -209,8 +209,9 @@ def error_line(exc: BaseException, rank: int, function: str, loop=None) -> str:
 
     folder = code_folder()
     module = sys.modules.get(getattr(loop, "__module__", None) or "")
-    if getattr(module, "__file__", None):
-        folder = str(Path(module.__file__).parents[module.__name__.count(".")])
+    if getattr(module, "__file__", None):  # a package's own loop lives in its __init__.py: one level more
+        file = Path(module.__file__)
+        folder = str(file.parents[module.__name__.count(".") + (file.name == "__init__.py")])
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(folder)
               and "/site-packages/" not in f.filename and "/smlaunch/" not in f.filename]
     where = f" at {frames[-1].filename[len(folder):].lstrip('/')}:{frames[-1].lineno} in {frames[-1].name}" \

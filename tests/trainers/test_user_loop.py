@@ -81,6 +81,17 @@ def test_the_loop_s_frame_is_found_in_the_shipped_copy_it_was_imported_from(tmp_
     except ValueError as exc:
         line = error_line(exc, 0, "team.loops:train", loops.train)
     assert line == "trainer.loop team.loops:train failed on rank 0 at team/loops.py:2 in train: ValueError: no data"
+    # a loop in a package's __init__.py: the folder is still the one above the package
+    (shipped / "__init__.py").write_text("def train(config):\n    raise ValueError('empty')\n")
+    spec = importlib.util.spec_from_file_location("team", shipped / "__init__.py")
+    team = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "team", team)
+    spec.loader.exec_module(team)
+    try:
+        team.train({})
+    except ValueError as exc:
+        line = error_line(exc, 0, "team:train", team.train)
+    assert line == "trainer.loop team:train failed on rank 0 at team/__init__.py:2 in train: ValueError: empty"
 
 
 def test_a_loop_that_never_reports_is_still_timed_as_one_record():
