@@ -149,15 +149,17 @@ def channel_source(name: str, source: Path, fmt: str, cpus: int, shuffle: bool, 
 
 
 def read_epoch(source, buffer_rows: int, on_batch=None) -> tuple[np.ndarray, float, float]:
-    """One pass as a train worker draws it: (labels in order, seconds to the first batch, seconds)."""
+    """One pass as a train worker draws it (through the loop's shuffle buffer): (labels in order,
+    seconds to the first batch, seconds)."""
     from smlaunch.pipelines.dataset import read_channel
+    from smlaunch.trainers.shuffle_buffer import ShuffleBuffer
 
     started = time.perf_counter()
     first = None
     labels = []
-    batches = read_channel(source, source.channel).iter_batches(
-        batch_size=BATCH, batch_format="numpy", local_shuffle_buffer_size=buffer_rows or None,
-        local_shuffle_seed=0 if buffer_rows else None)
+    batches = read_channel(source, source.channel).iter_batches(batch_size=BATCH, batch_format="numpy")
+    if buffer_rows:
+        batches = ShuffleBuffer(buffer_rows, BATCH, seed=0)(batches)
     for batch in batches:
         first = first or time.perf_counter() - started
         labels.append(batch["label"])

@@ -140,9 +140,11 @@ class ShuffleConfig(_Strict):
     file, up to 8 MiB of read-ahead per FastFile object, a decoded row group per Parquet unit. A
     checkpoint holds the drawn rows of the units open (a few KiB)."""
     buffer_rows: int = Field(default=1024, ge=0)
-    """Rows of the trainer's shuffle buffer (Ray Data's `local_shuffle_buffer_size`), per train
-    worker, after the chain: about buffer_rows x 3 x crop^2 bytes of host memory per worker
-    (1024 rows at 224 px: 154 MB). 0: none."""
+    """Rows of the trainer's shuffle buffer per train worker, after the chain (`trainers.shuffle_buffer`):
+    each batch is drawn at random from it; it keeps half the rows received so far up to this size,
+    so the first batch needs two batches' rows, not 1.5x the buffer as Ray Data's
+    `local_shuffle_buffer_size`. About buffer_rows x 3 x crop^2 bytes per worker, on its device
+    (1024 rows at 224 px: 154 MB of GPU memory). 0: none."""
 
 
 class ChannelConfig(_Strict):

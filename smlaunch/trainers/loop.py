@@ -259,12 +259,17 @@ class _Run:
                         "too small (an empty Pipe FIFO?)")
 
     def _torch_batches(self, shard):
+        """The epoch's batches, through the shuffle buffer (ours, not Ray Data's
+        `local_shuffle_buffer_size`, which holds back 1.5x its rows before the first batch:
+        `trainers.shuffle_buffer`)."""
+        from smlaunch.trainers.shuffle_buffer import ShuffleBuffer
+
+        batches = shard.iter_torch_batches(batch_size=self.t.batch_size, drop_last=False, device=self.device,
+                                           prefetch_batches=self.t.prefetch_batches,
+                                           pin_memory=self.device.type == "cuda")
         buffer = self.spec.shuffle_buffer_rows
-        return shard.iter_torch_batches(batch_size=self.t.batch_size, drop_last=False, device=self.device,
-                                        prefetch_batches=self.t.prefetch_batches,
-                                        pin_memory=self.device.type == "cuda",
-                                        local_shuffle_buffer_size=buffer or None,
-                                        local_shuffle_seed=self.spec.seed + self.epochs_done if buffer else None)
+        return ShuffleBuffer(buffer, self.t.batch_size, self.spec.seed + self.epochs_done)(batches) if buffer \
+            else batches
 
     def _batches(self, shard, primed=None):
         """This epoch's full batches (from `primed`, the epoch already started, if given); a final

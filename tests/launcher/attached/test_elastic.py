@@ -52,8 +52,8 @@ def job_config(tmp_path: Path, cost_file: Path) -> Path:
     cfg["cluster"]["instance_groups"] = [
         {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
         {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1}]
-    # A shuffle buffer of 1024 rows (the default) would hold back 71 % of this 1437-row epoch before the
-    # first batch: the wait would all be at each epoch's start. 64 keeps it per step, as on a real channel.
+    # A shuffle buffer of 1024 rows (the default) would hold back up to 71 % of this 1437-row epoch, to
+    # leave at its end without a wait. 64 keeps the wait per step, as on a real channel.
     cfg["channels"] = {"train": {"source": str(tmp_path / "train"), "record_format": "image_folder",
                                  "instance_groups": ["data_group"], "shuffle": {"buffer_rows": 64}}}
     cfg["pipeline"]["ops"] = [
