@@ -56,7 +56,7 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
                                        ranks=plan.train_workers, seed=cfg.seed,
                                        chain_slots=plan.preprocess_slots if plan.elastic else 0,
                                        block_units=ELASTIC_BLOCK_BATCHES * cfg.pipeline.batch_size if plan.elastic
-                                       else 0).share_listing()
+                                       else 0, head_rows=first_window_rows(cfg, plan)).share_listing()
         ds = read_channel(source, channel)
         placement = {"ray_remote_args_fn": _placement(plan)} if plan.elastic else {}
         with warnings.catch_warnings():  # see `_placement`
@@ -68,6 +68,13 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
                 compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots), num_cpus=1,
                 label_selector=plan.preprocess_selector, **placement)
     return datasets
+
+
+def first_window_rows(cfg: LaunchConfig, plan: LaunchPlan) -> int:
+    """Rows every rank's iterator holds before its first batch: Ray Data's `iter_torch_batches`
+    fetches `prefetch_batches` batches and a block more first; the shuffle buffer draws from two
+    batches (`trainers.shuffle_buffer`)."""
+    return plan.train_workers * (cfg.trainer.prefetch_batches + 2) * cfg.trainer.batch_size
 
 
 def _placement(plan: LaunchPlan):
@@ -130,7 +137,7 @@ def read_channel(source, channel):
 
     - Files (`ChannelDatasource`): at most one read task per CPU of the reading hosts, each
       task's output cut into enough blocks that the ranks get equal shares
-      (`file_reader.balanced_blocks`). One block per read task would read faster (no split),
+      (`units.balanced_blocks`). One block per read task would read faster (no split),
       but the ranks then share a few large blocks unevenly: in tests/launcher/test_end_to_end.py's
       S3 job, 4 blocks over 3 ranks, 16 steps covered 1231 of the epoch's 1436 rows, the ranks
       with less waiting through drain steps while one worked through its extra block. Balance

@@ -48,7 +48,8 @@ from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.rows import folder_tables, row_blocks, unit_samples
 from smlaunch.pipelines.order import PIECE_ROWS
-from smlaunch.pipelines.sources.units import TASK_BYTES, TASK_UNITS, PackedUnits, Units, units_per_task
+from smlaunch.pipelines.sources.units import (HEAD_BATCHES, LazyUnits, PackedUnits, Units, balanced_blocks, read_runs,
+                                              units_per_task)
 from smlaunch.pipelines.sources.listing import ChannelListing
 
 Unit = tuple[str, int, int | None]
@@ -74,8 +75,10 @@ class ChannelDatasource(Datasource):
 
     def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
                  num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None,
-                 seed: int = 0, chain_slots: int = 0, block_units: int = 0):
+                 seed: int = 0, chain_slots: int = 0, block_units: int = 0, head_rows: int = 0):
         self.channel = channel
+        self.head_rows = head_rows
+        """Rows the ranks' iterators hold before their first batch (all ranks; see `units.headed_runs`)."""
         self.chain_slots = chain_slots
         """Chain tasks that may run at once, where more than the reading CPUs (elastic data hosts):
         the pass is cut into enough blocks to keep them all at work."""
@@ -86,6 +89,9 @@ class ChannelDatasource(Datasource):
         self.seed = seed
         self._listing: ChannelListing | ray.ObjectRef = listing
         self._listing_ref: ray.ObjectRef | None = None
+        self._share_refs: dict[str | None, ray.ObjectRef] = {}
+        """Each share's `Units.arrays()` in the object store, where shared (`share_listing`): read tasks
+        then carry their units as indices (`units.LazyUnits`)."""
         self.roots = roots
         self.num_classes = num_classes
         self.cpus = cpus
@@ -110,9 +116,12 @@ class ChannelDatasource(Datasource):
         """Ship the listing by reference from now on: Ray Data pickles the datasource with the
         Dataset, which travels from the driver to Ray Train's controller and on to its split
         coordinator; 1.28M files' listing (53 MiB) took each hop about half a second, where the
-        object store hands it over once."""
+        object store hands it over once. Each share's arrays go too, for the read tasks to gather
+        their own paths from (`units.LazyUnits`)."""
         if self._listing_ref is None:
             self._listing_ref = ray.put(self.listing)
+            arrays = {host: units.arrays() for host, units in self.shares().items()}
+            self._share_refs = {host: ray.put(a) for host, a in arrays.items() if a is not None}
         return self
 
     def get_name(self) -> str:
@@ -174,11 +183,14 @@ class ChannelDatasource(Datasource):
         return max(1, min(bound, len(units)))
 
     def _task_count(self, holder: str | None, units: "Units", parallelism: int) -> int:
-        """Read tasks for the share of `holder`: at least one per reader (`_readers`), and enough
-        that none reads more than `TASK_UNITS` units or `TASK_BYTES`. `block_count` counts with this too."""
-        readers = self._readers(holder, units, parallelism)
-        bounded = max(-(-len(units) // TASK_UNITS), -(-units.total_size() // TASK_BYTES))
-        return max(1, min(max(readers, bounded), len(units)))
+        return len(self._runs(holder, units, parallelism))
+
+    def _runs(self, holder: str | None, units: "Units", parallelism: int) -> list[range]:
+        """The share's read tasks as runs of its epoch's order (`units.read_runs`; short first ones
+        for an image folder). `block_count` counts with these too."""
+        head = HEAD_BATCHES * self.channel.block_rows if CHANNEL_FORMATS[self.channel.record_format].layout == "images" \
+            else 0
+        return read_runs(units, self._readers(holder, units, parallelism), head, self.head_rows)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
@@ -201,13 +213,13 @@ class ChannelDatasource(Datasource):
         the other calls (`read_datasource` on the driver, the parallelism rule, the metadata guess)
         read their count and sizes. Building the runnable tasks cut each task's paths out of the
         listing: 0.7 s per call at 1.28M files, twice before the split coordinator's real one."""
-        from smlaunch.pipelines.order import epoch_order, task_runs
+        from smlaunch.pipelines.order import epoch_order
 
         tasks, epoch = [], self._last_epoch[0]
         for host, units in self.shares().items():
             order = epoch_order(len(units), self.channel.name, self.seed, epoch if self.channel.shuffle else None)
             sizes = np.concatenate([[0], np.cumsum(units.sizes[order])])
-            for run in task_runs(len(units), self._task_count(host, units, parallelism)):
+            for run in self._runs(host, units, parallelism):
                 meta = BlockMetadata(num_rows=None, size_bytes=int(sizes[run.stop] - sizes[run.start]),
                                      exec_stats=None, input_files=None)
                 tasks.append(ReadTask(partial(_estimate_only, self.channel.name), meta,
@@ -234,7 +246,7 @@ class ChannelDatasource(Datasource):
         return self._last_epoch
 
     def _read_tasks(self, parallelism: int, per_task_row_limit, epoch: int, resume: dict | None) -> list[ReadTask]:
-        from smlaunch.pipelines.order import epoch_order, task_runs
+        from smlaunch.pipelines.order import epoch_order
 
         done = drawn = seeks = None
         if resume is not None:
@@ -246,7 +258,7 @@ class ChannelDatasource(Datasource):
         for host, units in self.shares().items():
             order = epoch_order(len(units), self.channel.name, self.seed,
                                 epoch if self.channel.shuffle else None)
-            runs = task_runs(len(units), self._task_count(host, units, parallelism))
+            runs = self._runs(host, units, parallelism)
             open_units = units_per_task(self.channel, self._readers(host, units, parallelism))
             for run in runs:
                 places = np.arange(run.start, run.stop, dtype=np.int64)
@@ -256,10 +268,11 @@ class ChannelDatasource(Datasource):
                     continue
                 unit_ids = places + offset
                 own = {u: drawn[u] for u in unit_ids.tolist() if u in drawn} if drawn else {}
-                packed = units.packed(order[places], unit_ids, own, open_units,
-                                      {u: seeks[u] for u in own if u in seeks} if seeks else None)
+                picked, own_seeks = order[places], {u: seeks[u] for u in own if u in seeks} if seeks else None
+                packed = LazyUnits(self._share_refs[host], picked, unit_ids, own, open_units, own_seeks) \
+                    if host in self._share_refs else units.packed(picked, unit_ids, own, open_units, own_seeks)
                 # No `input_files`: every file of a task there was 48 MB of pickle per task at 1.28M files.
-                meta = BlockMetadata(num_rows=None, size_bytes=int(packed.sizes.sum()), exec_stats=None,
+                meta = BlockMetadata(num_rows=None, size_bytes=int(units.sizes[picked].sum()), exec_stats=None,
                                      input_files=None)
                 read = partial(_read_units, self.channel, host, packed, self.roots, self.listing.classes,
                                self.num_classes)
@@ -274,35 +287,9 @@ class ChannelDatasource(Datasource):
 
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 """Ray Data's target block size when the context sets none."""
-BLOCKS_PER_RANK_BALANCED = 64
-"""From this many blocks per rank on, a rank at most one block ahead is within 1.6 % of the others."""
-
-
 def _block_bytes() -> int:
     """The job's target block size, from the context Ray Data plans and reads in (`use_block_size`)."""
     return ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
-
-
-def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int, at_least: int = 0) -> int:
-    """How many blocks a pass of `tasks` read tasks over `size` bytes should end in, so that the
-    ranks get equal shares.
-
-    The ranks take blocks as they come, each going to the rank with the fewest rows so far, so a
-    rank may end a block ahead. Ray Data's own count (twice the cluster's CPUs for a small
-    channel) gave tests/launcher/test_end_to_end.py's S3 job, 1436 rows over 3 ranks, 10 blocks
-    of 144 rows once its read tasks were bounded by CPUs: one rank got 576 rows and the epoch
-    needed 18 steps instead of 15. So a small channel is cut into at least 4 blocks per rank and
-    a multiple of the ranks (Ray splits each task's output evenly into the count asked for); a
-    large one keeps one block per `target` bytes, as Ray plans it, where a block more or less
-    is noise. At least twice the reading CPUs, so the chain has parallel work, and at least
-    `at_least` (small blocks for elastic hosts: `ChannelDatasource.block_units`)."""
-    tasks = max(tasks, 1)
-    blocks = tasks * max(1, round(size / tasks / target))  # what the tasks yield before any split (Ray's estimate)
-    split = -(-max(blocks, 2 * cpus, 4 * ranks, at_least) // blocks)
-    if blocks * split < BLOCKS_PER_RANK_BALANCED * ranks:
-        while (blocks * split) % ranks:
-            split += 1
-    return blocks * split
 
 
 def _read_nothing():
@@ -314,8 +301,9 @@ def _estimate_only(channel: str):
                        "changed (ChannelDatasource._estimates)")
 
 
-def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits, roots: dict[str, str | None],
-                classes, num_classes):
+def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits | LazyUnits,
+                roots: dict[str, str | None], classes, num_classes):
+    units = units.resolve() if isinstance(units, LazyUnits) else units
     host = this_host()
     # Ray Data sets the job's context in this task, not in a task it starts: the block size goes on as an argument.
     block_bytes = _block_bytes()

@@ -32,7 +32,7 @@ def read_ids(ray, channel: ChannelPlan, roots) -> list[int]:
     from smlaunch.pipelines.sources.listing import list_channel
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
 
-    source = ChannelDatasource(channel, list_channel(channel, roots), roots)
+    source = ChannelDatasource(channel, list_channel(channel, roots), roots).share_listing()  # as the job ships it
     ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"},
                                   override_num_blocks=4)
     return sorted(int(i) for batch in ds.iter_batches(batch_size=None) for i in batch["id"])
@@ -108,7 +108,7 @@ def test_elastic_hosts_get_blocks_of_a_few_files_each_so_a_host_given_back_ends_
 
 
 def test_balanced_blocks_give_small_channels_a_multiple_of_the_ranks_and_large_ones_ray_s_count():
-    from smlaunch.pipelines.sources.file_reader import balanced_blocks
+    from smlaunch.pipelines.sources.units import balanced_blocks
 
     mib = 2**20
     for tasks, ranks in ((2, 3), (2, 5), (2, 7), (3, 2), (4, 8), (1, 1)):
@@ -288,7 +288,7 @@ def test_sample_places_take_every_host_s_packed_listing_as_it_is():
     assert places.find(derived_id("algo-2/shard-0.tar", 0)) == "algo-2/shard-0.tar sample at byte 0"
 
 
-@pytest.mark.parametrize("cpus", [{"a": 1}, {"a": 2, "b": 4}])
+@pytest.mark.parametrize("cpus", [{"a": 1}, {"a": 2}, {"a": 2, "b": 4}])
 def test_a_large_pass_is_cut_into_short_read_tasks_that_share_the_pass_s_open_units_by_readers(cpus):
     """1.28M-file image folders and 64 MiB shards alike: no read task reads more than `TASK_UNITS`
     files or `TASK_BYTES` listed bytes, a small channel keeps one task per CPU,
@@ -311,10 +311,45 @@ def test_a_large_pass_is_cut_into_short_read_tasks_that_share_the_pass_s_open_un
         assert sorted(rel for u in units for rel, _, _ in u) == sorted(rels)  # every file once
         assert max(len(u) for u in units) <= TASK_UNITS and \
             max(int(u.sizes.sum()) for u in units) <= TASK_BYTES, [len(u) for u in units]
-        assert len(tasks) == max(min(readers, count), -(-count // TASK_UNITS), -(-count * size // TASK_BYTES))
+        even = max(min(readers, count), -(-count // TASK_UNITS), -(-count * size // TASK_BYTES))
+        headed = record_format == "image_folder" and even > readers  # short first tasks, one per reader
+        assert len(tasks) == even + (readers if headed else 0)
+        if headed:  # listed first, two chain batches of the epoch's first files each
+            assert [len(u) for u in units[:readers]] == [2 * channel.block_rows] * readers
+            assert min(len(u) for u in units[readers:]) > 2 * channel.block_rows
         assert {u.open_units for u in units} == {-(-16 // min(readers, count))}
         assert source.read_slots() == min(readers, count)
         assert len(source.get_read_tasks(8)) == len(tasks)  # Ray's planning estimates count the same tasks
+
+
+@pytest.mark.ray
+def test_a_shared_listing_s_read_tasks_carry_indices_and_read_the_same_units(data_cluster):
+    """Shipped by reference (`share_listing`, as the job does), a task's units are indices into its
+    share's arrays in the object store, which the task gathers its paths from: the same units, in
+    the same order, as the split coordinator packed before, for a fraction of the bytes to put."""
+    import ray.cloudpickle
+
+    from smlaunch.pipelines.sources.file_list import FileList
+    from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import ChannelListing
+    from smlaunch.pipelines.sources.units import LazyUnits, PackedUnits
+
+    rels = [f"n{i % 100:08d}/n{i % 100:08d}_{i}.JPEG" for i in range(20_000)]
+    channel = ChannelPlan(name="train", input_mode="File", record_format="image_folder", source="", hosts=("a",),
+                          shuffle=True, open_units=16)
+    context = SimpleNamespace(_execution_idx=0)
+    sources = [ChannelDatasource(channel, ChannelListing(files={"a": FileList.of(rels, 700)}), {"a": None},
+                                 cpus={"a": 2}, ranks=2) for _ in range(2)]
+    eager, lazy = sources[0].get_read_tasks(8, data_context=context), \
+        sources[1].share_listing().get_read_tasks(8, data_context=context)
+    assert {type(t.read_fn.args[2]) for t in eager} == {PackedUnits}
+    assert {type(t.read_fn.args[2]) for t in lazy} == {LazyUnits}
+    assert [list(t.read_fn.args[2]) for t in lazy] == [list(t.read_fn.args[2]) for t in eager]
+    assert [t.metadata.size_bytes for t in lazy] == [t.metadata.size_bytes for t in eager]
+    shipped = ray.cloudpickle.loads(ray.cloudpickle.dumps(lazy[-1].read_fn.args[2]))  # as a read task gets it
+    assert list(shipped) == list(eager[-1].read_fn.args[2]) and shipped.open_units == eager[-1].read_fn.args[2].open_units
+    size = [sum(len(ray.cloudpickle.dumps(t.read_fn.args[2])) for t in tasks) for tasks in (eager, lazy)]
+    assert size[1] < size[0] / 4, size
 
 
 @pytest.mark.ray
