@@ -23,9 +23,11 @@ def list_channels(plan: LaunchPlan, here: bool = False) -> dict:
 
 
 def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = None,
-                   num_classes: int | None = None) -> dict:
+                   num_classes: int | None = None, shared: list | None = None) -> dict:
     """Each channel's dataset; `listings` from `list_channels` (listed here when None);
-    `num_classes` bounds the labels (a label at or above it is a bad sample)."""
+    `num_classes` bounds the labels (a label at or above it is a bad sample); `shared`, if given,
+    gets the object refs of the listings' arrays the read tasks gather their paths from
+    (`units.LazyUnits`), for the warm-up to bring to the data hosts (`warmup`)."""
     import ray
     import ray.data
 
@@ -57,6 +59,8 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
                                        chain_slots=plan.preprocess_slots if plan.elastic else 0,
                                        block_units=ELASTIC_BLOCK_BATCHES * cfg.pipeline.batch_size if plan.elastic
                                        else 0, head_rows=first_window_rows(cfg, plan)).share_listing()
+            if shared is not None:
+                shared.extend(source.shared_arrays())
         ds = read_channel(source, channel)
         placement = {"ray_remote_args_fn": _placement(plan)} if plan.elastic else {}
         with warnings.catch_warnings():  # see `_placement`

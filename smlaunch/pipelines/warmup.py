@@ -27,11 +27,13 @@ import contextlib
 import os
 
 
-def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None) -> list:
+def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None, shared: list = ()) -> list:
     """Start one warm-up task per CPU slot of every host that runs the chain; returns their refs
     (nobody needs to wait for them). `runtime_env`: that of the tasks the warmed workers are for,
     by default the datasets' tasks under Ray Train (`data_tasks_runtime_env`); `{}` for tasks this
-    process starts itself."""
+    process starts itself. `shared`: object refs the read tasks will get (the listings' arrays,
+    `units.LazyUnits`), fetched to each host by its warm-up: 68 MiB for 1.28M files, which the
+    first read tasks of the pass waited 1-2 s for between two simulated hosts."""
     import ray
 
     from smlaunch.cluster.plan import host_selector
@@ -45,7 +47,9 @@ def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None) ->
             continue
         pinned = task.options(num_cpus=1, max_retries=0, label_selector=host_selector(host.name),
                               runtime_env=runtime_env)
-        refs.extend(pinned.remote(list(ops)) for _ in range(max(int(host.num_cpus), 1)))
+        # The refs in a list, so the task's imports do not wait for their fetch; one slot a host fetches.
+        refs.extend(pinned.remote(list(ops), list(shared) if slot == 0 else []) for slot in
+                    range(max(int(host.num_cpus), 1)))
     return refs
 
 
@@ -67,7 +71,7 @@ def data_tasks_runtime_env() -> dict:
     return {"env_vars": env}
 
 
-def warm_worker(ops: list) -> dict:
+def warm_worker(ops: list, shared: list = ()) -> dict:
     """In the worker: the imports of a read and a chain task, then the job's `Chain` on one small
     JPEG (which also marks the process warm, so the first real batch's time is the chain's own).
     Returns where it ran (host, pid) and the chain's error, if any.
@@ -76,7 +80,13 @@ def warm_worker(ops: list) -> dict:
     Ray Train's controller and worker start at the same time and are the longer path; on a data
     host of its own nothing else competes. The priority is put back after (where allowed)."""
     with _lower_priority():
-        return _warm(ops)
+        done = _warm(ops)
+    import ray
+
+    if shared:
+        with contextlib.suppress(Exception):  # a read task that needs them fetches them again
+            ray.get(list(shared))
+    return done
 
 
 def _warm(ops: list) -> dict:

@@ -24,8 +24,15 @@ def test_every_data_slot_is_warmed_and_the_next_task_runs_in_a_warmed_worker(dat
     cfg, plan = _plan(configs, tmp_path)
     slots = {h.name: h.num_cpus for h in plan.hosts if h.subcluster == "data"}
     assert set(slots) == {"algo-2", "algo-3"}
-    done = ray.get(warm_preprocess_workers(plan, cfg.pipeline.ops), timeout=120)
+    import numpy as np
+
+    arrays = ray.put({"chars": np.zeros(8 << 20, np.uint8)})  # a listing's arrays (`units.LazyUnits`)
+    done = ray.get(warm_preprocess_workers(plan, cfg.pipeline.ops, shared=[arrays]), timeout=120)
     assert sorted(d["host"] for d in done) == sorted(h for h, n in slots.items() for _ in range(n))
+    # ... which the warm-up brought to every data host, for the first read tasks not to wait for them there.
+    nodes = {n["NodeID"]: n["Labels"].get("sm-host") for n in ray.nodes() if n["Alive"]}
+    held = ray.experimental.get_object_locations([arrays])[arrays]["node_ids"]
+    assert {"algo-2", "algo-3"} <= {nodes[n] for n in held}, (held, nodes)
     assert all(d["error"] is None for d in done), done
     warmed = {d["pid"] for d in done if d["host"] == "algo-2"}
 

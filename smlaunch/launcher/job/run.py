@@ -162,9 +162,10 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
     try:
-        datasets = build_datasets(cfg, plan, listings, spec.num_classes)
+        shared: list = []  # the listings' arrays the read tasks gather their paths from
+        datasets = build_datasets(cfg, plan, listings, spec.num_classes, shared=shared)
         set_ray_train_environment()  # before the warm-up: it takes the runtime environment Ray Train will set
-        warm_preprocess_workers(plan, cfg.pipeline.ops)  # while Ray Train starts its workers
+        warm_preprocess_workers(plan, cfg.pipeline.ops, shared=shared)  # while Ray Train starts its workers
         try:  # TensorBoard is a view: a folder that cannot be written costs the events, not the job
             events = LiveEvents(Path(output_root(plan)) / "output" / "data" / "tensorboard")
         except OSError as exc:

@@ -124,6 +124,10 @@ class ChannelDatasource(Datasource):
             self._share_refs = {host: ray.put(a) for host, a in arrays.items() if a is not None}
         return self
 
+    def shared_arrays(self) -> list:
+        """The object refs of the shares' arrays (`share_listing`)."""
+        return list(self._share_refs.values())
+
     def get_name(self) -> str:
         return f"Channel[{self.channel.name}]"
 
@@ -269,8 +273,10 @@ class ChannelDatasource(Datasource):
                 unit_ids = places + offset
                 own = {u: drawn[u] for u in unit_ids.tolist() if u in drawn} if drawn else {}
                 picked, own_seeks = order[places], {u: seeks[u] for u in own if u in seeks} if seeks else None
+                # A short task (`units.headed_runs`) is packed here: cheap, and it starts without the arrays.
                 packed = LazyUnits(self._share_refs[host], picked, unit_ids, own, open_units, own_seeks) \
-                    if host in self._share_refs else units.packed(picked, unit_ids, own, open_units, own_seeks)
+                    if host in self._share_refs and len(picked) > SHORT_TASK_UNITS \
+                    else units.packed(picked, unit_ids, own, open_units, own_seeks)
                 # No `input_files`: every file of a task there was 48 MB of pickle per task at 1.28M files.
                 meta = BlockMetadata(num_rows=None, size_bytes=int(units.sizes[picked].sum()), exec_stats=None,
                                      input_files=None)
@@ -285,6 +291,8 @@ class ChannelDatasource(Datasource):
         return tasks
 
 
+SHORT_TASK_UNITS = 1024
+"""A read task of at most this many units carries them packed even where the listing is shared."""
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 """Ray Data's target block size when the context sets none."""
 def _block_bytes() -> int:

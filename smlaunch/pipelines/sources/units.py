@@ -1,10 +1,12 @@
 """What a File-channel read task reads: its units (files, or Parquet row groups), and how many at once.
 
 A channel's units are held per share as arrays over its `FileList` (`Units`), so 1.28M files
-cost no tuple each; a read task gets only its own units, packed (`PackedUnits`), with each unit's
+cost no tuple each; a read task gets only its own units, packed (`PackedUnits`), or as indices
+into its share's arrays in the object store that it packs itself (`LazyUnits`), with each unit's
 place in the epoch's order (its rows' positions, `pipelines.order`), a resumed epoch's drawn
 ordinals of its units in flight and where to enter them, and how many it interleaves
-(`units_per_task`).
+(`units_per_task`). A pass is cut into read tasks here too (`read_runs`: bounded tasks, short
+first ones), and into the blocks the ranks share (`balanced_blocks`).
 """
 
 from __future__ import annotations
