@@ -346,18 +346,16 @@ def _read_here(channel: ChannelPlan, host: str, units, roots: dict[str, str | No
     its output buffer would merge the rows into anyway: `rows.row_blocks`), each row with its
     position (`pipelines.order`); in a resumed epoch, without the rows drawn before: a record
     file is entered past its drawn head where the checkpoint knows the offset (`seeks`), and the
-    rows drawn after it are dropped before they are decoded. The files of a task longer than
-    `SHORT_TASK_UNITS` are read at a lower CPU priority than the chain's (`read_priority`)."""
+    rows drawn after it are dropped before they are decoded. The files are read at a lower CPU
+    priority than the chain's (`read_priority`)."""
     if host not in roots:
         raise DataError(f"channel '{channel.name}': read task landed on host {host}, which does not "
                         f"receive the channel (hosts: {sorted(roots)})")
     directory = channel_dir(roots[host], channel.name)
     samples = _samples(channel, directory, host, units, classes, num_classes, block_bytes)
     seeks = getattr(units, "seeks", None) or {}
-    blocks = row_blocks(channel, samples, num_classes, block_bytes, positions=True,
-                        starts={unit: first for unit, (first, _) in seeks.items()})
-    if len(units) > SHORT_TASK_UNITS:  # a short task is what the first batches wait for (`units.headed_runs`)
-        blocks = behind_the_chain(blocks)
+    blocks = behind_the_chain(row_blocks(channel, samples, num_classes, block_bytes, positions=True,
+                                         starts={unit: first for unit, (first, _) in seeks.items()}))
     drawn = getattr(units, "drawn", None)
     if not drawn:
         yield from blocks
