@@ -72,25 +72,21 @@ def test_the_loop_s_frame_is_found_in_the_shipped_copy_it_was_imported_from(tmp_
     shipped.mkdir(parents=True)
     (shipped / "__init__.py").write_text("")
     (shipped / "loops.py").write_text("def train(config):\n    raise ValueError('no data')\n")
-    spec = importlib.util.spec_from_file_location("team.loops", shipped / "loops.py")
-    loops = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "team.loops", loops)
-    spec.loader.exec_module(loops)
-    try:
-        loops.train({})
-    except ValueError as exc:
-        line = error_line(exc, 0, "team.loops:train", loops.train)
+    def failed_line(name: str, path) -> str:  # the module imported from the shipped copy, its loop run
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        try:
+            module.train({})
+        except ValueError as exc:
+            return error_line(exc, 0, f"{name}:train", module.train)
+
+    line = failed_line("team.loops", shipped / "loops.py")
     assert line == "trainer.loop team.loops:train failed on rank 0 at team/loops.py:2 in train: ValueError: no data"
     # a loop in a package's __init__.py: the folder is still the one above the package
     (shipped / "__init__.py").write_text("def train(config):\n    raise ValueError('empty')\n")
-    spec = importlib.util.spec_from_file_location("team", shipped / "__init__.py")
-    team = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "team", team)
-    spec.loader.exec_module(team)
-    try:
-        team.train({})
-    except ValueError as exc:
-        line = error_line(exc, 0, "team:train", team.train)
+    line = failed_line("team", shipped / "__init__.py")
     assert line == "trainer.loop team:train failed on rank 0 at team/__init__.py:2 in train: ValueError: empty"
 
 
