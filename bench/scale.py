@@ -120,8 +120,13 @@ def warm_page_cache(folder: Path) -> None:
 
 
 def start_ray(cpus: int):
+    """A local Ray node of `cpus` CPUs labelled as data host HOST, its raylet and Ray Data set as
+    the job sets a data host's (`worker_pool_env`, the block size)."""
     import ray
 
+    from smlaunch.cluster.node import worker_pool_env
+
+    os.environ.update(worker_pool_env(cpus))  # the raylet ray.init starts inherits it
     ray.init(address="local", num_cpus=cpus, labels={"ray-subcluster": "data", "sm-host": HOST},
              include_dashboard=False, object_store_memory=1 << 30, namespace="smlaunch-bench", log_to_driver=False)
     from smlaunch.config import load_config

@@ -73,8 +73,10 @@ class LocalCluster:
         return self
 
     def _node_args(self, host) -> dict:
+        from smlaunch.cluster.node import worker_pool_env
+
         return {"num_cpus": host.num_cpus, "num_gpus": host.num_gpus, "labels": dict(host.labels),
-                "include_dashboard": False,
+                "include_dashboard": False, "env_vars": worker_pool_env(host.num_cpus),
                 "object_store_memory": host.object_store_bytes or LOCAL_OBJECT_STORE_MIN}
 
     def __exit__(self, *exc) -> None:

@@ -77,13 +77,14 @@ def run_host(cfg: LaunchConfig, plan: LaunchPlan, sm: SageMakerEnvironment, stop
 def _node(plan: LaunchPlan, sm: SageMakerEnvironment, cfg: LaunchConfig, head_address: str | None, node_ip: str):
     import tempfile
 
-    from smlaunch.cluster.node import RayNode, start_args
+    from smlaunch.cluster.node import RayNode, start_args, worker_pool_env
 
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{plan.current_host}-")
     me = plan.host(plan.current_host)
     args = start_args(me, head_address=head_address, node_ip=node_ip, port=cfg.cluster.port, temp_dir=temp_dir,
                       object_store_bytes=me.object_store_bytes)
-    return RayNode(args, sm.path("output", "data", "smlaunch", "ray-node.log"), dict(os.environ), temp_dir)
+    return RayNode(args, sm.path("output", "data", "smlaunch", "ray-node.log"),
+                   {**os.environ, **worker_pool_env(me.num_cpus)}, temp_dir)
 
 
 def _run_head(cfg, plan, sm, stop, check_only, log, announce=None) -> HostOutcome:

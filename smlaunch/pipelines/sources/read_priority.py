@@ -5,8 +5,9 @@ the chain's tasks, also one per CPU, on the same cores. Small files are read far
 chain decodes them, so at a pass's start the reads ran ahead on half the host's cores until Ray
 Data's object-store budget held them back (47 blocks, 39 MiB, queued for the chain within 5 s of
 a 1.28M-file pass), and the chain tasks the first batches waited for ran at half speed: on
-bench/scale.py's 2-CPU data host the first batch came 6 s after the first block was read. Niced,
-the reads take the cores the chain leaves: when the chain waits for blocks, they run at full speed.
+bench/scale.py's 2-CPU data host the first batch came 6 s after the first block was read. At idle
+priority (`SCHED_IDLE`, else niced), the reads take the cores the chain leaves: when the chain
+waits for blocks, they run at full speed.
 
 A thread, not the process: Ray runs read and chain tasks in the same worker processes, and a
 process cannot raise its priority back without CAP_SYS_NICE; a Linux thread is a task of its own
@@ -23,14 +24,14 @@ import threading
 from typing import Iterator
 
 READ_NICE = 10
-"""How much lower the reads' priority is (Linux nice levels: at +10 a busy read thread gets about a
-tenth of a core a busy chain process would, when they compete)."""
+"""How much lower the reads' priority is where `SCHED_IDLE` is refused (Linux nice levels: +10
+from nice 0 gives a busy read thread about a tenth of what a busy chain process gets)."""
 
 _DONE = object()
 
 
 def behind_the_chain(blocks: Iterator, ahead: int = 2) -> Iterator:
-    """`blocks`, made in a thread at `READ_NICE` lower priority, at most `ahead` of the consumer;
+    """`blocks`, made in a thread at a lower priority (`_lower_this_thread`), at most `ahead` of the consumer;
     an error raised while making them is raised here, as it was."""
     handed: queue.Queue = queue.Queue(maxsize=ahead)
     stop = threading.Event()
@@ -77,8 +78,17 @@ def behind_the_chain(blocks: Iterator, ahead: int = 2) -> Iterator:
 
 
 def _lower_this_thread() -> None:
+    """This thread to `SCHED_IDLE` (which any thread may ask for itself), else `READ_NICE` lower.
+
+    Ray starts its workers at nice 15 (`RAY_worker_niceness`), so the chain already runs at 15 and
+    a read thread can go only 4 levels lower (19, the floor): about 30 % of a core beside one busy
+    chain process, not a tenth. `SCHED_IDLE` weighs a thread below nice 19 (3 against 36 at nice 15:
+    about 8 %), whatever the worker's own nice."""
     if not sys.platform.startswith("linux"):
         return
     tid = threading.get_native_id()
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        return
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + READ_NICE)
