@@ -32,6 +32,7 @@ import sys
 import yaml
 
 from smlaunch.cluster.autoscale.rules import scaled_group
+from smlaunch.cluster.node import worker_pool_env
 from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER, config_train_group
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.schema import LaunchConfig
@@ -212,9 +213,11 @@ def pod(group, image: str, kuberay: KubeRayConfig, *, container: str, config_map
             requests["memory"] = limits["memory"] = pod_memory(group)
         if group.spec.gpus:
             requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(group.spec.gpus)
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+           # the raylet's pool as every other path sets it, for the Ray CPUs the pod's `ray start` gets
+           **(worker_pool_env(pod_cpus(group)) if group is not None else {})}
     spec_container = {"name": container, "image": image, "resources": {"requests": requests, "limits": limits},
-                      "env": [{"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
-                              {"name": "PYTHONUNBUFFERED", "value": "1"}]}
+                      "env": [{"name": k, "value": v} for k, v in env.items()]}
     if container == "ray-head":
         spec_container["ports"] = [{"containerPort": 6379, "name": "gcs"},
                                    {"containerPort": 8265, "name": "dashboard"},

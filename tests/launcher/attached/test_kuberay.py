@@ -78,6 +78,9 @@ def test_the_main_config_becomes_a_rayjob_that_passes_the_crd_schema(validator, 
                                                                   "nvidia.com/gpu": "1"}
     assert train["rayStartParams"] == {"num-cpus": "3", "num-gpus": "1"}
     assert data_pod["containers"][0]["resources"]["requests"] == {"cpu": "15", "memory": "27852Mi"}
+    # each raylet keeps the idle workers of its chain and read tasks, as on SageMaker and locally
+    env = {e["name"]: e["value"] for e in data_pod["containers"][0]["env"]}
+    assert env["RAY_num_workers_soft_limit"] == "32" and env["RAY_USAGE_STATS_ENABLED"] == "0"
     assert "nvidia.com/gpu" not in data_pod["containers"][0]["resources"]["limits"]
     assert train_pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.xlarge"}
     assert data_pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "c5.4xlarge"}
