@@ -5,9 +5,8 @@ the chain's tasks, also one per CPU, on the same cores. Small files are read far
 chain decodes them, so at a pass's start the reads ran ahead on half the host's cores until Ray
 Data's object-store budget held them back (47 blocks, 39 MiB, queued for the chain within 5 s of
 a 1.28M-file pass), and the chain tasks the first batches waited for ran at half speed: on
-bench/scale.py's 2-CPU data host the first batch came 6 s after the first block was read. At idle
-priority (`SCHED_IDLE`, else niced), the reads take the cores the chain leaves: when the chain
-waits for blocks, they run at full speed.
+bench/scale.py's 2-CPU data host the first batch came 6 s after the first block was read. Niced,
+the reads take the cores the chain leaves: when the chain waits for blocks, they run at full speed.
 
 A thread, not the process: Ray runs read and chain tasks in the same worker processes, and a
 process cannot raise its priority back without CAP_SYS_NICE; a Linux thread is a task of its own
@@ -24,14 +23,18 @@ import threading
 from typing import Iterator
 
 READ_NICE = 10
-"""How much lower the reads' priority is where `SCHED_IDLE` is refused (Linux nice levels: +10
-from nice 0 gives a busy read thread about a tenth of what a busy chain process gets)."""
+"""How much lower the reads' priority is. Ray starts its workers at nice 15 (`RAY_worker_niceness`),
+so the reads run at 19, the floor: a busy read thread gets about 30 % of what a busy chain process
+gets when they compete (Linux weights 15 and 36). `SCHED_IDLE` (weight 3) was tried: a 4-CPU
+node's pass was no faster, and with the train host's processes on the same cores (a local run) a
+1-CPU data host's first step on the 1.28M-file folder came 5.2 s after the small folder's, against
+1.7-3.1 s niced: reads at idle priority wait for every other process, not only the chain."""
 
 _DONE = object()
 
 
 def behind_the_chain(blocks: Iterator, ahead: int = 2) -> Iterator:
-    """`blocks`, made in a thread at a lower priority (`_lower_this_thread`), at most `ahead` of the consumer;
+    """`blocks`, made in a thread at `READ_NICE` lower priority, at most `ahead` of the consumer;
     an error raised while making them is raised here, as it was."""
     handed: queue.Queue = queue.Queue(maxsize=ahead)
     stop = threading.Event()
@@ -78,17 +81,8 @@ def behind_the_chain(blocks: Iterator, ahead: int = 2) -> Iterator:
 
 
 def _lower_this_thread() -> None:
-    """This thread to `SCHED_IDLE` (which any thread may ask for itself), else `READ_NICE` lower.
-
-    Ray starts its workers at nice 15 (`RAY_worker_niceness`), so the chain already runs at 15 and
-    a read thread can go only 4 levels lower (19, the floor): about 30 % of a core beside one busy
-    chain process, not a tenth. `SCHED_IDLE` weighs a thread below nice 19 (3 against 36 at nice 15:
-    about 8 %), whatever the worker's own nice."""
     if not sys.platform.startswith("linux"):
         return
     tid = threading.get_native_id()
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        return
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + READ_NICE)
