@@ -182,3 +182,21 @@ def test_plan_command_on_a_sagemaker_host_prints_roles_labels_and_head_address(c
     assert "labels=ray-subcluster=data,sm-host=algo-1,sm-group=data_group" in text
     assert "note: head algo-2: first host in natural order of train_group ['algo-10', 'algo-2']" in text
     assert "stop: PID 1 is " in text  # this machine's, whatever it is
+
+
+def test_a_sagemaker_host_s_ray_node_keeps_the_workers_of_its_chain_and_read_tasks(configs, tmp_path):
+    """The raylet a SageMaker host starts gets the same worker pool as a local host's
+    (`cluster.node.worker_pool_env`; tests/cluster/test_node.py shows what it keeps)."""
+    from smlaunch.launcher.sagemaker.run import _node
+
+    cfg = load_config(configs / "hetero.yaml")
+    sm = sm_env(tmp_path, "algo-1")
+    plan = build_sagemaker_plan(cfg, sm, HERE)
+    node = _node(plan, sm, cfg, "algo-2:6379", "127.0.0.1")
+    try:
+        assert node.process is None and "--num-cpus=4" in node.args
+        assert node.env["RAY_num_workers_soft_limit"] == "10"
+    finally:
+        import shutil
+
+        shutil.rmtree(node.temp_dir, ignore_errors=True)
