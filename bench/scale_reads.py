@@ -10,7 +10,8 @@ runs it; batches drawn by the driver as a train worker draws them.
 
 * first batch: from the pass's start to its first chain batch, the channel already listed (the
   job's listing is measured apart, `scale_listing`); the same on a folder of 2 files per class,
-  so `extra` is what the folder's size adds;
+  so `extra` is what the folder's size adds. A first pass on the small folder, not counted, starts
+  the node's workers (it paid their imports: the large folder's first batch came up to 7 s sooner);
 * object store peak: the node's plasma pages ever written by the end of the pass (a high-water
   mark, `store_mark_bytes`);
 * images/s of the whole pass, ours against `ray.data.read_binary_files(folder)` (paths to labels
@@ -142,6 +143,7 @@ def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None
     label = "" if reader is ours else f" ({reader.__name__})"
     try:
         out = {}
+        timed_pass(reader(small, cpus)[0], whole=False)  # the node's first pass starts and warms its workers
         ds, _ = reader(small, cpus)
         out["small"] = timed_pass(ds, whole=False)
         ds, _ = reader(large, cpus)
