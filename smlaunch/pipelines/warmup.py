@@ -6,8 +6,10 @@ per worker, paid after the train worker asked for data. Ray Train takes longer t
 its controller and worker group (about 20 s on the 2-core VM), and the data hosts sit idle
 meanwhile. So when training starts, every CPU slot of the preprocessing hosts runs one small task
 that does those imports and runs the chain once on a generated image; Ray keeps the worker
-processes (as many as the host's CPUs: its idle pool's size) and gives them the read and chain
-tasks that follow.
+processes (`cluster.node.worker_pool_env`) and gives them the read and chain tasks that follow.
+Warming the read slots too (one more task per CPU, at no CPU of Ray's) was tried on 2026-11-29:
+with the hosts on one machine it started Ray Train's workers 2.5-4 s later (their imports
+competed), so the job's first step came later on both folder sizes.
 
 The warmed workers serve the job only if they run in the runtime environment of the datasets'
 tasks, which Ray Train sets (`data_tasks_runtime_env`). A one-row Ray Data execution started with
