@@ -61,7 +61,8 @@ def worker_pool_env(num_cpus: int) -> dict[str, str]:
     so a data host runs twice its CPUs in tasks: between tasks Ray killed workers and started new
     ones, and each new one imported torch again for its first chain task. On a 4-CPU node, a pass
     over 100,000 small JPEGs started 3-9 workers and used 500-650 us of CPU per image; with the
-    pool kept, none and 274-282 us (7,000 images/s against 3,500-3,900: bench/scale_reads.py)."""
+    pool kept, none and 274-282 us (7,000 images/s against 3,500-3,900; BENCHMARKS.md, scale
+    2026-11-29, evening)."""
     return {"RAY_num_workers_soft_limit": str(2 * num_cpus + 2)}
 
 
