@@ -54,7 +54,7 @@ def start_args(host, *, head_address: str | None, node_ip: str, port: int, temp_
 def worker_pool_env(num_cpus: int) -> dict[str, str]:
     """The raylet settings of a host of `num_cpus` Ray CPUs: its idle workers kept up to the tasks
     the job runs on it at once (a chain task and a read task per CPU, and the validation
-    channel's), every path that starts a node (local, SageMaker) passing them to its raylet.
+    channel's), every path that starts a node (local, SageMaker, KubeRay pods) passing them to its raylet.
 
     Ray keeps at most `num_cpus` idle workers by default (`num_workers_soft_limit`) and kills the
     rest after a second idle. The job's read tasks take no CPU of Ray's (`dataset.read_channel`),
