@@ -45,5 +45,5 @@ def test_a_data_host_keeps_the_workers_of_its_chain_and_read_tasks_between_tasks
                           timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     cpus, workers, gone = done.stdout.split(maxsplit=2)
-    assert int(workers) == 2 * int(cpus) + 1, done.stdout  # one worker per task: they ran at once
+    assert int(workers) > int(cpus), done.stdout  # more workers than Ray's default keeps idle: the test can fail
     assert gone.strip() == "[]", f"workers killed while idle: {gone}"
