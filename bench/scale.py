@@ -396,7 +396,7 @@ def reads_by_host_size(args, folder: Path, listing: dict) -> dict:
     out = {}
     readers = (ours, fused) if "fused" in args.parts.split(",") else (ours,)
     for cpus, reader in ((c, r) for c in (1, 2, 4) for r in readers):
-        m = read_measures(folder, small, cpus, whole, reader, turns=args.pass_turns)
+        m = read_measures(folder, small, cpus, whole, reader, turns=args.pass_turns, first_turns=args.first_step_runs)
         extra = m["first"]["first_s"] - m["small"]["first_s"] + listing["listing_s"]
         key = f"{cpus}cpu" + ("" if reader is ours else "_fused")
         out[key] = {"first_ratio": extra / listing["imagefolder_s"], "store_mb": m["ours"]["store_peak_mb"],
@@ -437,7 +437,8 @@ def main() -> int:
     parser.add_argument("--shard-samples", type=int, default=128, help="samples per class-sorted shard")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="steps of each digits job (0: skip them)")
-    parser.add_argument("--first-step-runs", type=int, default=3, help="jobs per folder size timed to their first step")
+    parser.add_argument("--first-step-runs", type=int, default=3, help="jobs per folder size timed to their first step (and first batches per folder size and "
+                             "data host size in the reads part)")
     parser.add_argument("--parts", default="first,reads,fused,order,accuracy",
                         help="what to measure, of first,reads,fused,order,accuracy (the listing always; "
                              "fused: the reads again with the read fused into the chain's task)")

@@ -10,8 +10,12 @@ runs it; batches drawn by the driver as a train worker draws them.
 
 * first batch: from the pass's start to its first chain batch, the channel already listed (the
   job's listing is measured apart, `scale_listing`); the same on a folder of 2 files per class,
-  so `extra` is what the folder's size adds. A first pass on the small folder, not counted, starts
-  the node's workers (it paid their imports: the large folder's first batch came up to 7 s sooner);
+  so `extra` is what the folder's size adds. Both, 3 times in turns, the best of each. Before
+  each, a whole pass on the small folder, not counted, starts the node's workers: a pass dropped
+  after its first batch ends its running tasks' workers (Ray Data's iterator shuts its executor
+  down with `force=True`, which kills them), and the next pass's first batch then waited for new
+  workers to import torch (on 4 simulated CPUs the same small folder's came after 9.1, 0.3 and
+  9.2 s). A job does not drop its passes, and its warm-up starts the chain's workers;
 * object store peak: the node's plasma pages ever written by the end of the pass (a high-water
   mark, `store_mark_bytes`);
 * images/s of the whole pass, ours against `ray.data.read_binary_files(folder)` (paths to labels
@@ -133,23 +137,27 @@ def timed_pass(ds, whole: bool = True) -> dict:
 
 
 def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None, reader=ours,
-                  turns: int = 2) -> dict:
-    """One data host of `cpus` CPUs: the first batch on both folders; then `turns` whole passes of
-    each reader over the folder `whole` (None: none), in turns, and the best of each's images/s,
-    our first pass's store peak. `reader`: `ours` (the job's) or `fused`."""
+                  turns: int = 2, first_turns: int = 3) -> dict:
+    """One data host of `cpus` CPUs: the first batch on both folders, `first_turns` times each in
+    turns, the best of each; then `turns` whole passes of each reader over the folder `whole`
+    (None: none), in turns, and the best of each's images/s, our first pass's store peak.
+    `reader`: `ours` (the job's) or `fused`."""
     from scale import start_ray
 
     ray = start_ray(cpus)
     label = "" if reader is ours else f" ({reader.__name__})"
     try:
-        out = {}
-        timed_pass(reader(small, cpus)[0], whole=False)  # the node's first pass starts and warms its workers
-        ds, _ = reader(small, cpus)
-        out["small"] = timed_pass(ds, whole=False)
-        ds, _ = reader(large, cpus)
-        out["first"] = timed_pass(ds, whole=False)
+        out, firsts = {}, {"small": [], "first": []}
+        for turn in range(first_turns):
+            for name in (("small", "first") if turn % 2 == 0 else ("first", "small")):
+                timed_pass(reader(small, cpus)[0])  # not counted: brings back the workers a dropped pass ended
+                firsts[name].append(timed_pass(reader(small if name == "small" else large, cpus)[0], whole=False))
+        for name, runs in firsts.items():
+            out[name] = min(runs, key=lambda r: r["first_s"])
+        runs = ", ".join("%.1f/%.1f" % (a["first_s"], b["first_s"]) for a, b in zip(firsts["first"], firsts["small"]))
         print(f"  {cpus} CPU data host{label}: first batch {out['first']['first_s']:.1f} s on the large folder, "
-              f"{out['small']['first_s']:.1f} s on the small one", flush=True)
+              f"{out['small']['first_s']:.1f} s on the small one (best of {first_turns}; large/small by turn: {runs})",
+              flush=True)
         if whole is None:
             return out
         passes: dict[str, list[dict]] = {"ours": [], "ray": []}
