@@ -22,8 +22,10 @@ runs it; batches drawn by the driver as a train worker draws them.
   in a `map_batches`, then the same chain), on the same node and folder, in turns (ours, Ray
   Data's, Ray Data's, ours for `turns=2`), the best of each: a reader's first pass pays the
   folder's cold reads, a fresh node's the chain workers' imports (on 4 simulated CPUs one reader
-  made 2,895 images/s first and 3,888 second), and load drifts both ways over a run. The store
-  peak is the mark after our first pass, before Ray Data's reader wrote any page.
+  made 2,895 images/s first and 3,888 second), and load drifts both ways over a run. These run
+  on a fresh node, after one uncounted pass of the small folder, and the store peak is the mark
+  after our first pass, before Ray Data's reader wrote any page (on the node of the first
+  batches, its 12 passes, six of them dropped, had raised the mark to 300-363 MiB).
 
 The same three measures are taken again on a fresh node with the read fused into the chain's
 task (`fused`), an option issue 53 asks to weigh; the job does not use it yet.
@@ -139,13 +141,19 @@ def timed_pass(ds, whole: bool = True) -> dict:
 def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None, reader=ours,
                   turns: int = 2, first_turns: int = 3) -> dict:
     """One data host of `cpus` CPUs: the first batch on both folders, `first_turns` times each in
-    turns, the best of each; then `turns` whole passes of each reader over the folder `whole`
-    (None: none), in turns, and the best of each's images/s, our first pass's store peak.
-    `reader`: `ours` (the job's) or `fused`."""
+    turns, the best of each; then, on a fresh node (the store's high-water mark is the node's),
+    `turns` whole passes of each reader over the folder `whole` (None: none), in turns, and the
+    best of each's images/s, our first pass's store peak. `reader`: `ours` (the job's) or `fused`."""
+    out = first_batches(large, small, cpus, reader, first_turns)
+    if whole is None:
+        return out
+    return {**out, **whole_passes(whole, small, cpus, reader, turns)}
+
+
+def first_batches(large: Path, small: Path, cpus: int, reader, first_turns: int) -> dict:
     from scale import start_ray
 
     ray = start_ray(cpus)
-    label = "" if reader is ours else f" ({reader.__name__})"
     try:
         out, firsts = {}, {"small": [], "first": []}
         for turn in range(first_turns):
@@ -155,11 +163,23 @@ def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None
         for name, runs in firsts.items():
             out[name] = min(runs, key=lambda r: r["first_s"])
         runs = ", ".join("%.1f/%.1f" % (a["first_s"], b["first_s"]) for a, b in zip(firsts["first"], firsts["small"]))
+        label = "" if reader is ours else f" ({reader.__name__})"
         print(f"  {cpus} CPU data host{label}: first batch {out['first']['first_s']:.1f} s on the large folder, "
               f"{out['small']['first_s']:.1f} s on the small one (best of {first_turns}; large/small by turn: {runs})",
               flush=True)
-        if whole is None:
-            return out
+        return out
+    finally:
+        ray.shutdown()
+
+
+def whole_passes(whole: Path, small: Path, cpus: int, reader, turns: int) -> dict:
+    from scale import start_ray
+
+    ray = start_ray(cpus)
+    label = "" if reader is ours else f" ({reader.__name__})"
+    try:
+        out = {}
+        timed_pass(reader(small, cpus)[0])  # not counted: starts the node's workers
         passes: dict[str, list[dict]] = {"ours": [], "ray": []}
         for turn in range(turns):
             for name in (("ours", "ray") if turn % 2 == 0 else ("ray", "ours")):
