@@ -12,8 +12,9 @@ writes them). Then, in one run:
   per class, timed from the command to its `step=1` line, with a data host of 1 CPU and of 2
   (`DATA_HOST_TYPES`); the difference over ImageFolder's scan;
 * reads by data host size (issue 53, `scale_reads`): on simulated data hosts of 1, 2 and 4 CPUs,
-  the first chain batch's delay on the large folder over the small one (plus the listing), the
-  object store's high-water mark through a whole pass of `--pass-files` files, and that pass's
+  the first chain batch's delay on the large folder over the small one (plus the listing; each
+  folder `--first-step-runs` times in turns, the best counts), the object store's high-water
+  mark through a whole pass of `--pass-files` files on a fresh node, and that pass's
   images/s against Ray Data's `read_binary_files` with the same chain, on the same host, the
   readers in turns (`--pass-turns` passes each, the best counts); with `fused` in `--parts`,
   each again with the read fused into the chain's task (`_fused`: an option weighed, not the job's);
