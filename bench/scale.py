@@ -438,8 +438,9 @@ def main() -> int:
     parser.add_argument("--shard-samples", type=int, default=128, help="samples per class-sorted shard")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="steps of each digits job (0: skip them)")
-    parser.add_argument("--first-step-runs", type=int, default=3, help="jobs per folder size timed to their first step (and first batches per folder size and "
-                             "data host size in the reads part)")
+    parser.add_argument("--first-step-runs", type=int, default=3,
+                        help="jobs per folder size timed to their first step (and first batches per folder "
+                             "size and data host size in the reads part)")
     parser.add_argument("--parts", default="first,reads,fused,order,accuracy",
                         help="what to measure, of first,reads,fused,order,accuracy (the listing always; "
                              "fused: the reads again with the read fused into the chain's task)")

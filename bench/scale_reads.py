@@ -10,8 +10,9 @@ runs it; batches drawn by the driver as a train worker draws them.
 
 * first batch: from the pass's start to its first chain batch, the channel already listed (the
   job's listing is measured apart, `scale_listing`); the same on a folder of 2 files per class,
-  so `extra` is what the folder's size adds. Both, 3 times in turns, the best of each. Before
-  each, a whole pass on the small folder, not counted, starts the node's workers: a pass dropped
+  so `extra` is what the folder's size adds. Both, `--first-step-runs` times (3) in turns, the
+  best of each. Before each, a whole pass on the small folder, not counted, starts the node's
+  workers: a pass dropped
   after its first batch ends its running tasks' workers (Ray Data's iterator shuts its executor
   down with `force=True`, which kills them), and the next pass's first batch then waited for new
   workers to import torch (on 4 simulated CPUs the same small folder's came after 9.1, 0.3 and
@@ -151,6 +152,8 @@ def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None
 
 
 def first_batches(large: Path, small: Path, cpus: int, reader, first_turns: int) -> dict:
+    """Seconds to the first batch on each folder, `first_turns` times in turns on one node, the best
+    of each (`"first"`: the large folder, `"small"`)."""
     from scale import start_ray
 
     ray = start_ray(cpus)
