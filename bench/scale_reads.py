@@ -12,10 +12,9 @@ runs it; batches drawn by the driver as a train worker draws them.
   job's listing is measured apart, `scale_listing`); the same on a folder of 2 files per class,
   so `extra` is what the folder's size adds. Both, `--first-step-runs` times (3) in turns, the
   best of each. Before each, a whole pass on the small folder, not counted, starts the node's
-  workers: a pass dropped
-  after its first batch ends its running tasks' workers (Ray Data's iterator shuts its executor
-  down with `force=True`, which kills them), and the next pass's first batch then waited for new
-  workers to import torch (on 4 simulated CPUs the same small folder's came after 9.1, 0.3 and
+  workers: a pass dropped after its first batch ends its running tasks' workers (Ray Data's
+  iterator shuts its executor down with `force=True`, which kills them), and the next pass's
+  first batch then waited for new workers to import torch (on 4 simulated CPUs the same small folder's came after 9.1, 0.3 and
   9.2 s). A job does not drop its passes, and its warm-up starts the chain's workers;
 * object store peak: the node's plasma pages ever written by the end of the pass (a high-water
   mark, `store_mark_bytes`);
