@@ -14,8 +14,9 @@ runs it; batches drawn by the driver as a train worker draws them.
   best of each. Before each, a whole pass on the small folder, not counted, starts the node's
   workers: a pass dropped after its first batch ends its running tasks' workers (Ray Data's
   iterator shuts its executor down with `force=True`, which kills them), and the next pass's
-  first batch then waited for new workers to import torch (on 4 simulated CPUs the same small folder's came after 9.1, 0.3 and
-  9.2 s). A job does not drop its passes, and its warm-up starts the chain's workers;
+  first batch then waited for new workers to import torch (on 4 simulated CPUs the same small
+  folder's came after 9.1, 0.3 and 9.2 s). A job does not drop its passes, and its warm-up
+  starts the chain's workers;
 * object store peak: the node's plasma pages ever written by the end of the pass (a high-water
   mark, `store_mark_bytes`);
 * images/s of the whole pass, ours against `ray.data.read_binary_files(folder)` (paths to labels
