@@ -32,7 +32,10 @@ def _save(model, config: dict, step: int, final: dict) -> None:
 
     model_dir = config["model_dir"]
     os.makedirs(model_dir, exist_ok=True)
-    torch.save(model.state_dict(), os.path.join(model_dir, "model.pt"))
+    # On the CPU: a GPU run's tensors saved as they are load only where CUDA is (`torch.load` puts
+    # them back on the device they were saved from), and a model is often served on CPUs.
+    state = {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in model.state_dict().items()}
+    torch.save(state, os.path.join(model_dir, "model.pt"))
     names = config.get("class_names")
     card = {"model": config["model"], "num_classes": config["num_classes"],
             "steps": step, "final_metrics": final, "config_sha256": config["config_sha256"]}
