@@ -27,15 +27,25 @@ def save_model(model, config: dict, step: int, final: dict) -> None:
     _save(model, config, step, final)
 
 
+def cpu_state_dict(model) -> dict:
+    """The model's `state_dict` with its tensors on the CPU: a GPU run's tensors saved as they are
+    load only where CUDA is (`torch.load` puts them back on the device they were saved from), and
+    models are often served on CPUs. Its `_metadata` (module versions `load_state_dict` reads) stays."""
+    import torch
+
+    state = model.state_dict()
+    out = type(state)((k, v.detach().cpu() if torch.is_tensor(v) else v) for k, v in state.items())
+    if hasattr(state, "_metadata"):
+        out._metadata = state._metadata
+    return out
+
+
 def _save(model, config: dict, step: int, final: dict) -> None:
     import torch
 
     model_dir = config["model_dir"]
     os.makedirs(model_dir, exist_ok=True)
-    # On the CPU: a GPU run's tensors saved as they are load only where CUDA is (`torch.load` puts
-    # them back on the device they were saved from), and a model is often served on CPUs.
-    state = {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in model.state_dict().items()}
-    torch.save(state, os.path.join(model_dir, "model.pt"))
+    torch.save(cpu_state_dict(model), os.path.join(model_dir, "model.pt"))
     names = config.get("class_names")
     card = {"model": config["model"], "num_classes": config["num_classes"],
             "steps": step, "final_metrics": final, "config_sha256": config["config_sha256"]}

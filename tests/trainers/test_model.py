@@ -204,6 +204,8 @@ def test_class_count_disagreeing_with_the_class_folders_fails_in_one_line(config
 def test_class_names_are_saved_next_to_the_model(tmp_path):
     import json
 
+    import torch
+
     from smlaunch.trainers.export import save_model
 
     card = {"model": "test_resnet", "num_classes": 3, "image_size": 16, "normalize": {"mean": [0.5] * 3,
@@ -211,6 +213,11 @@ def test_class_names_are_saved_next_to_the_model(tmp_path):
             "class_names": ["cat", "dog", "eel"], "pretrained": "s3://weights/backbone.safetensors"}
     model = _tiny("test_resnet", 3, seed=1)
     save_model(model, card, step=5, final={"loss": 1.0})
+    # model.pt is the state dict itself, module versions included, with its tensors on the CPU
+    # (a GPU run's must load where there is no CUDA; checked on a GPU machine, see BENCHMARKS.md)
+    saved_state = torch.load(tmp_path / "model" / "model.pt")
+    assert list(saved_state) == list(model.state_dict()) and saved_state._metadata == model.state_dict()._metadata
+    assert all(v.device.type == "cpu" and torch.equal(v, model.state_dict()[k]) for k, v in saved_state.items())
     assert json.loads((tmp_path / "model" / "classes.json").read_text()) == ["cat", "dog", "eel"]
     saved = json.loads((tmp_path / "model" / "model.json").read_text())
     assert saved["classes"] == ["cat", "dog", "eel"]
