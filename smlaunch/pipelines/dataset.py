@@ -150,7 +150,8 @@ def read_channel(source, channel):
       leave as they fill (`PipeChannelDatasource.block_count`).
 
     Read tasks take no CPU of Ray's; `read_slots` caps how many run at once instead (one per CPU
-    of the reading hosts, one per stream). Ray Data reserves CPUs for the upstream operator
+    of the reading hosts, one per stream). They run in worker processes of their own
+    (`READ_WORKER_ENV`). Ray Data reserves CPUs for the upstream operator
     first, so a read of 1 CPU a task took a 1-CPU data host's only CPU for itself, and the
     chain ran only once the reads had filled the read's share of the object store (bench/
     scale_reads.py: first batch after 32 s, 575 MiB queued; at 0 CPU, 9.5 s, as on 2,000 files).
@@ -159,4 +160,19 @@ def read_channel(source, channel):
 
     return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"},
                                     override_num_blocks=source.block_count(), num_cpus=0,
-                                    compute=ray.data.TaskPoolStrategy(size=source.read_slots()))
+                                    compute=ray.data.TaskPoolStrategy(size=source.read_slots()),
+                                    runtime_env={"env_vars": dict(READ_WORKER_ENV)})
+
+
+READ_WORKER_ENV = {"SMLAUNCH_WORKER_POOL": "read"}
+"""Set on every read task, so that Ray runs reads in worker processes of their own. Ray reuses an
+idle worker for any task of the same job and runtime environment, and a read task, at no CPU,
+is given one as soon as its slot frees: on the 1.28M-file folder the pass's long read tasks took
+the data host's warmed chain workers (`pipelines.warmup`) a moment after the first short ones
+ended, and the chain's next tasks waited for new workers to import torch again (2-CPU data host,
+2-core VM: the first batch 3-10 s after the data was asked for, against about 4 s on 2,000
+files). A different environment keeps the pools apart: chain tasks keep the warmed workers, and
+read tasks, which import no torch, start in their own (warmed too: `warm_read_workers`).
+Ray merges a task's `env_vars` with its parent's (Ray Train's, under Ray Train). Ray Data's own
+`DataContext.isolate_read_workers` keeps reads apart the same way, with a variable per operator
+and execution, which no warm-up could know in advance."""

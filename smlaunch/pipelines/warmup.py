@@ -6,10 +6,12 @@ per worker, paid after the train worker asked for data. Ray Train takes longer t
 its controller and worker group (about 20 s on the 2-core VM), and the data hosts sit idle
 meanwhile. So when training starts, every CPU slot of the preprocessing hosts runs one small task
 that does those imports and runs the chain once on a generated image; Ray keeps the worker
-processes (`cluster.node.worker_pool_env`) and gives them the read and chain tasks that follow.
-Warming the read slots too (one more task per CPU, at no CPU of Ray's) was tried on 2026-11-29:
-with the hosts on one machine it started Ray Train's workers 2.5-4 s later (their imports
-competed), so the job's first step came later on both folder sizes.
+processes (`cluster.node.worker_pool_env`) and gives them the chain tasks that follow.
+Read tasks run in worker processes of their own (`dataset.READ_WORKER_ENV`), so they cannot take
+these; one read worker a reading host is warmed too, with a read's lighter imports
+(`warm_read_workers`). Warming the read slots with the chain's imports (one more task per CPU)
+was tried on 2026-11-29: with the hosts on one machine it started Ray Train's workers 2.5-4 s
+later (their imports competed), so the job's first step came later on both folder sizes.
 
 The warmed workers serve the job only if they run in the runtime environment of the datasets'
 tasks, which Ray Train sets (`data_tasks_runtime_env`). A one-row Ray Data execution started with
@@ -52,7 +54,43 @@ def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None, sh
         # The refs in a list, so the task's imports do not wait for their fetch; one slot a host fetches.
         refs.extend(pinned.remote(list(ops), list(shared) if slot == 0 else []) for slot in
                     range(max(int(host.num_cpus), 1)))
-    return refs
+    return refs + warm_read_workers(plan, runtime_env)
+
+
+def warm_read_workers(plan, runtime_env: dict) -> list:
+    """One light task on every host that reads a channel, in the read tasks' own runtime
+    environment (`dataset.READ_WORKER_ENV`): Ray starts its worker process now, while Ray Train
+    starts, and the pass's first read tasks (the short ones a first batch waits for,
+    `units.headed_runs`) run in it. It imports what a read needs (Ray Data's task side, pyarrow,
+    the readers), not torch: about 1.2 s on the 2-core VM, where a chain worker's take 4.
+
+    One a host, not one a CPU: where the hosts share a machine (the local simulation), every
+    process started beside Ray Train's delays its workers. `configs/hetero.yaml` with a 2-CPU data
+    host, 2-core VM: Ray Train's workers were up 13.9 s after the listing without read workers
+    warmed (mean of 8 jobs), 14.6 s with one a host (8), 16.5 s with one a CPU (4). The host's
+    other read slots start their workers while the first reads run."""
+    import ray
+
+    from smlaunch.cluster.plan import host_selector
+    from smlaunch.pipelines.dataset import READ_WORKER_ENV
+
+    env = {**runtime_env, "env_vars": {**runtime_env.get("env_vars", {}), **READ_WORKER_ENV}}
+    readers = sorted({h for c in plan.channels for h in c.hosts})
+    task = ray.remote(warm_reader)
+    return [task.options(num_cpus=0, max_retries=0, label_selector=host_selector(name), runtime_env=env).remote()
+            for name in readers]
+
+
+def warm_reader() -> dict:
+    """In a read worker: a read task's imports, at a low CPU priority (see `warm_worker`)."""
+    with _lower_priority():
+        import pyarrow  # noqa: F401
+        import ray.data  # noqa: F401
+
+        from smlaunch.cluster.plan import this_host
+        from smlaunch.pipelines.sources import file_reader, pipe_reader  # noqa: F401
+
+    return {"host": this_host(), "pid": os.getpid(), "error": None, "reader": True}
 
 
 def data_tasks_runtime_env() -> dict:

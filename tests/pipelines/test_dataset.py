@@ -24,10 +24,20 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     deliver_channels(plan)
     ctx = data_cluster.data.DataContext.get_current()
     saved = ctx.execution_options.label_selector, ctx.target_max_block_size
+    def _worker_pool(batch: dict) -> dict:  # nested: pickled by value for the worker
+        import os
+
+        from smlaunch.pipelines.dataset import READ_WORKER_ENV
+
+        (name, _), = READ_WORKER_ENV.items()
+        return {"pool": np.array([os.environ.get(name, "")] * len(batch["label"]))}
+
     try:
         datasets = build_datasets(cfg, plan)
         blocks = list(datasets["train"].iter_batches(batch_size=None))
         hosts = np.concatenate([b["host"] for b in blocks])
+        # The chain's tasks run outside the read tasks' worker pool (`dataset.READ_WORKER_ENV`).
+        pools = datasets["validation"].map_batches(_worker_pool, batch_size=None).take_all()
     finally:
         ctx.execution_options.label_selector, ctx.target_max_block_size = saved
     # 32 px crops: one batch's output is far below the 1 MiB floor, so blocks gather several
@@ -39,6 +49,8 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     assert len(hosts) == 1437  # every training digit
     assert produced["algo-1"] == 0 and (hosts >= 0).all()  # all on data nodes: 100 %
     assert produced["algo-2"] + produced["algo-3"] == 1437
+    assert pools and {p["pool"] for p in pools} == {""}, pools
+
 
 
 @pytest.mark.parametrize("overrides, expected", [

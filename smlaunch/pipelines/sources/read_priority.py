@@ -8,9 +8,11 @@ a 1.28M-file pass), and the chain tasks the first batches waited for ran at half
 bench/scale.py's 2-CPU data host the first batch came 6 s after the first block was read. Niced,
 the reads take the cores the chain leaves: when the chain waits for blocks, they run at full speed.
 
-A thread, not the process: Ray runs read and chain tasks in the same worker processes, and a
-process cannot raise its priority back without CAP_SYS_NICE; a Linux thread is a task of its own
-to the scheduler, and its priority ends with it. Elsewhere (macOS) the reads keep their priority.
+A thread, not the process: the task's other thread hands the blocks to Ray, which the chain waits
+for, and a process cannot raise its priority back without CAP_SYS_NICE (read tasks have worker
+processes of their own, `dataset.READ_WORKER_ENV`, but a worker lives on for the next task); a
+Linux thread is a task of its own to the scheduler, and its priority ends with it. Elsewhere
+(macOS) the reads keep their priority.
 """
 
 from __future__ import annotations
