@@ -24,6 +24,7 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     deliver_channels(plan)
     ctx = data_cluster.data.DataContext.get_current()
     saved = ctx.execution_options.label_selector, ctx.target_max_block_size
+
     def _worker_pool(batch: dict) -> dict:  # nested: pickled by value for the worker
         import os
 
@@ -50,7 +51,6 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     assert produced["algo-1"] == 0 and (hosts >= 0).all()  # all on data nodes: 100 %
     assert produced["algo-2"] + produced["algo-3"] == 1437
     assert pools and {p["pool"] for p in pools} == {""}, pools
-
 
 
 @pytest.mark.parametrize("overrides, expected", [
