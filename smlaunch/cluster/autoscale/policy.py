@@ -20,7 +20,9 @@ hosts there are already enough (a size the policy would give a host back from: t
 comes from elsewhere, e.g. a host's first seconds; bench/elastic.py on 2 cores added a third
 host on a window at 33 images/s while the clock read 140), and given back only when one host
 fewer would still make `RELEASE_HEADROOM` more than the trainer takes. Between the two (the wait under
-the target but not under half of it) nothing changes, and after a change nothing changes for
+the target but not under half of it) nothing changes, unless the chain's own clock says one host
+fewer would make `BAND_RELEASE_HEADROOM` times what the trainer takes (the wait is then not the
+chain's, and holding the hosts only pays for them); after a change nothing changes for
 `cooldown_s`, nor while a requested host has not joined: the hysteresis that keeps a job from
 flapping between sizes; a release that starved the trainer is not made again for a while
 (`STABILISE_COOLDOWNS`). Every decision says why, with the numbers and the price per hour.
@@ -45,6 +47,15 @@ RELEASE_HEADROOM = 1.30
 """Give a host back only if one fewer would still make this times the GPU-bound rate. The CPU-busy
 model reads capacity high (a chain slot between tasks counts as free), so the margin is wide: at
 1.10 the loop gave back a host that was needed (tests/launcher/attached/test_elastic.py, 2 <-> 3)."""
+BAND_RELEASE_HEADROOM = 2.0
+"""Within the band (the wait under the target, not under half of it) a host is given back only where
+the chain's own clock says one fewer would make this times what the trainer takes: the wait is then
+not the chain's, and no host the loop holds lowers it. A floor of a few per cent from elsewhere (the
+train host's own CPUs, a loaded machine) otherwise kept every host a heavy phase had added for the
+rest of the run: tests/launcher/attached/test_elastic.py beside a busy core held a 1 ms chain on
+2 hosts for 4 minutes at 3-8 % wait, 10-step windows never under 2.5 %. Wider than
+`RELEASE_HEADROOM`: the clock reads a little high, and at the smaller size the same clock refuses
+an add back (over 1.3x: the wait is not the chain's), so it must read well clear of the trainer."""
 STABILISE_COOLDOWNS = 5
 """After a release starved the trainer (a host added right back), no release to that size for
 this many cooldowns, twice as long each time it happens again (the controller keeps count): the
@@ -234,23 +245,43 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
         return Decision(hosts + 1, 1, f"over the {target:g} % target; {hosts + 1} hosts should make {more:.0f} "
                                       f"images/s (+{more / now - 1:.0%}; the trainer takes {gpu_bound:.0f}){cost}",
                         more)
-    if window.data_wait_pct < target / 2 and hosts > cfg.min_data_hosts:
-        if per_host is None:
-            return hold("under the target, but the data hosts' CPU use is not known: no host given back")
-        fewer = per_host * (hosts - 1)
-        takes = max(gpu_bound, trainer_peak or 0.0)
-        best = f" (its best lately: {takes:.0f})" if takes > gpu_bound else ""
-        left = (too_few or {}).get(hosts - 1, 0.0)
-        if left > 0:
-            return hold(f"under the target, but {hosts - 1} hosts starved the trainer after the last release "
-                        f"(no release to {hosts - 1} for {left:.0f} s more)")
-        if fewer >= takes * RELEASE_HEADROOM:  # the same rate on a host fewer: less per image
-            after = predicted_rate(per_host, hosts - 1, gpu_bound)
-            paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
-            paying = prices.per_million_images(hosts - 1, after) if prices else None
-            cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
-            return Decision(hosts - 1, -1, f"under half the {target:g} % target; {hosts - 1} hosts can make "
-                                           f"{fewer:.0f} images/s, the trainer takes {gpu_bound:.0f}{best}{cost}", after)
-        return hold(f"under the target, but {hosts - 1} hosts could make only {fewer:.0f} images/s of the "
-                    f"{gpu_bound:.0f} the trainer takes{best}", fewer)
+    in_band = window.data_wait_pct >= target / 2
+    clock = window.chain_images_per_s_per_host
+    if hosts > cfg.min_data_hosts and (clock or not in_band):
+        return _release(window, hosts, cfg, clock if in_band else per_host, in_band, too_few, prices, trainer_peak)
     return hold(f"within the {target:g} % target")
+
+
+def _release(window: Window, hosts: int, cfg, per_host: float | None, in_band: bool, too_few: dict[int, float] | None,
+             prices: Prices | None, trainer_peak: float | None) -> Decision:
+    """One host back where one fewer would still feed the trainer's best lately with room to spare:
+    under half the target by `per_host` (`capacity_per_host`), within the band only by the chain's
+    own clock and with `BAND_RELEASE_HEADROOM`; else the hosts stay."""
+    target, gpu_bound = cfg.target_data_wait_pct, window.gpu_bound_images_per_s
+    hold = lambda why, predicted=None: Decision(hosts, 0, why, predicted)  # noqa: E731
+    if per_host is None:
+        return hold("under the target, but the data hosts' CPU use is not known: no host given back")
+    fewer = per_host * (hosts - 1)
+    takes = max(gpu_bound, trainer_peak or 0.0)
+    best = f" (its best lately: {takes:.0f})" if takes > gpu_bound else ""
+    left = (too_few or {}).get(hosts - 1, 0.0)
+    if left > 0:
+        return hold(f"under the target, but {hosts - 1} hosts starved the trainer after the last release "
+                    f"(no release to {hosts - 1} for {left:.0f} s more)")
+    if fewer >= takes * (BAND_RELEASE_HEADROOM if in_band else RELEASE_HEADROOM):  # the same rate on a host fewer
+        after = predicted_rate(per_host, hosts - 1, gpu_bound)
+        paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
+        paying = prices.per_million_images(hosts - 1, after) if prices else None
+        cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
+        if in_band:
+            why = (f"within the {target:g} % target, and by the chain's own clock {hosts - 1} hosts can make "
+                   f"{fewer:.0f} images/s, over {BAND_RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer takes{best}: "
+                   "the wait is not the chain's")
+        else:
+            why = (f"under half the {target:g} % target; {hosts - 1} hosts can make {fewer:.0f} images/s, the trainer "
+                   f"takes {gpu_bound:.0f}{best}")
+        return Decision(hosts - 1, -1, why + cost, after)
+    if in_band:
+        return hold(f"within the {target:g} % target", fewer)
+    return hold(f"under the target, but {hosts - 1} hosts could make only {fewer:.0f} images/s of the "
+                f"{gpu_bound:.0f} the trainer takes{best}", fewer)

@@ -149,6 +149,36 @@ def test_no_host_is_added_where_the_chains_clock_says_the_hosts_already_make_eno
     assert starved.gpu_bound_images_per_s == 0 and decide(starved, 2, CFG, 1e9, sustained=False).change == 1
 
 
+
+def test_in_the_band_a_host_goes_back_only_where_the_chains_clock_says_the_wait_is_not_the_chains():
+    """A wait held between half the target and the target by something else (the train host's own
+    CPUs, a loaded machine) with a chain whose clock makes many times what the trainer takes: hosts
+    go back down to the size that clock says still feeds it twice over (test_elastic.py beside a
+    busy core held 2 hosts on a 1 ms chain for 4 minutes at 3-8 % wait). Where the clock reads them
+    close to the trainer, or is not timed, the band still changes nothing."""
+    def band(chain_ms: float, hosts: int, clocked: bool = True) -> Window:  # 4 % wait, 80 images/s taken
+        return Window.of([{"step_time_s": 0.4, "data_wait_s": 0.016, "images_per_s": 32 / 0.4,
+                           "chain_s": 32 * chain_ms / 1000, "chain_rows": 32}] * 20,
+                         data_cpu_busy=0.1, slots_per_host=2 if clocked else None)
+    light = band(2.0, 2)  # 1,000 images/s a host by the clock; the trainer takes 83 (its compute time)
+    assert 2.5 < light.data_wait_pct < 5
+    d = decide(light, 2, CFG, 1e9, prices=PRICES)
+    assert d.change == -1 and d.hosts == 1, d.reason
+    assert ("within the 5 % target, and by the chain's own clock 1 hosts can make 1000 images/s, over 2x the 83 "
+            "the trainer takes: the wait is not the chain's; $") in d.reason, d.reason
+    # at the size it went down to, the same wait adds nothing back (the minimum; over it, the clock refuses)
+    assert decide(light, 1, CFG, 1e9).change == 0
+    assert decide(band(2.0, 3), 3, CFG, 1e9, trainer_peak=300.0).hosts == 2  # 2 hosts: 2,000 >= 2 x 300
+    assert decide(band(2.0, 2), 2, CFG, 1e9, trainer_peak=600.0).change == 0  # its best lately needs both
+    # a chain the clock reads near the trainer's rate: 1 host makes 125 of the 83 (1.5x, under 2x): kept
+    near = decide(band(16.0, 2), 2, CFG, 1e9)
+    assert near.change == 0 and near.reason == "within the 5 % target", near.reason
+    # no clock: the busy share (0.1: "1,000 images/s a host") is not trusted in the band
+    assert decide(band(2.0, 2, clocked=False), 2, CFG, 1e9).reason == "within the 5 % target"
+    # a size that starved the trainer after a release is not released to in the band either
+    d = decide(light, 2, CFG, 1e9, too_few={1: 30.0})
+    assert d.change == 0 and "no release to 1 for 30 s more" in d.reason, d.reason
+
 # The first windows of bench/elastic.py's run on 2 cores (issue 57): one host, 28 ms an image by the
 # stand-in (the chain's clock reads a little more: the decode and the crop), a trainer that takes
 # about 65-72 images/s, and a first window at 45.4 % wait and 39 images/s, on which the loop added a
