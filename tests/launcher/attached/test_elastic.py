@@ -6,10 +6,13 @@ The chain's cost is a fixed wait per image (`pipelines.ops.stand_ins.fixed_cost`
 machine's 2 cores each added host adds capacity as a real one would. The job starts on one data
 host with a light chain; once the trainer's own rate is timed, the chain is made too slow for it
 (one host feeds 0.4x of it), and hosts are added until the ranks' data wait is under the target.
-Then the chain gets lighter (its cost file rewritten) and hosts are given back. A SIGTERM ends the
-run. (Whether the wait stays under the target, and at what cost, is measured by bench/elastic.py:
-on 2 cores every fake node's raylet slows the trainer too.) Every epoch sees each sample once,
-through every join and every drain.
+Then the chain gets lighter (its cost file rewritten) and hosts are given back: beside a busy core
+the light chain's wait stays at 3-5 %, never under half the target, so there the releases come from
+the band rule (the chain's own clock says one host fewer makes 2x what the trainer takes; before
+it, no release came in 240 s once in six such runs). A SIGTERM ends the run. (Whether the wait
+stays under the target, and at what cost, is measured by bench/elastic.py: on 2 cores every fake
+node's raylet slows the trainer too.) Every epoch sees each sample once, through every join and
+every drain.
 
 """
 
@@ -118,7 +121,7 @@ def changes(lines: list[str]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.ray
-@pytest.mark.timeout(1200)  # its own waits have deadlines (4-7 min a run here; 407 s beside a busy core)
+@pytest.mark.timeout(1200)  # its own waits have deadlines (4-7 min a run here; 240-341 s beside a busy core)
 def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_is_light_each_epoch_once(tmp_path):
     from support.user_layouts import digits, write_image_folder
 
