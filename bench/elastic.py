@@ -62,9 +62,9 @@ TARGET = 5.0
 WINDOW = 10
 """Steps per data-wait reading, the loop's `autoscale.window_steps`."""
 SLOTS = 2
+"""Ray CPUs of a data host: chain tasks it runs at once."""
 PROBE_TAIL_S = 25.0
 """The free-data job's trainer rate is read over its last this many seconds."""
-"""Ray CPUs of a data host: chain tasks it runs at once."""
 TRAIN_TYPE, DATA_TYPE = "ml.g5.xlarge", "ml.c5.xlarge"
 GOAL = ("wait_pct_after<=5,time_to_target_s<=120,cost_ratio<=0.9,trainer_ratio>=0.97,cost_ratio_slow<=0.9,"
         "trainer_ratio_slow>=0.97")

@@ -149,7 +149,6 @@ def test_no_host_is_added_where_the_chains_clock_says_the_hosts_already_make_eno
     assert starved.gpu_bound_images_per_s == 0 and decide(starved, 2, CFG, 1e9, sustained=False).change == 1
 
 
-
 def test_in_the_band_a_host_goes_back_only_where_the_chains_clock_says_the_wait_is_not_the_chains():
     """A wait held between half the target and the target by something else (the train host's own
     CPUs, a loaded machine) with a chain whose clock makes many times what the trainer takes: hosts
@@ -178,6 +177,7 @@ def test_in_the_band_a_host_goes_back_only_where_the_chains_clock_says_the_wait_
     # a size that starved the trainer after a release is not released to in the band either
     d = decide(light, 2, CFG, 1e9, too_few={1: 30.0})
     assert d.change == 0 and "no release to 1 for 30 s more" in d.reason, d.reason
+
 
 # The first windows of bench/elastic.py's run on 2 cores (issue 57): one host, 28 ms an image by the
 # stand-in (the chain's clock reads a little more: the decode and the crop), a trainer that takes
