@@ -121,7 +121,7 @@ def changes(lines: list[str]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.ray
-@pytest.mark.timeout(1200)  # its own waits have deadlines (4-7 min a run here; 240-341 s beside a busy core)
+@pytest.mark.timeout(1200)  # its own waits have deadlines (4-7 min a run here; 226-366 s beside a busy core)
 def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_is_light_each_epoch_once(tmp_path):
     from support.user_layouts import digits, write_image_folder
 
