@@ -10,6 +10,11 @@ With `on_corrupt`, damage is skipped instead: a bad data CRC skips that record (
 verified, so the framing after it holds); a bad length CRC means the framing is lost, so the
 reader scans forward byte by byte for the next header whose length CRC verifies and whose length
 fits; a truncated or oversized record ends the stream, as nothing after it can be trusted.
+
+One damage the framing itself cannot show: an 8-byte record that loses exactly its data and data
+CRC leaves its header followed by the next header, and those 24 bytes are a valid 8-byte record
+(the next length field as data, its length CRC as data CRC). Any reader checking both CRCs
+returns it; the record whose header it took is then reported as damage.
 """
 
 from __future__ import annotations

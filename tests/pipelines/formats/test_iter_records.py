@@ -1,5 +1,6 @@
 """The public reader `iter_records`: every format from files and from a real FIFO."""
 
+import io
 import os
 import re
 import struct
@@ -136,19 +137,35 @@ def test_skip_options_are_checked_at_once_and_ignored_by_unframed_formats(tmp_pa
     assert list(iter_records(tmp_path / "a.txt", "whole", on_corrupt=lambda e: True)) == [b"one\ntwo"]
 
 
+def test_an_8_byte_record_s_lost_data_and_crc_leave_a_frame_that_tfrecord_cannot_tell_from_a_record():
+    """TFRecord's own ambiguity, which every skipping reader meets: when an 8-byte record loses its
+    data and data CRC (12 bytes), its header followed by the next header is a whole valid record
+    (the next length field as data, its length CRC as data CRC). It comes back; the next record,
+    whose header it took, is reported as damage, and reading resumes at the one after."""
+    records = [b"A" * 8, b"B" * 8, b"C" * 300, b"D" * 3]
+    data = b"".join(tfrecord.encode_record(r) for r in records)
+    damaged = data[:36] + data[48:]  # record 1's data and data CRC gone
+    calls = []
+    got = list(tfrecord.read_records(io.BytesIO(damaged), "f", lambda e: calls.append(e) or True))
+    assert got == [b"A" * 8, (300).to_bytes(8, "little"), b"D" * 3]
+    assert [str(e) for e in calls] == ["f: bad length CRC in record at byte 48"]
+
+
 @pytest.mark.parametrize("chunk", [16, 100, None])
 def test_random_damage_never_hangs_or_escapes_on_corrupt(tmp_path, monkeypatch, chunk):
     """Flipped bits, inserted and deleted bytes, cut tails: skipping always ends without an error,
-    TFRecord returns only true records in order (both CRCs hold), and a stream that reads
-    without skipping reads the same with it."""
+    TFRecord returns only frames whose both CRCs hold, in order (true records, or the one frame the
+    format cannot tell from one: an 8-byte record's header followed by the next header, above), and
+    a stream that reads without skipping reads the same with it. Seeded: the same cases every run
+    (a random seed once failed 1 run in 11 on that frame)."""
     import random
 
     from smlaunch.pipelines.formats import framing
 
     if chunk:
         monkeypatch.setattr(framing, "CHUNK", chunk)
-    rng = random.Random(chunk)
-    for _ in range(150):
+    rng = random.Random(f"damage-{chunk}")
+    for _ in range(1000):
         records = [rng.randbytes(rng.choice([0, 3, 8, 300, 2000])) for _ in range(rng.randint(0, 8))]
         for module, format in ((tfrecord, "tfrecord"), (recordio, "recordio")):
             data = bytearray(b"".join(module.encode_record(r) for r in records))
@@ -167,8 +184,9 @@ def test_random_damage_never_hangs_or_escapes_on_corrupt(tmp_path, monkeypatch, 
             calls = []
             got = list(iter_records(tmp_path / "f", format, on_corrupt=lambda e: calls.append(e) or True))
             if format == "tfrecord":
-                rest = iter(records)
-                assert all(record in rest for record in got)  # an in-order subsequence
+                rest, length_fields = iter(records), {len(r).to_bytes(8, "little") for r in records}
+                # an in-order subsequence, but for that frame (checked first: `in rest` consumes)
+                assert all(record in length_fields or record in rest for record in got)
             try:
                 assert list(iter_records(tmp_path / "f", format)) == got and not calls
             except RecordError as error:
