@@ -72,14 +72,14 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, st
                               list(attached.groups), attached.train_group)
     channels = tuple(dataclasses.replace(
         channel_plan(name, ch, tuple(n.node_id for g in routes[name] for n in attached.groups[g]),
-                     cfg.pipeline.batch_size), distribution="FullyReplicated")
+                     cfg.pipeline.batch_size), distribution="FullyReplicated", source=_drivers(ch.source))
         for name, ch in cfg.channels.items())
     notes = list(attached.notes)
     notes += [f"channel {c.name}: {c.source} read where it is by {plural(len(c.hosts), 'node')} "
               f"({'on demand from S3' if c.source.startswith('s3://') else 'a path every node must see'}), nothing copied"
               for c in channels]
     name = cfg.run.name or f"{cfg.job}-{started}"
-    run_dir = output_dir = str(Path(cfg.run.dir) / name)
+    run_dir = output_dir = str(Path(_drivers(cfg.run.dir)) / name)
     if cfg.run.dir.startswith("s3://"):
         run_dir, output_dir = str(Path(staging) / name), f"{cfg.run.dir.rstrip('/')}/{name}"
     everyone = [n for nodes in attached.groups.values() for n in nodes] + list(attached.unmatched)
@@ -95,6 +95,15 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, st
         channels=channels, notes=tuple(notes), mode="attached", head_address=attached.address,
         join_timeout_s=cfg.cluster.join_timeout_s, host_label=NODE_ID_LABEL, output_dir=output_dir,
         **training_numbers(cfg, workers), **stop_fields(cfg.trainer))
+
+
+def _drivers(path: str) -> str:
+    """A local path as the driver means it: relative to the folder sm-launch runs in, as on the local
+    path. The nodes' tasks run in folders of their own (the job's shipped working_dir), where
+    `data/train` or `runs` would name nothing the user meant. URIs (`s3://`, `builtin:`) are as given."""
+    if path.startswith(("s3://", "builtin:")):
+        return path
+    return str(Path(path).expanduser().absolute())
 
 
 def _elastic(cfg: LaunchConfig, attached: AttachedCluster, data_selector: dict | None):

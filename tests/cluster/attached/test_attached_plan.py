@@ -30,11 +30,16 @@ def test_hosts_are_the_matched_nodes_by_id_and_outputs_go_to_the_run_directory()
     assert [(w.rank, w.host, w.gpu, w.on_gpu) for w in plan.workers] == [(r, ids[0], r, True) for r in range(4)]
     assert (plan.train_selector, plan.data_selector) == ({"ray-subcluster": "train"}, {"ray-subcluster": "data"})
     assert plan.worker_selectors[3] == {"ray-subcluster": "train", "ray.io/node-id": ids[0]}
-    assert plan.output_dir == plan.run_dir == str(Path("runs") / "hetero-digits-20261123-120000")
+    # a relative run.dir is the driver's working folder's, as on the local path (the nodes' are elsewhere)
+    assert plan.output_dir == plan.run_dir == str(Path.cwd() / "runs" / "hetero-digits-20261123-120000")
     # nothing is copied, so nothing is sharded: each object is read once across the receiving nodes
     train = next(c for c in plan.channels if c.name == "train")
     assert train.hosts == (ids[1], ids[2]) and train.distribution == "FullyReplicated"
     assert all(h.opt_ml is None for h in plan.hosts)  # until the nodes' trees exist
+    assert train.source == "builtin:digits/train"
+    relative = plan_of(nodes, "cluster.instance_groups.0.instance_type=ml.g5.12xlarge",
+                       "channels.train={source: data/train, record_format: parquet}")
+    assert next(c for c in relative.channels if c.name == "train").source == str(Path.cwd() / "data" / "train")
 
 
 
