@@ -139,6 +139,18 @@ def log_to_file(path: str | Path) -> Path:
     return path
 
 
+def log_file() -> str | None:
+    """The file `log_to_file` writes (relative to the working folder where it is under it), or None."""
+    handler = _state["file"]
+    if handler is None:
+        return None
+    path = Path(handler.baseFilename)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def close_file() -> None:
     handler = _state["file"]
     if handler is not None:

@@ -22,6 +22,11 @@ class DataError(UserError):
     """A channel's data is missing or malformed."""
 
 
+class UserCodeError(UserError):
+    """A function of the user's (a map op on a data host) raised: the message names its config
+    field, the line of the user's code it came from, and the error. It raises again on any retry."""
+
+
 _RAISED = re.compile(r"(smlaunch(?:\.\w+)+)\.(\w+): (.+)")
 
 
@@ -47,7 +52,7 @@ def user_error_in(exc: BaseException) -> str | None:
                 continue
             if isinstance(cls, type) and issubclass(cls, UserError):
                 return match.group(3).strip()
-        exc = exc.__cause__ or exc.__context__
+        exc = getattr(exc, "controller_failure", None) or exc.__cause__ or exc.__context__  # Ray Train's ControllerError
     return None
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
+import traceback
 from typing import Callable
 
-from smlaunch.errors import ConfigError
+from smlaunch.errors import ConfigError, UserCodeError
 
 
 def code_folder() -> str:
@@ -133,3 +135,75 @@ def code_summary(cfg) -> str | None:
     size = sum(size for _, _, size in files)
     return (f"code: {folder} ({len(files)} files, {size / 2**20:.2f} MiB) ships with the job for "
             + ", ".join(path for _, path in user_functions(cfg)))
+
+
+_TEXT_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _frames(exc: BaseException) -> list[tuple[str, int, str]]:
+    """(file, line, function) of `exc`'s traceback, outermost first. A Ray task's error (a data
+    task's, reaching a train rank) carries the task's own traceback as text in its message: those
+    frames are deeper than the local ones, and are added after them."""
+    frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    ray_exceptions = sys.modules.get("ray.exceptions")
+    if ray_exceptions is not None and isinstance(exc, ray_exceptions.RayTaskError):
+        frames += [(file, int(line), name) for file, line, name in _TEXT_FRAME.findall(str(exc))]
+    return frames
+
+
+def _module_folders(named: dict[str, str]) -> list[str]:
+    """The folders the modules of the `module:function`s in `named` were imported from (on a cluster,
+    the copy the job shipped; a package's module from the folder above the package), and the code folder."""
+    from pathlib import Path
+
+    folders = []
+    for path in named.values():
+        module = sys.modules.get(path.partition(":")[0])
+        file = getattr(module, "__file__", None)
+        if file:
+            file_path = Path(file)
+            folders.append(str(file_path.parents[module.__name__.count(".") + (file_path.name == "__init__.py")]))
+    return list(dict.fromkeys(folders + [code_folder()]))
+
+
+def place_in_user_code(exc: BaseException, named: dict[str, str]) -> tuple[str | None, str] | None:
+    """Where `exc` came from in the user's code, or None when its traceback never passes through it.
+
+    `named`: config field -> `module:function` of the user's functions the caller runs. Returns what
+    the traceback entered the user's code by (`task.loss tab:mse`; `the model of model.factory
+    tab:mlp` for its `forward`; None: another of their functions), and `file:line in function` of
+    the deepest frame there,
+    the file relative to the folder its module was imported from. Frames in site-packages and in
+    smlaunch itself are never the user's."""
+    folders = [folder.rstrip("/") + "/" for folder in _module_folders(named)]
+    users = []
+    for file, line, name in _frames(exc):
+        if "/site-packages/" in file or "/smlaunch/" in file:
+            continue
+        folder = next((f for f in folders if file.startswith(f)), None)
+        if folder is not None:
+            users.append((file[len(folder):], line, name))
+    if not users:
+        return None
+    entry, deepest = users[0], users[-1]
+    module = entry[0].removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+    what = next((f"{field} {path}" for field, path in named.items() if path == f"{module}:{entry[2]}"), None)
+    if what is None and entry[2] == "forward" and "model.factory" in named:
+        what = f"the model of model.factory {named['model.factory']}"  # entered by its forward
+    return what, f"{deepest[0]}:{deepest[1]} in {deepest[2]}"
+
+
+def error_text(exc: BaseException) -> str:
+    """`Type: the message's first line` (at most 300 characters of it)."""
+    text = str(exc).split("\n", 1)[0][:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def failed_on_data_host(exc: Exception, what: str, path: str, host: str | None) -> UserCodeError:
+    """The one line for `exc`, raised by the user's function `path` (`what`: its op, as the config
+    names it) in a data task: a `UserCodeError`, which ends the job at its first occurrence (a data
+    task's error would otherwise reach the ranks as Ray's nested traceback, and every restart of
+    the worker group would meet it again)."""
+    place = place_in_user_code(exc, {what: path})
+    return UserCodeError(f"{what} failed on {host or 'a data host'}" + (f", at {place[1]}" if place else "")
+                         + f": {error_text(exc)}")

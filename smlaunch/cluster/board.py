@@ -33,6 +33,7 @@ def _actor_class():
     class Board:
         def __init__(self):
             self.events: list[dict] = []
+            self.fatal: dict | None = None
             self.orders: dict[str, tuple[int, dict | None]] = {}
 
         def set_order(self, channel: str, base: int, resume: dict | None) -> None:
@@ -42,6 +43,7 @@ def _actor_class():
             return self.orders.get(channel, (0, None))
 
         def push(self, events: list[dict]) -> None:
+            self.fatal = self.fatal or next((e for e in events if e.get("kind") == "fatal"), None)
             self.events.extend(events)
             if len(self.events) > MAX_EVENTS:
                 steps = [i for i, e in enumerate(self.events) if e.get("kind") == "step"]
@@ -51,6 +53,10 @@ def _actor_class():
         def drain(self) -> list[dict]:
             out, self.events = self.events, []
             return out
+
+        def posted_fatal(self) -> dict | None:
+            """The first error a rank posted as one no restart mends (`trainers.failures`), if any."""
+            return self.fatal
 
     return Board
 
@@ -105,6 +111,16 @@ def post(kind: str, wait_s: float = 0, **fields) -> None:
                 ray.get(ref, timeout=wait_s)
             except ray.exceptions.RayError:
                 pass  # best effort: the caller goes on (a rank raises its error either way)
+
+
+def posted_fatal() -> dict | None:
+    """The first error a rank posted that no restart mends, or None (also without a board)."""
+    board = find_board()
+    if board is None:
+        return None
+    import ray
+
+    return ray.get(board.posted_fatal.remote(), timeout=10)
 
 
 def set_order(channel: str, base: int, resume: dict | None) -> None:

@@ -308,14 +308,17 @@ class TrainerConfig(_Strict):
     resume: bool = True
     """Start from the newest complete checkpoint in `checkpoint_dir`, if there is one."""
     max_failures: int = Field(default=2, ge=0)
-    """Times the train worker group restarts from the last checkpoint after a worker dies."""
+    """Times the train worker group restarts from the last checkpoint after a worker process dies
+    (killed, out of memory) or its peers lose it. An exception raised in a step, a validation or
+    the model's build (a bug in your code or ours, bad data) is not retried: it ends the job at once."""
     stop_grace_s: float = Field(default=75, gt=0, le=90)
     """After SIGTERM, how long the trainer gets to reach a step boundary and checkpoint; past it
     the launcher ends the job without that checkpoint. SageMaker kills 120 s after its SIGTERM
     (hence at most 90: Ray's shutdown on every host needs the rest); on Kubernetes keep it below
     the pod's `terminationGracePeriodSeconds`."""
     validation_every_epochs: int = Field(default=1, ge=0)
-    """With `steps`: validate every N epochs (0: only at the end). With `epochs`: every epoch."""
+    """With `steps`: validate every N epochs (0: only at the end). With `epochs`: every epoch.
+    Without a `validation` channel there is no validation at all."""
     log_every: int = Field(default=10, gt=0)
     prefetch_batches: int = Field(default=4, ge=0)
     """Batches Ray Data prepares ahead of the train step (pinned and copied to the GPU ahead, on GPU)."""
@@ -426,6 +429,12 @@ class LaunchConfig(_Strict):
     autoscale: Optional[AutoscaleConfig] = None
     """Elastic data hosts on a Ray cluster with an autoscaler (`run --address`, KubeRay); where
     groups are fixed (SageMaker, the local simulation) the plan says what it does instead."""
+
+    @property
+    def validates(self) -> bool:
+        """Whether the built-in loop runs validation passes: only over a channel named `validation`
+        (your own loop reads what it likes). Asked by the train spec and the plan alike."""
+        return "validation" in self.channels and self.trainer.loop is None
 
     @model_validator(mode="after")
     def _cross(self):

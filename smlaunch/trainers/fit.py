@@ -74,12 +74,13 @@ def _execution_options(spec: TrainSpec, options_type):
 
 def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
     """Train `spec.world_size` workers and return rank 0's result (per-step records, validation,
-    rows per host, ranks). `fatal()` returns a rank's posted user error (`TrainProgress.fatal`),
-    which ends the fit."""
+    rows per host, ranks). `fatal()` returns an error that ends the fit: one a rank posted
+    (`TrainProgress.posted_error`), or a stop gone overdue."""
     from ray.data import ExecutionOptions
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from smlaunch.trainers.failures import no_restart_after_a_posted_error
     from smlaunch.trainers.loop import train_loop
     from smlaunch.trainers.s3_store import ray_storage
     from smlaunch.trainers.user_loop import run_user_loop
@@ -105,6 +106,8 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
                                                           max_preemption_failures=0),
                              # Your loop's checkpoints are yours to keep (Ray's default: all of them).
                              checkpoint_config=CheckpointConfig(num_to_keep=None if user_loop else 2),
+                             # A rank's error that no restart mends ends the run (`trainers.failures`).
+                             callbacks=[no_restart_after_a_posted_error()],
                              worker_runtime_env={"env_vars": dict(spec.worker_env)} if spec.worker_env else None),
         datasets=datasets,
         # Your loop gets Ray Train's own split (equal shards, as a loop written for Ray Train assumes:
@@ -154,8 +157,10 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
     for the dead node without end (seen: over 10 minutes), and Ray Train's own abort (its Ctrl-C
     handler) did not end it either. So the fit runs in a thread while this one polls the train
     hosts; a lost one ends the job here, in one line, and the launcher's teardown of the cluster
-    ends the fit thread. A user error a rank posted (`fatal`) ends it the same way, before Ray
-    Train's restarts repeat it (a bad file failed three times over two minutes)."""
+    ends the fit thread. `fatal()` gives an error that ends the job too: a stop overdue, raised
+    at once; or one a rank posted (bad data, a bug: `trainers.failures`), for which Ray Train ends
+    the run itself (`no_restart_after_a_posted_error`): the fit is given `FATAL_END_S` to do so
+    cleanly, then the posted line is raised, whatever Ray said."""
     import threading
 
     from smlaunch.pipelines.sources.host_loss import alive_hosts, train_host_lost_error
@@ -170,15 +175,19 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
 
     thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
     thread.start()
+    hosts_checked = time.monotonic()
+    posted, deadline = None, None
     while thread.is_alive():
-        thread.join(timeout=interval_s)
-        posted = fatal() if fatal is not None and thread.is_alive() else None
-        if posted:
-            from smlaunch.errors import ConfigError, DataError, UserError
-
-            kinds = {"DataError": DataError, "ConfigError": ConfigError}
-            raise kinds.get(posted.get("error"), UserError)(posted["text"])
-        if thread.is_alive() and len(hosts) > 1:
+        thread.join(timeout=FATAL_POLL_S)
+        if posted is None and fatal is not None:
+            posted = fatal()
+            if posted and "rank" not in posted:  # a stop gone overdue: now
+                _raise_posted(posted)
+            deadline = time.monotonic() + FATAL_END_S if posted else None
+        if posted and (not thread.is_alive() or time.monotonic() >= deadline):
+            _raise_posted(posted)  # Ray Train has ended the run (or taken too long to)
+        if thread.is_alive() and len(hosts) > 1 and time.monotonic() - hosts_checked >= interval_s:
+            hosts_checked = time.monotonic()
             try:
                 alive = alive_hosts()
             except Exception:  # the cluster is going down: the fit will say why
@@ -187,8 +196,24 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
             if gone:
                 raise train_host_lost_error(gone[0])
     if "error" in outcome:
+        posted = fatal() if fatal is not None else None  # the run ended on a posted error before it was read
+        if posted:
+            _raise_posted(posted)
         raise outcome["error"]
     return outcome["result"]
+
+
+def _raise_posted(posted: dict) -> None:
+    from smlaunch.errors import ConfigError, DataError, UserError
+
+    kinds = {"DataError": DataError, "ConfigError": ConfigError}
+    raise kinds.get(posted.get("error"), UserError)(posted["text"])
+
+
+FATAL_END_S = 30.0
+"""How long Ray Train gets to end a run after a rank posted its error (about a second is usual)."""
+FATAL_POLL_S = 0.5
+"""How often the fit's watcher asks for a rank's posted error (a local call)."""
 
 
 def _raise_if_preempted(exc: BaseException) -> None:

@@ -25,22 +25,25 @@ Ray Train's watcher had not seen yet) before the failure counts as the run's."""
 
 
 def train_loop(spec) -> dict:
-    """One rank's training. A user error (bad data, a weights file that does not fit) is posted to
-    the launcher before it is raised: Ray Train would restart the group `max_failures` times, and
-    every restart meets the same error, so the launcher ends the job at once instead."""
-    from smlaunch.errors import ConfigError, DataError, user_error_in
+    """One rank's training. An error no restart mends (bad data, a weights file that does not fit,
+    a bug in the user's loss or in ours) is posted to the launcher, which ends the job, before it
+    is raised: Ray Train would restart the group `max_failures` times, and every restart meets the
+    same error (`trainers.failures`). What a restart mends (a lost peer, a drained node) is raised
+    at once, for Ray Train."""
+    import ray.train
+
+    from smlaunch.trainers.failures import describe, end_job_for
 
     marks = {"train_workers_up": time.time()}  # the run's phases (`launcher.job.phases`): wall clock
+    run = None
     try:
-        return _Run(spec, marks).train()
+        run = _Run(spec, marks)
+        return run.train()
     except Exception as exc:  # also a data task's error, which reaches the rank wrapped by Ray
-        message = user_error_in(exc)
-        if message is not None:
-            from smlaunch.cluster.board import post
-
-            kind = "DataError" if isinstance(exc, DataError) else "ConfigError" if isinstance(exc, ConfigError) \
-                else "UserError"
-            post("fatal", wait_s=5, text=message, error=kind)
+        if run is not None:
+            run.outbox.flush(wait=True)  # the steps before the error reach the console first
+        rank, doing = ray.train.get_context().get_world_rank(), run.doing if run else "while starting"
+        end_job_for(exc, rank, lambda error: describe(error, rank, doing, spec.user_functions()))
         raise
 
 
@@ -63,8 +66,10 @@ class _Run:
         from smlaunch.trainers.next_epoch import NextEpoch
         from smlaunch.trainers.resume import initial_state
         from smlaunch.trainers.task import make_task
+        from smlaunch.trainers.validation import schedule
 
         self.spec, self.t, self.marks = spec, spec.trainer, marks
+        self.doing = "while starting"  # what the rank was doing, for the line an error ends the job with
         # A restart after a Pipe, ShardedByS3Key or train host was lost fails at once, before building a model.
         self.guard = LostHostGuard(list(spec.fragile_channels), train_hosts=spec.train_hosts)
         self.guard.check(force=True)
@@ -114,6 +119,7 @@ class _Run:
         self.train_prep = torch.zeros(len(hosts) + 1, dtype=torch.float64, device=self.device)  # chain seconds
         self.steps = StepLog()  # bounded: buckets of the whole run, the latest steps exact (`smlaunch.series`)
         self.validation: list[dict] = []
+        self.validates = schedule(spec)  # no validation channel: no pass, ever
         self.books = Accountant("train", spec.epoch_rows, self.world)
         self.mix = LabelMix(spec.num_classes, self.device) if self.task.builtin else None  # labels' mix per batch
         self.stopped, self.stopped_by = False, None
@@ -202,8 +208,7 @@ class _Run:
                 self._close_epoch(complete=True)
                 if not self._done():
                     primed = NextEpoch(self._torch_batches(shard))
-                if (self.t.epochs or self.t.validation_every_epochs and
-                        self.epochs_done % self.t.validation_every_epochs == 0) and \
+                if self.validates.after_epoch(self.epochs_done) and \
                         not self._validate_unless_preempted(self.epochs_done):
                     break
         if pending is not None:
@@ -224,6 +229,7 @@ class _Run:
         self.model.train()
         steps_here = 0
         while not (self.t.steps and self.step >= self.t.steps):
+            self.doing = f"at step {self.step + 1}"
             started = time.perf_counter()
             micro, waited = self._fetch(batches)
             if micro:
@@ -368,6 +374,7 @@ class _Run:
 
         from smlaunch.trainers.evaluate import validate
 
+        self.doing = f"in the validation at step {self.step}"
         batches = ray.train.get_dataset_shard("validation").iter_torch_batches(
             batch_size=256, device=self.device, pin_memory=self.device.type == "cuda")
         self.validation.append(validate(self.model, batches, self.task, self.device, self.host_rows, self.step, epoch,
@@ -394,10 +401,11 @@ class _Run:
         return False
 
     def _finish(self) -> None:
-        if (not self.validation or self.validation[-1]["step"] != self.step) and \
-                not self._validate_unless_preempted(self.epochs_done + self.cut_short):
-            return
-        self.marks["final_validation"] = time.time()
+        if self.validates.at_end(self.validation, self.step):
+            if not self._validate_unless_preempted(self.epochs_done + self.cut_short):
+                return
+            self.marks["final_validation"] = time.time()
+        self.doing = f"while finishing at step {self.step}"
         if not self.saves.holds(self.step):
             self._save("end")
         if self.rank == 0:
@@ -405,7 +413,7 @@ class _Run:
 
             save_model(self.raw_model, self.spec.card(), self.step,
                        {"loss": self.steps.last["loss"] if self.steps.last else None,
-                        "validation": self.validation[-1]})
+                        "validation": self.validation[-1] if self.validation else None})
 
     def _save(self, why: str) -> None:
         """A checkpoint: every rank reports (a barrier), rank 0 writes the state, with the ids the group

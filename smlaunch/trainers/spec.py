@@ -69,6 +69,9 @@ class TrainSpec:
     task_evaluate: str | None = None
     normalize_in_chain: bool = True
     """The chain ends in `normalize`: a user's task gets `image` normalised (always, for classification)."""
+    validation: bool = True
+    """Whether the job has a validation channel to validate on (`LaunchConfig.validates`;
+    `trainers.validation`)."""
     id_check_rows: int = 2_000_000
     """Epochs of up to this many rows also get the id-based check (`trainers.accounting`), which
     gathers every id drawn to rank 0 (8 bytes a row); larger ones are checked by positions alone."""
@@ -84,6 +87,13 @@ class TrainSpec:
     @property
     def train_hosts(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(w.host for w in self.workers))
+
+    def user_functions(self) -> dict[str, str]:
+        """Config field -> `module:function` of the user's functions the built-in loop calls (for the
+        line an error in them ends the job with: `trainers.failures`)."""
+        named = {"model.factory": self.model_factory, "task.loss": self.task_loss,
+                 "task.evaluate": self.task_evaluate}
+        return {field: path for field, path in named.items() if path}
 
     def card(self) -> dict:
         """What the saved model's card needs."""

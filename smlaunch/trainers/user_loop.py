@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 
 INTERNAL_COLUMNS = ("id", "pos", "seek", "host", "prep_s")
 """What the chain adds to each row for the built-in loop's accounting (`pipelines.ops.chain`)."""
@@ -197,27 +196,16 @@ def _patch(meter: Meter):
     return undo
 
 
-def error_line(exc: BaseException, rank: int, function: str, loop=None) -> str:
+def error_line(exc: BaseException, rank: int, function: str) -> str:
     """One line: the rank, the loop, the loop's own deepest frame (not Ray's or ours) and the error.
-    The loop's frames are those under the folder its module was imported from (`loop`'s module; the
-    code folder when it did not import): on a SageMaker host or a cluster that folder is the copy
-    the job shipped, not the folder sm-launch was started in."""
-    import sys
-    from pathlib import Path
+    The loop's frames are those under the folder its module was imported from (on a SageMaker host
+    or a cluster, the copy the job shipped, not the folder sm-launch was started in), or under the
+    code folder (`user_code.place_in_user_code`)."""
+    from smlaunch.user_code import error_text, place_in_user_code
 
-    from smlaunch.user_code import code_folder
-
-    folder = code_folder()
-    module = sys.modules.get(getattr(loop, "__module__", None) or "")
-    if getattr(module, "__file__", None):  # a package's own loop lives in its __init__.py: one level more
-        file = Path(module.__file__)
-        folder = str(file.parents[module.__name__.count(".") + (file.name == "__init__.py")])
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(folder)
-              and "/site-packages/" not in f.filename and "/smlaunch/" not in f.filename]
-    where = f" at {frames[-1].filename[len(folder):].lstrip('/')}:{frames[-1].lineno} in {frames[-1].name}" \
-        if frames else ""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"trainer.loop {function} failed on rank {rank}{where}: {type(exc).__name__}: {text}"
+    place = place_in_user_code(exc, {"trainer.loop": function})
+    where = f" at {place[1]}" if place else ""
+    return f"trainer.loop {function} failed on rank {rank}{where}: {error_text(exc)}"
 
 
 def run_user_loop(spec) -> dict:
@@ -236,13 +224,14 @@ def run_user_loop(spec) -> dict:
     found = ray.train.get_checkpoint()
     if found is not None:
         outbox.put("note", text=f"trainer.loop: ray.train.get_checkpoint() gives {found.path} (trainer.resume)")
-    loop = None
     try:
-        loop = resolve(spec.trainer.loop, "trainer.loop")
-        returned = loop(dict(spec.trainer.loop_config))
-    except Exception as exc:
-        line = error_line(exc, rank, spec.trainer.loop, loop)
-        post("fatal", wait_s=5, text=line, error="UserError")
+        returned = resolve(spec.trainer.loop, "trainer.loop")(dict(spec.trainer.loop_config))
+    except Exception as exc:  # ends the job at once, unless a restart can mend it (`trainers.failures`)
+        from smlaunch.trainers.failures import end_job_for
+
+        line = error_line(exc, rank, spec.trainer.loop)
+        if not end_job_for(exc, rank, lambda _: (line, True)):
+            raise
         from smlaunch.errors import UserError
 
         raise UserError(line) from None

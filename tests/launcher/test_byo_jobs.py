@@ -19,18 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.byo import copy_project, project_module
+from support.byo import copy_project, project_module, smallest_config, write_frames
 
 def _project(tmp_path: Path):
     """The project copied to `tmp_path/project`, its data written by pandas; (folder, module)."""
     folder = copy_project(tmp_path)
     module = project_module(folder, "regression")
-    for split, rows, files in (("train", 1600, 2), ("validation", 400, 1)):
-        (folder / "data" / split).mkdir(parents=True)
-        frame = module.make_frame(rows, seed=len(split))
-        for i in range(files):  # pandas' own writer, row groups of 200 (the units a pass shuffles)
-            part = frame.iloc[i * rows // files:(i + 1) * rows // files]
-            part.to_parquet(folder / "data" / split / f"part-{i}.parquet", row_group_size=200, index=False)
+    write_frames(folder, module, {"train": (1600, 2), "validation": (400, 1)})
     return folder, module
 
 
@@ -130,3 +125,76 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     want = x @ torch.tensor(module.WEIGHTS) + module.BIAS
     assert torch.nn.functional.mse_loss(net(x).squeeze(1), want).item() < 0.2
 
+
+
+def _smallest_project(tmp_path: Path, **trainer) -> Path:
+    """The project with its train data alone (1,600 rows: 25 steps of the default batch of 64) and
+    the smallest config (`support.byo.smallest_config`) beside it, as `smallest.yaml`."""
+    folder = copy_project(tmp_path)
+    write_frames(folder, project_module(folder, "regression"), {"train": (1600, 2)})
+    (folder / "smallest.yaml").write_text(yaml.safe_dump(smallest_config(folder, **trainer), sort_keys=False))
+    return folder
+
+
+def test_the_smallest_config_plans_with_every_optional_section_absent(tmp_path, monkeypatch):
+    """No validation channel, no ops, no checkpoint settings, no run section, no task beyond the loss:
+    the plan says there is no validation (and why), and the train workers' spec is told so, from
+    the one rule every path asks (`LaunchConfig.validates`). A channel the built-in loop does not
+    read, named as users name theirs, is said to be unread."""
+    folder = _smallest_project(tmp_path, steps=30)
+    result = _sm_launch(folder, "plan", "smallest.yaml")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "task: loss regression:column_mse" in lines
+    assert "validation: none (no channel named 'validation'): the model trains and is saved without a held-out " \
+           "measurement" in lines
+    assert any(line.startswith("run directory: runs/smlaunch-job-") for line in lines), lines
+    assert not any(line.startswith("checkpoints:") for line in lines)
+
+    import smlaunch
+    from smlaunch.config import load_config
+    from smlaunch.launcher.commands.plan import validation_line
+    from smlaunch.launcher.job.train_spec import train_spec
+
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("SM_LAUNCH_CODE_DIR", str(folder))
+    cfg = load_config(folder / "smallest.yaml", [])
+    assert not cfg.validates and cfg.pipeline.ops == [] and cfg.trainer.checkpoint_interval == 0
+    assert not train_spec(cfg, smlaunch.plan(str(folder / "smallest.yaml"))).validation
+    val = {"source": str(folder / "data" / "train"), "record_format": "parquet",
+           "fields": {name: name for name in ("x1", "x2", "x3", "x4", "y")}}
+    assert validation_line(load_config(folder / "smallest.yaml", [f"channels.val={json.dumps(val)}"])) == \
+        "validation: none (no channel named 'validation'; 'val' is not read): the model trains and is saved " \
+        "without a held-out measurement"
+    with_validation = load_config(folder / "smallest.yaml", [f"channels.validation={json.dumps(val)}"])
+    assert with_validation.validates and validation_line(with_validation) == \
+        "validation: channel 'validation', after every epoch and at the end of the run"
+
+
+@pytest.mark.ray
+def test_the_smallest_config_trains_across_an_epoch_s_end_to_its_own_with_no_validation(tmp_path):
+    """The smallest config (no validation channel, ...) on the local simulated cluster: 30 steps, an
+    epoch's end at step 25 and the run's end in the next, with no validation pass, line or crash
+    (issue 76: Ray Train has no 'validation' shard to give, and the pass after the first epoch
+    failed every attempt). A job of its own: every other job has a validation channel, and asserts
+    what its passes measure. The same config over two whole epochs on a cluster started elsewhere
+    (`run --address`) is test_attached.py's."""
+    folder = _smallest_project(tmp_path, steps=30)
+    result = _sm_launch(folder, "smallest.yaml")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "validation: none (no channel named 'validation')" in out
+    assert not [line for line in out.splitlines() if line.startswith("validation step=")], out[-3000:]
+    assert "validation=none final_loss=" in out
+    (run,) = (folder / "runs").iterdir()
+    head = run / "hosts" / "algo-1" / "opt" / "ml"
+    report = json.loads((head / "output" / "data" / "report.json").read_text())
+    assert report["validation"] == [] and report["summary"]["steps"] == 30 and report["summary"]["epochs"] == 2
+    first, second = report["sample_accounting"]["epochs"]
+    assert (first["complete"], first["distinct"], first["duplicated"], first["missing"]) == (True, 1600, 0, 0)
+    assert not second["complete"] and second["rows"] == 5 * 64
+    losses = [s["loss"] for s in report["steps"]]
+    assert sum(losses[-5:]) < sum(losses[:5]), losses  # it learned
+    card = json.loads((head / "model" / "model.json").read_text())
+    assert card["steps"] == 30 and card["final_metrics"]["validation"] is None
+    assert (head / "model" / "model.pt").stat().st_size > 0

@@ -9,3 +9,15 @@ def invert(images, rng, train, amount=255):
 
 def broken(images, rng, train):
     return [img.astype(np.float32) for img in images]
+
+
+def raising(images, rng, train):
+    return [_check(img) for img in images]
+
+
+def _check(img):
+    raise ValueError(f"an image of {img.shape[0]} rows")
+
+
+def raising_map(batch, rng, train):
+    raise KeyError("x1")

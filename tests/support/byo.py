@@ -24,6 +24,33 @@ def project_module(folder: Path, name: str):
     return module
 
 
+def write_frames(folder: Path, module, splits: dict[str, tuple[int, int]]) -> None:
+    """The regression module's data, written by pandas: `splits` is split -> (rows, files), each file
+    in row groups of 200 (the units a pass shuffles), under `folder/data/<split>`."""
+    for split, (rows, files) in splits.items():
+        (folder / "data" / split).mkdir(parents=True)
+        frame = module.make_frame(rows, seed=len(split))
+        for i in range(files):
+            part = frame.iloc[i * rows // files:(i + 1) * rows // files]
+            part.to_parquet(folder / "data" / split / f"part-{i}.parquet", row_group_size=200, index=False)
+
+
+def smallest_config(folder: Path, groups: tuple[str, str] = ("gpu", "cpu"), **trainer) -> dict:
+    """The smallest job a user writes: the cluster, one `train` channel (Parquet columns by name),
+    the model's factory, the loss, and the trainer's length; no validation channel, no ops, no
+    checkpoint settings, no run section (the run goes to `runs/` where sm-launch runs), no task
+    beyond the loss, every other section absent. `groups`: the train and data groups' names (a
+    running cluster's nodes carry theirs)."""
+    return {"cluster": {"instance_groups": [
+                {"name": groups[0], "instance_type": "ml.g5.xlarge", "instance_count": 1},
+                {"name": groups[1], "instance_type": "ml.c5.xlarge", "instance_count": 1}]},
+            "channels": {"train": {"source": str(folder / "data" / "train"), "record_format": "parquet",
+                                   "fields": {name: name for name in ("x1", "x2", "x3", "x4", "y")}}},
+            "model": {"factory": "regression:mlp", "params": {"inputs": 4}},
+            "task": {"loss": "regression:column_mse"},
+            "trainer": trainer}
+
+
 def write_shards(folder: Path, samples, shards: int) -> None:
     """WebDataset shards as webdataset's own TarWriter writes them: `<key>.jpg` + `<key>.mask.png`."""
     import webdataset as wds

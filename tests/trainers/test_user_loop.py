@@ -80,7 +80,7 @@ def test_the_loop_s_frame_is_found_in_the_shipped_copy_it_was_imported_from(tmp_
         try:
             module.train({})
         except ValueError as exc:
-            return error_line(exc, 0, f"{name}:train", module.train)
+            return error_line(exc, 0, f"{name}:train")
 
     line = failed_line("team.loops", shipped / "loops.py")
     assert line == "trainer.loop team.loops:train failed on rank 0 at team/loops.py:2 in train: ValueError: no data"

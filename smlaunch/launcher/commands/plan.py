@@ -136,7 +136,10 @@ def plan_lines(cfg, plan) -> list[str]:
         params = ", ".join(f"{k}={v!r}" for k, v in cfg.model.params.items())
         lines.append(f"model: {cfg.model.factory}({params}) on every rank, imported from {code_folder()}")
     if cfg.task is not None:
-        lines.append(f"task: loss {cfg.task.loss}, validation " + (cfg.task.evaluate or "the mean loss"))
+        lines.append(f"task: loss {cfg.task.loss}" + (f", validation {cfg.task.evaluate or 'the mean loss'}"
+                                                      if cfg.validates else ""))
+    if not cfg.trainer.loop:
+        lines.append(validation_line(cfg))
     from smlaunch.user_code import code_summary
 
     code = code_summary(cfg)
@@ -152,6 +155,19 @@ def plan_lines(cfg, plan) -> list[str]:
         lines.append(plan.stop)
     lines += [f"note: {note}" for note in plan.notes]
     return lines
+
+
+def validation_line(cfg) -> str:
+    """When the built-in loop validates (`LaunchConfig.validates`), or that it never does, and why."""
+    t = cfg.trainer
+    if cfg.validates:
+        every = t.validation_every_epochs
+        when = "after every epoch" if t.epochs or every == 1 else f"after every {every}th epoch" if every else ""
+        return f"validation: channel 'validation', {when + ' and ' if when else ''}at the end of the run"
+    others = [f"'{name}'" for name in cfg.channels if name != "train"]
+    unread = f"; {', '.join(others)} {'is' if len(others) == 1 else 'are'} not read" if others else ""
+    return (f"validation: none (no channel named 'validation'{unread}): the model trains and is saved "
+            "without a held-out measurement")
 
 
 def loop_line(cfg, plan) -> str:
@@ -203,6 +219,8 @@ def summary(cfg, plan) -> list[str]:
         lines.append(f"train workers: {workers_text(plan.workers)}")
     lines.append("channels: " + "; ".join(f"{c.name} {c.input_mode} {c.record_format} from {c.source} -> "
                                           f"{', '.join(c.hosts)}" for c in plan.channels))
+    if not cfg.validates and not t.loop:
+        lines.append(validation_line(cfg))
     lines += [f"note: {note}" for note in plan.notes if not note.startswith("CPUs scaled")]
     return lines
 

@@ -174,7 +174,7 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
         with running(elastic), TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from),
                                              cfg.trainer.log_every, events,
                                              on_step=elastic.on_step if elastic else None) as progress:
-            result = fit(spec, datasets, fatal=lambda: progress.fatal or overdue(stop))
+            result = fit(spec, datasets, fatal=lambda: progress.posted_error() or overdue(stop))
     finally:
         samples = samplers.gather()
     if cfg.trainer.loop:  # your loop: every rank counted the rows it took, by the host that made them

@@ -86,6 +86,7 @@ class TrainProgress:
         self.board, self.log_every, self.events, self.on_step = board, log_every, events, on_step
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # one drain at a time: the progress thread's, or the fit watcher's
         self.loop_ranks: list[dict] = []
         """Each rank's measurements of your own loop (`trainers.user_loop.Meter.rank_summary`)."""
         self.fatal: dict | None = None
@@ -100,15 +101,24 @@ class TrainProgress:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=15)
-        self._drain(final=True)
+        with self._lock:
+            self._drain(final=True)
         self.bar.close()
         self._write_events("close")
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
-            self._drain()
+            with self._lock:
+                self._drain()
             self.bar.tick()
             self._write_events("flush_if_due")
+
+    def posted_error(self) -> dict | None:
+        """The error a rank posted (`trainers.failures`), the board read now: the fit's watcher asks
+        as the run ends, when the last drain may have come before the rank's post."""
+        with self._lock:
+            self._drain()
+        return self.fatal
 
     def _write_events(self, what: str, *args) -> None:
         """TensorBoard is a view: a failed write (a full disk) turns it off, never the progress thread,
@@ -155,5 +165,18 @@ class TrainProgress:
             log.warning(event["text"])
         elif kind == "loop_rank":
             self.loop_ranks.append(event)
-        elif kind == "fatal":  # a user error on a rank: `fit` ends the job instead of a restart
-            self.fatal = event
+        elif kind == "fatal" and self.fatal is None:  # an error no restart mends: `fit` ends the job
+            self.fatal = _with_traceback_logged(event)
+
+
+def _with_traceback_logged(event: dict) -> dict:
+    """A rank's fatal error whose traceback came with it (a bug, not bad input): the traceback goes
+    to the run's log, and the line says where it is; the console gets the line alone."""
+    trace = event.get("traceback")
+    if not trace:
+        return event
+    from smlaunch.console import log_file
+
+    log.debug("rank %s failed:\n%s", event.get("rank"), trace)
+    where = log_file()
+    return {**event, "text": event["text"] + (f" (traceback in {where})" if where else "")}

@@ -47,7 +47,7 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         preprocess_selector=dict(plan.preprocess_selector), worker_env=dict(plan.worker_env), resume_from=resume_from,
         pretrained=pretrained_weights(cfg), class_names=names,
         shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows, train_units=train_units,
-        checkpoint_every_s=plan.checkpoint_every_s)
+        checkpoint_every_s=plan.checkpoint_every_s, validation=cfg.validates)
 
 
 def pretrained_weights(cfg: LaunchConfig) -> str | None:

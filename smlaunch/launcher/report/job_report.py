@@ -200,7 +200,8 @@ def summary_lines(report: dict) -> list[str]:
     return lines + [
         f"steps={s['steps']} epochs={epochs_text(s)} train_workers={s['train_workers']}",
         f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
-        f"validation_accuracy={acc if acc is not None else 'n/a'} final_loss={s['final_loss']}",
+        (f"validation_accuracy={acc if acc is not None else 'n/a'}" if report.get("validation") else
+         "validation=none") + f" final_loss={s['final_loss']}",
         f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
     ] + _checkpoint_lines(s) + _autoscale_lines(report) + _rank_lines(report) + [
         f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"

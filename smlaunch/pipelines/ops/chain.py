@@ -58,11 +58,11 @@ def plan_stages(ops: list) -> list:
     each `map` op as a `MapStage` over the whole batch."""
     stages: list = []
     run: list = []
-    for spec in ops:
+    for index, spec in enumerate(ops):
         if spec.op == "map":
             if run:
                 stages.append(plan_steps(run))
-            stages.append(MapStage(spec))
+            stages.append(MapStage(spec, index))
             run = []
         else:
             run.append(spec)
@@ -76,16 +76,20 @@ class MapStage:
     on the data host, returning the fields to go on with. The rows must stay the rows: the
     exactly-once accounting and the positions a checkpoint resumes from follow them."""
 
-    def __init__(self, spec):
-        self.spec = spec
+    def __init__(self, spec, index: int):
+        self.spec, self.field = spec, f"pipeline.ops.{index}"
         self.function: Callable | None = None
 
     def __call__(self, fields: dict, rng, train: bool, rows: int) -> dict:
-        from smlaunch.user_code import resolve
+        from smlaunch.user_code import failed_on_data_host, resolve
 
         if self.function is None:
             self.function = resolve(self.spec.function, f"pipeline map op {self.spec.function}")
-        out = self.function(fields, rng, train, **self.spec.params)
+        try:
+            out = self.function(fields, rng, train, **self.spec.params)
+        except Exception as exc:  # the same on every try: the job ends in one line
+            raise failed_on_data_host(exc, f"{self.field} map op {self.spec.function}", self.spec.function,
+                                      this_host()) from None
         if not isinstance(out, dict):
             raise DataError(f"map op {self.spec.function} returned {type(out).__name__}; return the batch as a dict "
                             "of arrays, one row each")

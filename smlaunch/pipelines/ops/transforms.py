@@ -180,7 +180,13 @@ def color_jitter(images: Images, spec: specs.ColorJitter, rng, train: bool) -> I
 
 def user(images: Images, spec: specs.UserOp, rng, train: bool) -> Images:
     function = resolve_user_op(spec.function)
-    out = function(images, rng, train, **spec.params)
+    try:
+        out = function(images, rng, train, **spec.params)
+    except Exception as exc:  # the same on every try: the job ends in one line
+        from smlaunch.cluster.plan import this_host
+        from smlaunch.user_code import failed_on_data_host
+
+        raise failed_on_data_host(exc, f"pipeline user op {spec.function}", spec.function, this_host()) from None
     if not isinstance(out, list) or any(not isinstance(i, np.ndarray) or i.dtype != np.uint8 or i.ndim != 3
                                         for i in out):
         raise DataError(f"user op {spec.function} must return a list of HWC uint8 arrays")

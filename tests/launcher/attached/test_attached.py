@@ -26,11 +26,16 @@ HETERO = str(ROOT / "configs" / "hetero.yaml")
 RAY = str(Path(sys.executable).parent / "ray")
 
 
+RAY_TEMP: dict[str, Path] = {}
+"""The module's cluster's Ray temp folder ("dir"), whose session logs hold Ray Train's own."""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A head labelled as the train group, and two data-group workers; killed at the end."""
     tmp = tmp_path_factory.mktemp("operator")
     ray_tmp = tempfile.mkdtemp(prefix="smr-", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    RAY_TEMP["dir"] = Path(ray_tmp)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="t" * 32)
@@ -247,6 +252,64 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
                              env=project_env, capture_output=True, text=True, timeout=120, cwd=folder)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert f"the code folder {folder} holds over 100 MiB (data (101." in refused.stderr
+
+
+@pytest.mark.ray
+def test_the_smallest_config_runs_two_epochs_and_a_bug_in_its_loss_ends_the_job_at_its_first_occurrence(
+        cluster, tmp_path):
+    """The smallest config a user writes (no validation channel, no ops, no checkpoint or run
+    settings: `support.byo.smallest_config`), from the project's folder, on a cluster started
+    elsewhere: two whole epochs, each ending without a validation pass (issue 76: every pass
+    failed, Ray Train has no 'validation' shard), and the model saved. Then the same job with a
+    loss that raises at its fifth step: the job ends at that first occurrence, in one line naming
+    the user's function and line, with no traceback on the terminal, after one worker-group start
+    (Ray Train's controller log) where three used to be; the cluster is left clean. Rides this
+    module's cluster: the local path's run of the same config is test_byo_jobs.py's."""
+    import json
+
+    from support.byo import copy_project, project_module, smallest_config, write_frames
+
+    address, env = cluster
+    folder = copy_project(tmp_path)
+    write_frames(folder, project_module(folder, "regression"), {"train": (1600, 2)})
+    (folder / "smallest.yaml").write_text(yaml.safe_dump(smallest_config(folder, ("train_group", "data_group"), epochs=2), sort_keys=False))
+    project_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+
+    def run(*sets: str) -> subprocess.CompletedProcess:
+        args = [x for item in sets for x in ("--set", item)]
+        return subprocess.run([sys.executable, "-m", "smlaunch", "run", "smallest.yaml", "--address", address, *args],
+                              env=project_env, capture_output=True, text=True, timeout=300, cwd=folder)
+
+    ran = run("run.name=smallest")
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 0, out[-4000:]
+    assert not [line for line in out.splitlines() if line.startswith("validation step=")], out[-3000:]
+    report = json.loads((folder / "runs/smallest/output/data/report.json").read_text())
+    assert report["validation"] == [] and report["summary"]["steps"] == 50
+    for epoch in report["sample_accounting"]["epochs"]:
+        assert (epoch["complete"], epoch["distinct"], epoch["duplicated"], epoch["missing"]) == (True, 1600, 0, 0)
+    assert (folder / "runs/smallest/model/model.pt").is_file()
+
+    logs = RAY_TEMP["dir"] / "session_latest" / "logs" / "train"
+    before = set(logs.glob("ray-train-sys-controller-*.log"))
+    started = time.monotonic()
+    failed = run("run.name=bug", "task.loss=regression:mse_with_a_bug_at_step_5")
+    took = time.monotonic() - started
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("sm-launch:")]
+    assert failed.returncode == 1 and len(errors) == 1, failed.stderr[-4000:]
+    assert errors[0].startswith("sm-launch: error: task.loss regression:mse_with_a_bug_at_step_5 failed on rank 0 at "
+                                "step 5, at regression.py:") and \
+        " in mse_with_a_bug_at_step_5: ValueError: batch of 64 rows has no column 'x5' (traceback in " in errors[0]
+    assert "Traceback" not in failed.stdout + failed.stderr
+    log = Path(folder, errors[0].rsplit("(traceback in ", 1)[1].rstrip(")"))
+    assert "ValueError: batch of 64 rows has no column 'x5'" in log.read_text()
+    (controller,) = set(logs.glob("ray-train-sys-controller-*.log")) - before
+    text = controller.read_text()
+    assert text.count("Attempting to start training worker group") == 1, took
+    assert "[FailurePolicy] RAISE" in text and "Worker group shutdown successful" in text  # Ray Train ended it
+    state = cluster_state(address, env)
+    assert set(state["actors"]) <= {"_StatsActor", "_AutoscalingCoordinatorActor"}, state
+    assert state["free_cpus"] == state["cpus"] == 3, state
 
 
 @pytest.mark.ray

@@ -41,3 +41,20 @@ def mse(model, batch):
 def metrics(model, batch):
     pred = model(batch["x"]).squeeze(1)
     return {"mse": F.mse_loss(pred, batch["y"]).item(), "mae": (pred - batch["y"]).abs().mean().item()}
+
+
+def column_mse(model, batch):
+    """The loss of a job with no ops at all: the columns arrive one by one, stacked here."""
+    x = torch.stack([batch[name].float() for name in FEATURES], dim=1)
+    return F.mse_loss(model(x).squeeze(1), batch["y"].float())
+
+
+_CALLS = [0]
+
+
+def mse_with_a_bug_at_step_5(model, batch):
+    """`column_mse`, until the fifth call on this rank (its fifth step): a bug that happens every time."""
+    _CALLS[0] += 1
+    if _CALLS[0] == 5:
+        raise ValueError(f"batch of {len(batch['y'])} rows has no column 'x5'")
+    return column_mse(model, batch)
