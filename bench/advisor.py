@@ -32,21 +32,42 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_job(tmp: Path, name: str, hosts: int, args, workers: int) -> dict:
-    sets = [f"run.dir={tmp}", f"run.name={name}", f"cluster.instance_groups.1.instance_count={hosts}",
-            f"cluster.instance_groups.0.gpus={workers}",
-            f"trainer.steps={args.steps}", "trainer.checkpoint_interval=0", "trainer.validation_every_epochs=0",
-            "pipeline.ops.1.size=32",
-            f"pipeline.ops.2={{op: user, function: 'advisor_ops:hold', params: {{ms: {args.chain_ms}}}}}"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"), os.environ.get("PYTHONPATH")]))}
+    sets = [
+        f"run.dir={tmp}",
+        f"run.name={name}",
+        f"cluster.instance_groups.1.instance_count={hosts}",
+        f"cluster.instance_groups.0.gpus={workers}",
+        f"trainer.steps={args.steps}",
+        "trainer.checkpoint_interval=0",
+        "trainer.validation_every_epochs=0",
+        "pipeline.ops.1.size=32",
+        f"pipeline.ops.2={{op: user, function: 'advisor_ops:hold', params: {{ms: {args.chain_ms}}}}}",
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"), os.environ.get("PYTHONPATH")])),
+    }
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "tiny.yaml"),
-                    *[x for s in sets for x in ("--set", s)]], check=True, env=env,
-                   stdout=subprocess.DEVNULL if not args.verbose else None)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smlaunch.launcher.cli",
+            str(ROOT / "configs" / "tiny.yaml"),
+            *[x for s in sets for x in ("--set", s)],
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL if not args.verbose else None,
+    )
     report = json.loads(next((tmp / name).glob("hosts/algo-1/opt/ml/output/data/report.json")).read_text())
-    print(f"{name}: {workers} train worker{'' if workers == 1 else 's'}, {hosts} data host{'' if hosts == 1 else 's'}, "
-          f"{report['summary']['images_per_s']} images/s, "
-          f"data wait {report['summary']['data_wait_pct']} %, verdict {report['verdict']['verdict']}, "
-          f"{time.perf_counter() - started:.0f} s", flush=True)
+    print(
+        f"{name}: {workers} train worker{'' if workers == 1 else 's'}, {hosts} data host{'' if hosts == 1 else 's'}, "
+        f"{report['summary']['images_per_s']} images/s, "
+        f"data wait {report['summary']['data_wait_pct']} %, verdict {report['verdict']['verdict']}, "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
     return report
 
 
@@ -58,15 +79,22 @@ def check(tmp: Path, args, workers: int) -> float:
     advisor = first["advisor"]
     for line in advice_lines(advisor):
         print(line)
-    print("predicted, k hosts of", advisor["table_instance_type"], ":",
-          ", ".join(f"k={o['hosts']}: {o['images_per_s']}" for o in advisor["table"][:args.max_hosts + 1]))
+    print(
+        "predicted, k hosts of",
+        advisor["table_instance_type"],
+        ":",
+        ", ".join(f"k={o['hosts']}: {o['images_per_s']}" for o in advisor["table"][: args.max_hosts + 1]),
+    )
     k = min(advisor["recommended_same_type"]["hosts"], args.max_hosts)
     predicted = advisor["table"][k]["images_per_s"]
     second = run_job(tmp, f"check-w{workers}-k{k}", k, args, workers)
     measured = second["summary"]["images_per_s"]
     error = 100 * abs(predicted - measured) / measured
-    print(f"{workers} worker(s): recommended k={advisor['recommended_same_type']['hosts']} (run with k={k}): "
-          f"predicted {predicted} images/s, measured {measured} images/s, error {error:.1f} %", flush=True)
+    print(
+        f"{workers} worker(s): recommended k={advisor['recommended_same_type']['hosts']} (run with k={k}): "
+        f"predicted {predicted} images/s, measured {measured} images/s, error {error:.1f} %",
+        flush=True,
+    )
     return error
 
 
@@ -74,10 +102,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chain-ms", type=float, default=8.0, help="ms each image holds a chain slot")
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--max-hosts", type=int, default=2,
-                        help="cap on the hosts of round 2: simulated hosts share this machine's cores")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
-                        help="train workers (CPU stand-ins for GPUs on the GPU host); each count is checked")
+    parser.add_argument(
+        "--max-hosts",
+        type=int,
+        default=2,
+        help="cap on the hosts of round 2: simulated hosts share this machine's cores",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="train workers (CPU stand-ins for GPUs on the GPU host); each count is checked",
+    )
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--keep", help="keep the runs in this directory (default: a temporary one)")
     args = parser.parse_args()

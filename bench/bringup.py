@@ -45,7 +45,9 @@ def time_sm_launch(root: Path) -> float:
     cfg = load_config(ROOT / "configs" / "tiny.yaml", [f"run.dir={root}"])
     plan = build_plan(cfg, detect_local_environment())
     with local_data(cfg, plan):
-        job = SimulatedHosts(Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts}, cfg.model_dump(mode="json"))
+        job = SimulatedHosts(
+            Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts}, cfg.model_dump(mode="json")
+        )
         try:
             started = time.monotonic()
             for host in plan.hosts:
@@ -70,10 +72,21 @@ def time_bare(root: Path) -> float:
     env.pop("RAY_ADDRESS", None)
     temp = Path(tempfile.mkdtemp(prefix="smb", dir="/tmp"))
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
-    commands = [["start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}/h",
-                 "--labels=ray-subcluster=train", *common]]
-    commands += [["start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}/w{i}",
-                  "--labels=ray-subcluster=data", *common] for i in (1, 2)]
+    commands = [
+        [
+            "start",
+            "--head",
+            f"--port={port}",
+            "--include-dashboard=false",
+            f"--temp-dir={temp}/h",
+            "--labels=ray-subcluster=train",
+            *common,
+        ]
+    ]
+    commands += [
+        ["start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}/w{i}", "--labels=ray-subcluster=data", *common]
+        for i in (1, 2)
+    ]
     try:
         started = time.monotonic()
         for args in commands:
@@ -116,8 +129,10 @@ def main() -> int:
             ours.append(time_sm_launch(Path(tmp) / f"job{r}"))
             print(f"round {r + 1}: sm-launch {ours[-1]:.2f} s, bare ray start {bare[-1]:.2f} s", flush=True)
     mine, theirs = statistics.median(ours), statistics.median(bare)
-    print(f"median: sm-launch {mine:.2f} s (3 hosts started at once), bare ray start {theirs:.2f} s "
-          f"(head then 2 workers, one after another); {os.cpu_count()} CPUs")
+    print(
+        f"median: sm-launch {mine:.2f} s (3 hosts started at once), bare ray start {theirs:.2f} s "
+        f"(head then 2 workers, one after another); {os.cpu_count()} CPUs"
+    )
     print(f"RESULT bringup ratio={mine / theirs:.2f} goal=1.2")
     return 0
 

@@ -45,30 +45,60 @@ def loop_rate(args, images, labels, tmp: str, byo: bool) -> float:
     from smlaunch.launcher.job.train_spec import train_spec
     from smlaunch.trainers.loop import train_loop
 
-    model = [f"model={{factory: 'byo_user:timm_model', params: {{name: {args.model}, num_classes: 10, "
-             f"image_size: {args.size}}}}}", "task={loss: 'byo_user:cross_entropy', evaluate: 'byo_user:accuracy'}"] \
-        if byo else [f"model.name={args.model}"]
-    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
-        *model, f"trainer.batch_size={args.batch}", f"trainer.steps={args.steps + args.warmup}",
-        "trainer.checkpoint_interval=0", "trainer.learning_rate=0.001", "trainer.weight_decay=0.05",
-        "trainer.resume=false", f"pipeline.ops.1.size={args.size}", f"run.dir={tmp}", "run.name=bench",
-        "trainer.validation_every_epochs=0"])
+    model = (
+        [
+            f"model={{factory: 'byo_user:timm_model', params: {{name: {args.model}, num_classes: 10, "
+            f"image_size: {args.size}}}}}",
+            "task={loss: 'byo_user:cross_entropy', evaluate: 'byo_user:accuracy'}",
+        ]
+        if byo
+        else [f"model.name={args.model}"]
+    )
+    cfg = load_config(
+        ROOT / "configs" / "tiny.yaml",
+        [
+            *model,
+            f"trainer.batch_size={args.batch}",
+            f"trainer.steps={args.steps + args.warmup}",
+            "trainer.checkpoint_interval=0",
+            "trainer.learning_rate=0.001",
+            "trainer.weight_decay=0.05",
+            "trainer.resume=false",
+            f"pipeline.ops.1.size={args.size}",
+            f"run.dir={tmp}",
+            "run.name=bench",
+            "trainer.validation_every_epochs=0",
+        ],
+    )
     plan = build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
-    spec = dataclasses.replace(train_spec(cfg, plan, data_classes=10), model_dir=f"{tmp}/model",
-                               checkpoint_dir=f"{tmp}/checkpoints-{byo}")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "SM_LAUNCH_CODE_DIR": str(HERE)},
-                          "worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+    spec = dataclasses.replace(
+        train_spec(cfg, plan, data_classes=10), model_dir=f"{tmp}/model", checkpoint_dir=f"{tmp}/checkpoints-{byo}"
+    )
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+        runtime_env={
+            "env_vars": {"OMP_NUM_THREADS": "1", "SM_LAUNCH_CODE_DIR": str(HERE)},
+            "worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup",
+        },
+    )
     try:
-        def rows(imgs, labs):
-            return ray.data.from_items([{"image": imgs[i].numpy(), "label": int(labs[i]), "id": i, "host": 0}
-                                        for i in range(len(labs))]).materialize()
 
-        trainer = TorchTrainer(train_loop, train_loop_config=spec,
-                               scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
-                               run_config=RunConfig(storage_path=f"{tmp}/ray", name=f"bench-{byo}-{time.time_ns()}"),
-                               datasets={"train": rows(images, labels), "validation": rows(images[:64], labels[:64])})
-        steps = trainer.fit().return_value["steps"][args.warmup:]
+        def rows(imgs, labs):
+            return ray.data.from_items(
+                [{"image": imgs[i].numpy(), "label": int(labs[i]), "id": i, "host": 0} for i in range(len(labs))]
+            ).materialize()
+
+        trainer = TorchTrainer(
+            train_loop,
+            train_loop_config=spec,
+            scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+            run_config=RunConfig(storage_path=f"{tmp}/ray", name=f"bench-{byo}-{time.time_ns()}"),
+            datasets={"train": rows(images, labels), "validation": rows(images[:64], labels[:64])},
+        )
+        steps = trainer.fit().return_value["steps"][args.warmup :]
     finally:
         ray.shutdown()
     return len(steps) / sum(s["step_time_s"] for s in steps)
@@ -89,8 +119,10 @@ def factory_ratio(args) -> float:
                 print(f"  {'factory + task' if byo else 'built-in      '}: {rates[byo][-1]:.2f} steps/s", flush=True)
                 time.sleep(3)
     built_in, byo = max(rates[False]), max(rates[True])
-    print(f"{args.model} {args.size}px batch {args.batch}, {args.steps} timed steps, best of {args.rounds}: built-in "
-          f"{built_in:.2f} steps/s, the user's factory and task {byo:.2f}")
+    print(
+        f"{args.model} {args.size}px batch {args.batch}, {args.steps} timed steps, best of {args.rounds}: built-in "
+        f"{built_in:.2f} steps/s, the user's factory and task {byo:.2f}"
+    )
     return byo / built_in
 
 
@@ -106,8 +138,8 @@ def samples(rows: int, side: int = 96):
         mask = np.zeros((side, side), np.uint8)
         top, left = (int(v) for v in rng.integers(0, side // 2, 2))
         size = side // 4
-        image[top:top + size, left:left + size] = 200
-        mask[top:top + size, left:left + size] = 1
+        image[top : top + size, left : left + size] = 200
+        mask[top : top + size, left : left + size] = 1
         jpeg, png = io.BytesIO(), io.BytesIO()
         Image.fromarray(image).save(jpeg, format="JPEG", quality=90)
         Image.fromarray(mask).save(png, format="PNG")
@@ -117,7 +149,6 @@ def samples(rows: int, side: int = 96):
 
 
 def chain_rate(ops, batch: dict, rows: int, batch_rows: int = 64) -> float:
-    import numpy as np
 
     from smlaunch.pipelines.ops.chain import Chain
 
@@ -125,7 +156,7 @@ def chain_rate(ops, batch: dict, rows: int, batch_rows: int = 64) -> float:
     chain({name: values[:batch_rows] for name, values in batch.items()})  # imports, warm
     started = time.perf_counter()
     for start in range(0, rows, batch_rows):
-        chain({name: values[start:start + batch_rows] for name, values in batch.items()})
+        chain({name: values[start : start + batch_rows] for name, values in batch.items()})
     return rows / (time.perf_counter() - started)
 
 
@@ -146,7 +177,7 @@ def tv2_rate(images, masks, size: int) -> float:
     one(images[0], masks[0])
     started = time.perf_counter()
     for batch in range(0, len(images), 64):
-        out = [one(i, m) for i, m in zip(images[batch:batch + 64], masks[batch:batch + 64])]
+        out = [one(i, m) for i, m in zip(images[batch : batch + 64], masks[batch : batch + 64], strict=False)]
         torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out])
     return len(images) / (time.perf_counter() - started)
 
@@ -159,21 +190,31 @@ def mask_ratios(args) -> tuple[float, float]:
     torch.set_num_threads(1)
     images, masks = samples(args.rows)
     ids = __import__("numpy").arange(args.rows)
-    alone = [DecodeImage(op="decode_image"), RandomResizedCrop(op="random_resized_crop", size=args.size, scale=(0.3, 1.0)),
-             HorizontalFlip(op="horizontal_flip"), ToUint8CHW(op="to_uint8_chw")]
-    joint = [DecodeImage(op="decode_image"), DecodeImage(op="decode_image", field="mask", mode="L"),
-             RandomResizedCrop(op="random_resized_crop", size=args.size, scale=(0.3, 1.0), masks=("mask",)),
-             HorizontalFlip(op="horizontal_flip", masks=("mask",)), ToUint8CHW(op="to_uint8_chw"),
-             ToUint8CHW(op="to_uint8_chw", field="mask")]
+    alone = [
+        DecodeImage(op="decode_image"),
+        RandomResizedCrop(op="random_resized_crop", size=args.size, scale=(0.3, 1.0)),
+        HorizontalFlip(op="horizontal_flip"),
+        ToUint8CHW(op="to_uint8_chw"),
+    ]
+    joint = [
+        DecodeImage(op="decode_image"),
+        DecodeImage(op="decode_image", field="mask", mode="L"),
+        RandomResizedCrop(op="random_resized_crop", size=args.size, scale=(0.3, 1.0), masks=("mask",)),
+        HorizontalFlip(op="horizontal_flip", masks=("mask",)),
+        ToUint8CHW(op="to_uint8_chw"),
+        ToUint8CHW(op="to_uint8_chw", field="mask"),
+    ]
     rates = {"alone": [], "joint": [], "tv2": []}
     for _ in range(3):  # in turns, best of 3 each
         rates["alone"].append(chain_rate(alone, {"image": images, "id": ids}, args.rows))
         rates["joint"].append(chain_rate(joint, {"image": images, "mask": masks, "id": ids}, args.rows))
         rates["tv2"].append(tv2_rate(images, masks, args.size))
     best = {k: max(v) for k, v in rates.items()}
-    print(f"chain on {args.rows} rows of 96 px, crop {args.size}, one core: images alone {best['alone']:.0f} rows/s, "
-          f"images + masks {best['joint']:.0f} rows/s; torchvision.transforms.v2 with tv_tensors.Mask "
-          f"{best['tv2']:.0f} rows/s")
+    print(
+        f"chain on {args.rows} rows of 96 px, crop {args.size}, one core: images alone {best['alone']:.0f} rows/s, "
+        f"images + masks {best['joint']:.0f} rows/s; torchvision.transforms.v2 with tv_tensors.Mask "
+        f"{best['tv2']:.0f} rows/s"
+    )
     return best["joint"] / best["alone"], best["joint"] / best["tv2"]
 
 

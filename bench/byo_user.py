@@ -2,7 +2,6 @@
 model the built-in path builds by name, and a cross-entropy loss and accuracy of their own (the
 images arrive uint8 CHW, as `task` documents without a `normalize` op, and are scaled here)."""
 
-import torch
 import torch.nn.functional as F
 
 
@@ -22,5 +21,7 @@ def cross_entropy(model, batch):
 
 def accuracy(model, batch):
     logits = model(_scaled(batch["image"])).float()
-    return {"accuracy": (logits.argmax(1) == batch["label"]).double().mean().item(),
-            "loss": F.cross_entropy(logits, batch["label"]).item()}
+    return {
+        "accuracy": (logits.argmax(1) == batch["label"]).double().mean().item(),
+        "loss": F.cross_entropy(logits, batch["label"]).item(),
+    }

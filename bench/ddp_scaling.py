@@ -80,34 +80,63 @@ def run(args, workers: int, images, labels, tmp: str) -> tuple[float, float | No
     from smlaunch.trainers.loop import train_loop
 
     batch = args.global_batch // workers
-    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
-        f"model.name={args.model}", f"trainer.batch_size={batch}", f"trainer.steps={args.steps + args.warmup}",
-        "trainer.checkpoint_interval=0", "trainer.learning_rate=0.001", "trainer.weight_decay=0.05",
-        "trainer.resume=false", f"pipeline.ops.1.size={args.size}", f"run.dir={tmp}", f"run.name=w{workers}",
-        "trainer.validation_every_epochs=0", f"cluster.instance_groups.0.gpus={workers}"])
+    cfg = load_config(
+        ROOT / "configs" / "tiny.yaml",
+        [
+            f"model.name={args.model}",
+            f"trainer.batch_size={batch}",
+            f"trainer.steps={args.steps + args.warmup}",
+            "trainer.checkpoint_interval=0",
+            "trainer.learning_rate=0.001",
+            "trainer.weight_decay=0.05",
+            "trainer.resume=false",
+            f"pipeline.ops.1.size={args.size}",
+            f"run.dir={tmp}",
+            f"run.name=w{workers}",
+            "trainer.validation_every_epochs=0",
+            f"cluster.instance_groups.0.gpus={workers}",
+        ],
+    )
     plan = build_plan(cfg, LocalEnvironment(cpus=os.cpu_count() or 2, gpus=0, started="t"))
     assert len(plan.workers) == workers, plan.workers
-    spec = dataclasses.replace(train_spec(cfg, plan), model_dir=f"{tmp}/w{workers}/model",
-                               checkpoint_dir=f"{tmp}/w{workers}/checkpoints")
-    ray.init(num_cpus=workers + 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"},
-                          "worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+    spec = dataclasses.replace(
+        train_spec(cfg, plan), model_dir=f"{tmp}/w{workers}/model", checkpoint_dir=f"{tmp}/w{workers}/checkpoints"
+    )
+    ray.init(
+        num_cpus=workers + 1,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+        runtime_env={
+            "env_vars": {"OMP_NUM_THREADS": "1"},
+            "worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup",
+        },
+    )
     try:
+
         def rows(imgs, labs):
-            return ray.data.from_items([{"image": imgs[i].numpy(), "label": int(labs[i]), "id": i, "host": 0}
-                                        for i in range(len(labs))]).materialize()
+            return ray.data.from_items(
+                [{"image": imgs[i].numpy(), "label": int(labs[i]), "id": i, "host": 0} for i in range(len(labs))]
+            ).materialize()
 
         scaling = ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1})
-        trainer = TorchTrainer(train_loop, train_loop_config=spec, scaling_config=scaling,
-                               run_config=RunConfig(storage_path=f"{tmp}/ray", name=f"loop-{workers}"),
-                               datasets={"train": rows(images, labels), "validation": rows(images[:64], labels[:64])})
-        steps = trainer.fit().return_value["steps"][args.warmup:]
+        trainer = TorchTrainer(
+            train_loop,
+            train_loop_config=spec,
+            scaling_config=scaling,
+            run_config=RunConfig(storage_path=f"{tmp}/ray", name=f"loop-{workers}"),
+            datasets={"train": rows(images, labels), "validation": rows(images[:64], labels[:64])},
+        )
+        steps = trainer.fit().return_value["steps"][args.warmup :]
         share = None
         if workers > 1:
-            config = {"model": args.model, "size": args.size, "batch": batch, "steps": args.steps // 2,
-                      "warmup": 2}
-            probe = TorchTrainer(sync_cost, train_loop_config=config, scaling_config=scaling,
-                                 run_config=RunConfig(storage_path=f"{tmp}/ray", name=f"sync-{workers}"))
+            config = {"model": args.model, "size": args.size, "batch": batch, "steps": args.steps // 2, "warmup": 2}
+            probe = TorchTrainer(
+                sync_cost,
+                train_loop_config=config,
+                scaling_config=scaling,
+                run_config=RunConfig(storage_path=f"{tmp}/ray", name=f"sync-{workers}"),
+            )
             cost = probe.fit().return_value
             share = max(cost["sync"] - cost["no_sync"], 0.0) / cost["sync"]
     finally:
@@ -141,16 +170,20 @@ def main() -> int:
             results[workers] = run(args, workers, images, labels, tmp)
             time.sleep(3)  # let the previous cluster's processes exit
     cores = os.cpu_count()
-    print(f"{args.model} {args.size}px, global batch {args.global_batch}, {args.steps} timed steps, "
-          f"one thread per worker, gloo, CPU ({cores} cores)")
+    print(
+        f"{args.model} {args.size}px, global batch {args.global_batch}, {args.steps} timed steps, "
+        f"one thread per worker, gloo, CPU ({cores} cores)"
+    )
     print(f"{'workers':>7} {'batch/worker':>12} {'images/s':>9} {'efficiency':>10} {'allreduce share':>15}")
     base = results[1][0]
     metrics = {}
     for workers, (rate, share) in results.items():
         efficiency = rate / (workers * base)
         note = "  (more workers than cores: they share)" if cores and workers > cores else ""
-        print(f"{workers:>7} {args.global_batch // workers:>12} {rate:>9.1f} {efficiency:>10.2f} "
-              f"{'-' if share is None else f'{100 * share:.1f} %':>15}{note}")
+        print(
+            f"{workers:>7} {args.global_batch // workers:>12} {rate:>9.1f} {efficiency:>10.2f} "
+            f"{'-' if share is None else f'{100 * share:.1f} %':>15}{note}"
+        )
         if workers > 1:
             metrics[f"efficiency_{workers}"] = f"{efficiency:.2f}"
             metrics[f"allreduce_share_{workers}"] = f"{share:.2f}"

@@ -7,9 +7,10 @@ each data host adds capacity as a real one would (its 2 Ray CPUs make 2 x 1000 /
 without using the cores. The data hosts' processes run at the lowest priority (nice 19,
 `AutoscalingCluster.lower_worker_priority`): on one machine they share the trainer's cores, where a
 real data host has its own, and a host starting mid-run (raylet, agents, chain workers importing
-torch) took the trainer from 57 to 31 images/s for 20 s. The bench means the same on every machine: it first measures the
-trainer's rate with free data (a fixed job of one host at 0 ms an image, `--probe-s`; the rate over
-the steps' compute time in its last 25 s, once the chain has filled Ray Data's budget), then sets the two phases, of equal length, from it:
+torch) took the trainer from 57 to 31 images/s for 20 s. The bench means the same on every
+machine: it first measures the trainer's rate with free data (a fixed job of one host at 0 ms an
+image, `--probe-s`; the rate over the steps' compute time in its last 25 s, once the chain has
+filled Ray Data's budget), then sets the two phases, of equal length, from it:
 
 1. **heavy**: one host makes 0.6x what the trainer takes (`--heavy-share`);
 2. **light**: one host makes 3x (`--light-share`).
@@ -66,8 +67,10 @@ SLOTS = 2
 PROBE_TAIL_S = 25.0
 """The free-data job's trainer rate is read over its last this many seconds."""
 TRAIN_TYPE, DATA_TYPE = "ml.g5.xlarge", "ml.c5.xlarge"
-GOAL = ("wait_pct_after<=5,time_to_target_s<=120,cost_ratio<=0.9,trainer_ratio>=0.97,cost_ratio_slow<=0.9,"
-        "trainer_ratio_slow>=0.97")
+GOAL = (
+    "wait_pct_after<=5,time_to_target_s<=120,cost_ratio<=0.9,trainer_ratio>=0.97,cost_ratio_slow<=0.9,"
+    "trainer_ratio_slow>=0.97"
+)
 
 
 def write_images(root: Path, copies: int) -> int:
@@ -79,7 +82,7 @@ def write_images(root: Path, copies: int) -> int:
     digits = load_digits()
     n = 0
     for c in range(copies):
-        for i, (image, label) in enumerate(zip(digits.images, digits.target)):
+        for i, (image, label) in enumerate(zip(digits.images, digits.target, strict=False)):
             folder = root / f"digit-{label}"
             folder.mkdir(parents=True, exist_ok=True)
             Image.fromarray((image * 255 / 16).astype(np.uint8)).save(folder / f"{c}-{i}.png")
@@ -91,23 +94,53 @@ def job_config(work: Path, cost: Path, elastic: bool, max_hosts: int, crop: int 
     import yaml
 
     cfg = {
-        "job": "elastic-bench", "cluster": {"instance_groups": [
-            {"name": "train_group", "instance_type": TRAIN_TYPE, "instance_count": 1},
-            {"name": "data_group", "instance_type": DATA_TYPE, "instance_count": 1}]},
-        "channels": {"train": {"source": str(work / "train"), "record_format": "image_folder",
-                               "instance_groups": ["data_group"], "shuffle": {"buffer_rows": 64}}},
-        "pipeline": {"batch_size": 32, "ops": [
-            {"op": "decode_image"}, {"op": "random_resized_crop", "size": crop, "scale": [0.7, 1.0]},
-            {"op": "user", "function": "smlaunch.pipelines.ops.stand_ins:fixed_cost",
-             "params": {"ms_per_image_file": str(cost)}},
-            {"op": "to_uint8_chw"}]},
+        "job": "elastic-bench",
+        "cluster": {
+            "instance_groups": [
+                {"name": "train_group", "instance_type": TRAIN_TYPE, "instance_count": 1},
+                {"name": "data_group", "instance_type": DATA_TYPE, "instance_count": 1},
+            ]
+        },
+        "channels": {
+            "train": {
+                "source": str(work / "train"),
+                "record_format": "image_folder",
+                "instance_groups": ["data_group"],
+                "shuffle": {"buffer_rows": 64},
+            }
+        },
+        "pipeline": {
+            "batch_size": 32,
+            "ops": [
+                {"op": "decode_image"},
+                {"op": "random_resized_crop", "size": crop, "scale": [0.7, 1.0]},
+                {
+                    "op": "user",
+                    "function": "smlaunch.pipelines.ops.stand_ins:fixed_cost",
+                    "params": {"ms_per_image_file": str(cost)},
+                },
+                {"op": "to_uint8_chw"},
+            ],
+        },
         "model": {"name": "test_resnet"},
-        "trainer": {"batch_size": 32, "steps": 1_000_000, "learning_rate": 0.01, "log_every": 5,
-                    "validation_every_epochs": 0, "checkpoint_every_s": 0},
-        "run": {"dir": str(work / "runs"), "name": "elastic" if elastic else "fixed"}}
+        "trainer": {
+            "batch_size": 32,
+            "steps": 1_000_000,
+            "learning_rate": 0.01,
+            "log_every": 5,
+            "validation_every_epochs": 0,
+            "checkpoint_every_s": 0,
+        },
+        "run": {"dir": str(work / "runs"), "name": "elastic" if elastic else "fixed"},
+    }
     if elastic:
-        cfg["autoscale"] = {"min_data_hosts": 1, "max_data_hosts": max_hosts, "target_data_wait_pct": TARGET,
-                            "cooldown_s": 10, "window_steps": WINDOW}
+        cfg["autoscale"] = {
+            "min_data_hosts": 1,
+            "max_data_hosts": max_hosts,
+            "target_data_wait_pct": TARGET,
+            "cooldown_s": 10,
+            "window_steps": WINDOW,
+        }
     path = work / ("elastic.yaml" if elastic else "fixed.yaml")
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -124,10 +157,12 @@ def run_job(work: Path, hosts: int, elastic: bool, args, phases: list[tuple[floa
     cost.write_text(str(phases[0][1]))
     config = job_config(work, cost, elastic, args.max_hosts, args.crop)
     top = args.max_hosts if elastic else hosts
-    cluster = AutoscalingCluster({"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": hosts,
-                                           "max_workers": top}},
-                                 head_labels={"ray-subcluster": "train", "sm-group": "train_group"}, head_cpus=2,
-                                 idle_timeout_s=6).start()
+    cluster = AutoscalingCluster(
+        {"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": hosts, "max_workers": top}},
+        head_labels={"ray-subcluster": "train", "sm-group": "train_group"},
+        head_cpus=2,
+        idle_timeout_s=6,
+    ).start()
     cluster.lower_worker_priority()  # the data hosts' processes must not take the trainer's cores (see its docstring)
     env = {**cluster.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), cluster.env.get("PYTHONPATH")]))}
     for key in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER"):
@@ -140,8 +175,14 @@ def run_job(work: Path, hosts: int, elastic: bool, args, phases: list[tuple[floa
             if time.monotonic() - started > 120:
                 raise RuntimeError(f"the fake cluster started fewer than {hosts} data nodes in 120 s")
             time.sleep(1)
-        proc = subprocess.Popen([sys.executable, "-m", "smlaunch", "run", str(config), "--address", cluster.address],
-                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "smlaunch", "run", str(config), "--address", cluster.address],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         lines: list[str] = []
         threading.Thread(target=lambda: [lines.append(x.rstrip()) for x in proc.stdout], daemon=True).start()
         deadline = time.monotonic() + 300
@@ -155,26 +196,37 @@ def run_job(work: Path, hosts: int, elastic: bool, args, phases: list[tuple[floa
         try:
             starts = [first + sum(seconds for seconds, _ in phases[:i]) for i in range(len(phases) + 1)]
             while time.time() < starts[-1]:
-                now_ms = str(next(ms for (_, ms), end in zip(phases, starts[1:]) if time.time() < end))
+                now_ms = str(next(ms for (_, ms), end in zip(phases, starts[1:], strict=False) if time.time() < end))
                 if cost.read_text() != now_ms:
                     cost.write_text(now_ms)
                 alive = [n for n in ray.nodes() if n["Alive"] and n["Labels"].get("sm-group") == "data_group"]
                 hosts_over_time.append((time.time(), len(alive)))
                 cluster.lower_worker_priority()  # workers started since (Ray sets its workers' own, 15)
                 draining += busy_while_draining({n["NodeID"] for n in alive}, draining)
-                print(f"  {'elastic' if elastic else f'fixed {hosts}'}: {time.time() - first:5.0f} s, "
-                      f"{len(alive)} data hosts", end="\r", flush=True)
+                print(
+                    f"  {'elastic' if elastic else f'fixed {hosts}'}: {time.time() - first:5.0f} s, "
+                    f"{len(alive)} data hosts",
+                    end="\r",
+                    flush=True,
+                )
                 time.sleep(1.0)
         finally:
             ray.shutdown()
         print()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
-        report = json.loads((work / "runs" / ("elastic" if elastic else "fixed") / "output" / "data"
-                             / "report.json").read_text())
-        return {"first": first, "light_at": starts[1], "end": starts[-1], "hosts": hosts_over_time, "report": report,
-                "draining": draining,
-                "autoscale_lines": [x for x in lines if "autoscale: " in x and "data host (" in x]}
+        report = json.loads(
+            (work / "runs" / ("elastic" if elastic else "fixed") / "output" / "data" / "report.json").read_text()
+        )
+        return {
+            "first": first,
+            "light_at": starts[1],
+            "end": starts[-1],
+            "hosts": hosts_over_time,
+            "report": report,
+            "draining": draining,
+            "autoscale_lines": [x for x in lines if "autoscale: " in x and "data host (" in x],
+        }
     finally:
         cluster.stop()
 
@@ -200,8 +252,16 @@ def busy_while_draining(data_nodes: set[str], seen: list[tuple[float, str, list[
 def buckets(report: dict) -> list[dict]:
     """The run's steps as the report keeps them, bounded (`smlaunch.series`): buckets of adjacent
     steps with their count `n`, end time `t` and summed `step_time_s` and `data_wait_s`."""
-    return [{"t": b["t"], "n": b["n"], "time": b["sum"]["step_time_s"], "images": b["sum"]["images"],
-             "wait": min(b["sum"]["data_wait_s"], b["sum"]["step_time_s"])} for b in report["step_series"]["buckets"]]
+    return [
+        {
+            "t": b["t"],
+            "n": b["n"],
+            "time": b["sum"]["step_time_s"],
+            "images": b["sum"]["images"],
+            "wait": min(b["sum"]["data_wait_s"], b["sum"]["step_time_s"]),
+        }
+        for b in report["step_series"]["buckets"]
+    ]
 
 
 def windows(steps: list[dict]) -> list[tuple[float, float]]:
@@ -222,7 +282,7 @@ def wait_pct(steps: list[dict], start: float, end: float) -> float:
 
 
 def host_seconds(samples: list[tuple[float, int]]) -> float:
-    return sum(n * (t2 - t1) for (t1, n), (t2, _) in zip(samples, samples[1:]))
+    return sum(n * (t2 - t1) for (t1, n), (t2, _) in zip(samples, samples[1:], strict=False))
 
 
 def images_per_s(steps: list[dict], start: float, end: float, compute_only: bool = False) -> float:
@@ -276,8 +336,12 @@ def main() -> int:
     parser.add_argument("--heavy-ms", type=float, help="fix the heavy phase's ms an image instead (no probe)")
     parser.add_argument("--light-ms", type=float, help="fix the light phase's ms an image instead")
     parser.add_argument("--max-hosts", type=int, default=4)
-    parser.add_argument("--copies", type=int, default=12,
-                        help="each digit this many times: epochs longer than a phase, as a real channel's are")
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=12,
+        help="each digit this many times: epochs longer than a phase, as a real channel's are",
+    )
     parser.add_argument("--crop", type=int, default=128, help="the chain's crop size: the trainer's speed")
     parser.add_argument("--only", choices=("normal", "slow"), help="run one pass only")
     parser.add_argument("--resume", type=Path, help="keep finished jobs here and reuse them (split runs)")
@@ -293,9 +357,12 @@ def main() -> int:
     work_root = Path(tempfile.mkdtemp(prefix="smlaunch-elastic-bench-"))
     try:
         images = write_images(work_root / "train", copies=args.copies)
-        print(f"{images} images (scikit-learn's digits x{args.copies}, PNG class folders); each job: {args.phase_s:g} s "
-              f"heavy, then {args.phase_s:g} s light; {TRAIN_TYPE} ${prices[TRAIN_TYPE]}/h, {DATA_TYPE} "
-              f"${prices[DATA_TYPE]}/h", flush=True)
+        print(
+            f"{images} images (scikit-learn's digits x{args.copies}, PNG class folders); each job: {args.phase_s:g} s "
+            f"heavy, then {args.phase_s:g} s light; {TRAIN_TYPE} ${prices[TRAIN_TYPE]}/h, {DATA_TYPE} "
+            f"${prices[DATA_TYPE]}/h",
+            flush=True,
+        )
 
         def job(name: str, hosts: int, elastic: bool, phases: list[tuple[float, float]]) -> dict:
             kept = args.resume / f"{name}.json" if args.resume else None
@@ -315,15 +382,17 @@ def main() -> int:
         passes = {}
         for tag in ("normal", "slow"):
             if args.only in (None, tag):
-                with (BusyCore() if tag == "slow" else contextlib.nullcontext()):
+                with BusyCore() if tag == "slow" else contextlib.nullcontext():
                     passes[tag] = run_pass(tag, job, args, prices)
         for tag, out in passes.items():
             print(f"{tag}: {out['line']}")
         worst_wait = max(o["wait_pct_after"] for o in passes.values())
         latest = max(o["time_to_target_s"] for o in passes.values())
-        ratios = " ".join(f"cost_ratio{'' if tag == 'normal' else '_slow'}={o['cost_ratio']:.3f} "
-                          f"trainer_ratio{'' if tag == 'normal' else '_slow'}={o['trainer_ratio']:.3f}"
-                          for tag, o in passes.items())
+        ratios = " ".join(
+            f"cost_ratio{'' if tag == 'normal' else '_slow'}={o['cost_ratio']:.3f} "
+            f"trainer_ratio{'' if tag == 'normal' else '_slow'}={o['trainer_ratio']:.3f}"
+            for tag, o in passes.items()
+        )
         print(f"RESULT elastic wait_pct_after={worst_wait:.2f} time_to_target_s={latest:.1f} {ratios} goal={GOAL}")
         return 0
     except OutOfBudget as e:
@@ -346,8 +415,11 @@ def run_pass(tag: str, job, args, prices: dict) -> dict:
         trainer = images_per_s(steps, probe["end"] - PROBE_TAIL_S, probe["end"], compute_only=True)
         heavy = SLOTS * 1000 / (args.heavy_share * trainer)
         light = SLOTS * 1000 / (args.light_share * trainer)
-        print(f"{tag}: the trainer takes {trainer:.1f} images/s with free data; heavy {heavy:.1f} ms an image (one "
-              f"host makes {args.heavy_share:g}x), light {light:.1f} ms ({args.light_share:g}x)", flush=True)
+        print(
+            f"{tag}: the trainer takes {trainer:.1f} images/s with free data; heavy {heavy:.1f} ms an image (one "
+            f"host makes {args.heavy_share:g}x), light {light:.1f} ms ({args.light_share:g}x)",
+            flush=True,
+        )
     phases = [(args.phase_s, heavy), (args.phase_s, light)]
     results, settle = {}, 0.0
 
@@ -358,9 +430,12 @@ def run_pass(tag: str, job, args, prices: dict) -> dict:
         r["host_s"] = host_seconds(r["hosts"])
         r["usd_per_m"] = usd_per_million_images(r, prices)
         results[name] = r
-        print(f"{tag} {name}: data wait {r['wait_heavy']:.1f} % heavy (after {settle:.0f} s), {r['wait_light']:.1f} % "
-              f"light; {r['host_s']:.0f} data-host-seconds; ${r['usd_per_m']:.2f} per million images; "
-              f"{images_per_s(steps, r['first'] + settle, r['end']):.1f} images/s once fed", flush=True)
+        print(
+            f"{tag} {name}: data wait {r['wait_heavy']:.1f} % heavy (after {settle:.0f} s), {r['wait_light']:.1f} % "
+            f"light; {r['host_s']:.0f} data-host-seconds; ${r['usd_per_m']:.2f} per million images; "
+            f"{images_per_s(steps, r['first'] + settle, r['end']):.1f} images/s once fed",
+            flush=True,
+        )
         return r
 
     elastic = job(f"{prefix}elastic", 1, True, phases)
@@ -385,11 +460,21 @@ def run_pass(tag: str, job, args, prices: dict) -> dict:
     trainer_ratio = fed(elastic) / fed(fixed) if fixed else float("nan")
     draw(results, args, ROOT / "bench" / "results" / f"elastic{'' if tag == 'normal' else '-slow'}.png")
     smallest = f"none up to {args.max_hosts}" if fixed is None else f"fixed {len(results) - 1}"
-    line = (f"trainer {trainer:.1f} images/s free; wait {elastic['wait_heavy']:.2f} % after {time_to_target:.0f} s; "
-            if trainer else "") + (f"cheapest fixed size holding {TARGET:g} %: {smallest}; cost_ratio {cost_ratio:.3f} "
-                                   f"(an oracle at once: {bound:.3f}), trainer_ratio {trainer_ratio:.3f}")
-    return {"wait_pct_after": elastic["wait_heavy"], "time_to_target_s": time_to_target, "cost_ratio": cost_ratio,
-            "trainer_ratio": trainer_ratio, "line": line}
+    line = (
+        f"trainer {trainer:.1f} images/s free; wait {elastic['wait_heavy']:.2f} % after {time_to_target:.0f} s; "
+        if trainer
+        else ""
+    ) + (
+        f"cheapest fixed size holding {TARGET:g} %: {smallest}; cost_ratio {cost_ratio:.3f} "
+        f"(an oracle at once: {bound:.3f}), trainer_ratio {trainer_ratio:.3f}"
+    )
+    return {
+        "wait_pct_after": elastic["wait_heavy"],
+        "time_to_target_s": time_to_target,
+        "cost_ratio": cost_ratio,
+        "trainer_ratio": trainer_ratio,
+        "line": line,
+    }
 
 
 class OutOfBudget(Exception):
@@ -405,9 +490,13 @@ def draw(results: dict, args, path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for name, r in results.items():
         t0 = r["first"]
-        top.step([t - t0 for t, _ in r["hosts"]], [n for _, n in r["hosts"]], where="post",
-                 lw=2 if name == "elastic" else 1,
-                 label=f"{name} ({r['host_s']:.0f} host-s, ${r['usd_per_m']:.2f} per million images)")
+        top.step(
+            [t - t0 for t, _ in r["hosts"]],
+            [n for _, n in r["hosts"]],
+            where="post",
+            lw=2 if name == "elastic" else 1,
+            label=f"{name} ({r['host_s']:.0f} host-s, ${r['usd_per_m']:.2f} per million images)",
+        )
         w = windows(r["steps"])
         bottom.plot([t - t0 for t, _ in w], [x for _, x in w], lw=2 if name == "elastic" else 1, label=name)
     for ax in (top, bottom):

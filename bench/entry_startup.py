@@ -69,15 +69,33 @@ def main() -> None:
             times["auto"].append(until([sys.executable, "smlaunch_entry.py"], "exec sm-launch", env, tree))
             target = Path(tmp) / f"target-{r}"
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                            "--no-index", "--no-build-isolation", "--no-deps", "--target", str(target), str(tree)],
-                           check=True, cwd=tmp, env=env)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-index",
+                    "--no-build-isolation",
+                    "--no-deps",
+                    "--target",
+                    str(target),
+                    str(tree),
+                ],
+                check=True,
+                cwd=tmp,
+                env=env,
+            )
             times["pip"].append(time.perf_counter() - started)
             shutil.rmtree(target)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"median: python {med['python']:.2f} s, auto {med['auto']:.2f} s (added {med['auto'] - med['python']:.2f} s), "
-          f"pip (lower bound) {med['pip']:.2f} s")
+    print(
+        f"median: python {med['python']:.2f} s, auto {med['auto']:.2f} s (added {med['auto'] - med['python']:.2f} s), "
+        f"pip (lower bound) {med['pip']:.2f} s"
+    )
     print(f"RESULT entry_startup added_s={med['auto'] - med['python']:.2f} pip_lower_bound_s={med['pip']:.2f} goal=5")
 
 

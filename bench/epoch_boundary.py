@@ -39,12 +39,18 @@ def boundary_figures(steps: list[dict]) -> dict:
     rest = [w for i, w in enumerate(waits) if i and i not in set(firsts)]
     median = statistics.median(waits[1:]) if len(waits) > 1 else 0.0
     total = sum(waits) or 1e-12
-    return {"steps": len(steps), "boundaries": len(firsts), "first_step_wait_s": waits[0] if waits else 0.0,
-            "boundary_wait_s_mean": statistics.fmean(after) if after else 0.0,
-            "median_wait_s": median, "other_wait_s_mean": statistics.fmean(rest) if rest else 0.0,
-            "share_first_step": waits[0] / total if waits else 0.0, "share_boundaries": sum(after) / total,
-            "share_rest": sum(rest) / total,
-            "boundary_wait_ratio": (statistics.fmean(after) / median) if after and median > 0 else float("inf")}
+    return {
+        "steps": len(steps),
+        "boundaries": len(firsts),
+        "first_step_wait_s": waits[0] if waits else 0.0,
+        "boundary_wait_s_mean": statistics.fmean(after) if after else 0.0,
+        "median_wait_s": median,
+        "other_wait_s_mean": statistics.fmean(rest) if rest else 0.0,
+        "share_first_step": waits[0] / total if waits else 0.0,
+        "share_boundaries": sum(after) / total,
+        "share_rest": sum(rest) / total,
+        "boundary_wait_ratio": (statistics.fmean(after) / median) if after and median > 0 else float("inf"),
+    }
 
 
 def main() -> int:
@@ -60,18 +66,28 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             sets = [f"run.dir={tmp}", "run.name=boundary", f"trainer.steps={args.steps}", *args.set]
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", args.config,
-                            *[x for s in sets for x in ("--set", s)]], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-m", "smlaunch.launcher.cli", args.config, *[x for s in sets for x in ("--set", s)]],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             print(f"job: {args.config}, {args.steps} steps, {time.perf_counter() - started:.0f} s", flush=True)
-            report = json.loads(next(Path(tmp).glob("boundary/hosts/algo-1/opt/ml/output/data/report.json")).read_text())
+            report = json.loads(
+                next(Path(tmp).glob("boundary/hosts/algo-1/opt/ml/output/data/report.json")).read_text()
+            )
     f = boundary_figures(report["steps"])
     summary = report["summary"]
     print(f"{f['steps']} steps, {f['boundaries']} epoch boundaries; images/s {summary['images_per_s']}")
-    print(f"data wait: first step {f['first_step_wait_s']:.2f} s ({100 * f['share_first_step']:.0f} % of all waiting), "
-          f"first steps of epochs {f['boundary_wait_s_mean']:.3f} s mean ({100 * f['share_boundaries']:.0f} %), "
-          f"other steps {f['other_wait_s_mean']:.4f} s mean ({100 * f['share_rest']:.0f} %), median {f['median_wait_s']:.4f} s")
-    print(f"RESULT epoch_boundary data_wait_pct={summary['data_wait_pct']:.1f} "
-          f"boundary_wait_ratio={f['boundary_wait_ratio']:.1f} goal=2/-")
+    print(
+        f"data wait: first step {f['first_step_wait_s']:.2f} s ({100 * f['share_first_step']:.0f} % of all waiting), "
+        f"first steps of epochs {f['boundary_wait_s_mean']:.3f} s mean ({100 * f['share_boundaries']:.0f} %), "
+        f"other steps {f['other_wait_s_mean']:.4f} s mean ({100 * f['share_rest']:.0f} %), median "
+        f"{f['median_wait_s']:.4f} s"
+    )
+    print(
+        f"RESULT epoch_boundary data_wait_pct={summary['data_wait_pct']:.1f} "
+        f"boundary_wait_ratio={f['boundary_wait_ratio']:.1f} goal=2/-"
+    )
     return 0
 
 

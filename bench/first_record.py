@@ -25,13 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from smlaunch.pipelines.sources.pipe_agent import PipeAgent
+from smlaunch.pipelines.formats import iter_records, tfrecord
 from smlaunch.pipelines.sources.channels import copy_objects
 from smlaunch.pipelines.sources.fastfile import open_channel_file, write_view
-from smlaunch.pipelines.formats import iter_records, tfrecord
+from smlaunch.pipelines.sources.fifo import open_epoch
 from smlaunch.pipelines.sources.local_s3 import LocalS3
 from smlaunch.pipelines.sources.objects import ObjectSource
-from smlaunch.pipelines.sources.fifo import open_epoch
+from smlaunch.pipelines.sources.pipe_agent import PipeAgent
 
 RECORD = 100 << 10
 
@@ -92,9 +92,11 @@ def measure_all(source_of, datasets, modes, repeats, tmp) -> dict:
         for mode, measure in modes.items():
             runs = [measure(tmp, source) for _ in range(repeats)]
             times[mode, label] = statistics.median(runs)
-            print(f"  {mode:12} {label:13} ({count:3d} x {mib:3d} MiB): first record after "
-                  f"{times[mode, label] * 1000:8.1f} ms (runs: {', '.join(f'{r * 1000:.1f}' for r in runs)})",
-                  flush=True)
+            print(
+                f"  {mode:12} {label:13} ({count:3d} x {mib:3d} MiB): first record after "
+                f"{times[mode, label] * 1000:8.1f} ms (runs: {', '.join(f'{r * 1000:.1f}' for r in runs)})",
+                flush=True,
+            )
     return times
 
 
@@ -110,8 +112,11 @@ def main() -> None:
     args = parser.parse_args()
     modes = {"pipe": first_pipe, "fastfile": first_fastfile, "file": first_file}
     # (shards, MiB per shard): 100x by larger objects (the RESULT), and by more objects.
-    datasets = {"1x": (args.shards, args.shard_mib), "100x": (args.shards, 100 * args.shard_mib),
-                "100x-objects": (100 * args.shards, args.shard_mib)}
+    datasets = {
+        "1x": (args.shards, args.shard_mib),
+        "100x": (args.shards, 100 * args.shard_mib),
+        "100x-objects": (100 * args.shards, args.shard_mib),
+    }
     with tempfile.TemporaryDirectory() as tmp_name, LocalS3() as s3:
         tmp = Path(tmp_name)
         client = s3.client()
@@ -127,15 +132,24 @@ def main() -> None:
         print("source: a local folder (our agents and readers only; File copies the bytes)")
         local = measure_all(lambda label: ObjectSource(str(tmp / "folder" / label)), datasets, modes, args.repeats, tmp)
         print("source: the local S3 server (moto builds a whole object for every GET, ranged or not)")
-        remote = measure_all(lambda label: ObjectSource(f"s3://bench/{label}/", s3.endpoint_url), datasets,
-                             {**modes, "server_floor": server_floor}, args.repeats, tmp)
+        remote = measure_all(
+            lambda label: ObjectSource(f"s3://bench/{label}/", s3.endpoint_url),
+            datasets,
+            {**modes, "server_floor": server_floor},
+            args.repeats,
+            tmp,
+        )
     for name, times, kinds in (("folder", local, modes), ("s3", remote, {**modes, "server_floor": None})):
         for label in ("100x", "100x-objects"):
-            print(f"{name:6} {label:13} ratios: " +
-                  " ".join(f"{mode}={ratio:.2f}" for mode, ratio in ratios(times, kinds, label).items()))
+            print(
+                f"{name:6} {label:13} ratios: "
+                + " ".join(f"{mode}={ratio:.2f}" for mode, ratio in ratios(times, kinds, label).items())
+            )
     result = ratios(local, modes, "100x")
-    print(f"RESULT first_record pipe_ratio={result['pipe']:.2f} fastfile_ratio={result['fastfile']:.2f} "
-          f"file_ratio={result['file']:.2f} goal=1.1")
+    print(
+        f"RESULT first_record pipe_ratio={result['pipe']:.2f} fastfile_ratio={result['fastfile']:.2f} "
+        f"file_ratio={result['file']:.2f} goal=1.1"
+    )
 
 
 if __name__ == "__main__":

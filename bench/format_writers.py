@@ -22,8 +22,11 @@ def digits(count: int, px: int | None = None) -> list[tuple[bytes, int, int]]:
     from smlaunch.pipelines.formats import iter_records
     from smlaunch.pipelines.rows import example_row
 
-    base = [example_row(r) for shard in sorted((prepare_digits() / "train").iterdir())
-            for r in iter_records(shard, "tfrecord")]
+    base = [
+        example_row(r)
+        for shard in sorted((prepare_digits() / "train").iterdir())
+        for r in iter_records(shard, "tfrecord")
+    ]
     if px is not None:
         base = [(_photo_sized(image, px, seed), label, ident) for seed, (image, label, ident) in enumerate(base)]
     return [(base[i % len(base)][0], base[i % len(base)][1], i) for i in range(count)]
@@ -61,7 +64,7 @@ def write_image_folder(root: Path, rows, as_jpeg: bool = False) -> None:
 
 def _parts(rows, count: int):
     per = -(-len(rows) // count)
-    return [rows[n * per:(n + 1) * per] for n in range(count)]
+    return [rows[n * per : (n + 1) * per] for n in range(count)]
 
 
 def write_webdataset(folder: Path, rows, shards: int, combined: Path) -> None:
@@ -70,8 +73,9 @@ def write_webdataset(folder: Path, rows, shards: int, combined: Path) -> None:
     def write(path: Path, part) -> None:
         with wds.TarWriter(str(path)) as sink:
             for image, label, ident in part:
-                sink.write({"__key__": f"sample{ident:06d}", "jpg": image, "cls": label,
-                            "json": {"source": "sklearn digits"}})
+                sink.write(
+                    {"__key__": f"sample{ident:06d}", "jpg": image, "cls": label, "json": {"source": "sklearn digits"}}
+                )
 
     folder.mkdir(parents=True, exist_ok=True)
     for n, part in enumerate(_parts(rows, shards)):
@@ -86,8 +90,12 @@ def write_parquet(folder: Path, rows, files: int, row_group_rows: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     for n, part in enumerate(_parts(rows, files)):
-        table = pa.table({"image": pa.array([{"bytes": r[0], "path": None} for r in part], struct),
-                          "label": pa.array([r[1] for r in part], pa.int64())})
+        table = pa.table(
+            {
+                "image": pa.array([{"bytes": r[0], "path": None} for r in part], struct),
+                "label": pa.array([r[1] for r in part], pa.int64()),
+            }
+        )
         pq.write_table(table, folder / f"part-{n:05d}.parquet", row_group_size=row_group_rows)
 
 
@@ -98,8 +106,7 @@ def write_tfrecords(folder: Path, rows, shards: int) -> None:
     for n, part in enumerate(_parts(rows, shards)):
         writer = TFRecordWriter(str(folder / f"train-{n:05d}-of-{shards:05d}"))
         for image, label, ident in part:
-            writer.write({"image/encoded": (image, "byte"), "image/class/label": (label, "int"),
-                          "id": (ident, "int")})
+            writer.write({"image/encoded": (image, "byte"), "image/class/label": (label, "int"), "id": (ident, "int")})
         writer.close()
 
 
@@ -112,6 +119,9 @@ def write_all(source: Path, rows, args) -> dict[str, Path]:
     write_parquet(paths["parquet"], rows, args.shards, args.row_group_rows)
     write_tfrecords(paths["tfrecord"], rows, args.shards)
     sizes = {fmt: sum(p.stat().st_size for p in paths[fmt].rglob("*") if p.is_file()) for fmt in FORMATS}
-    print(f"wrote {len(rows)} rows per format in {time.perf_counter() - started:.1f} s: "
-          + ", ".join(f"{fmt} {size / 2**20:.1f} MiB" for fmt, size in sizes.items()), flush=True)
+    print(
+        f"wrote {len(rows)} rows per format in {time.perf_counter() - started:.1f} s: "
+        + ", ".join(f"{fmt} {size / 2**20:.1f} MiB" for fmt, size in sizes.items()),
+        flush=True,
+    )
     return paths

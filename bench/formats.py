@@ -100,6 +100,7 @@ REFERENCES = {
 
 # --- ours: Ray Data over the channel, on a local node labelled as the data host ------------------
 
+
 def ours_pass(source, as_run: bool = False, **read_args) -> tuple[float, int, int]:
     """(seconds, rows, batches) of one pass. With `as_run`: read exactly as `build_datasets` reads a
     channel (`read_channel`, no chain); without: a plain `read_datasource` (the floor)."""
@@ -131,8 +132,9 @@ def ours_alone(source, files: int | None) -> tuple[float, int, int]:
         units = [unit for unit in units if unit[0] in first]
     started = time.perf_counter()
     block_bytes = ray.data.DataContext.get_current().target_max_block_size  # the job's, as a read task has it
-    blocks = list(_read_here(source.channel, HOST, units, source.roots, source.listing.classes,
-                             source.num_classes, block_bytes))
+    blocks = list(
+        _read_here(source.channel, HOST, units, source.roots, source.listing.classes, source.num_classes, block_bytes)
+    )
     return time.perf_counter() - started, sum(b.num_rows for b in blocks), len(blocks)
 
 
@@ -149,10 +151,18 @@ def premade_blocks(rows, tasks: int):
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
 
-    refs = [ray.put(pa.table({"image": pa.array([r[0] for r in part], pa.binary()),
-                              "label": pa.array([r[1] for r in part], pa.int64()),
-                              "id": pa.array([r[2] for r in part], pa.int64())}))
-            for part in (rows[i:i + BATCH] for i in range(0, len(rows), BATCH))]
+    refs = [
+        ray.put(
+            pa.table(
+                {
+                    "image": pa.array([r[0] for r in part], pa.binary()),
+                    "label": pa.array([r[1] for r in part], pa.int64()),
+                    "id": pa.array([r[2] for r in part], pa.int64()),
+                }
+            )
+        )
+        for part in (rows[i : i + BATCH] for i in range(0, len(rows), BATCH))
+    ]
 
     class PremadeBlocks(Datasource):
         def estimate_inmemory_data_size(self):
@@ -160,13 +170,16 @@ def premade_blocks(rows, tasks: int):
 
         def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
             meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
-            return [ReadTask(partial(_hand_on, refs[i::tasks]), meta, per_task_row_limit=per_task_row_limit)
-                    for i in range(tasks)]
+            return [
+                ReadTask(partial(_hand_on, refs[i::tasks]), meta, per_task_row_limit=per_task_row_limit)
+                for i in range(tasks)
+            ]
 
     return PremadeBlocks(), len(refs)
 
 
 # --- the references, in a process of their own ---------------------------------------------------
+
 
 def file_bytes(path: str) -> bytes:
     with open(path, "rb") as f:
@@ -175,7 +188,7 @@ def file_bytes(path: str) -> bytes:
 
 def keep_lists(batch):
     """A collate that keeps the batch as (images, labels) lists: nothing stacked or decoded."""
-    images, labels = zip(*batch)
+    images, labels = zip(*batch, strict=False)
     return list(images), list(labels)
 
 
@@ -218,7 +231,7 @@ def _parquet_row_groups():
             for path, group in self.units[index::count]:
                 table = pq.ParquetFile(path).read_row_group(group, columns=["image", "label"], use_threads=False)
                 images = table.column("image").combine_chunks().field("bytes").to_pylist()
-                yield from zip(images, table.column("label").to_pylist())
+                yield from zip(images, table.column("label").to_pylist(), strict=False)
 
     return ParquetRowGroups
 
@@ -255,8 +268,11 @@ class References:
         else:  # parquet: (file, row group) units, in a DataLoader like the others or by pyarrow alone
             import pyarrow.parquet as pq
 
-            units = [(str(p), g) for p in sorted(Path(path).glob("*.parquet"))
-                     for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+            units = [
+                (str(p), g)
+                for p in sorted(Path(path).glob("*.parquet"))
+                for g in range(pq.ParquetFile(p).metadata.num_row_groups)
+            ]
             made = units if kind == "parquet_in_process" else _parquet_row_groups()(units)
         self.datasets[key] = made
         return made
@@ -299,7 +315,7 @@ class References:
 
         rows = batches = 0
         with ThreadPoolExecutor(max(threads, 1)) as pool:
-            for table in (pool.map(read, units) if threads else map(read, units)):
+            for table in pool.map(read, units) if threads else map(read, units):
                 for batch in table.to_batches(BATCH):
                     images = batch.column(0).field("bytes").to_pylist()
                     labels = batch.column(1).to_numpy()
@@ -318,8 +334,12 @@ def serve_references(cpus: int) -> None:
 
 class ReferenceProcess:
     def __init__(self, cpus: int):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--reference-server", "--cpus", str(cpus)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--reference-server", "--cpus", str(cpus)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         if json.loads(self.proc.stdout.readline() or "null") != "ready":
             raise RuntimeError("the reference process did not start")
 
@@ -338,15 +358,19 @@ class ReferenceProcess:
 
 # --- the run ----------------------------------------------------------------------------------------
 
+
 def side_by_side(name: str, runs: int, ours, reference) -> dict[str, tuple[float, int, int]]:
     """Best (seconds, rows, batches) of each side over `runs` alternating runs, each printed."""
     results: dict[str, list[tuple[float, int, int]]] = {"ours": [], "reference": []}
     for n in range(runs):
-        for side in (("ours", "reference") if n % 2 == 0 else ("reference", "ours")):
+        for side in ("ours", "reference") if n % 2 == 0 else ("reference", "ours"):
             took, rows, batches = ours() if side == "ours" else reference()
             results[side].append((took, rows, batches))
-            print(f"  {name:21s} run {n + 1} {side:9s} {took:6.2f} s  {rows} rows in {batches:4d} batches  "
-                  f"{rows / took:9.0f} rows/s", flush=True)
+            print(
+                f"  {name:21s} run {n + 1} {side:9s} {took:6.2f} s  {rows} rows in {batches:4d} batches  "
+                f"{rows / took:9.0f} rows/s",
+                flush=True,
+            )
     counts = {rows for side in results.values() for _, rows, _ in side}
     if len(counts) != 1:
         raise RuntimeError(f"{name}: the two sides delivered different row counts: {sorted(counts)}")
@@ -368,14 +392,23 @@ def main() -> int:
     parser.add_argument("--row-group-rows", type=int, default=1000, help="rows per Parquet row group")
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the data node (ours) and workers (reference)")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--image-px", type=int, default=None,
-                        help="photo-sized records: digits resized to this many px with noise, JPEG (image "
-                             "folders get .jpg files); default: the 32 px digits (about 700 bytes)")
-    parser.add_argument("--block-bytes", type=int, default=None,
-                        help="Ray Data's target block size for ours; default: the main job's (block_bytes of "
-                             "configs/hetero.yaml, as a run sets it); 0: Ray's own default (128 MiB)")
-    parser.add_argument("--formats", nargs="+", default=list(KINDS),
-                        choices=[*KINDS, *(f"{fmt}_fastfile" for fmt in FORMATS)])
+    parser.add_argument(
+        "--image-px",
+        type=int,
+        default=None,
+        help="photo-sized records: digits resized to this many px with noise, JPEG (image "
+        "folders get .jpg files); default: the 32 px digits (about 700 bytes)",
+    )
+    parser.add_argument(
+        "--block-bytes",
+        type=int,
+        default=None,
+        help="Ray Data's target block size for ours; default: the main job's (block_bytes of "
+        "configs/hetero.yaml, as a run sets it); 0: Ray's own default (128 MiB)",
+    )
+    parser.add_argument(
+        "--formats", nargs="+", default=list(KINDS), choices=[*KINDS, *(f"{fmt}_fastfile" for fmt in FORMATS)]
+    )
     parser.add_argument("--reference-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_server:
@@ -408,16 +441,27 @@ def main() -> int:
         channels = {}
         for kind in args.formats:
             fmt, mode = channel_kind(kind)
-            channels[kind] = channel_plan(kind.replace("_", ""), ChannelConfig(
-                source=str(paths[fmt]), record_format=fmt, input_mode=mode), (HOST,), block_rows=BATCH)
-        plan = SimpleNamespace(channels=tuple(channels.values()),
-                               host=lambda name: SimpleNamespace(name=name, opt_ml=opt_ml))
+            channels[kind] = channel_plan(
+                kind.replace("_", ""),
+                ChannelConfig(source=str(paths[fmt]), record_format=fmt, input_mode=mode),
+                (HOST,),
+                block_rows=BATCH,
+            )
+        plan = SimpleNamespace(
+            channels=tuple(channels.values()), host=lambda name: SimpleNamespace(name=name, opt_ml=opt_ml)
+        )
         deliver_channels(plan)
         reference = ReferenceProcess(args.cpus)
         started = time.perf_counter()
-        ray.init(address="local", num_cpus=args.cpus, labels={"ray-subcluster": "data", "sm-host": HOST},
-                 include_dashboard=False, object_store_memory=512 * 2**20, namespace="smlaunch-bench",
-                 log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=args.cpus,
+            labels={"ray-subcluster": "data", "sm-host": HOST},
+            include_dashboard=False,
+            object_store_memory=512 * 2**20,
+            namespace="smlaunch-bench",
+            log_to_driver=False,
+        )
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         # As `build_datasets` sets them: without a selector, Ray Data gives the read a budget of one
@@ -427,19 +471,27 @@ def main() -> int:
         use_block_size(context, job_blocks if args.block_bytes is None else args.block_bytes)
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # no "Starting execution" lines per pass
         budget_from_first_step()  # what the product's datasources install before their first pass
-        print(f"Ray node up ({args.cpus} CPUs, labelled sm-host={HOST}) in {time.perf_counter() - started:.1f} s; "
-              f"machine: {os.cpu_count()} CPUs; Ray Data's target block size "
-              f"{context.target_max_block_size / 2**20:g} MiB", flush=True)
+        print(
+            f"Ray node up ({args.cpus} CPUs, labelled sm-host={HOST}) in {time.perf_counter() - started:.1f} s; "
+            f"machine: {os.cpu_count()} CPUs; Ray Data's target block size "
+            f"{context.target_max_block_size / 2**20:g} MiB",
+            flush=True,
+        )
         agents = start_pipe_agents(plan, seed=0) if any(c.input_mode == "Pipe" for c in channels.values()) else []
         try:
             floor_source, blocks = premade_blocks(rows, args.cpus)
             ours_pass(floor_source)  # starts the workers
-            for label, read_args in (("default planning", {}),
-                                     (f"override_num_blocks={args.cpus}", {"override_num_blocks": args.cpus})):
+            for label, read_args in (
+                ("default planning", {}),
+                (f"override_num_blocks={args.cpus}", {"override_num_blocks": args.cpus}),
+            ):
                 took, count, batches = min(ours_pass(floor_source, **read_args) for _ in range(args.runs))
                 floors[label] = count / took
-                print(f"Ray Data floor, {label}: {blocks} premade blocks of {BATCH} rows handed on by {args.cpus} "
-                      f"read tasks: {took:.2f} s, {count / took:.0f} rows/s in {batches} batches", flush=True)
+                print(
+                    f"Ray Data floor, {label}: {blocks} premade blocks of {BATCH} rows handed on by {args.cpus} "
+                    f"read tasks: {took:.2f} s, {count / took:.0f} rows/s in {batches} batches",
+                    flush=True,
+                )
             for kind, channel in channels.items():
                 fmt = channel.record_format
                 if channel.input_mode == "Pipe":
@@ -448,12 +500,16 @@ def main() -> int:
                 else:
                     started = time.perf_counter()
                     listing = list_channel(channel, roots)
-                    print(f"{kind}: listed {sum(len(f) for f in listing.files.values())} files on {HOST} in "
-                          f"{time.perf_counter() - started:.2f} s (once per run, not timed)", flush=True)
+                    print(
+                        f"{kind}: listed {sum(len(f) for f in listing.files.values())} files on {HOST} in "
+                        f"{time.perf_counter() - started:.2f} s (once per run, not timed)",
+                        flush=True,
+                    )
                     source = ChannelDatasource(channel, listing, roots, num_classes=10, cpus={HOST: args.cpus}, ranks=1)
                     ref_kind, ref_path = fmt, paths[fmt]
-                best[kind] = side_by_side(kind, args.runs, partial(ours_pass, source, True),
-                                          partial(reference.run, ref_kind, ref_path))
+                best[kind] = side_by_side(
+                    kind, args.runs, partial(ours_pass, source, True), partial(reference.run, ref_kind, ref_path)
+                )
                 if channel.input_mode == "File":
                     files = ALONE_WDS_SHARDS if fmt == "webdataset" else None
                     mine = min(ours_alone(source, files) for _ in range(args.runs))
@@ -461,35 +517,48 @@ def main() -> int:
                     if mine[1] != theirs[1]:
                         raise RuntimeError(f"{kind} alone: {mine[1]} rows (ours) vs {theirs[1]} (reference)")
                     alone[kind] = {"ours": mine[1] / mine[0], "reference": theirs[1] / theirs[0]}
-                    print(f"  {kind:21s} reader alone, one core, no Ray or workers ({mine[1]} rows): "
-                          f"ours {alone[kind]['ours']:.0f} rows/s, reference {alone[kind]['reference']:.0f} rows/s",
-                          flush=True)
+                    print(
+                        f"  {kind:21s} reader alone, one core, no Ray or workers ({mine[1]} rows): "
+                        f"ours {alone[kind]['ours']:.0f} rows/s, reference {alone[kind]['reference']:.0f} rows/s",
+                        flush=True,
+                    )
                 if fmt == "parquet" and channel.input_mode == "File":
                     took, count, _ = min(reference.run("parquet_in_process", ref_path) for _ in range(args.runs))
                     in_process[kind] = count / took
-                    print(f"  {kind:21s} pyarrow in one process ({args.cpus} threads, rows left in that process): "
-                          f"{in_process[kind]:.0f} rows/s", flush=True)
+                    print(
+                        f"  {kind:21s} pyarrow in one process ({args.cpus} threads, rows left in that process): "
+                        f"{in_process[kind]:.0f} rows/s",
+                        flush=True,
+                    )
         finally:
             for agent in agents:
                 agent.stop()
             reference.close()
             ray.shutdown()
 
-    print(f"\nbest of {args.runs}, {args.rows} rows, {args.cpus} CPUs per side, machine: {os.cpu_count()} CPUs; "
-          "Ray Data floor " + ", ".join(f"{rate:.0f} rows/s ({label})" for label, rate in floors.items()))
-    print(f"{'format':17s} {'mode':8s} {'ours rows/s':>11s} {'reference':>10s} {'ratio':>5s}   "
-          f"{'alone: ours':>11s} {'reference':>10s}  reference reader")
+    print(
+        f"\nbest of {args.runs}, {args.rows} rows, {args.cpus} CPUs per side, machine: {os.cpu_count()} CPUs; "
+        "Ray Data floor " + ", ".join(f"{rate:.0f} rows/s ({label})" for label, rate in floors.items())
+    )
+    print(
+        f"{'format':17s} {'mode':8s} {'ours rows/s':>11s} {'reference':>10s} {'ratio':>5s}   "
+        f"{'alone: ours':>11s} {'reference':>10s}  reference reader"
+    )
     ratios = {}
     for kind, sides in best.items():
         rate = {side: rows / took for side, (took, rows, _) in sides.items()}
         ratios[kind] = rate["ours"] / rate["reference"]
         mine, theirs = (f"{alone[kind][side]:.0f}" if kind in alone else "-" for side in ("ours", "reference"))
-        print(f"{kind:17s} {channels[kind].input_mode:8s} {rate['ours']:11.0f} {rate['reference']:10.0f} "
-              f"{ratios[kind]:5.2f}   {mine:>11s} {theirs:>10s}  {REFERENCES[kind.removesuffix('_fastfile')]}")
+        print(
+            f"{kind:17s} {channels[kind].input_mode:8s} {rate['ours']:11.0f} {rate['reference']:10.0f} "
+            f"{ratios[kind]:5.2f}   {mine:>11s} {theirs:>10s}  {REFERENCES[kind.removesuffix('_fastfile')]}"
+        )
     for kind, rate in in_process.items():
-        print(f"{kind}: pyarrow reading into its own process ({args.cpus} threads) {rate:.0f} rows/s, "
-              f"{best[kind]['ours'][1] / best[kind]['ours'][0] / rate:.2f} of it (rows that never leave the "
-              "reading process, so no chain in other processes can take them)")
+        print(
+            f"{kind}: pyarrow reading into its own process ({args.cpus} threads) {rate:.0f} rows/s, "
+            f"{best[kind]['ours'][1] / best[kind]['ours'][0] / rate:.2f} of it (rows that never leave the "
+            "reading process, so no chain in other processes can take them)"
+        )
     for kind, ratio in ratios.items():
         print(f"RESULT formats {kind}_ratio={ratio:.2f} goal=1.0")
     return 0

@@ -27,15 +27,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sets = [x for o in args.overrides for x in ("--set", o)]
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "hetero.yaml"),
-                        "--set", f"run.dir={tmp}", "--set", "run.name=bench", *sets], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "smlaunch.launcher.cli",
+                str(ROOT / "configs" / "hetero.yaml"),
+                "--set",
+                f"run.dir={tmp}",
+                "--set",
+                "run.name=bench",
+                *sets,
+            ],
+            check=True,
+        )
         wall = time.perf_counter() - started
         report = json.loads((Path(tmp) / "bench/hosts/algo-1/opt/ml/output/data/report.json").read_text())
     s = report["summary"]
-    print(f"steps={s['steps']} validation_accuracy={s['validation_accuracy']} "
-          f"data_node_row_fraction={s['data_node_row_fraction']}")
-    print(f"data_wait_pct={s['data_wait_pct']} cluster_start_s={s['cluster_start_s']} "
-          f"train_s={s['train_s']} process_wall_s={wall:.1f}")
+    print(
+        f"steps={s['steps']} validation_accuracy={s['validation_accuracy']} "
+        f"data_node_row_fraction={s['data_node_row_fraction']}"
+    )
+    print(
+        f"data_wait_pct={s['data_wait_pct']} cluster_start_s={s['cluster_start_s']} "
+        f"train_s={s['train_s']} process_wall_s={wall:.1f}"
+    )
     print(f"RESULT local_default images_per_s={s['images_per_s']} goal=none")
     return 0
 

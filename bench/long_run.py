@@ -51,9 +51,17 @@ def feed_steps(steps: int, rate: float):
     for step in tqdm(range(1, steps + 1), desc="step records", unit="step", mininterval=2, file=sys.stdout):
         step_s = (1 / rate) * (3.0 if rng.random() < 0.001 else rng.uniform(0.9, 1.1))
         t += step_s
-        log.add({"step": step, "t": round(t, 3), "epoch": 1 + (step - 1) // 5000,
-                 "loss": round(2 / math.log(step + 2), 5), "step_time_s": round(step_s, 5), "data_wait_s": round(step_s * rng.uniform(0, 0.1), 5),
-                 "images_per_s": round(2048 / step_s, 2)})
+        log.add(
+            {
+                "step": step,
+                "t": round(t, 3),
+                "epoch": 1 + (step - 1) // 5000,
+                "loss": round(2 / math.log(step + 2), 5),
+                "step_time_s": round(step_s, 5),
+                "data_wait_s": round(step_s * rng.uniform(0, 0.1), 5),
+                "images_per_s": round(2048 / step_s, 2),
+            }
+        )
     return log
 
 
@@ -66,11 +74,18 @@ def host_day(seconds: float, gpus: int, start: float):
 
     rng = random.Random(gpus)
     kept = Buckets(MAX_SAMPLES, new=lambda x: {"n": 1, **x}, merge=merge_samples)
-    for i in tqdm(range(int(seconds / SAMPLE_S)), desc=f"samples, {gpus}-GPU host", unit="sample", mininterval=2,
-                  file=sys.stdout):
-        sample = {"t": round(start + i * SAMPLE_S, 3), "cpu_pct": rng.uniform(20, 95),
-                  "host_cpu_pct": rng.uniform(20, 95), "iowait_pct": rng.uniform(0, 5), "mem_pct": rng.uniform(30, 60), "net_sent_bps": rng.randrange(10**9),
-                  "net_recv_bps": rng.randrange(10**9)}
+    for i in tqdm(
+        range(int(seconds / SAMPLE_S)), desc=f"samples, {gpus}-GPU host", unit="sample", mininterval=2, file=sys.stdout
+    ):
+        sample = {
+            "t": round(start + i * SAMPLE_S, 3),
+            "cpu_pct": rng.uniform(20, 95),
+            "host_cpu_pct": rng.uniform(20, 95),
+            "iowait_pct": rng.uniform(0, 5),
+            "mem_pct": rng.uniform(30, 60),
+            "net_sent_bps": rng.randrange(10**9),
+            "net_recv_bps": rng.randrange(10**9),
+        }
         if gpus:
             sample["gpu_pct"] = [rng.uniform(60, 100) for _ in range(gpus)]
             sample["gpu_mem_pct"] = [rng.uniform(40, 80) for _ in range(gpus)]
@@ -84,8 +99,11 @@ def every_host(plan, gpu_day: tuple, cpu_day: tuple) -> dict:
     for i, host in enumerate(plan.hosts):
         items, width = gpu_day if host.subcluster == "train" else cpu_day
         scale = 0.5 + (i % 10) / 20
-        out[host.name] = {"host": host.name, "interval_s": SAMPLE_S * width,
-                          "samples": [{**x, "cpu_pct": round(x["cpu_pct"] * scale, 1)} for x in items]}
+        out[host.name] = {
+            "host": host.name,
+            "interval_s": SAMPLE_S * width,
+            "samples": [{**x, "cpu_pct": round(x["cpu_pct"] * scale, 1)} for x in items],
+        }
     return out
 
 
@@ -94,11 +112,16 @@ def plan_of(hosts: int, tmp: str):
     from smlaunch.config import load_config
 
     gpu_hosts = max(1, hosts // 5)
-    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
-        f"run.dir={tmp}", "cluster.instance_groups.0.instance_type=ml.p4d.24xlarge",
-        f"cluster.instance_groups.0.instance_count={gpu_hosts}",
-        "cluster.instance_groups.1.instance_type=ml.c5.4xlarge",
-        f"cluster.instance_groups.1.instance_count={hosts - gpu_hosts}"])
+    cfg = load_config(
+        ROOT / "configs" / "tiny.yaml",
+        [
+            f"run.dir={tmp}",
+            "cluster.instance_groups.0.instance_type=ml.p4d.24xlarge",
+            f"cluster.instance_groups.0.instance_count={gpu_hosts}",
+            "cluster.instance_groups.1.instance_type=ml.c5.4xlarge",
+            f"cluster.instance_groups.1.instance_count={hosts - gpu_hosts}",
+        ],
+    )
     return cfg, build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
 
 
@@ -159,13 +182,27 @@ def long_run(args) -> None:
     gpu_day, cpu_day = host_day(day_s, 8, first_t), host_day(day_s, 0, first_t)
     with tempfile.TemporaryDirectory() as tmp:
         cfg, plan = plan_of(args.hosts, tmp)
-        result = {"steps": list(log.recent), "step_series": log.to_dict(), "validation": [],
-                  "epochs": log.last["epoch"], "final_step": log.count, "host_rows": {h.name: 1000 for h in plan.hosts},
-                  "chain_by_host": {h.name: {"train_rows": 1000, "chain_s": 50.0} for h in plan.hosts
-                                    if h.subcluster == "data"}}
+        result = {
+            "steps": list(log.recent),
+            "step_series": log.to_dict(),
+            "validation": [],
+            "epochs": log.last["epoch"],
+            "final_step": log.count,
+            "host_rows": {h.name: 1000 for h in plan.hosts},
+            "chain_by_host": {
+                h.name: {"train_rows": 1000, "chain_s": 50.0} for h in plan.hosts if h.subcluster == "data"
+            },
+        }
         built = time.perf_counter()
-        report = build_report(plan, result, 256, {}, every_host(plan, gpu_day, cpu_day), cfg.monitor.model_dump(),
-                              epoch_images=5000 * 2048)
+        report = build_report(
+            plan,
+            result,
+            256,
+            {},
+            every_host(plan, gpu_day, cpu_day),
+            cfg.monitor.model_dump(),
+            epoch_images=5000 * 2048,
+        )
         build_s = time.perf_counter() - built
         print("rendering report.json, summary.md, 3 PNGs and TensorBoard ...", flush=True)
         rendered = time.perf_counter()
@@ -174,15 +211,22 @@ def long_run(args) -> None:
         report_mb = path.stat().st_size / 2**20
         tb_mb = sum(p.stat().st_size for p in (path.parent / "tensorboard").iterdir()) / 2**20
         pngs_kb = sum((path.parent / p).stat().st_size for p in ("throughput.png", "data_wait.png", "utilisation.png"))
-    print(f"{log.count} steps over {day_s / 3600:.1f} h fed in {fed_s:.1f} s ({1e6 * fed_s / log.count:.1f} us a step "
-          f"on rank 0); kept: {len(log.buckets.items)} buckets of {log.buckets.width} steps (cap {CAPACITY}), "
-          f"the last {len(log.recent)} exact (cap {TAIL})")
-    print(f"{len(plan.hosts)} hosts ({plan.train_workers} train ranks): {len(gpu_day[0])} samples a host of "
-          f"{SAMPLE_S * gpu_day[1]:g} s each; build_report {build_s:.1f} s")
-    print(f"report.json {report_mb:.2f} MB, TensorBoard {tb_mb:.2f} MB, PNGs {pngs_kb / 1024:.0f} KB; "
-          f"write_report {render_s:.1f} s")
-    print(f"RESULT long_run report_mb={report_mb:.2f} render_s={render_s:.1f} goal=report_mb<=50,render_s<=30",
-          flush=True)
+    print(
+        f"{log.count} steps over {day_s / 3600:.1f} h fed in {fed_s:.1f} s ({1e6 * fed_s / log.count:.1f} us a step "
+        f"on rank 0); kept: {len(log.buckets.items)} buckets of {log.buckets.width} steps (cap {CAPACITY}), "
+        f"the last {len(log.recent)} exact (cap {TAIL})"
+    )
+    print(
+        f"{len(plan.hosts)} hosts ({plan.train_workers} train ranks): {len(gpu_day[0])} samples a host of "
+        f"{SAMPLE_S * gpu_day[1]:g} s each; build_report {build_s:.1f} s"
+    )
+    print(
+        f"report.json {report_mb:.2f} MB, TensorBoard {tb_mb:.2f} MB, PNGs {pngs_kb / 1024:.0f} KB; "
+        f"write_report {render_s:.1f} s"
+    )
+    print(
+        f"RESULT long_run report_mb={report_mb:.2f} render_s={render_s:.1f} goal=report_mb<=50,render_s<=30", flush=True
+    )
 
 
 def control_exchange(args) -> int:
@@ -190,20 +234,29 @@ def control_exchange(args) -> int:
     latency = exchange_latency(sorted(set(args.worlds) | {2}), args.calls)
     for (name, world), seconds in sorted(latency.items()):
         print(f"  {name:8} {world} ranks: {1e6 * seconds:7.1f} us")
-    rounds = {"control": lambda n: math.ceil(math.log2(n)) + (0 if n & (n - 1) == 0 else 2),
-              "ring": lambda n: 2 * (n - 1)}
+    rounds = {
+        "control": lambda n: math.ceil(math.log2(n)) + (0 if n & (n - 1) == 0 else 2),
+        "ring": lambda n: 2 * (n - 1),
+    }
     estimates = {}
     for name, hops in rounds.items():
         hop = latency[(name, 2)] / hops(2)
         estimates[name] = hop * hops(128)
-        checks = ", ".join(f"{n} ranks predicted {1e6 * hop * hops(n):.0f} us, measured {1e6 * latency[(name, n)]:.0f}"
-                           for n in sorted(args.worlds) if n > 2)
-        print(f"  {name:8} hop {1e6 * hop:.1f} us; {checks}; at 128 ranks {hops(128)} hops = "
-              f"{1e3 * estimates[name]:.2f} ms = {100 * estimates[name] / (args.step_ms / 1e3):.2f} % of a "
-              f"{args.step_ms:g} ms step")
+        checks = ", ".join(
+            f"{n} ranks predicted {1e6 * hop * hops(n):.0f} us, measured {1e6 * latency[(name, n)]:.0f}"
+            for n in sorted(args.worlds)
+            if n > 2
+        )
+        print(
+            f"  {name:8} hop {1e6 * hop:.1f} us; {checks}; at 128 ranks {hops(128)} hops = "
+            f"{1e3 * estimates[name]:.2f} ms = {100 * estimates[name] / (args.step_ms / 1e3):.2f} % of a "
+            f"{args.step_ms:g} ms step"
+        )
     est_ms = 1e3 * estimates["control"]
-    print(f"RESULT control_exchange est_128_ranks_ms={est_ms:.2f} pct_of_step={100 * est_ms / args.step_ms:.2f} "
-          f"goal=pct<=1")
+    print(
+        f"RESULT control_exchange est_128_ranks_ms={est_ms:.2f} pct_of_step={100 * est_ms / args.step_ms:.2f} "
+        f"goal=pct<=1"
+    )
     return 0
 
 

@@ -54,9 +54,17 @@ def build(tmp: Path, cpus: int, shards: int):
     source.mkdir()
     for shard in sorted((prepare_builtin("synthetic") / "train").iterdir())[:shards]:
         (source / shard.name).hardlink_to(shard)
-    cfg = load_config(ROOT / "configs" / "seed-vit-blur.yaml", [
-        f"channels.train.source={source}", f"channels.validation.source={source}", "model.num_classes=10",
-        f"pipeline.batch_size={BATCH}", f"run.dir={tmp}", "run.name=bench"])
+    cfg = load_config(
+        ROOT / "configs" / "seed-vit-blur.yaml",
+        [
+            f"channels.train.source={source}",
+            f"channels.validation.source={source}",
+            "model.num_classes=10",
+            f"pipeline.batch_size={BATCH}",
+            f"run.dir={tmp}",
+            "run.name=bench",
+        ],
+    )
     plan = build_plan(cfg, LocalEnvironment(cpus=cpus + 1, gpus=0, started="t"))
     hosts = tuple(dataclasses.replace(h, num_cpus=cpus if h.subcluster == "data" else 1) for h in plan.hosts)
     return cfg, dataclasses.replace(plan, hosts=hosts)
@@ -85,12 +93,28 @@ def cold_as_a_job_starts(args) -> tuple[float, float, int]:
     import json
     import subprocess
 
-    out = subprocess.run([sys.executable, __file__, "--cold-only", "--cpus", str(args.cpus), "--shards",
-                          str(args.shards), "--trainer-start-s", str(args.trainer_start_s)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--cold-only",
+            "--cpus",
+            str(args.cpus),
+            "--shards",
+            str(args.shards),
+            "--trainer-start-s",
+            str(args.trainer_start_s),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     took = tuple(json.loads(out.strip().splitlines()[-1]))
-    print(f"cold, warmed  ray        first_batch_s={took[0]:.2f} total_s={took[1]:.2f} images={took[2]} "
-          f"images_per_s={took[2] / took[1]:.1f}", flush=True)
+    print(
+        f"cold, warmed  ray        first_batch_s={took[0]:.2f} total_s={took[1]:.2f} images={took[2]} "
+        f"images_per_s={took[2] / took[1]:.1f}",
+        flush=True,
+    )
     return took
 
 
@@ -133,8 +157,8 @@ class ShardStream(_IterableDataset):
         import numpy as np
         import torch
 
-        from smlaunch.pipelines.ops.chain import Chain
         from smlaunch.pipelines.formats import iter_records
+        from smlaunch.pipelines.ops.chain import Chain
         from smlaunch.pipelines.rows import example_row
 
         info = torch.utils.data.get_worker_info()
@@ -144,7 +168,7 @@ class ShardStream(_IterableDataset):
             with open(path, "rb") as f:
                 rows = [example_row(r) for r in iter_records(f, "tfrecord")]
             for start in range(0, len(rows), BATCH):
-                image, label, ids = zip(*rows[start:start + BATCH])
+                image, label, ids = zip(*rows[start : start + BATCH], strict=False)
                 out = chain({"image": np.array(image, dtype=object), "label": np.array(label), "id": np.array(ids)})
                 yield {"image": torch.from_numpy(np.asarray(out["image"])), "label": torch.from_numpy(out["label"])}
 
@@ -158,8 +182,19 @@ def run_dataloader(cfg, plan, cpus: int) -> tuple[float, float, int]:
     from smlaunch.pipelines.sources.channels import channel_dir
 
     data_host = next(h for h in plan.hosts if h.subcluster == "data")
-    out = subprocess.run([sys.executable, __file__, "--dataloader-only", str(channel_dir(data_host.opt_ml, "train")),
-                          "--cpus", str(cpus)], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--dataloader-only",
+            str(channel_dir(data_host.opt_ml, "train")),
+            "--cpus",
+            str(cpus),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return tuple(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -173,8 +208,9 @@ def dataloader_only(directory: str, cpus: int) -> None:
     ops = load_config(ROOT / "configs" / "seed-vit-blur.yaml").pipeline.ops
     files = sorted(p for p in Path(directory).iterdir() if not p.name.startswith("."))
     started = time.perf_counter()
-    loader = torch.utils.data.DataLoader(ShardStream(files, ops, []), batch_size=None,
-                                         num_workers=cpus, prefetch_factor=4)
+    loader = torch.utils.data.DataLoader(
+        ShardStream(files, ops, []), batch_size=None, num_workers=cpus, prefetch_factor=4
+    )
     first, rows = None, 0
     for batch in loader:
         first = first or time.perf_counter() - started
@@ -196,20 +232,30 @@ def decoder_rates() -> None:
     warnings.simplefilter("ignore", DeprecationWarning)
     for size in (32, 224):
         yy, xx = np.mgrid[0:size, 0:size] / size
-        pixels = (128 + 90 * np.sin(12 * xx + 5 * yy)[..., None] + np.random.default_rng(0).normal(0, 6, (size, size, 3)))
+        pixels = 128 + 90 * np.sin(12 * xx + 5 * yy)[..., None] + np.random.default_rng(0).normal(0, 6, (size, size, 3))
         buf = io.BytesIO()
         Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=90)
         data, n, rates = buf.getvalue(), 20000 // size * 10, {}
-        for name, decode in (("pil", lambda: np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))),
-                             ("torchvision", lambda: decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                                                                  mode=ImageReadMode.RGB).permute(1, 2, 0).numpy())):
+        for name, decode in (
+            ("pil", lambda data=data: np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))),
+            (
+                "torchvision",
+                lambda data=data: (
+                    decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+                    .permute(1, 2, 0)
+                    .numpy()
+                ),
+            ),
+        ):
             decode()
             started = time.perf_counter()
             for _ in range(n):
                 decode()
             rates[name] = n / (time.perf_counter() - started)
-        print(f"decode {size}px JPEG, 1 thread: torchvision.io {rates['torchvision']:.0f}/s, PIL {rates['pil']:.0f}/s "
-              f"({rates['torchvision'] / rates['pil']:.2f}x)")
+        print(
+            f"decode {size}px JPEG, 1 thread: torchvision.io {rates['torchvision']:.0f}/s, PIL {rates['pil']:.0f}/s "
+            f"({rates['torchvision'] / rates['pil']:.2f}x)"
+        )
 
 
 def main() -> int:
@@ -217,9 +263,13 @@ def main() -> int:
     parser.add_argument("--cpus", type=int, default=2, help="worker CPUs on each side")
     parser.add_argument("--shards", type=int, default=4, help="synthetic shards of 320 images to read")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--trainer-start-s", type=float, default=10.0,
-                        help="cold run: seconds between the warm-up and the first request for data, as Ray "
-                             "Train's start gives a job (about 20 s on the 2-core VM; less is harder)")
+    parser.add_argument(
+        "--trainer-start-s",
+        type=float,
+        default=10.0,
+        help="cold run: seconds between the warm-up and the first request for data, as Ray "
+        "Train's start gives a job (about 20 s on the 2-core VM; less is harder)",
+    )
     parser.add_argument("--dataloader-only", help=argparse.SUPPRESS)
     parser.add_argument("--cold-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -242,30 +292,41 @@ def main() -> int:
         deliver_channels(plan)
         with LocalCluster(plan):
             for n in range(args.repeats):
-                for side in (("ray", "dataloader") if n % 2 == 0 else ("dataloader", "ray")):
+                for side in ("ray", "dataloader") if n % 2 == 0 else ("dataloader", "ray"):
                     took = run_ray(cfg, plan) if side == "ray" else run_dataloader(cfg, plan, args.cpus)
                     results[side].append(took)
-                    print(f"run {n + 1} {side:10s} first_batch_s={took[0]:.2f} total_s={took[1]:.2f} "
-                          f"images={took[2]} images_per_s={took[2] / took[1]:.1f}", flush=True)
+                    print(
+                        f"run {n + 1} {side:10s} first_batch_s={took[0]:.2f} total_s={took[1]:.2f} "
+                        f"images={took[2]} images_per_s={took[2] / took[1]:.1f}",
+                        flush=True,
+                    )
     rows = {side: {r[2] for r in runs} for side, runs in results.items()}
     if rows["ray"] != rows["dataloader"] or len(rows["ray"]) != 1:
         print(f"the two sides delivered different row counts: {rows}", file=sys.stderr)
         return 1
-    median = {side: (statistics.median(r[0] for r in runs), statistics.median(r[2] / r[1] for r in runs))
-              for side, runs in results.items()}
+    median = {
+        side: (statistics.median(r[0] for r in runs), statistics.median(r[2] / r[1] for r in runs))
+        for side, runs in results.items()
+    }
     for side, (first, rate) in median.items():
         print(f"median {side:10s} first_batch_s={first:.2f} images_per_s={rate:.1f}")
     cold = results["ray"][0]
-    print(f"ray cold, not warmed (first run: data workers start and import torch) first_batch_s={cold[0]:.2f} "
-          f"images_per_s={cold[2] / cold[1]:.1f}")
-    print(f"ray cold, warmed as a job does (fresh cluster, warm-up, {args.trainer_start_s:g} s of trainer start) "
-          f"first_batch_s={warmed[0]:.2f} images_per_s={warmed[2] / warmed[1]:.1f}")
+    print(
+        f"ray cold, not warmed (first run: data workers start and import torch) first_batch_s={cold[0]:.2f} "
+        f"images_per_s={cold[2] / cold[1]:.1f}"
+    )
+    print(
+        f"ray cold, warmed as a job does (fresh cluster, warm-up, {args.trainer_start_s:g} s of trainer start) "
+        f"first_batch_s={warmed[0]:.2f} images_per_s={warmed[2] / warmed[1]:.1f}"
+    )
     print(f"machine: {os.cpu_count()} CPUs; {args.cpus} worker CPUs per side; {rows['ray'].pop()} images")
     throughput = median["ray"][1] / median["dataloader"][1]
     first_batch = median["ray"][0] / median["dataloader"][0]
     cold_ratio = warmed[0] / median["dataloader"][0]
-    print(f"RESULT offload_vs_dataloader throughput_ratio={throughput:.2f} first_batch_ratio={first_batch:.2f} "
-          f"cold_first_batch_ratio={cold_ratio:.2f} goal=1.0/1.5/1.5")
+    print(
+        f"RESULT offload_vs_dataloader throughput_ratio={throughput:.2f} first_batch_ratio={first_batch:.2f} "
+        f"cold_first_batch_ratio={cold_ratio:.2f} goal=1.0/1.5/1.5"
+    )
     return 0
 
 

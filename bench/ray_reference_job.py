@@ -50,10 +50,10 @@ def decode(batch: dict) -> dict:
 
 def train_loop(config: dict) -> dict:
     marks = {"train_workers_up_s": time.time() - config["t0"]}
+    import ray.train
     import timm
     import torch
     import torch.nn.functional as F
-    import ray.train
 
     model = timm.create_model("resnet10t", num_classes=10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -82,18 +82,23 @@ def main() -> None:
     from ray.train import DataConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "labels": LABELS["train"],
-                                                           "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "labels": LABELS["train"], "include_dashboard": False}
+    )
     cluster.add_node(num_cpus=1, labels=LABELS["data"])
     ray.init(address=cluster.address)
     cluster_up_s = time.time() - t0
     ds = ray.data.from_items(digits_png_rows()).map_batches(decode, batch_size=64, label_selector=LABELS["data"])
     trainer = TorchTrainer(
-        train_loop, train_loop_config={"t0": t0},
+        train_loop,
+        train_loop_config={"t0": t0},
         scaling_config=ScalingConfig(num_workers=1, label_selector=LABELS["train"]),
         datasets={"train": ds},
-        dataset_config=DataConfig(execution_options={"train": ExecutionOptions(label_selector=LABELS["data"])}))
+        dataset_config=DataConfig(execution_options={"train": ExecutionOptions(label_selector=LABELS["data"])}),
+    )
     marks = trainer.fit().return_value
-    print(json.dumps({"cluster_up_s": round(cluster_up_s, 2), **{k: round(v, 2) for k, v in marks.items()}}), flush=True)
+    print(
+        json.dumps({"cluster_up_s": round(cluster_up_s, 2), **{k: round(v, 2) for k, v in marks.items()}}), flush=True
+    )
     ray.shutdown()
     cluster.shutdown()

@@ -115,20 +115,27 @@ def main() -> int:
         big = tmp / "big.tfrecord"
         size = write_file(big, args.records_100k, 100 * 1024)
         counter = iter(range(1000))
-        ours, raw = side_by_side(args.runs, lambda: pipe_ours(tmp, big, next(counter)),
-                                 lambda: pipe_raw(tmp, big, next(counter)))
+        ours, raw = side_by_side(
+            args.runs, lambda: pipe_ours(tmp, big, next(counter)), lambda: pipe_raw(tmp, big, next(counter))
+        )
         mb = size / 2**20
-        print(f"a. {args.records_100k} x 100 KiB via FIFO ({mb:.0f} MiB): ours {mb / ours:.0f} MiB/s, "
-              f"raw readinto {mb / raw:.0f} MiB/s")
+        print(
+            f"a. {args.records_100k} x 100 KiB via FIFO ({mb:.0f} MiB): ours {mb / ours:.0f} MiB/s, "
+            f"raw readinto {mb / raw:.0f} MiB/s"
+        )
         mine, pkg = side_by_side(args.runs, lambda: file_ours(big), lambda: file_tfrecord_pkg(big))
-        print(f"b. same file: ours {mb / mine:.0f} MiB/s (CRCs verified), tfrecord package {mb / pkg:.0f} MiB/s "
-              "(no CRC check)")
+        print(
+            f"b. same file: ours {mb / mine:.0f} MiB/s (CRCs verified), tfrecord package {mb / pkg:.0f} MiB/s "
+            "(no CRC check)"
+        )
         small, mixed = tmp / "small.tfrecord", tmp / "mixed.tfrecord"
         write_file(small, args.records_1k, 1024)
         write_file(mixed, args.records_1k, 1024, vary=True)
         one_k, varied = side_by_side(args.runs, lambda: file_ours(small), lambda: file_ours(mixed))
-        print(f"c. {args.records_1k} x 1 KiB: {args.records_1k / one_k:,.0f} records/s on one core "
-              f"(512 B to 1.5 KiB, mixed: {args.records_1k / varied:,.0f} records/s)")
+        print(
+            f"c. {args.records_1k} x 1 KiB: {args.records_1k / one_k:,.0f} records/s on one core "
+            f"(512 B to 1.5 KiB, mixed: {args.records_1k / varied:,.0f} records/s)"
+        )
         print(f"RESULT pipe_ingest ratio_vs_raw={raw / ours:.2f} goal=0.7")
         print(f"RESULT tfrecord_reader ratio_vs_tfrecord_pkg={pkg / mine:.2f} goal=3")
         print(f"RESULT small_records records_per_s={args.records_1k / one_k:.0f} goal=500000")

@@ -94,8 +94,9 @@ def write_sorted_shards(folder: Path, fmt: str, per_class: int) -> Path:
 
             writer = TFRecordWriter(str(folder / f"train-{label:05d}"))
             for ident in ids:
-                writer.write({"image/encoded": (image, "byte"), "image/class/label": (label, "int"),
-                              "id": (ident, "int")})
+                writer.write(
+                    {"image/encoded": (image, "byte"), "image/class/label": (label, "int"), "id": (ident, "int")}
+                )
             writer.close()
     done.touch()
     return folder
@@ -115,8 +116,15 @@ def warm_page_cache(folder: Path) -> None:
     classes = sorted(p for p in folder.iterdir() if p.is_dir())
     started = time.perf_counter()
     with ThreadPoolExecutor(16) as pool:
-        total = sum(tqdm(pool.map(read_class, classes), total=len(classes), desc="warming the page cache",
-                         unit="class", mininterval=5))
+        total = sum(
+            tqdm(
+                pool.map(read_class, classes),
+                total=len(classes),
+                desc="warming the page cache",
+                unit="class",
+                mininterval=5,
+            )
+        )
     print(f"read {total / 2**20:.0f} MiB of image files in {time.perf_counter() - started:.1f} s", flush=True)
 
 
@@ -128,8 +136,15 @@ def start_ray(cpus: int):
     from smlaunch.cluster.node import worker_pool_env
 
     os.environ.update(worker_pool_env(cpus))  # the raylet ray.init starts inherits it
-    ray.init(address="local", num_cpus=cpus, labels={"ray-subcluster": "data", "sm-host": HOST},
-             include_dashboard=False, object_store_memory=1 << 30, namespace="smlaunch-bench", log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=cpus,
+        labels={"ray-subcluster": "data", "sm-host": HOST},
+        include_dashboard=False,
+        object_store_memory=1 << 30,
+        namespace="smlaunch-bench",
+        log_to_driver=False,
+    )
     from smlaunch.config import load_config
     from smlaunch.pipelines.dataset import block_bytes, use_block_size
 
@@ -148,8 +163,12 @@ def channel_source(name: str, source: Path, fmt: str, cpus: int, shuffle: bool, 
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import list_channel
 
-    channel = channel_plan(name, ChannelConfig(source=str(source), record_format=fmt, shuffle={"enabled": shuffle}),
-                           (HOST,), block_rows=BATCH)
+    channel = channel_plan(
+        name,
+        ChannelConfig(source=str(source), record_format=fmt, shuffle={"enabled": shuffle}),
+        (HOST,),
+        block_rows=BATCH,
+    )
     opt_ml = source.parent / f"opt-ml-{name}"
     target = opt_ml / "input" / "data" / name
     if not target.exists():
@@ -194,9 +213,11 @@ def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> 
     from smlaunch.trainers.position import EpochPosition, state_bytes
 
     out: dict = {"mix": {}}
-    channels = {"image_folder": folder,
-                "webdataset": write_sorted_shards(scratch / "webdataset-sorted", "webdataset", per_class),
-                "tfrecord": write_sorted_shards(scratch / "tfrecord-sorted", "tfrecord", per_class)}
+    channels = {
+        "image_folder": folder,
+        "webdataset": write_sorted_shards(scratch / "webdataset-sorted", "webdataset", per_class),
+        "tfrecord": write_sorted_shards(scratch / "tfrecord-sorted", "tfrecord", per_class),
+    }
     ray = start_ray(cpus)
     try:
         board = start_board()
@@ -207,25 +228,31 @@ def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> 
                 source = channel_source(f"{fmt.replace('_', '')}{mode}", path, fmt, cpus, shuffle)
                 positions, sizes = [], []
                 keep = fmt == "image_folder" and mode == "ours"
-                labels, first, took = read_epoch(source, buffer, (lambda b: positions.append(b["pos"])) if keep else None)
+                labels, first, took = read_epoch(source, buffer, positions.append if keep else None)
                 measured, ratio = mix_ratio(labels)
                 out["mix"][(fmt, mode)] = ratio
-                print(f"{fmt:12s} {mode:6s}: {len(labels)} rows in {took:.1f} s, {measured:.1f} distinct labels per "
-                      f"batch of {BATCH}, {ratio:.2f}x a uniform random order's", flush=True)
+                print(
+                    f"{fmt:12s} {mode:6s}: {len(labels)} rows in {took:.1f} s, {measured:.1f} distinct labels per "
+                    f"batch of {BATCH}, {ratio:.2f}x a uniform random order's",
+                    flush=True,
+                )
                 if not keep:
                     continue
                 drawn = np.concatenate(positions)
                 position, at_60 = EpochPosition(1), None
                 marks = np.linspace(0, len(drawn), POINTS + 1).astype(int)
-                for a, b in zip(marks[:-1], marks[1:]):
+                for a, b in zip(marks[:-1], marks[1:], strict=False):
                     position.merge(drawn[a:b])
                     sizes.append(state_bytes(position.state()))
                     if at_60 is None and b >= 0.6 * len(drawn):
                         at_60 = (position.state(), b)
                 out["state_kib_1m"] = max(sizes) / 1024
-                print(f"  resume state through the epoch ({POINTS} points): max {max(sizes) / 1024:.1f} KiB, "
-                      f"{sizes[len(sizes) // 2] / 1024:.1f} KiB at mid-epoch; done units at the end: "
-                      f"{position.units_done} of {len(drawn)}", flush=True)
+                print(
+                    f"  resume state through the epoch ({POINTS} points): max {max(sizes) / 1024:.1f} KiB, "
+                    f"{sizes[len(sizes) // 2] / 1024:.1f} KiB at mid-epoch; done units at the end: "
+                    f"{position.units_done} of {len(drawn)}",
+                    flush=True,
+                )
                 # Resume at 60 %: the state read back, posted, the pass planned without what was drawn.
                 started = time.perf_counter()
                 state, drawn_rows = at_60
@@ -235,12 +262,15 @@ def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> 
                 rest, resumed_first, resumed_took = read_epoch(resumed, buffer)
                 out["resume_s"] = time.perf_counter() - started - resumed_took + resumed_first
                 set_order(source.channel.name, 0, None)
-                _, out["fresh_first_s"], _ = read_epoch(channel_source(source.channel.name, path, fmt, cpus, True,
-                                                                       source.listing), buffer)
-                print(f"  resumed at {drawn_rows} of {len(drawn)} rows ({restored.units_done} files done): first batch "
-                      f"{out['resume_s']:.2f} s after the state was read (a fresh pass planned the same way: "
-                      f"{out['fresh_first_s']:.2f} s); the rest: {len(rest)} rows, {drawn_rows + len(rest)} in all",
-                      flush=True)
+                _, out["fresh_first_s"], _ = read_epoch(
+                    channel_source(source.channel.name, path, fmt, cpus, True, source.listing), buffer
+                )
+                print(
+                    f"  resumed at {drawn_rows} of {len(drawn)} rows ({restored.units_done} files done): first batch "
+                    f"{out['resume_s']:.2f} s after the state was read (a fresh pass planned the same way: "
+                    f"{out['fresh_first_s']:.2f} s); the rest: {len(rest)} rows, {drawn_rows + len(rest)} in all",
+                    flush=True,
+                )
                 if drawn_rows + len(rest) != len(drawn):
                     raise RuntimeError(f"resumed epoch: {drawn_rows} + {len(rest)} rows != {len(drawn)}")
         ray.kill(board)
@@ -259,13 +289,15 @@ def drawn_rows(unit: np.ndarray, ordinal: np.ndarray, rows_per_unit: int) -> np.
     from smlaunch.pipelines.order import LAST, NO_SEEK, SEEK_SHIFT, UNIT_SHIFT
 
     pos = (unit << UNIT_SHIFT) | ordinal | np.where(ordinal == rows_per_unit - 1, LAST, 0)
-    seek = np.full(len(pos), NO_SEEK, np.int64) if rows_per_unit == 1 else \
-        ((ordinal + 1) * SIM_RECORD_BYTES) << SEEK_SHIFT  # `order.seek_point`, no sample skipped
+    seek = (
+        np.full(len(pos), NO_SEEK, np.int64) if rows_per_unit == 1 else ((ordinal + 1) * SIM_RECORD_BYTES) << SEEK_SHIFT
+    )  # `order.seek_point`, no sample skipped
     return np.stack([pos, seek])
 
 
-def simulated_state_kib(units: int, rows_per_unit: int, ranks: int, tasks: int, buffer_rows: int,
-                        prefetch_rows: int, seed: int = 0) -> tuple[float, float, tuple[int, int]]:
+def simulated_state_kib(
+    units: int, rows_per_unit: int, ranks: int, tasks: int, buffer_rows: int, prefetch_rows: int, seed: int = 0
+) -> tuple[float, float, tuple[int, int]]:
     """(largest state in KiB, seconds of rank 0's merges, (rows a resume at the last point reads
     again only to drop them, and as many without seeks: the partial units' drawn rows)) over an
     epoch read by `tasks` read tasks (contiguous runs of the order, each `open_units` = 1) handing
@@ -317,8 +349,11 @@ def accuracy(scratch: Path, steps: int) -> dict:
     by_class = sorted(rows, key=lambda r: r[1])
     shuffled = [rows[i] for i in np.random.default_rng(0).permutation(len(rows))]
     unshuffled = ["channels.train.shuffle.enabled=false", "channels.train.shuffle.buffer_rows=0"]
-    for name, order, extra in (("class_sorted", by_class, []), ("pre_shuffled", shuffled, []),
-                               ("class_sorted_read_in_order", by_class, unshuffled)):
+    for name, order, extra in (
+        ("class_sorted", by_class, []),
+        ("pre_shuffled", shuffled, []),
+        ("class_sorted_read_in_order", by_class, unshuffled),
+    ):
         folder = scratch / f"digits-{name.removesuffix('_read_in_order')}"
         if not folder.exists():
             import webdataset as wds
@@ -330,17 +365,36 @@ def accuracy(scratch: Path, steps: int) -> dict:
                     for image, label, ident in part:
                         sink.write({"__key__": f"s{ident:06d}", "jpg": image, "cls": label})
         with tempfile.TemporaryDirectory() as tmp:
-            sets = [f"run.dir={tmp}", "run.name=acc", f"trainer.steps={steps}", f"channels.train.source={folder}",
-                    "channels.train.record_format=webdataset", "model.num_classes=10", *extra]
+            sets = [
+                f"run.dir={tmp}",
+                "run.name=acc",
+                f"trainer.steps={steps}",
+                f"channels.train.source={folder}",
+                "channels.train.record_format=webdataset",
+                "model.num_classes=10",
+                *extra,
+            ]
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "tiny.yaml"),
-                            *[x for s in sets for x in ("--set", s)]], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "smlaunch.launcher.cli",
+                    str(ROOT / "configs" / "tiny.yaml"),
+                    *[x for s in sets for x in ("--set", s)],
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             report = json.loads(next(Path(tmp).glob("acc/hosts/algo-1/opt/ml/output/data/report.json")).read_text())
         out[name] = report["summary"]["validation_accuracy"]
         mixes = [e.get("label_mix", {}) or {} for e in report["sample_accounting"]["epochs"]]
-        print(f"digits as {name} WebDataset shards: validation accuracy {out[name]:.3f} after {steps} steps "
-              f"({time.perf_counter() - started:.0f} s); labels per batch / uniform by epoch: "
-              f"{[m.get('ratio') for m in mixes]}", flush=True)
+        print(
+            f"digits as {name} WebDataset shards: validation accuracy {out[name]:.3f} after {steps} steps "
+            f"({time.perf_counter() - started:.0f} s); labels per batch / uniform by epoch: "
+            f"{[m.get('ratio') for m in mixes]}",
+            flush=True,
+        )
     return out
 
 
@@ -353,13 +407,29 @@ def first_step_s(folder: Path, cpus: int = 2) -> float:
     """Seconds from the command to its `step=1` line: `sm-launch configs/hetero.yaml` (the local
     default: a head that trains and a data host of `cpus` CPUs) on `folder` as a File-mode image folder."""
     with tempfile.TemporaryDirectory() as tmp:
-        sets = [f"run.dir={tmp}", "run.name=first", f"channels.train.source={folder}",
-                "channels.train.record_format=image_folder", "trainer.steps=1", "trainer.log_every=1",
-                "trainer.checkpoint_interval=1000", f"cluster.instance_groups.1.instance_type={DATA_HOST_TYPES[cpus]}"]
+        sets = [
+            f"run.dir={tmp}",
+            "run.name=first",
+            f"channels.train.source={folder}",
+            "channels.train.record_format=image_folder",
+            "trainer.steps=1",
+            "trainer.log_every=1",
+            "trainer.checkpoint_interval=1000",
+            f"cluster.instance_groups.1.instance_type={DATA_HOST_TYPES[cpus]}",
+        ]
         started = time.perf_counter()
-        job = subprocess.Popen([sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "hetero.yaml"),
-                                *[x for s in sets for x in ("--set", s)]], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "smlaunch.launcher.cli",
+                str(ROOT / "configs" / "hetero.yaml"),
+                *[x for s in sets for x in ("--set", s)],
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         took = None
         for line in job.stdout:
             if took is None and line.startswith("step=1 "):
@@ -400,35 +470,51 @@ def reads_by_host_size(args, folder: Path, listing: dict) -> dict:
         m = read_measures(folder, small, cpus, whole, reader, turns=args.pass_turns, first_turns=args.first_step_runs)
         extra = m["first"]["first_s"] - m["small"]["first_s"] + listing["listing_s"]
         key = f"{cpus}cpu" + ("" if reader is ours else "_fused")
-        out[key] = {"first_ratio": extra / listing["imagefolder_s"], "store_mb": m["ours"]["store_peak_mb"],
-                    "read_ratio": m["ours"]["per_s"] / m["ray"]["per_s"]}
+        out[key] = {
+            "first_ratio": extra / listing["imagefolder_s"],
+            "store_mb": m["ours"]["store_peak_mb"],
+            "read_ratio": m["ours"]["per_s"] / m["ray"]["per_s"],
+        }
         host = f"{cpus} CPU data host" + ("" if reader is ours else " (fused)")
-        print(f"{host}: first batch {extra:.1f} s later on {args.files:,} files (listing included), "
-              f"{out[key]['first_ratio']:.2f}x ImageFolder's scan; object store peak {out[key]['store_mb']:.0f} MiB; "
-              f"a pass of {args.pass_files:,} files at {out[key]['read_ratio']:.2f}x Ray Data's read_binary_files' "
-              "images/s", flush=True)
+        print(
+            f"{host}: first batch {extra:.1f} s later on {args.files:,} files (listing included), "
+            f"{out[key]['first_ratio']:.2f}x ImageFolder's scan; object store peak {out[key]['store_mb']:.0f} MiB; "
+            f"a pass of {args.pass_files:,} files at {out[key]['read_ratio']:.2f}x Ray Data's read_binary_files' "
+            "images/s",
+            flush=True,
+        )
     return out
 
 
 def order_and_state(args, folder: Path) -> dict:
     """The data order and the resume state: the real 1.28M-file pass, and the simulated ones."""
     order = order_and_resume(folder, args.scratch, args.shard_samples, args.cpus)
-    kib_1m_128, _, _ = simulated_state_kib(1_281_167, 1, ranks=128, tasks=2304, buffer_rows=1024,
-                                           prefetch_rows=2 * BATCH)
-    print(f"simulated 1.28M-file epoch read by 128 ranks through 2,304 read tasks (1,024-row buffers): largest "
-          f"resume state {kib_1m_128:.1f} KiB (the real pass above, one consumer: {order['state_kib_1m']:.1f} KiB)",
-          flush=True)
-    kib_100m, merge_s, (reread, unseekable) = simulated_state_kib(100_000, 1000, ranks=128, tasks=2304,
-                                                                  buffer_rows=1024, prefetch_rows=2 * BATCH)
-    print(f"simulated 100M-sample epoch (100,000 shards x 1,000; 128 ranks, 2,304 read tasks, 1,024-row buffers): "
-          f"largest resume state {kib_100m:.1f} KiB; rank 0's {POINTS} merges took {merge_s:.1f} s; a resume at the "
-          f"last point reads {reread:,} drawn rows again only to drop them ({reread * SIM_RECORD_BYTES / 1e9:.2f} GB "
-          f"at {SIM_RECORD_BYTES:,} B a record), {unseekable:,} ({unseekable * SIM_RECORD_BYTES / 1e9:.1f} GB) "
-          "if the shards in flight were read from their start", flush=True)
+    kib_1m_128, _, _ = simulated_state_kib(
+        1_281_167, 1, ranks=128, tasks=2304, buffer_rows=1024, prefetch_rows=2 * BATCH
+    )
+    print(
+        f"simulated 1.28M-file epoch read by 128 ranks through 2,304 read tasks (1,024-row buffers): largest "
+        f"resume state {kib_1m_128:.1f} KiB (the real pass above, one consumer: {order['state_kib_1m']:.1f} KiB)",
+        flush=True,
+    )
+    kib_100m, merge_s, (reread, unseekable) = simulated_state_kib(
+        100_000, 1000, ranks=128, tasks=2304, buffer_rows=1024, prefetch_rows=2 * BATCH
+    )
+    print(
+        f"simulated 100M-sample epoch (100,000 shards x 1,000; 128 ranks, 2,304 read tasks, 1,024-row buffers): "
+        f"largest resume state {kib_100m:.1f} KiB; rank 0's {POINTS} merges took {merge_s:.1f} s; a resume at the "
+        f"last point reads {reread:,} drawn rows again only to drop them ({reread * SIM_RECORD_BYTES / 1e9:.2f} GB "
+        f"at {SIM_RECORD_BYTES:,} B a record), {unseekable:,} ({unseekable * SIM_RECORD_BYTES / 1e9:.1f} GB) "
+        "if the shards in flight were read from their start",
+        flush=True,
+    )
     ours = [ratio for (fmt, mode), ratio in order["mix"].items() if mode == "ours"]
-    return {"checkpoint_data_kib_1m": f"{max(order['state_kib_1m'], kib_1m_128):.1f}",
-            "checkpoint_data_kib_100m": f"{kib_100m:.1f}", "resume_s_1m": f"{order['resume_s']:.2f}",
-            "labels_per_batch_ratio": f"{min(ours):.2f}"}
+    return {
+        "checkpoint_data_kib_1m": f"{max(order['state_kib_1m'], kib_1m_128):.1f}",
+        "checkpoint_data_kib_100m": f"{kib_100m:.1f}",
+        "resume_s_1m": f"{order['resume_s']:.2f}",
+        "labels_per_batch_ratio": f"{min(ours):.2f}",
+    }
 
 
 def main() -> int:
@@ -438,16 +524,31 @@ def main() -> int:
     parser.add_argument("--shard-samples", type=int, default=128, help="samples per class-sorted shard")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="steps of each digits job (0: skip them)")
-    parser.add_argument("--first-step-runs", type=int, default=3,
-                        help="jobs per folder size timed to their first step (and first batches per folder "
-                             "size and data host size in the reads part)")
-    parser.add_argument("--parts", default="first,reads,fused,order,accuracy",
-                        help="what to measure, of first,reads,fused,order,accuracy (the listing always; "
-                             "fused: the reads again with the read fused into the chain's task)")
-    parser.add_argument("--pass-files", type=int, default=100_000,
-                        help="files of the folder each data host size reads whole, ours and Ray Data's")
-    parser.add_argument("--pass-turns", type=int, default=2,
-                        help="whole passes of each reader per data host size, in turns (the best counts)")
+    parser.add_argument(
+        "--first-step-runs",
+        type=int,
+        default=3,
+        help="jobs per folder size timed to their first step (and first batches per folder "
+        "size and data host size in the reads part)",
+    )
+    parser.add_argument(
+        "--parts",
+        default="first,reads,fused,order,accuracy",
+        help="what to measure, of first,reads,fused,order,accuracy (the listing always; "
+        "fused: the reads again with the read fused into the chain's task)",
+    )
+    parser.add_argument(
+        "--pass-files",
+        type=int,
+        default=100_000,
+        help="files of the folder each data host size reads whole, ours and Ray Data's",
+    )
+    parser.add_argument(
+        "--pass-turns",
+        type=int,
+        default=2,
+        help="whole passes of each reader per data host size, in turns (the best counts)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     args.scratch.mkdir(parents=True, exist_ok=True)
@@ -465,25 +566,38 @@ def main() -> int:
             extra = start["large_s"] - start["small_s"]
             ratio = extra / listing["imagefolder_s"]
             result["first_step_extra_ratio" + ("" if cpus == 2 else "_job_1cpu")] = f"{ratio:.2f}"
-            print(f"first step of configs/hetero.yaml with a {cpus} CPU data host on {args.files:,} files after "
-                  f"{start['large_s']:.1f} s, on {2 * CLASSES:,} files after {start['small_s']:.1f} s (best of "
-                  f"{args.first_step_runs}): {extra:.1f} s more, {ratio:.2f}x ImageFolder's scan "
-                  f"({listing['imagefolder_s']:.2f} s)", flush=True)
+            print(
+                f"first step of configs/hetero.yaml with a {cpus} CPU data host on {args.files:,} files after "
+                f"{start['large_s']:.1f} s, on {2 * CLASSES:,} files after {start['small_s']:.1f} s (best of "
+                f"{args.first_step_runs}): {extra:.1f} s more, {ratio:.2f}x ImageFolder's scan "
+                f"({listing['imagefolder_s']:.2f} s)",
+                flush=True,
+            )
     if "reads" in parts:
         for key, r in reads_by_host_size(args, folder, listing).items():
-            result.update({f"first_step_extra_ratio_{key}": f"{r['first_ratio']:.2f}",
-                           f"object_store_peak_mb_{key}": f"{r['store_mb']:.0f}",
-                           f"read_ratio_{key}": f"{r['read_ratio']:.2f}"})
+            result.update(
+                {
+                    f"first_step_extra_ratio_{key}": f"{r['first_ratio']:.2f}",
+                    f"object_store_peak_mb_{key}": f"{r['store_mb']:.0f}",
+                    f"read_ratio_{key}": f"{r['read_ratio']:.2f}",
+                }
+            )
     if "order" in parts:
         result.update(order_and_state(args, folder))
     if "accuracy" in parts and args.steps:
         acc = accuracy(args.scratch, args.steps)
-        print(f"class-sorted shards: {acc['class_sorted']:.3f} validation accuracy, pre-shuffled {acc['pre_shuffled']:.3f}, "
-              f"class-sorted with shuffle.enabled: false and buffer_rows: 0 (one fixed order, a file at a time) "
-              f"{acc['class_sorted_read_in_order']:.3f}")
-    print("RESULT scale " + " ".join(f"{k}={v}" for k, v in result.items()) +
-          " goal=listing_ratio<=1.5,listing_rss_mb<=1500,checkpoint_data_kib<=64,labels_per_batch_ratio>=0.9,"
-          "first_step_extra_ratio<=1.5,object_store_peak_mb<=256,read_ratio>=1.0")
+        print(
+            f"class-sorted shards: {acc['class_sorted']:.3f} validation accuracy, pre-shuffled "
+            f"{acc['pre_shuffled']:.3f}, "
+            f"class-sorted with shuffle.enabled: false and buffer_rows: 0 (one fixed order, a file at a time) "
+            f"{acc['class_sorted_read_in_order']:.3f}"
+        )
+    print(
+        "RESULT scale "
+        + " ".join(f"{k}={v}" for k, v in result.items())
+        + " goal=listing_ratio<=1.5,listing_rss_mb<=1500,checkpoint_data_kib<=64,labels_per_batch_ratio>=0.9,"
+        "first_step_extra_ratio<=1.5,object_store_peak_mb<=256,read_ratio>=1.0"
+    )
     return 0
 
 

@@ -73,8 +73,11 @@ def build_folder(scratch: Path, files: int, classes: int) -> Path:
             os.close(fd)
         written += count
         if c % 50 == 49 or c == classes - 1:
-            print(f"building {root}: {written:,}/{files:,} files, {written * len(data) / 1e6:,.0f} MB "
-                  f"[{time.monotonic() - started:.0f} s]", flush=True)
+            print(
+                f"building {root}: {written:,}/{files:,} files, {written * len(data) / 1e6:,.0f} MB "
+                f"[{time.monotonic() - started:.0f} s]",
+                flush=True,
+            )
     (top / ".complete").write_text(f"{files} {classes}\n")
     return root
 
@@ -97,8 +100,9 @@ print(min(times))
 def imagefolder_seconds(root: Path, runs: int) -> float:
     """torchvision's scan, best of `runs` after a warm-up, in a process of its own (torch stays
     out of the Ray driver, and its 1.28 million (path, class) tuples out of the RSS measured)."""
-    out = subprocess.run([sys.executable, "-c", IMAGEFOLDER_SCAN, str(root), str(runs)], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", IMAGEFOLDER_SCAN, str(root), str(runs)], check=True, capture_output=True, text=True
+    ).stdout
     return float(out.split()[0])
 
 
@@ -146,12 +150,19 @@ def measure_listing(scratch: Path, files: int = 1_281_167, classes: int = 1000, 
     print(f"ImageFolder scan of {root}: {theirs:.2f} s (best of {runs}, warm)", flush=True)
     opt_ml = scratch / "algo-2" / "opt" / "ml"
     link_folder(root.resolve(), channel_dir(opt_ml, "train"))  # what a local run's File channel is
-    channel = ChannelPlan(name="train", input_mode="File", record_format="image_folder", source=str(root),
-                          hosts=("algo-2",))
+    channel = ChannelPlan(
+        name="train", input_mode="File", record_format="image_folder", source=str(root), hosts=("algo-2",)
+    )
     roots = {"algo-2": str(opt_ml)}
-    ray.init(address="local", num_cpus=2, labels={"ray-subcluster": "data", "sm-host": "algo-2"},
-             include_dashboard=False, object_store_memory=512 * 2**20, namespace="smlaunch-bench",
-             log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        labels={"ray-subcluster": "data", "sm-host": "algo-2"},
+        include_dashboard=False,
+        object_store_memory=512 * 2**20,
+        namespace="smlaunch-bench",
+        log_to_driver=False,
+    )
     try:
         list_channel(channel, roots)  # warm-up: a worker started, the folder in the page cache
         gc.collect()
@@ -168,11 +179,19 @@ def measure_listing(scratch: Path, files: int = 1_281_167, classes: int = 1000, 
     finally:
         ray.shutdown()
     ours = min(times)
-    print(f"our listing (list_channel on a local Ray node): {listed:,} files, {len(listing.classes)} classes in "
-          f"{ours:.2f} s (best of {runs}); driver RSS {before:.0f} MB before, peak {peak.peak:.0f} MB", flush=True)
-    return {"listing_ratio": round(ours / theirs, 3), "listing_rss_mb": round(peak.peak),
-            "listing_rss_growth_mb": round(peak.peak - before), "imagefolder_s": round(theirs, 3),
-            "listing_s": round(ours, 3), "files": listed}
+    print(
+        f"our listing (list_channel on a local Ray node): {listed:,} files, {len(listing.classes)} classes in "
+        f"{ours:.2f} s (best of {runs}); driver RSS {before:.0f} MB before, peak {peak.peak:.0f} MB",
+        flush=True,
+    )
+    return {
+        "listing_ratio": round(ours / theirs, 3),
+        "listing_rss_mb": round(peak.peak),
+        "listing_rss_growth_mb": round(peak.peak - before),
+        "imagefolder_s": round(theirs, 3),
+        "listing_s": round(ours, 3),
+        "files": listed,
+    }
 
 
 def measure_s3_listing(objects: int = 100_000, threads: int = 16) -> dict:
@@ -189,8 +208,14 @@ def measure_s3_listing(objects: int = 100_000, threads: int = 16) -> dict:
         client.create_bucket(Bucket="scale-listing")
         started = time.perf_counter()
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda i: client.put_object(Bucket="scale-listing", Key=f"train/n{i % 1000:08d}/{i}.JPEG",
-                                                      Body=b"x"), range(objects)))
+            list(
+                pool.map(
+                    lambda i: client.put_object(
+                        Bucket="scale-listing", Key=f"train/n{i % 1000:08d}/{i}.JPEG", Body=b"x"
+                    ),
+                    range(objects),
+                )
+            )
         seeded = time.perf_counter() - started
         for key, value in LocalS3.environment().items():
             if value:
@@ -198,8 +223,11 @@ def measure_s3_listing(objects: int = 100_000, threads: int = 16) -> dict:
         started = time.perf_counter()
         listed = ObjectSource("s3://scale-listing/train/", server.endpoint_url).list()
         took = time.perf_counter() - started
-    print(f"local S3 server: seeded {objects:,} objects in {seeded:.0f} s; listed {len(listed):,} "
-          f"({-(-objects // 1000)} pages) in {took:.1f} s", flush=True)
+    print(
+        f"local S3 server: seeded {objects:,} objects in {seeded:.0f} s; listed {len(listed):,} "
+        f"({-(-objects // 1000)} pages) in {took:.1f} s",
+        flush=True,
+    )
     return {"s3_objects": len(listed), "s3_listing_s": round(took, 2), "s3_seed_s": round(seeded, 1)}
 
 
@@ -209,16 +237,26 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=1_281_167)
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--s3-objects", type=int, default=0,
-                        help="also list an S3 prefix of this many objects on the local S3 server (100000: ~8 min)")
+    parser.add_argument(
+        "--s3-objects",
+        type=int,
+        default=0,
+        help="also list an S3 prefix of this many objects on the local S3 server (100000: ~8 min)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.s3_objects:
-        print(f"RESULT scale_s3_listing {' '.join(f'{k}={v}' for k, v in measure_s3_listing(args.s3_objects).items())}"
-              " goal=none", flush=True)
+        print(
+            f"RESULT scale_s3_listing {' '.join(f'{k}={v}' for k, v in measure_s3_listing(args.s3_objects).items())}"
+            " goal=none",
+            flush=True,
+        )
     result = measure_listing(args.scratch, args.files, args.classes, args.runs)
-    print(f"RESULT scale_listing listing_ratio={result['listing_ratio']} listing_rss_mb={result['listing_rss_mb']} "
-          f"goal={GOAL}", flush=True)
+    print(
+        f"RESULT scale_listing listing_ratio={result['listing_ratio']} listing_rss_mb={result['listing_rss_mb']} "
+        f"goal={GOAL}",
+        flush=True,
+    )
     return 0
 
 

@@ -77,14 +77,20 @@ def _chain():
 def _with_chain(ds, cpus: int):
     import ray.data
 
-    return ds.map_batches(_chain(), batch_size=BATCH, batch_format="numpy",
-                          compute=ray.data.TaskPoolStrategy(size=cpus), num_cpus=1,
-                          label_selector={"ray-subcluster": "data"})
+    return ds.map_batches(
+        _chain(),
+        batch_size=BATCH,
+        batch_format="numpy",
+        compute=ray.data.TaskPoolStrategy(size=cpus),
+        num_cpus=1,
+        label_selector={"ray-subcluster": "data"},
+    )
 
 
 def ours(folder: Path, cpus: int, listing=None):
     """The job's reader over `folder` as a File-mode image folder on HOST, and its listing."""
     from scale import channel_source
+
     from smlaunch.pipelines.dataset import read_channel
 
     source = channel_source(f"reads{cpus}", folder, "image_folder", cpus, True, listing)
@@ -99,12 +105,15 @@ def fused(folder: Path, cpus: int, listing=None):
     without a split of the read's output (so one block count per task, no `balanced_blocks`).
     The chain then takes each read block whole, and no read block waits in the object store."""
     import ray.data
-
     from scale import channel_source
 
     source = channel_source(f"fused{cpus}", folder, "image_folder", cpus, True, listing)
     tasks = sum(source._task_count(host, units, sys.maxsize) for host, units in source.shares().items() if units)
-    here = {"compute": ray.data.TaskPoolStrategy(size=cpus), "num_cpus": 1, "label_selector": {"ray-subcluster": "data"}}
+    here = {
+        "compute": ray.data.TaskPoolStrategy(size=cpus),
+        "num_cpus": 1,
+        "label_selector": {"ray-subcluster": "data"},
+    }
     ds = ray.data.read_datasource(source, override_num_blocks=tasks, **here)
     return ds.map_batches(_chain(), batch_size=None, batch_format="numpy", **here), source.listing
 
@@ -118,8 +127,11 @@ def ray_binary(folder: Path, cpus: int):
 
     def rows(batch):
         paths = batch["path"]
-        return {"image": batch["bytes"], "label": np.array([classes[p.rsplit("/", 2)[-2]] for p in paths]),
-                "id": np.arange(len(paths), dtype=np.int64)}
+        return {
+            "image": batch["bytes"],
+            "label": np.array([classes[p.rsplit("/", 2)[-2]] for p in paths]),
+            "id": np.arange(len(paths), dtype=np.int64),
+        }
 
     ds = ray.data.read_binary_files(str(folder), include_paths=True, label_selector={"ray-subcluster": "data"})
     return _with_chain(ds.map_batches(rows, batch_format="numpy", label_selector={"ray-subcluster": "data"}), cpus)
@@ -136,11 +148,18 @@ def timed_pass(ds, whole: bool = True) -> dict:
                 break
         rows += len(batch["label"])
     took = time.perf_counter() - started
-    return {"first_s": first, "rows": rows, "s": took, "per_s": rows / took, "store_peak_mb": store_mark_bytes() / 2**20}
+    return {
+        "first_s": first,
+        "rows": rows,
+        "s": took,
+        "per_s": rows / took,
+        "store_peak_mb": store_mark_bytes() / 2**20,
+    }
 
 
-def read_measures(large: Path, small: Path, cpus: int, whole: Path | None = None, reader=ours,
-                  turns: int = 2, first_turns: int = 3) -> dict:
+def read_measures(
+    large: Path, small: Path, cpus: int, whole: Path | None = None, reader=ours, turns: int = 2, first_turns: int = 3
+) -> dict:
     """One data host of `cpus` CPUs: the first batch on both folders, `first_turns` times each in
     turns, the best of each; then, on a fresh node (the store's high-water mark is the node's),
     `turns` whole passes of each reader over the folder `whole` (None: none), in turns, and the
@@ -160,16 +179,20 @@ def first_batches(large: Path, small: Path, cpus: int, reader, first_turns: int)
     try:
         out, firsts = {}, {"small": [], "first": []}
         for turn in range(first_turns):
-            for name in (("small", "first") if turn % 2 == 0 else ("first", "small")):
+            for name in ("small", "first") if turn % 2 == 0 else ("first", "small"):
                 timed_pass(reader(small, cpus)[0])  # not counted: brings back the workers a dropped pass ended
                 firsts[name].append(timed_pass(reader(small if name == "small" else large, cpus)[0], whole=False))
         for name, runs in firsts.items():
             out[name] = min(runs, key=lambda r: r["first_s"])
-        runs = ", ".join("%.1f/%.1f" % (a["first_s"], b["first_s"]) for a, b in zip(firsts["first"], firsts["small"]))
+        runs = ", ".join(
+            f"{a['first_s']:.1f}/{b['first_s']:.1f}" for a, b in zip(firsts["first"], firsts["small"], strict=False)
+        )
         label = "" if reader is ours else f" ({reader.__name__})"
-        print(f"  {cpus} CPU data host{label}: first batch {out['first']['first_s']:.1f} s on the large folder, "
-              f"{out['small']['first_s']:.1f} s on the small one (best of {first_turns}; large/small by turn: {runs})",
-              flush=True)
+        print(
+            f"  {cpus} CPU data host{label}: first batch {out['first']['first_s']:.1f} s on the large folder, "
+            f"{out['small']['first_s']:.1f} s on the small one (best of {first_turns}; large/small by turn: {runs})",
+            flush=True,
+        )
         return out
     finally:
         ray.shutdown()
@@ -185,17 +208,23 @@ def whole_passes(whole: Path, small: Path, cpus: int, reader, turns: int) -> dic
         timed_pass(reader(small, cpus)[0])  # not counted: starts the node's workers
         passes: dict[str, list[dict]] = {"ours": [], "ray": []}
         for turn in range(turns):
-            for name in (("ours", "ray") if turn % 2 == 0 else ("ray", "ours")):
+            for name in ("ours", "ray") if turn % 2 == 0 else ("ray", "ours"):
                 ds = reader(whole, cpus)[0] if name == "ours" else ray_binary(whole, cpus)
                 passes[name].append(timed_pass(ds))
                 took, who = passes[name][-1], reader.__name__ if name == "ours" else "read_binary_files"
-                print(f"  {cpus} CPU data host, a whole pass over {whole} by {who}: {took['rows']:,} rows "
-                      f"in {took['s']:.1f} s ({took['per_s']:.0f} images/s), first batch {took['first_s']:.1f} s, "
-                      f"object store peak {took['store_peak_mb']:.0f} MiB", flush=True)
+                print(
+                    f"  {cpus} CPU data host, a whole pass over {whole} by {who}: {took['rows']:,} rows "
+                    f"in {took['s']:.1f} s ({took['per_s']:.0f} images/s), first batch {took['first_s']:.1f} s, "
+                    f"object store peak {took['store_peak_mb']:.0f} MiB",
+                    flush=True,
+                )
         for name, runs in passes.items():
             out[name] = {**max(runs, key=lambda r: r["per_s"]), "store_peak_mb": runs[0]["store_peak_mb"]}
-        print(f"  {cpus} CPU data host{label}: best of {turns} passes each, ours/theirs "
-              f"{out['ours']['per_s'] / out['ray']['per_s']:.2f}", flush=True)
+        print(
+            f"  {cpus} CPU data host{label}: best of {turns} passes each, ours/theirs "
+            f"{out['ours']['per_s'] / out['ray']['per_s']:.2f}",
+            flush=True,
+        )
         return out
     finally:
         ray.shutdown()

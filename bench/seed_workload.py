@@ -37,11 +37,20 @@ def plan_for(tmp: Path, name: str, offload: bool, steps: int, data_cpus: int):
     from smlaunch.cluster.plan import build_plan
     from smlaunch.config import load_config
 
-    sets = [f"run.dir={tmp}", f"run.name={name}", f"trainer.steps={steps}", "trainer.checkpoint_interval=0",
-            "trainer.validation_every_epochs=0", "trainer.resume=false"]
+    sets = [
+        f"run.dir={tmp}",
+        f"run.name={name}",
+        f"trainer.steps={steps}",
+        "trainer.checkpoint_interval=0",
+        "trainer.validation_every_epochs=0",
+        "trainer.resume=false",
+    ]
     if not offload:
-        sets += ["cluster.instance_groups=[{name: train_group, instance_type: ml.g5.xlarge, instance_count: 1}]",
-                 "channels.train.instance_groups=[train_group]", "channels.validation.instance_groups=[train_group]"]
+        sets += [
+            "cluster.instance_groups=[{name: train_group, instance_type: ml.g5.xlarge, instance_count: 1}]",
+            "channels.train.instance_groups=[train_group]",
+            "channels.validation.instance_groups=[train_group]",
+        ]
     cfg = load_config(ROOT / "configs" / "seed-vit-blur.yaml", sets)
     plan = build_plan(cfg, detect_local_environment())
     caps = {"train": min(GPU_HOST_CPUS, os.cpu_count() or 1), "data": data_cpus}
@@ -55,12 +64,30 @@ def run(tmp: Path, name: str, offload: bool, args) -> dict:
     import json
     import subprocess
 
-    out = subprocess.run([sys.executable, __file__, "--only", name, "--dir", str(tmp), "--steps", str(args.steps),
-                          "--data-cpus", str(args.data_cpus)], check=True, stdout=subprocess.PIPE, text=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--only",
+            name,
+            "--dir",
+            str(tmp),
+            "--steps",
+            str(args.steps),
+            "--data-cpus",
+            str(args.data_cpus),
+        ],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     summary = json.loads(out.strip().splitlines()[-1])
-    print(f"{name}: images_per_s={summary['images_per_s']} data_wait_pct={summary['data_wait_pct']} "
-          f"verdict={summary['verdict']} train_gpu_pct={summary['train_gpu_pct']} "
-          f"data_cpu_pct={summary['data_cpu_pct']}", flush=True)
+    print(
+        f"{name}: images_per_s={summary['images_per_s']} data_wait_pct={summary['data_wait_pct']} "
+        f"verdict={summary['verdict']} train_gpu_pct={summary['train_gpu_pct']} "
+        f"data_cpu_pct={summary['data_cpu_pct']}",
+        flush=True,
+    )
     return summary
 
 
@@ -72,19 +99,33 @@ def run_here(tmp: Path, name: str, args) -> None:
 
     console.setup(-1)  # stdout carries this run's summary as JSON; errors still reach stderr
     cfg, plan = plan_for(tmp, name, name == "offload", args.steps, args.data_cpus)
-    print(f"{name}: " + ", ".join(f"{h.name} {h.subcluster} {h.num_cpus} CPU {h.num_gpus} GPU" for h in plan.hosts),
-          file=sys.stderr, flush=True)
+    print(
+        f"{name}: " + ", ".join(f"{h.name} {h.subcluster} {h.num_cpus} CPU {h.num_gpus} GPU" for h in plan.hosts),
+        file=sys.stderr,
+        flush=True,
+    )
     report = run_local(cfg, plan)
-    print(json.dumps({**report["summary"], "verdict": report["verdict"]["verdict"],
-                      "train_gpu_pct": report["utilisation"].get("train_gpu_pct"),
-                      "data_cpu_pct": report["utilisation"].get("data_cpu_pct")}))
+    print(
+        json.dumps(
+            {
+                **report["summary"],
+                "verdict": report["verdict"]["verdict"],
+                "train_gpu_pct": report["utilisation"].get("train_gpu_pct"),
+                "data_cpu_pct": report["utilisation"].get("data_cpu_pct"),
+            }
+        )
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="default 120 with a GPU, 3 (a smoke run) without")
-    parser.add_argument("--data-cpus", type=int, default=max(1, min(16, (os.cpu_count() or 1) - GPU_HOST_CPUS)),
-                        help="CPUs of the simulated ml.c5.4xlarge (default: 16, or what is left)")
+    parser.add_argument(
+        "--data-cpus",
+        type=int,
+        default=max(1, min(16, (os.cpu_count() or 1) - GPU_HOST_CPUS)),
+        help="CPUs of the simulated ml.c5.4xlarge (default: 16, or what is left)",
+    )
     parser.add_argument("--only", choices=("alone", "offload"), help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--keep", metavar="DIR", help="keep both runs' directories (reports, plots) under DIR")
@@ -104,8 +145,10 @@ def main() -> int:
         alone = run(tmp, "alone", False, args)
         offload = run(tmp, "offload", True, args)
     speedup = offload["images_per_s"] / alone["images_per_s"] if alone["images_per_s"] else 0.0
-    print(f"GPU {gpu}: alone {alone['images_per_s']} images/s (data wait {alone['data_wait_pct']} %), "
-          f"offload {offload['images_per_s']} images/s (data wait {offload['data_wait_pct']} %)")
+    print(
+        f"GPU {gpu}: alone {alone['images_per_s']} images/s (data wait {alone['data_wait_pct']} %), "
+        f"offload {offload['images_per_s']} images/s (data wait {offload['data_wait_pct']} %)"
+    )
     print(f"RESULT seed_workload speedup={speedup:.2f} data_wait_pct={offload['data_wait_pct']} goal=2.2/5")
     return 0
 

@@ -73,8 +73,9 @@ def time_ours(code: Path, run_dir: Path, path: str, address: str | None, extra_e
     else:
         args = [str(CONFIG), *sets]
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "smlaunch", *args], cwd=code, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "smlaunch", *args], cwd=code, env=env, capture_output=True, text=True, timeout=600
+    )
     ended = time.time()
     if done.returncode != 0:
         raise SystemExit(f"sm-launch ({path}, {code}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -89,8 +90,7 @@ def time_ray() -> dict:
     started = time.time()
     code = "import ray_reference_job as job; job.main()"
     env = {**environment(), "PYTHONPATH": str(ROOT / "bench")}  # Ray's workers import its functions by module
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     ended = time.time()
     if done.returncode != 0:
         raise SystemExit(f"the Ray reference job failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -108,15 +108,31 @@ def operator_cluster(tmp: Path):
     port, temp = free_port(), tempfile.mkdtemp(prefix="smb-", dir="/tmp")  # socket paths under 108 bytes
     env = {**environment(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
     common = ["--disable-usage-stats", "--block", "--object-store-memory=200000000"]
-    nodes = [["--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-              f"--temp-dir={temp}", "--num-cpus=1", "--labels=ray-subcluster=train,sm-group=train_group"],
-             [f"--address=127.0.0.1:{port}", "--num-cpus=2", "--labels=ray-subcluster=data,sm-group=data_group"]]
+    nodes = [
+        [
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--temp-dir={temp}",
+            "--num-cpus=1",
+            "--labels=ray-subcluster=train,sm-group=train_group",
+        ],
+        [f"--address=127.0.0.1:{port}", "--num-cpus=2", "--labels=ray-subcluster=data,sm-group=data_group"],
+    ]
     procs = []
     try:
         for i, args in enumerate(nodes):
             log = tmp / f"node-{i}.log"
-            procs.append(subprocess.Popen([ray, "start", *args, *common], env=env, stdout=log.open("wb"),
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [ray, "start", *args, *common],
+                    env=env,
+                    stdout=log.open("wb"),
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
             deadline = time.monotonic() + 120
             while "Ray runtime started" not in log.read_text(errors="replace"):
                 if time.monotonic() > deadline or procs[-1].poll() is not None:
@@ -139,20 +155,30 @@ def operator_cluster(tmp: Path):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--paths", default="local,simulate,address",
-                        help="comma-separated, of local, simulate, address (default: all three)")
+    parser.add_argument(
+        "--paths",
+        default="local,simulate,address",
+        help="comma-separated, of local, simulate, address (default: all three)",
+    )
     parser.add_argument("--before", type=Path, help="another smlaunch checkout to time in the same rounds")
-    parser.add_argument("--preload", metavar="MODULES",
-                        help="also time this checkout with RAY_preload_python_modules=MODULES (local, simulate)")
+    parser.add_argument(
+        "--preload",
+        metavar="MODULES",
+        help="also time this checkout with RAY_preload_python_modules=MODULES (local, simulate)",
+    )
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     if not paths or set(paths) - {"local", "simulate", "address"}:
         parser.error(f"--paths: choose from local, simulate, address (got {args.paths!r})")
-    trees = {"now": ROOT, **({"before": args.before.resolve()} if args.before else {}),
-             **({"preload": ROOT} if args.preload else {})}
+    trees = {
+        "now": ROOT,
+        **({"before": args.before.resolve()} if args.before else {}),
+        **({"preload": ROOT} if args.preload else {}),
+    }
     extra = {"preload": {"RAY_preload_python_modules": args.preload}} if args.preload else {}
-    runs: dict[tuple[str, str], list[dict]] = {(t, p): [] for t in trees for p in paths
-                                               if not (t == "preload" and p == "address")}
+    runs: dict[tuple[str, str], list[dict]] = {
+        (t, p): [] for t in trees for p in paths if not (t == "preload" and p == "address")
+    }
     ray: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         address = stack.enter_context(operator_cluster(Path(tmp))) if "address" in paths else None
@@ -165,29 +191,38 @@ def main() -> int:
                         continue
                     phases = time_ours(code, Path(tmp) / f"{tree}-{path}-{n}", path, address, extra.get(tree))
                     runs[tree, path].append(phases)
-                    print(f"  sm-launch {path} ({tree}): first step {phases['first_step']:.1f} s, last step "
-                          f"{phases['last_step']:.1f} s, exit {phases['exit']:.1f} s: {json.dumps(phases)}", flush=True)
+                    print(
+                        f"  sm-launch {path} ({tree}): first step {phases['first_step']:.1f} s, last step "
+                        f"{phases['last_step']:.1f} s, exit {phases['exit']:.1f} s: {json.dumps(phases)}",
+                        flush=True,
+                    )
 
     def median(rows, key):
         return statistics.median(r[key] for r in rows)
 
     theirs = median(ray, "first_step_s")
-    print(f"median over {args.rounds} rounds ({os.cpu_count()} CPUs): Ray alone first step {theirs:.1f} s, "
-          f"exit {median(ray, 'exit') - median(ray, 'last_step_s'):.1f} s after its last step (no validation)")
+    print(
+        f"median over {args.rounds} rounds ({os.cpu_count()} CPUs): Ray alone first step {theirs:.1f} s, "
+        f"exit {median(ray, 'exit') - median(ray, 'last_step_s'):.1f} s after its last step (no validation)"
+    )
     for (tree, path), rows in runs.items():
-        print(f"  sm-launch {path} ({tree}): first step {median(rows, 'first_step'):.1f} s "
-              f"({median(rows, 'first_step') / theirs:.2f}x Ray alone), train workers up "
-              f"{median(rows, 'train_workers_up'):.1f} s, exit "
-              f"{statistics.median(r['exit'] - r['last_step'] for r in rows):.1f} s after the last step")
+        print(
+            f"  sm-launch {path} ({tree}): first step {median(rows, 'first_step'):.1f} s "
+            f"({median(rows, 'first_step') / theirs:.2f}x Ray alone), train workers up "
+            f"{median(rows, 'train_workers_up'):.1f} s, exit "
+            f"{statistics.median(r['exit'] - r['last_step'] for r in rows):.1f} s after the last step"
+        )
     for path in paths:
         rows = runs["now", path]
         first = median(rows, "first_step")
         after_last = statistics.median(r["exit"] - r["last_step"] for r in rows)
         validation = statistics.median(r["final_validation"] - r["last_step"] for r in rows)
         name = "startup" if path == "local" else f"startup_{path}"
-        print(f"RESULT {name} first_step_s={first:.1f} ratio_vs_ray={first / theirs:.2f} "
-              f"exit_after_last_step_s={after_last:.1f} goal=first_step_s<=15,ratio_vs_ray<=1.0,"
-              f"exit_after_last_step_s<={5 + validation:.1f}")
+        print(
+            f"RESULT {name} first_step_s={first:.1f} ratio_vs_ray={first / theirs:.2f} "
+            f"exit_after_last_step_s={after_last:.1f} goal=first_step_s<=15,ratio_vs_ray<=1.0,"
+            f"exit_after_last_step_s<={5 + validation:.1f}"
+        )
     return 0
 
 

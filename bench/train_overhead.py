@@ -35,8 +35,10 @@ def tensors(args):
 
     g = torch.Generator().manual_seed(0)
     n = args.batch * (args.steps + args.warmup)
-    return (torch.randint(0, 256, (n, 3, args.size, args.size), dtype=torch.uint8, generator=g),
-            torch.randint(0, 10, (n,), generator=g))
+    return (
+        torch.randint(0, 256, (n, 3, args.size, args.size), dtype=torch.uint8, generator=g),
+        torch.randint(0, 10, (n,), generator=g),
+    )
 
 
 def plain(args, images, labels) -> float:
@@ -53,16 +55,18 @@ def plain(args, images, labels) -> float:
     times = []
     for i in range(args.steps + args.warmup):
         start = time.perf_counter()
-        x, y = images[i * args.batch:(i + 1) * args.batch], labels[i * args.batch:(i + 1) * args.batch]
+        x, y = images[i * args.batch : (i + 1) * args.batch], labels[i * args.batch : (i + 1) * args.batch]
         loss = torch.nn.functional.cross_entropy(model(normalise(x, torch.device("cpu"), norm)), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - start)
-    return len(times[args.warmup:]) / sum(times[args.warmup:])
+    return len(times[args.warmup :]) / sum(times[args.warmup :])
 
 
 def through_ray(args, images, labels, tmp: str) -> float:
+    import dataclasses
+
     import ray
     import ray.data
     from ray.train import RunConfig, ScalingConfig
@@ -70,31 +74,52 @@ def through_ray(args, images, labels, tmp: str) -> float:
 
     from smlaunch.cluster.plan import LocalEnvironment, build_plan
     from smlaunch.config import load_config
-    import dataclasses
-
     from smlaunch.launcher.job.train_spec import train_spec
     from smlaunch.trainers.loop import train_loop
 
-    cfg = load_config(ROOT / "configs" / "tiny.yaml", [
-        f"model.name={args.model}", f"trainer.batch_size={args.batch}", f"trainer.steps={args.steps + args.warmup}",
-        "trainer.checkpoint_interval=0", "trainer.learning_rate=0.001", "trainer.weight_decay=0.05",
-        "trainer.resume=false", f"pipeline.ops.1.size={args.size}", f"run.dir={tmp}", "run.name=bench",
-        "trainer.validation_every_epochs=0"])
+    cfg = load_config(
+        ROOT / "configs" / "tiny.yaml",
+        [
+            f"model.name={args.model}",
+            f"trainer.batch_size={args.batch}",
+            f"trainer.steps={args.steps + args.warmup}",
+            "trainer.checkpoint_interval=0",
+            "trainer.learning_rate=0.001",
+            "trainer.weight_decay=0.05",
+            "trainer.resume=false",
+            f"pipeline.ops.1.size={args.size}",
+            f"run.dir={tmp}",
+            "run.name=bench",
+            "trainer.validation_every_epochs=0",
+        ],
+    )
     plan = build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
     spec = dataclasses.replace(train_spec(cfg, plan), model_dir=f"{tmp}/model", checkpoint_dir=f"{tmp}/checkpoints")
-    ray.init(num_cpus=args.threads + 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": str(args.threads)},
-                          "worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+    ray.init(
+        num_cpus=args.threads + 1,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+        runtime_env={
+            "env_vars": {"OMP_NUM_THREADS": str(args.threads)},
+            "worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup",
+        },
+    )
     try:
-        def rows(imgs, labs):
-            return ray.data.from_items([{"image": imgs[i].numpy(), "label": int(labs[i]), "id": i, "host": 0}
-                                        for i in range(len(labs))]).materialize()
 
-        trainer = TorchTrainer(train_loop, train_loop_config=spec,
-                               scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": args.threads}),
-                               run_config=RunConfig(storage_path=f"{tmp}/ray", name="bench"),
-                               datasets={"train": rows(images, labels), "validation": rows(images[:64], labels[:64])})
-        steps = trainer.fit().return_value["steps"][args.warmup:]
+        def rows(imgs, labs):
+            return ray.data.from_items(
+                [{"image": imgs[i].numpy(), "label": int(labs[i]), "id": i, "host": 0} for i in range(len(labs))]
+            ).materialize()
+
+        trainer = TorchTrainer(
+            train_loop,
+            train_loop_config=spec,
+            scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": args.threads}),
+            run_config=RunConfig(storage_path=f"{tmp}/ray", name="bench"),
+            datasets={"train": rows(images, labels), "validation": rows(images[:64], labels[:64])},
+        )
+        steps = trainer.fit().return_value["steps"][args.warmup :]
     finally:
         ray.shutdown()
     total = sum(s["step_time_s"] for s in steps)
@@ -120,8 +145,11 @@ def main() -> int:
     after = plain(args, images, labels)
     plain_rate = (before + after) / 2  # plain runs bracket the Ray run: machine drift averages out
     print(f"plain runs before and after: {before:.2f} and {after:.2f} steps/s")
-    print(f"{args.model} {args.size}px batch {args.batch}, {args.threads} thread{'' if args.threads == 1 else 's'}, {args.steps} timed steps, "
-          f"CPU ({os.cpu_count()} cores)")
+    print(
+        f"{args.model} {args.size}px batch {args.batch}, {args.threads} thread{'' if args.threads == 1 else 's'}, "
+        f"{args.steps} timed steps, "
+        f"CPU ({os.cpu_count()} cores)"
+    )
     print(f"plain PyTorch loop: {plain_rate:.2f} steps/s")
     print(f"smlaunch loop in Ray Train: {ray_rate:.2f} steps/s")
     print(f"RESULT train_overhead ratio={ray_rate / plain_rate:.2f} goal=0.95")

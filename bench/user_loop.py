@@ -57,7 +57,6 @@ def plain_main(address: str, folder: str, steps: int) -> None:
     from ray.data import ExecutionOptions
     from ray.train import DataConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-
     from user_loop_job import train_func
 
     data, train = {"ray-subcluster": "data"}, {"ray-subcluster": "train"}
@@ -68,39 +67,64 @@ def plain_main(address: str, folder: str, steps: int) -> None:
         return {"image": np.stack(images).transpose(0, 3, 1, 2).copy(), "label": np.array(labels)}
 
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    ds = ray.data.read_binary_files(folder, include_paths=True) \
-        .map_batches(decode, batch_size=BATCH, label_selector=data)
-    trainer = TorchTrainer(train_func, train_loop_config={"steps": steps, "batch_size": BATCH},
-                           scaling_config=ScalingConfig(num_workers=1, label_selector=train),
-                           datasets={"train": ds},
-                           dataset_config=DataConfig(execution_options={"train": ExecutionOptions(label_selector=data)}))
+    ds = ray.data.read_binary_files(folder, include_paths=True).map_batches(
+        decode, batch_size=BATCH, label_selector=data
+    )
+    trainer = TorchTrainer(
+        train_func,
+        train_loop_config={"steps": steps, "batch_size": BATCH},
+        scaling_config=ScalingConfig(num_workers=1, label_selector=train),
+        datasets={"train": ds},
+        dataset_config=DataConfig(execution_options={"train": ExecutionOptions(label_selector=data)}),
+    )
     print("RETURNED " + json.dumps(trainer.fit().return_value), flush=True)
 
 
 def rates(returned: dict, started: float) -> dict:
     ends = returned["step_ends"]
     steady = ends[WARM:]
-    waited = sum(returned["waits"][WARM + 1:len(ends)])
-    return {"first_step_s": round(ends[0] - started, 2),
-            "images_per_s": round((len(steady) - 1) * returned["batch_size"] / (steady[-1] - steady[0]), 2),
-            "data_wait_pct": round(100 * waited / (steady[-1] - steady[0]), 1), "torch_threads": returned["threads"]}
+    waited = sum(returned["waits"][WARM + 1 : len(ends)])
+    return {
+        "first_step_s": round(ends[0] - started, 2),
+        "images_per_s": round((len(steady) - 1) * returned["batch_size"] / (steady[-1] - steady[0]), 2),
+        "data_wait_pct": round(100 * waited / (steady[-1] - steady[0]), 1),
+        "torch_threads": returned["threads"],
+    }
 
 
 def run_ours(project: Path, address: str, env: dict, steps: int, n: int) -> dict:
-    cfg = {"job": "user-loop-bench",
-           "cluster": {"instance_groups": [
-               {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
-               {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1}]},
-           "channels": {"train": {"source": str(project / "digits"), "record_format": "image_folder"}},
-           "pipeline": {"batch_size": BATCH, "ops": [{"op": "decode_image"}, {"op": "center_crop", "size": 32},
-                                                  {"op": "to_uint8_chw"}]},
-           "trainer": {"loop": "user_loop_job:train_func", "steps": steps, "log_every": 1000,
-                       "loop_config": {"steps": steps, "batch_size": BATCH}, "resume": False},
-           "run": {"dir": str(project / "runs"), "name": f"ours-{n}"}}
+    cfg = {
+        "job": "user-loop-bench",
+        "cluster": {
+            "instance_groups": [
+                {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
+                {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+            ]
+        },
+        "channels": {"train": {"source": str(project / "digits"), "record_format": "image_folder"}},
+        "pipeline": {
+            "batch_size": BATCH,
+            "ops": [{"op": "decode_image"}, {"op": "center_crop", "size": 32}, {"op": "to_uint8_chw"}],
+        },
+        "trainer": {
+            "loop": "user_loop_job:train_func",
+            "steps": steps,
+            "log_every": 1000,
+            "loop_config": {"steps": steps, "batch_size": BATCH},
+            "resume": False,
+        },
+        "run": {"dir": str(project / "runs"), "name": f"ours-{n}"},
+    }
     (project / "job.yaml").write_text(yaml.safe_dump(cfg))
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "smlaunch", "run", "job.yaml", "--address", address], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "smlaunch", "run", "job.yaml", "--address", address],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise SystemExit(f"sm-launch failed ({done.returncode}):\n{done.stderr[-3000:]}")
     report = json.loads((project / "runs" / f"ours-{n}" / "output" / "data" / "report.json").read_text())
@@ -110,8 +134,14 @@ def run_ours(project: Path, address: str, env: dict, steps: int, n: int) -> dict
 def run_plain(project: Path, address: str, env: dict, steps: int) -> dict:
     started = time.time()
     code = f"import user_loop; user_loop.plain_main({address!r}, {str(project / 'digits')!r}, {steps})"
-    done = subprocess.run([sys.executable, "-c", code], cwd=project, env={**env, "PYTHONPATH": str(project)},
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project,
+        env={**env, "PYTHONPATH": str(project)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise SystemExit(f"the plain TorchTrainer failed ({done.returncode}):\n{done.stderr[-3000:]}")
     returned = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RETURNED "))[9:])
@@ -140,12 +170,18 @@ def main() -> int:
                 results["plain"].append(run_plain(project, address, env, args.steps))
                 results["ours"].append(run_ours(project, address, env, args.steps, n))
                 print(f"round {n + 1}: plain {results['plain'][-1]}, ours {results['ours'][-1]}", flush=True)
-    median = {side: {k: statistics.median(r[k] for r in rs) for k in ("first_step_s", "images_per_s")}
-              for side, rs in results.items()}
-    print(f"plain TorchTrainer: first step {median['plain']['first_step_s']:.1f} s, "
-          f"{median['plain']['images_per_s']:.1f} images/s")
-    print(f"sm-launch trainer.loop: first step {median['ours']['first_step_s']:.1f} s, "
-          f"{median['ours']['images_per_s']:.1f} images/s")
+    median = {
+        side: {k: statistics.median(r[k] for r in rs) for k in ("first_step_s", "images_per_s")}
+        for side, rs in results.items()
+    }
+    print(
+        f"plain TorchTrainer: first step {median['plain']['first_step_s']:.1f} s, "
+        f"{median['plain']['images_per_s']:.1f} images/s"
+    )
+    print(
+        f"sm-launch trainer.loop: first step {median['ours']['first_step_s']:.1f} s, "
+        f"{median['ours']['images_per_s']:.1f} images/s"
+    )
     throughput = median["ours"]["images_per_s"] / median["plain"]["images_per_s"]
     first = median["ours"]["first_step_s"] / median["plain"]["first_step_s"]
     print(f"RESULT user_loop throughput_ratio={throughput:.3f} first_step_ratio={first:.3f} goal=0.97")

@@ -6,12 +6,11 @@ import time
 
 
 def train_func(config):
+    import ray.train
+    import ray.train.torch
     import timm
     import torch
     import torch.nn.functional as F
-
-    import ray.train
-    import ray.train.torch
 
     model = ray.train.torch.prepare_model(timm.create_model("resnet10t", num_classes=10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

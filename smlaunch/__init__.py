@@ -6,8 +6,13 @@ API (`smlaunch.run`, `smlaunch.plan`; `smlaunch.api`) is loaded when first used.
 
 __version__ = "0.1.0"
 
-_API = {"run": "smlaunch.api", "plan": "smlaunch.api", "UserError": "smlaunch.errors",
-        "ConfigError": "smlaunch.errors", "DataError": "smlaunch.errors"}
+_API = {
+    "run": "smlaunch.api",
+    "plan": "smlaunch.api",
+    "UserError": "smlaunch.errors",
+    "ConfigError": "smlaunch.errors",
+    "DataError": "smlaunch.errors",
+}
 
 
 def __getattr__(name: str):

@@ -220,8 +220,16 @@ class Progress:
     """A progress display: a tqdm bar on a terminal, a plain line every `PLAIN_EVERY_S` otherwise,
     nothing with -q. `update(n)` advances it, `describe(text)` sets the text after the counts."""
 
-    def __init__(self, desc: str, total: float | None = None, unit: str = "it", initial: float = 0,
-                 unit_scale: bool = False, plain: bool | None = None, leave: bool = True):
+    def __init__(
+        self,
+        desc: str,
+        total: float | None = None,
+        unit: str = "it",
+        initial: float = 0,
+        unit_scale: bool = False,
+        plain: bool | None = None,
+        leave: bool = True,
+    ):
         """`leave=False`: the bar vanishes when done (a preparation step that may take a moment)."""
         self.desc, self.total, self.unit = desc, total, unit
         self.n = self.initial = initial
@@ -238,11 +246,22 @@ class Progress:
 
             # A terminal that reports no size (a bare pty) gets 100x40 instead of a hidden, empty bar.
             sized = shutil.get_terminal_size((0, 0)).columns > 0
-            self._bar = tqdm(total=total, desc=desc, unit=unit, initial=initial, unit_scale=unit_scale,
-                             dynamic_ncols=sized, ncols=None if sized else 100, nrows=None if sized else 40,
-                             smoothing=0.1, file=sys.stdout, leave=leave,
-                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}"
-                             if total else "{desc}: {n_fmt} {unit} [{elapsed}]{postfix}")
+            self._bar = tqdm(
+                total=total,
+                desc=desc,
+                unit=unit,
+                initial=initial,
+                unit_scale=unit_scale,
+                dynamic_ncols=sized,
+                ncols=None if sized else 100,
+                nrows=None if sized else 40,
+                smoothing=0.1,
+                file=sys.stdout,
+                leave=leave,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}"
+                if total
+                else "{desc}: {n_fmt} {unit} [{elapsed}]{postfix}",
+            )
             _bars.append(self._bar)
 
     def update(self, n: float = 1) -> None:
@@ -299,7 +318,7 @@ class Progress:
             _bars.remove(self._bar)
             self._bar = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

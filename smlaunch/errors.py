@@ -52,7 +52,9 @@ def user_error_in(exc: BaseException) -> str | None:
                 continue
             if isinstance(cls, type) and issubclass(cls, UserError):
                 return match.group(3).strip()
-        exc = getattr(exc, "controller_failure", None) or exc.__cause__ or exc.__context__  # Ray Train's ControllerError
+        exc = (
+            getattr(exc, "controller_failure", None) or exc.__cause__ or exc.__context__
+        )  # Ray Train's ControllerError
     return None
 
 

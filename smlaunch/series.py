@@ -54,32 +54,55 @@ class Buckets:
             self.items.append(self.new(record))
         if len(self.items) > self.capacity:
             items = self.items
-            self.items = [self.merge(items[i], items[i + 1]) if i + 1 < len(items) else items[i]
-                          for i in range(0, len(items), 2)]
+            self.items = [
+                self.merge(items[i], items[i + 1]) if i + 1 < len(items) else items[i] for i in range(0, len(items), 2)
+            ]
             self.width *= 2
 
 
 def step_bucket(record: dict) -> dict:
     values = {f: record[f] for f in FIELDS[:-1]}
     values["images"] = record["images_per_s"] * record["step_time_s"]
-    return {"first_step": record["step"], "step": record["step"], "first_t": record.get("t"), "t": record.get("t"),
-            "epoch": record["epoch"], "n": 1, "sum": values, "min": dict(values), "max": dict(values)}
+    return {
+        "first_step": record["step"],
+        "step": record["step"],
+        "first_t": record.get("t"),
+        "t": record.get("t"),
+        "epoch": record["epoch"],
+        "n": 1,
+        "sum": values,
+        "min": dict(values),
+        "max": dict(values),
+    }
 
 
 def merge_steps(a: dict, b: dict) -> dict:
-    return {"first_step": a["first_step"], "step": b["step"], "first_t": a["first_t"], "t": b["t"], "epoch": b["epoch"],
-            "n": a["n"] + b["n"], "sum": {f: a["sum"][f] + b["sum"][f] for f in FIELDS},
-            "min": {f: min(a["min"][f], b["min"][f]) for f in FIELDS},
-            "max": {f: max(a["max"][f], b["max"][f]) for f in FIELDS}}
+    return {
+        "first_step": a["first_step"],
+        "step": b["step"],
+        "first_t": a["first_t"],
+        "t": b["t"],
+        "epoch": b["epoch"],
+        "n": a["n"] + b["n"],
+        "sum": {f: a["sum"][f] + b["sum"][f] for f in FIELDS},
+        "min": {f: min(a["min"][f], b["min"][f]) for f in FIELDS},
+        "max": {f: max(a["max"][f], b["max"][f]) for f in FIELDS},
+    }
 
 
 def bucket_mean(bucket: dict) -> dict:
     """A step bucket as one step record (means; `step` and `t` of its last step), for plots and
     TensorBoard, which draw a bucket where they drew a step."""
     n = bucket["n"]
-    return {"step": bucket["step"], "t": bucket["t"], "epoch": bucket["epoch"], "loss": bucket["sum"]["loss"] / n,
-            "step_time_s": bucket["sum"]["step_time_s"] / n, "data_wait_s": bucket["sum"]["data_wait_s"] / n,
-            "images_per_s": bucket["sum"]["images_per_s"] / n}
+    return {
+        "step": bucket["step"],
+        "t": bucket["t"],
+        "epoch": bucket["epoch"],
+        "loss": bucket["sum"]["loss"] / n,
+        "step_time_s": bucket["sum"]["step_time_s"] / n,
+        "data_wait_s": bucket["sum"]["data_wait_s"] / n,
+        "images_per_s": bucket["sum"]["images_per_s"] / n,
+    }
 
 
 class StepLog:
@@ -108,9 +131,15 @@ class StepLog:
         return self.recent[-1] if self.recent else None
 
     def to_dict(self) -> dict:
-        return {"count": self.count, "width": self.buckets.width, "capacity": self.buckets.capacity,
-                "tail": self.recent.maxlen, "head": self.head, "buckets": self.buckets.items,
-                "epochs": [{"epoch": e, **t} for e, t in sorted(self.epochs.items())]}
+        return {
+            "count": self.count,
+            "width": self.buckets.width,
+            "capacity": self.buckets.capacity,
+            "tail": self.recent.maxlen,
+            "head": self.head,
+            "buckets": self.buckets.items,
+            "epochs": [{"epoch": e, **t} for e, t in sorted(self.epochs.items())],
+        }
 
     @classmethod
     def from_dict(cls, data: dict, recent: list[dict] = ()) -> StepLog:
@@ -161,7 +190,7 @@ def merge_samples(a: dict, b: dict) -> dict:
         if key == "n" or vb is None:
             continue
         if isinstance(va, list):
-            out[key] = [_mean2(x, na, y, nb) for x, y in zip(va, vb)]
+            out[key] = [_mean2(x, na, y, nb) for x, y in zip(va, vb, strict=False)]
         else:
             out[key] = round((va * na + vb * nb) / (na + nb), 3)
     return out

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 from smlaunch.errors import ConfigError, UserCodeError
 
@@ -67,8 +67,25 @@ def check(path: str, field: str, args: tuple = (), params: dict | None = None) -
 CODE_LIMIT_BYTES = 100 << 20
 """The most a code folder may ship (Ray's `working_dir` allows 500 MiB; a folder past 100 MiB is
 data, not code, and would be uploaded with every job)."""
-LEFT_OUT = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
-                      ".ipynb_checkpoints", ".tox", ".nox", "node_modules", "runs", ".venv", "venv", ".cache"})
+LEFT_OUT = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+        ".tox",
+        ".nox",
+        "node_modules",
+        "runs",
+        ".venv",
+        "venv",
+        ".cache",
+    }
+)
 """Folders never shipped: version control, caches, virtual environments, sm-launch's own run folders."""
 LEFT_OUT_SUFFIXES = (".pyc", ".pyo")
 
@@ -80,8 +97,9 @@ def user_functions(cfg) -> list[tuple[str, str]]:
     named += [("trainer.loop", cfg.trainer.loop)] if cfg.trainer.loop else []
     if cfg.task is not None:
         named += [("task.loss", cfg.task.loss)] + ([("task.evaluate", cfg.task.evaluate)] if cfg.task.evaluate else [])
-    named += [(f"pipeline.ops.{i}.function", op.function) for i, op in enumerate(cfg.pipeline.ops)
-              if op.op in ("user", "map")]
+    named += [
+        (f"pipeline.ops.{i}.function", op.function) for i, op in enumerate(cfg.pipeline.ops) if op.op in ("user", "map")
+    ]
     return [(field, path) for field, path in named if not path.startswith("smlaunch.")]  # sm-launch's own ship anyway
 
 
@@ -91,8 +109,11 @@ def _is_venv(path: str) -> bool:
 
 def data_folders(cfg) -> set[str]:
     """The config's local channel sources: data that travels as channels, never with the code."""
-    return {os.path.realpath(os.path.expanduser(ch.source)) for ch in cfg.channels.values()
-            if not ch.source.startswith(("s3://", "builtin:"))}
+    return {
+        os.path.realpath(os.path.expanduser(ch.source))
+        for ch in cfg.channels.values()
+        if not ch.source.startswith(("s3://", "builtin:"))
+    }
 
 
 def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: set[str] = frozenset()) -> list[tuple[str, str, int]]:
@@ -102,8 +123,13 @@ def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: set[str] = froz
     sm-launch run from a dataset's folder answers at once)."""
     files, total, sizes = [], 0, {}
     for directory, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in LEFT_OUT and not _is_venv(os.path.join(directory, d))
-                         and os.path.realpath(os.path.join(directory, d)) not in skip)
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in LEFT_OUT
+            and not _is_venv(os.path.join(directory, d))
+            and os.path.realpath(os.path.join(directory, d)) not in skip
+        )
         for name in sorted(names):
             if name.endswith(LEFT_OUT_SUFFIXES):
                 continue
@@ -118,10 +144,14 @@ def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: set[str] = froz
             top = rel.split(os.sep, 1)[0]
             sizes[top] = sizes.get(top, 0) + size
             if total > limit:
-                largest = ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for n, s in sorted(sizes.items(), key=lambda x: -x[1])[:3])
-                raise ConfigError(f"the code folder {folder} holds over {limit >> 20} MiB ({largest}, ...): your modules "
-                                  "ship with the job from the folder sm-launch runs in; run it from a folder of code "
-                                  "only (move the data out, or read it through a channel)")
+                largest = ", ".join(
+                    f"{n} ({s / 2**20:.1f} MiB)" for n, s in sorted(sizes.items(), key=lambda x: -x[1])[:3]
+                )
+                raise ConfigError(
+                    f"the code folder {folder} holds over {limit >> 20} MiB ({largest}, ...): your modules "
+                    "ship with the job from the folder sm-launch runs in; run it from a folder of code "
+                    "only (move the data out, or read it through a channel)"
+                )
     return files
 
 
@@ -133,8 +163,9 @@ def code_summary(cfg) -> str | None:
     folder = code_folder()
     files = code_files(folder, skip=data_folders(cfg))
     size = sum(size for _, _, size in files)
-    return (f"code: {folder} ({len(files)} files, {size / 2**20:.2f} MiB) ships with the job for "
-            + ", ".join(path for _, path in user_functions(cfg)))
+    return f"code: {folder} ({len(files)} files, {size / 2**20:.2f} MiB) ships with the job for " + ", ".join(
+        path for _, path in user_functions(cfg)
+    )
 
 
 _TEXT_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -182,7 +213,7 @@ def place_in_user_code(exc: BaseException, named: dict[str, str]) -> tuple[str |
             continue
         folder = next((f for f in folders if file.startswith(f)), None)
         if folder is not None:
-            users.append((file[len(folder):], line, name))
+            users.append((file[len(folder) :], line, name))
     if not users:
         return None
     entry, deepest = users[0], users[-1]
@@ -205,5 +236,6 @@ def failed_on_data_host(exc: Exception, what: str, path: str, host: str | None) 
     task's error would otherwise reach the ranks as Ray's nested traceback, and every restart of
     the worker group would meet it again)."""
     place = place_in_user_code(exc, {what: path})
-    return UserCodeError(f"{what} failed on {host or 'a data host'}" + (f", at {place[1]}" if place else "")
-                         + f": {error_text(exc)}")
+    return UserCodeError(
+        f"{what} failed on {host or 'a data host'}" + (f", at {place[1]}" if place else "") + f": {error_text(exc)}"
+    )

@@ -38,20 +38,36 @@ DATA_HOSTS = ("algo-2", "algo-3")
 @pytest.fixture(scope="session")
 def data_cluster():
     # The nodes' workers inherit this environment: throwaway keys for the local S3 server.
-    extra = {**{k: v for k, v in LocalS3.environment().items() if v}, "RAY_USAGE_STATS_ENABLED": "0",
-             "RAY_AUTH_MODE": "disabled"}
+    extra = {
+        **{k: v for k, v in LocalS3.environment().items() if v},
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+    }
     with environment(**extra):
         import ray
         from ray.cluster_utils import Cluster
 
         from smlaunch.cluster.node import worker_pool_env
 
-        cluster = Cluster(initialize_head=True, connect=False, head_node_args=dict(
-            num_cpus=1, labels={"ray-subcluster": "train", "sm-host": "algo-1"}, include_dashboard=False,
-            object_store_memory=100 * 2**20, env_vars=worker_pool_env(1)))
+        cluster = Cluster(
+            initialize_head=True,
+            connect=False,
+            head_node_args=dict(
+                num_cpus=1,
+                labels={"ray-subcluster": "train", "sm-host": "algo-1"},
+                include_dashboard=False,
+                object_store_memory=100 * 2**20,
+                env_vars=worker_pool_env(1),
+            ),
+        )
         for host in DATA_HOSTS:
-            cluster.add_node(num_cpus=1, labels={"ray-subcluster": "data", "sm-host": host},
-                             object_store_memory=100 * 2**20, include_log_monitor=False, env_vars=worker_pool_env(1))
+            cluster.add_node(
+                num_cpus=1,
+                labels={"ray-subcluster": "data", "sm-host": host},
+                object_store_memory=100 * 2**20,
+                include_log_monitor=False,
+                env_vars=worker_pool_env(1),
+            )
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace="smlaunch-test")
         ray.data.DataContext.get_current().enable_progress_bars = False

@@ -18,7 +18,10 @@ def test_make_bench_runs_every_script():
 
 
 def test_no_code_outside_tests_imports_from_tests():
-    pattern = re.compile(r"^\s*(from|import)\s+(tests\b|support\b|sagemaker_job|constructed_runs|terminal\b|conftest)|"
-                         r"sys\.path\.insert\(.*tests", re.M)
+    pattern = re.compile(
+        r"^\s*(from|import)\s+(tests\b|support\b|sagemaker_job|constructed_runs|terminal\b|conftest)|"
+        r"sys\.path\.insert\(.*tests",
+        re.M,
+    )
     outside = [*(ROOT / "bench").glob("*.py"), *(ROOT / "smlaunch").rglob("*.py")]
     assert [str(p.relative_to(ROOT)) for p in outside if pattern.search(p.read_text())] == []

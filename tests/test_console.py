@@ -20,8 +20,16 @@ def default_console():
 
 
 def _record(step, epoch=1, loss=1.0):
-    return {"kind": "step", "step": step, "epoch": epoch, "loss": loss, "step_time_s": 0.1, "data_wait_s": 0.02,
-            "images_per_s": 320.0, "t": 0.0}
+    return {
+        "kind": "step",
+        "step": step,
+        "epoch": epoch,
+        "loss": loss,
+        "step_time_s": 0.1,
+        "data_wait_s": 0.02,
+        "images_per_s": 320.0,
+        "t": 0.0,
+    }
 
 
 def test_levels_go_where_a_person_and_cloudwatch_expect(capsys):
@@ -89,6 +97,7 @@ class _Board:
             def remote():
                 out, board.events = board.events, []
                 return out
+
         return _Remote
 
 
@@ -99,18 +108,23 @@ def test_train_progress_prints_metric_lines_every_log_every_and_validation(monke
     events = [_record(n) for n in range(1, 7)] + [
         {"kind": "validation", "step": 6, "epoch": 1, "accuracy": 0.5, "loss": 1.25},
         {"kind": "resumed", "step": 4, "text": "resumed from the last checkpoint of this run at step 4"},
-        _record(5), _record(6), {"kind": "warning", "text": "channel 'train': skipped a corrupt record"}]
+        _record(5),
+        _record(6),
+        {"kind": "warning", "text": "channel 'train': skipped a corrupt record"},
+    ]
     with TrainProgress(_Board(events), total_steps=6, initial_step=0, log_every=3) as progress:
         pass
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if not line.startswith("train:")]
-    assert lines == ["step=1 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
-                     "step=3 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
-                     "step=6 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
-                     "validation step=6 epoch=1 accuracy=0.5000 loss=1.2500",
-                     "resumed from the last checkpoint of this run at step 4",
-                     "step=6 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
-                     "WARNING: channel 'train': skipped a corrupt record"]
+    assert lines == [
+        "step=1 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
+        "step=3 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
+        "step=6 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
+        "validation step=6 epoch=1 accuracy=0.5000 loss=1.2500",
+        "resumed from the last checkpoint of this run at step 4",
+        "step=6 loss=1.0000 images_per_sec=320.0 data_wait_pct=20.0",
+        "WARNING: channel 'train': skipped a corrupt record",
+    ]
     assert progress.bar.n == 6
 
 
@@ -120,8 +134,10 @@ def test_raylet_messages_go_to_the_log_not_stdout(capsys, caplog, monkeypatch):
     monkeypatch.setattr(ray_worker, "print_to_stdstream", ray_worker.print_to_stdstream)  # restored afterwards
     console.quiet_ray()
     with caplog.at_level(logging.INFO, logger="ray.raylet_messages"):
-        ray_worker.print_to_stdstream({"lines": ["WARNING: 4 PYTHON worker processes have been started"],
-                                       "pid": "raylet", "is_err": False}, ignore_prefix=False)
+        ray_worker.print_to_stdstream(
+            {"lines": ["WARNING: 4 PYTHON worker processes have been started"], "pid": "raylet", "is_err": False},
+            ignore_prefix=False,
+        )
     assert capsys.readouterr().out == ""
     assert any(re.search(r"\(raylet\) WARNING: 4 PYTHON worker", r.getMessage()) for r in caplog.records)
 
@@ -134,11 +150,15 @@ def test_console_lines_outlive_the_pipes_reader_and_the_log_file_keeps_them_all(
     import subprocess
     import sys
 
-    child = subprocess.Popen([sys.executable, "-c", f"""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import logging, sys, time
 from smlaunch import console
 console.setup()
-console.log_to_file({str(tmp_path / 'run.log')!r})
+console.log_to_file({str(tmp_path / "run.log")!r})
 log = logging.getLogger("smlaunch")
 log.info("first")
 sys.stdin.readline()  # the parent closed the pipes' read ends
@@ -146,7 +166,13 @@ for i in range(200):
     log.info(f"after the reader went {{i}}")
     log.error(f"an error line {{i}}")
 print("a print too", flush=True)
-"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+""",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout.readline().strip().endswith("first")
     child.stdout.close()
     child.stderr.close()

@@ -17,15 +17,26 @@ def _records(n: int, seed: int = 0, steps_per_epoch: int = 997) -> list[dict]:
     for step in range(1, n + 1):
         step_s = rng.uniform(0.05, 0.5)
         t += step_s
-        out.append({"step": step, "t": round(t, 3), "epoch": 1 + (step - 1) // steps_per_epoch,
-                    "loss": rng.uniform(0, 3), "step_time_s": step_s, "data_wait_s": rng.uniform(0, step_s),
-                    "images_per_s": rng.uniform(100, 2000)})
+        out.append(
+            {
+                "step": step,
+                "t": round(t, 3),
+                "epoch": 1 + (step - 1) // steps_per_epoch,
+                "loss": rng.uniform(0, 3),
+                "step_time_s": step_s,
+                "data_wait_s": rng.uniform(0, step_s),
+                "images_per_s": rng.uniform(100, 2000),
+            }
+        )
     return out
 
 
 def test_buckets_stay_under_capacity_and_cover_every_record_once():
-    buckets = Buckets(16, new=lambda r: {"n": 1, "lo": r, "hi": r}, merge=lambda a, b: {"n": a["n"] + b["n"],
-                                                                                         "lo": a["lo"], "hi": b["hi"]})
+    buckets = Buckets(
+        16,
+        new=lambda r: {"n": 1, "lo": r, "hi": r},
+        merge=lambda a, b: {"n": a["n"] + b["n"], "lo": a["lo"], "hi": b["hi"]},
+    )
     for i in range(100_000):
         buckets.add(i)
         assert len(buckets.items) <= 16
@@ -89,15 +100,22 @@ def test_a_short_run_keeps_every_step_as_its_own_bucket():
 
 def test_merged_host_samples_are_the_weighted_means_of_what_they_stand_for():
     rng = random.Random(2)
-    samples = [{"t": float(i), "cpu_pct": rng.uniform(0, 100), "mem_pct": rng.uniform(0, 100),
-                "gpu_pct": [rng.uniform(0, 100), None if i % 3 == 0 else rng.uniform(0, 100)]} for i in range(1000)]
+    samples = [
+        {
+            "t": float(i),
+            "cpu_pct": rng.uniform(0, 100),
+            "mem_pct": rng.uniform(0, 100),
+            "gpu_pct": [rng.uniform(0, 100), None if i % 3 == 0 else rng.uniform(0, 100)],
+        }
+        for i in range(1000)
+    ]
     buckets = Buckets(10, new=lambda x: {"n": 1, **x}, merge=merge_samples)
     for x in samples:
         buckets.add(x)
     assert len(buckets.items) <= 10 and sum(b["n"] for b in buckets.items) == 1000
     start = 0
     for b in buckets.items:
-        inside = samples[start:start + b["n"]]
+        inside = samples[start : start + b["n"]]
         start += b["n"]
         for key in ("t", "cpu_pct", "mem_pct"):
             assert b[key] == pytest.approx(sum(x[key] for x in inside) / len(inside), abs=0.01)

@@ -30,8 +30,11 @@ def node_ids(hosts: list[str]) -> dict[str, str]:
     from smlaunch.pipelines.sources.host_loss import host_label
 
     label = host_label()
-    return {n["Labels"][label]: n["NodeID"] for n in ray.nodes()
-            if n.get("Alive") and n.get("Labels", {}).get(label) in hosts}
+    return {
+        n["Labels"][label]: n["NodeID"]
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Labels", {}).get(label) in hosts
+    }
 
 
 def drain_hosts(hosts: list[str], deadline_s: float, why: str) -> list[str]:

@@ -18,9 +18,13 @@ def detect_local_environment() -> LocalEnvironment:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     from smlaunch.launcher.job.supervisor import read_pid1
 
-    return LocalEnvironment(cpus=cpus, gpus=count_gpus(), started=time.strftime("%Y%m%d-%H%M%S"),
-                            memory_bytes=_memory_bytes(),
-                            pid1=None if os.environ.get(SIMULATED_HOST_ENV) else read_pid1())
+    return LocalEnvironment(
+        cpus=cpus,
+        gpus=count_gpus(),
+        started=time.strftime("%Y%m%d-%H%M%S"),
+        memory_bytes=_memory_bytes(),
+        pid1=None if os.environ.get(SIMULATED_HOST_ENV) else read_pid1(),
+    )
 
 
 def _memory_bytes() -> int:

@@ -16,9 +16,16 @@ from smlaunch.cluster.plan import LaunchPlan
 SUBDIRS = ("input/config", "input/data", "model", "output/data", "checkpoints", "code")
 
 
-def write_host_tree(opt_ml: str | Path, current_host: str, groups: list[dict], channels: dict[str, str],
-                    interface: str = "lo", hyperparameters: dict | None = None,
-                    distributions: dict[str, str] | None = None, wrappers: dict[str, str] | None = None) -> Path:
+def write_host_tree(
+    opt_ml: str | Path,
+    current_host: str,
+    groups: list[dict],
+    channels: dict[str, str],
+    interface: str = "lo",
+    hyperparameters: dict | None = None,
+    distributions: dict[str, str] | None = None,
+    wrappers: dict[str, str] | None = None,
+) -> Path:
     """One host's tree. `groups` are resourceconfig `instance_groups` entries (hosts as listed,
     unsorted if you like); `channels` maps the channels this host receives to their input mode,
     `distributions` to their S3DistributionType (default FullyReplicated), `wrappers` to their
@@ -28,17 +35,28 @@ def write_host_tree(opt_ml: str | Path, current_host: str, groups: list[dict], c
         (root / sub).mkdir(parents=True, exist_ok=True)
     mine = next(g for g in groups if current_host in g["hosts"])
     hosts = sorted(h for g in groups for h in g["hosts"])  # SageMaker sorts `hosts` as strings
-    resource = {"current_host": current_host, "current_instance_type": mine["instance_type"],
-                "current_group_name": mine["instance_group_name"], "hosts": hosts,
-                "instance_groups": groups, "network_interface_name": interface}
-    inputs = {name: {"TrainingInputMode": mode,
-                     "S3DistributionType": (distributions or {}).get(name, "FullyReplicated"),
-                     "RecordWrapperType": (wrappers or {}).get(name, "None")} for name, mode in channels.items()}
+    resource = {
+        "current_host": current_host,
+        "current_instance_type": mine["instance_type"],
+        "current_group_name": mine["instance_group_name"],
+        "hosts": hosts,
+        "instance_groups": groups,
+        "network_interface_name": interface,
+    }
+    inputs = {
+        name: {
+            "TrainingInputMode": mode,
+            "S3DistributionType": (distributions or {}).get(name, "FullyReplicated"),
+            "RecordWrapperType": (wrappers or {}).get(name, "None"),
+        }
+        for name, mode in channels.items()
+    }
     config = root / "input" / "config"
     (config / "resourceconfig.json").write_text(json.dumps(resource, indent=2))
     (config / "inputdataconfig.json").write_text(json.dumps(inputs, indent=2))
-    (config / "hyperparameters.json").write_text(json.dumps(
-        {k: json.dumps(v) for k, v in (hyperparameters or {}).items()}))
+    (config / "hyperparameters.json").write_text(
+        json.dumps({k: json.dumps(v) for k, v in (hyperparameters or {}).items()})
+    )
     return root
 
 
@@ -59,11 +77,17 @@ def create_host_trees(plan: LaunchPlan) -> None:
     """The trees of a local run's simulated hosts."""
     groups: dict[str, dict] = {}
     for host in plan.hosts:
-        group = groups.setdefault(host.group, {"instance_group_name": host.group,
-                                               "instance_type": host.instance_type, "hosts": []})
+        group = groups.setdefault(
+            host.group, {"instance_group_name": host.group, "instance_type": host.instance_type, "hosts": []}
+        )
         group["hosts"].append(host.name)
     for host in plan.hosts:
         channels = {c.name: c.input_mode for c in plan.channels if host.name in c.hosts}
-        write_host_tree(host.opt_ml, host.name, list(groups.values()), channels,
-                        distributions={c.name: c.distribution for c in plan.channels},
-                        wrappers={c.name: "RecordIO" for c in plan.channels if c.attribute_names})
+        write_host_tree(
+            host.opt_ml,
+            host.name,
+            list(groups.values()),
+            channels,
+            distributions={c.name: c.distribution for c in plan.channels},
+            wrappers={c.name: "RecordIO" for c in plan.channels if c.attribute_names},
+        )

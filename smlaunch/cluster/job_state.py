@@ -59,8 +59,10 @@ class JobState:
             raise StoreUnavailable(f"GCS at {self.address} did not answer within {timeout_s:.0f} s") from None
         except Exception as exc:  # RpcError and friends: the GCS is gone or refuses us
             if type(exc).__name__ == "AuthenticationError":
-                raise UserError(f"the Ray head at {self.address} refused this host's token: every host of the "
-                                "job needs the same SMLAUNCH_RAY_TOKEN") from None
+                raise UserError(
+                    f"the Ray head at {self.address} refused this host's token: every host of the "
+                    "job needs the same SMLAUNCH_RAY_TOKEN"
+                ) from None
             raise StoreUnavailable(f"GCS at {self.address}: {exc}") from None
 
     def put(self, key: bytes, value: bytes, timeout_s: float = CALL_TIMEOUT_S) -> None:
@@ -74,9 +76,14 @@ class JobState:
 
     def alive_nodes(self, timeout_s: float = CALL_TIMEOUT_S) -> list[dict]:
         """Alive nodes as {labels, resources}; state 0 is ALIVE in Ray's GcsNodeInfo."""
+
         def read(c):
-            return [{"labels": dict(n.labels), "resources": dict(n.resources_total)}
-                    for n in c.get_all_node_info(timeout=timeout_s).values() if n.state == 0]
+            return [
+                {"labels": dict(n.labels), "resources": dict(n.resources_total)}
+                for n in c.get_all_node_info(timeout=timeout_s).values()
+                if n.state == 0
+            ]
+
         return self._call(read, timeout_s + 1)
 
     def close(self) -> None:
@@ -92,7 +99,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="smlaunch-heartbeat", daemon=True)
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         self._thread.start()
         return self
 

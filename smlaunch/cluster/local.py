@@ -33,17 +33,23 @@ class LocalCluster:
         self.session_dir: str | None = None
         self._saved_env: dict[str, str | None] = {}
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         from smlaunch.user_code import code_folder
 
         # Before importing ray: it reads the auth mode when it loads.
-        self._set_env({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
-                       "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": None,
-                       # Ray Train copies a worker's print() into its logger too: each line twice.
-                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-                       # The user's modules (model factory, task, map ops) are imported from the folder
-                       # sm-launch runs in, by every simulated host's workers too (`smlaunch.user_code`).
-                       "SM_LAUNCH_CODE_DIR": code_folder()})
+        self._set_env(
+            {
+                "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN": secrets.token_hex(32),
+                "RAY_ADDRESS": None,
+                # Ray Train copies a worker's print() into its logger too: each line twice.
+                "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+                # The user's modules (model factory, task, map ops) are imported from the folder
+                # sm-launch runs in, by every simulated host's workers too (`smlaunch.user_code`).
+                "SM_LAUNCH_CODE_DIR": code_folder(),
+            }
+        )
         from smlaunch.cluster.ray_auth import reload_ray_auth
 
         reload_ray_auth()
@@ -55,16 +61,20 @@ class LocalCluster:
         console.quiet_ray()
         try:
             head = self.plan.head_host
-            self.cluster = Cluster(initialize_head=True, connect=False, shutdown_at_exit=True,
-                                   head_node_args=self._node_args(head))
+            self.cluster = Cluster(
+                initialize_head=True, connect=False, shutdown_at_exit=True, head_node_args=self._node_args(head)
+            )
             for host in self.plan.hosts:
                 if host.name != head.name:
                     # All simulated nodes share one session log directory: one log monitor
                     # (the head's) forwards every worker's output, once.
                     self.cluster.add_node(wait=False, include_log_monitor=False, **self._node_args(host))
             self.cluster.wait_for_nodes(timeout=NODE_WAIT_S)
-            context = ray.init(address=self.cluster.address, **console.ray_init_options(),
-                               runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+            context = ray.init(
+                address=self.cluster.address,
+                **console.ray_init_options(),
+                runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"},
+            )
             self.session_dir = context.address_info.get("session_dir")
         except BaseException:
             self.__exit__(None, None, None)
@@ -75,9 +85,14 @@ class LocalCluster:
     def _node_args(self, host) -> dict:
         from smlaunch.cluster.node import worker_pool_env
 
-        return {"num_cpus": host.num_cpus, "num_gpus": host.num_gpus, "labels": dict(host.labels),
-                "include_dashboard": False, "env_vars": worker_pool_env(host.num_cpus),
-                "object_store_memory": host.object_store_bytes or LOCAL_OBJECT_STORE_MIN}
+        return {
+            "num_cpus": host.num_cpus,
+            "num_gpus": host.num_gpus,
+            "labels": dict(host.labels),
+            "include_dashboard": False,
+            "env_vars": worker_pool_env(host.num_cpus),
+            "object_store_memory": host.object_store_bytes or LOCAL_OBJECT_STORE_MIN,
+        }
 
     def __exit__(self, *exc) -> None:
         import ray

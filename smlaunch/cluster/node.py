@@ -29,19 +29,25 @@ def die_with_parent() -> None:
         pass
 
 
-def start_args(host, *, head_address: str | None, node_ip: str, port: int, temp_dir: str,
-               object_store_bytes: int | None = None) -> list[str]:
+def start_args(
+    host, *, head_address: str | None, node_ip: str, port: int, temp_dir: str, object_store_bytes: int | None = None
+) -> list[str]:
     """`ray start` arguments for `host` (a HostPlan): head when `head_address` is None.
 
     Each node gets its own temp dir (sockets, logs, spill files), as a real host has its own
     /tmp: in a shared one Ray numbers socket files with a check-then-create race, and two
     simulated hosts starting at once bind the same plasma socket ("Address already in use").
     """
-    args = ["start", f"--node-ip-address={node_ip}", f"--num-cpus={host.num_cpus}",
-            f"--temp-dir={temp_dir}",
-            f"--num-gpus={host.num_gpus}",
-            "--labels=" + ",".join(f"{k}={v}" for k, v in host.labels.items()),
-            "--disable-usage-stats", "--block"]
+    args = [
+        "start",
+        f"--node-ip-address={node_ip}",
+        f"--num-cpus={host.num_cpus}",
+        f"--temp-dir={temp_dir}",
+        f"--num-gpus={host.num_gpus}",
+        "--labels=" + ",".join(f"{k}={v}" for k, v in host.labels.items()),
+        "--disable-usage-stats",
+        "--block",
+    ]
     if head_address is None:
         args += ["--head", f"--port={port}", "--include-dashboard=false", "--dashboard-host=127.0.0.1"]
     else:
@@ -69,9 +75,14 @@ def worker_pool_env(num_cpus: int) -> dict[str, str]:
 def keep_ray_logs(session_logs: Path, target: Path, max_file_bytes: int = 50 * 2**20) -> Path | None:
     """Copy a Ray session's `logs/` to `target` (files over `max_file_bytes` left out), so they
     outlive the node's temp dir; None when there was nothing to copy."""
+
     def too_big(directory, names):
-        return [n for n in names if (Path(directory) / n).is_file()
-                and (Path(directory) / n).stat().st_size > max_file_bytes]
+        return [
+            n
+            for n in names
+            if (Path(directory) / n).is_file() and (Path(directory) / n).stat().st_size > max_file_bytes
+        ]
+
     if not session_logs.is_dir():
         return None
     try:
@@ -91,12 +102,18 @@ class RayNode:
         self.env = env
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> "RayNode":
+    def start(self) -> RayNode:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", RAY_CLI, *self.args], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True, preexec_fn=die_with_parent)
+                [sys.executable, "-c", RAY_CLI, *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         return self
 
     def exit_code(self) -> int | None:

@@ -13,8 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smlaunch.cluster.topology import (GroupShape, WorkerPlan, as_cpu_stand_ins, choose_train_group,
-                                       place_workers, receiving_groups)
+from smlaunch.cluster.topology import (
+    GroupShape,
+    WorkerPlan,
+    as_cpu_stand_ins,
+    choose_train_group,
+    place_workers,
+    receiving_groups,
+)
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
 from smlaunch.text import plural
@@ -137,14 +143,24 @@ def channel_plan(name: str, ch, hosts: tuple[str, ...], block_rows: int = 256) -
     from smlaunch.config.channel_rules import resolved_fields
 
     fields = resolved_fields(ch.record_format, ch.fields)
-    return ChannelPlan(name=name, input_mode=ch.input_mode, record_format=ch.record_format, source=ch.source,
-                       hosts=hosts, distribution=ch.s3_distribution, max_corrupted_records=ch.max_corrupted_records,
-                       attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None,
-                       block_rows=block_rows, fields=(fields["image"], fields["label"], fields["id"]),
-                       more=tuple((k, v) for k, v in fields.items() if k not in ("image", "label", "id")),
-                       id_required=bool(ch.fields and ch.fields.get("id")), s3_data_type=ch.s3_data_type,
-                       file_system=ch.file_system.type if ch.file_system else None,
-                       shuffle=shuffled(name, ch), open_units=ch.shuffle.open_units if shuffled(name, ch) else 1)
+    return ChannelPlan(
+        name=name,
+        input_mode=ch.input_mode,
+        record_format=ch.record_format,
+        source=ch.source,
+        hosts=hosts,
+        distribution=ch.s3_distribution,
+        max_corrupted_records=ch.max_corrupted_records,
+        attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None,
+        block_rows=block_rows,
+        fields=(fields["image"], fields["label"], fields["id"]),
+        more=tuple((k, v) for k, v in fields.items() if k not in ("image", "label", "id")),
+        id_required=bool(ch.fields and ch.fields.get("id")),
+        s3_data_type=ch.s3_data_type,
+        file_system=ch.file_system.type if ch.file_system else None,
+        shuffle=shuffled(name, ch),
+        open_units=ch.shuffle.open_units if shuffled(name, ch) else 1,
+    )
 
 
 def shuffled(name: str, ch) -> bool:
@@ -211,8 +227,11 @@ class LaunchPlan:
         """The chain's task pool: the preprocessing hosts' CPUs, with an elastic group counted at its
         largest (Ray Data's budget, which follows the nodes present, keeps it to what has joined)."""
         on = "data" if self.data_selector else "train"
-        fixed = sum(h.num_cpus for h in self.hosts if h.subcluster == on
-                    and not (self.elastic and h.group == self.elastic.group))
+        fixed = sum(
+            h.num_cpus
+            for h in self.hosts
+            if h.subcluster == on and not (self.elastic and h.group == self.elastic.group)
+        )
         grown = int(self.elastic.max_hosts * self.elastic.cpus_per_host) if self.elastic else 0
         return max(1, fixed + grown)
 
@@ -238,8 +257,13 @@ def training_numbers(cfg: LaunchConfig, workers: tuple[WorkerPlan, ...]) -> dict
     """`train_workers`, `use_gpu`, `global_batch` and `learning_rate` of a plan with `workers`."""
     t = cfg.trainer
     lr = t.learning_rate * (len(workers) if t.lr_scaling == "linear" else 1)
-    return {"workers": workers, "train_workers": len(workers), "use_gpu": any(w.on_gpu for w in workers),
-            "global_batch": t.batch_size * t.grad_accum_steps * len(workers), "learning_rate": lr}
+    return {
+        "workers": workers,
+        "train_workers": len(workers),
+        "use_gpu": any(w.on_gpu for w in workers),
+        "global_batch": t.batch_size * t.grad_accum_steps * len(workers),
+        "learning_rate": lr,
+    }
 
 
 UNSAFE_STOP_CHECKPOINT_S = 300.0
@@ -266,12 +290,17 @@ def stop_protection(trainer, pid1) -> tuple[float, str | None]:
     if pid1.stop_is_clean:
         return configured or 0.0, f"stop: {pid1.what_a_stop_does()}"
     every = UNSAFE_STOP_CHECKPOINT_S if configured is None else configured
-    cadence = (f"checkpointing every {every:g} s instead (trainer.checkpoint_every_s"
-               f"{'' if configured is not None else ' default under this PID 1'})" if every else
-               "trainer.checkpoint_every_s is 0, so a stop loses everything since the last checkpoint")
-    return every, (f"stop: {pid1.what_a_stop_does()}; {cadence}. For a checkpoint at the stop itself use "
-                   "sagemaker.entry: container, or smlaunch-init as the image's PID 1 (README, \"Stops under "
-                   "the toolkit\")")
+    cadence = (
+        f"checkpointing every {every:g} s instead (trainer.checkpoint_every_s"
+        f"{'' if configured is not None else ' default under this PID 1'})"
+        if every
+        else "trainer.checkpoint_every_s is 0, so a stop loses everything since the last checkpoint"
+    )
+    return every, (
+        f"stop: {pid1.what_a_stop_does()}; {cadence}. For a checkpoint at the stop itself use "
+        "sagemaker.entry: container, or smlaunch-init as the image's PID 1 (README, \"Stops under "
+        'the toolkit")'
+    )
 
 
 def config_train_group(cfg: LaunchConfig) -> tuple[str, str]:
@@ -279,8 +308,9 @@ def config_train_group(cfg: LaunchConfig) -> tuple[str, str]:
     their instance types' GPUs. The local plan, a running cluster's match, KubeRay's manifest and
     `submit`'s request all ask here; a SageMaker host asks the same function with the job's group
     names and what its instance types hold (`cluster.sagemaker.plan`)."""
-    return choose_train_group([GroupShape(g.name, g.instance_type, g.spec.gpus) for g in cfg.cluster.instance_groups],
-                              cfg.cluster.train_group)
+    return choose_train_group(
+        [GroupShape(g.name, g.instance_type, g.spec.gpus) for g in cfg.cluster.instance_groups], cfg.cluster.train_group
+    )
 
 
 def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
@@ -292,11 +322,15 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     groups = cfg.cluster.instance_groups
     train_group, _ = config_train_group(cfg)
     if cfg.run.dir.startswith("s3://"):
-        raise ConfigError(f"run.dir: {cfg.run.dir}: the local simulation keeps its hosts' trees in the run directory; "
-                          "give a path (an s3:// run.dir is for a running Ray cluster: run --address, kuberay)")
+        raise ConfigError(
+            f"run.dir: {cfg.run.dir}: the local simulation keeps its hosts' trees in the run directory; "
+            "give a path (an s3:// run.dir is for a running Ray cluster: run --address, kuberay)"
+        )
     if (cfg.trainer.checkpoint_dir or "").startswith("s3://"):
-        raise ConfigError(f"trainer.checkpoint_dir: {cfg.trainer.checkpoint_dir}: a local run checkpoints to a path; "
-                          "s3:// is for a running Ray cluster (run --address, kuberay)")
+        raise ConfigError(
+            f"trainer.checkpoint_dir: {cfg.trainer.checkpoint_dir}: a local run checkpoints to a path; "
+            "s3:// is for a running Ray cluster (run --address, kuberay)"
+        )
     run_dir = Path(cfg.run.dir) / (cfg.run.name or f"{cfg.job}-{env.started}")
     notes: list[str] = []
     total_vcpus = sum(g.spec.vcpus * g.instance_count for g in groups)
@@ -317,14 +351,21 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
             subcluster = "train" if group.name == train_group else "data"
             mine = [w for w in workers if w.host == name]
             stand_ins = sum(not w.on_gpu for w in mine)
-            hosts.append(HostPlan(
-                name=name, group=group.name, instance_type=group.instance_type,
-                role="head" if name == train_hosts[0] else "worker", subcluster=subcluster,
-                num_cpus=max(1, round(group.spec.vcpus * scale), stand_ins),
-                num_gpus=sum(w.on_gpu for w in mine),
-                opt_ml=str(run_dir / "hosts" / name / "opt" / "ml"),
-                labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name},
-                object_store_bytes=store, vcpus=group.spec.vcpus))
+            hosts.append(
+                HostPlan(
+                    name=name,
+                    group=group.name,
+                    instance_type=group.instance_type,
+                    role="head" if name == train_hosts[0] else "worker",
+                    subcluster=subcluster,
+                    num_cpus=max(1, round(group.spec.vcpus * scale), stand_ins),
+                    num_gpus=sum(w.on_gpu for w in mine),
+                    opt_ml=str(run_dir / "hosts" / name / "opt" / "ml"),
+                    labels={SUBCLUSTER: subcluster, HOST_LABEL: name, GROUP_LABEL: group.name},
+                    object_store_bytes=store,
+                    vcpus=group.spec.vcpus,
+                )
+            )
     notes.insert(0, f"CPUs scaled by {scale:.3f}: {env.cpus} on this machine for {total_vcpus} vCPUs in the config")
     data_hosts = [h.name for h in hosts if h.subcluster == "data"]
     if not data_hosts:
@@ -332,19 +373,31 @@ def build_plan(cfg: LaunchConfig, env: LocalEnvironment) -> LaunchPlan:
     from smlaunch.cluster.autoscale.rules import fixed_groups_note
 
     notes += filter(None, [fixed_groups_note(cfg, "the local simulation")])
-    routes = receiving_groups({name: ch.instance_groups for name, ch in cfg.channels.items()},
-                              [g.name for g in groups], train_group)
-    channels = tuple(channel_plan(name, ch, tuple(h.name for h in hosts if h.group in routes[name]),
-                                  cfg.pipeline.batch_size) for name, ch in cfg.channels.items())
+    routes = receiving_groups(
+        {name: ch.instance_groups for name, ch in cfg.channels.items()}, [g.name for g in groups], train_group
+    )
+    channels = tuple(
+        channel_plan(name, ch, tuple(h.name for h in hosts if h.group in routes[name]), cfg.pipeline.batch_size)
+        for name, ch in cfg.channels.items()
+    )
     return LaunchPlan(
-        job=cfg.job, run_dir=str(run_dir), hosts=tuple(hosts), head=train_hosts[0],
-        train_selector={SUBCLUSTER: "train"}, data_selector={SUBCLUSTER: "data"} if data_hosts else None,
-        channels=channels, notes=tuple(notes), join_timeout_s=cfg.cluster.join_timeout_s,
-        **training_numbers(cfg, workers), **stop_fields(cfg.trainer))
+        job=cfg.job,
+        run_dir=str(run_dir),
+        hosts=tuple(hosts),
+        head=train_hosts[0],
+        train_selector={SUBCLUSTER: "train"},
+        data_selector={SUBCLUSTER: "data"} if data_hosts else None,
+        channels=channels,
+        notes=tuple(notes),
+        join_timeout_s=cfg.cluster.join_timeout_s,
+        **training_numbers(cfg, workers),
+        **stop_fields(cfg.trainer),
+    )
 
 
-def _local_devices(workers: tuple[WorkerPlan, ...], env: LocalEnvironment,
-                   train_group: str) -> tuple[tuple[WorkerPlan, ...], list[str]]:
+def _local_devices(
+    workers: tuple[WorkerPlan, ...], env: LocalEnvironment, train_group: str
+) -> tuple[tuple[WorkerPlan, ...], list[str]]:
     """Real GPUs for the planned ones when this machine has enough, else CPU stand-ins for all: one
     DDP job cannot mix NCCL and gloo ranks."""
     planned = sum(w.gpu is not None for w in workers)
@@ -352,10 +405,15 @@ def _local_devices(workers: tuple[WorkerPlan, ...], env: LocalEnvironment,
         return workers, []
     if env.gpus >= planned:
         return workers, []
-    stand_ins = ("a CPU train worker (gloo) stands in for it" if planned == 1 else
-                 f"{planned} CPU train workers (gloo) stand in for them, each on the host that owns its GPU")
+    stand_ins = (
+        "a CPU train worker (gloo) stands in for it"
+        if planned == 1
+        else f"{planned} CPU train workers (gloo) stand in for them, each on the host that owns its GPU"
+    )
     notes = [f"{plural(planned, 'GPU')} planned in {train_group} but {env.gpus} on this machine: {stand_ins}"]
     if planned > env.cpus:
-        notes.append(f"{plural(planned, 'CPU stand-in')} share this machine's {plural(env.cpus, 'core')}: slow; "
-                     "trainer.max_workers caps them for a quick run")
+        notes.append(
+            f"{plural(planned, 'CPU stand-in')} share this machine's {plural(env.cpus, 'core')}: slow; "
+            "trainer.max_workers caps them for a quick run"
+        )
     return as_cpu_stand_ins(workers), notes

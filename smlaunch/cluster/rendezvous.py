@@ -15,8 +15,8 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from smlaunch.errors import UserError
 
@@ -54,8 +54,7 @@ def resolve_host(name: str, timeout_s: float, environ: Mapping[str, str] = os.en
         except (socket.gaierror, UnicodeError) as exc:
             last = exc
         if time.monotonic() >= deadline:
-            raise UserError(f"host {name} did not resolve within {timeout_s:.0f} s ({last}); "
-                            "is it part of this job?")
+            raise UserError(f"host {name} did not resolve within {timeout_s:.0f} s ({last}); is it part of this job?")
         time.sleep(RETRY_S)
 
 
@@ -66,13 +65,14 @@ def interface_address(interface: str) -> str:
             packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", interface[:15].encode()))
         except OSError:
             names = [n for _, n in socket.if_nameindex()]
-            raise UserError(f"network interface {interface!r} (resourceconfig.json network_interface_name) "
-                            f"has no IPv4 address; interfaces here: {', '.join(names)}") from None
+            raise UserError(
+                f"network interface {interface!r} (resourceconfig.json network_interface_name) "
+                f"has no IPv4 address; interfaces here: {', '.join(names)}"
+            ) from None
     return socket.inet_ntoa(packed[20:24])
 
 
-def wait_for_port(host: str, port: int, timeout_s: float, what: str,
-                  alive: Callable[[], bool] = lambda: True) -> None:
+def wait_for_port(host: str, port: int, timeout_s: float, what: str, alive: Callable[[], bool] = lambda: True) -> None:
     """Until something accepts TCP on host:port; UserError after `timeout_s` or once `alive()` is false."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -88,8 +88,9 @@ def wait_for_port(host: str, port: int, timeout_s: float, what: str,
         time.sleep(RETRY_S)
 
 
-def wait_for_hosts(joined: Callable[[], set[str]], expected: list[str], timeout_s: float,
-                   progress: Callable[[str], None] | None = None) -> float:
+def wait_for_hosts(
+    joined: Callable[[], set[str]], expected: list[str], timeout_s: float, progress: Callable[[str], None] | None = None
+) -> float:
     """Until every expected host has joined; returns the seconds it took, or UserError naming the missing."""
     progress = progress or logging.getLogger("smlaunch").info
     started = time.monotonic()
@@ -104,6 +105,9 @@ def wait_for_hosts(joined: Callable[[], set[str]], expected: list[str], timeout_
             reported = len(present)
             progress(f"{len(expected) - len(missing)}/{len(expected)} hosts joined; waiting for {', '.join(missing)}")
         if time.monotonic() >= deadline:
-            raise UserError(f"{'host' if len(missing) == 1 else 'hosts'} {', '.join(missing)} did not join the Ray cluster within {timeout_s:.0f} s "
-                            f"(joined: {', '.join(sorted(present)) or 'none'}); check their logs")
+            raise UserError(
+                f"{'host' if len(missing) == 1 else 'hosts'} {', '.join(missing)} did not join the Ray cluster "
+                f"within {timeout_s:.0f} s "
+                f"(joined: {', '.join(sorted(present)) or 'none'}); check their logs"
+            )
         time.sleep(RETRY_S)

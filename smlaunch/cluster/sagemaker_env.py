@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from smlaunch.errors import ConfigError
 
@@ -65,8 +65,7 @@ def base_dir(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def is_sagemaker_host(environ: Mapping[str, str] = os.environ) -> bool:
-    return (base_dir(environ) / "input" / "config" / "resourceconfig.json").is_file() or \
-        "SM_RESOURCE_CONFIG" in environ
+    return (base_dir(environ) / "input" / "config" / "resourceconfig.json").is_file() or "SM_RESOURCE_CONFIG" in environ
 
 
 def read_sagemaker_environment(environ: Mapping[str, str] = os.environ) -> SageMakerEnvironment:
@@ -75,8 +74,10 @@ def read_sagemaker_environment(environ: Mapping[str, str] = os.environ) -> SageM
     config_dir = root / "input" / "config"
     resource = _read(config_dir / "resourceconfig.json", environ, "SM_RESOURCE_CONFIG")
     if resource is None:
-        raise ConfigError(f"{config_dir / 'resourceconfig.json'}: not found and SM_RESOURCE_CONFIG is not set; "
-                          "is this a SageMaker training host?")
+        raise ConfigError(
+            f"{config_dir / 'resourceconfig.json'}: not found and SM_RESOURCE_CONFIG is not set; "
+            "is this a SageMaker training host?"
+        )
     input_data = _read(config_dir / "inputdataconfig.json", environ, "SM_INPUT_DATA_CONFIG") or {}
     hyper = _read_hyperparameters(config_dir / "hyperparameters.json", environ)
     where = config_dir / "resourceconfig.json"
@@ -92,21 +93,29 @@ def read_sagemaker_environment(environ: Mapping[str, str] = os.environ) -> SageM
         if missing:
             raise ConfigError(f"{field} lacks {', '.join(repr(k) for k in missing)}")
         name = _typed(entry["instance_group_name"], str, f"{field}.instance_group_name")
-        groups[name] = GroupInfo(name=name, instance_type=_typed(entry["instance_type"], str, f"{field}.instance_type"),
-                                 hosts=tuple(_host_names(entry["hosts"], f"{field}.hosts")))
+        groups[name] = GroupInfo(
+            name=name,
+            instance_type=_typed(entry["instance_type"], str, f"{field}.instance_type"),
+            hosts=tuple(_host_names(entry["hosts"], f"{field}.hosts")),
+        )
     current_group = resource.get("current_group_name", HOMOGENEOUS_GROUP)
     for name, spec in input_data.items():
         _typed(spec, dict, f"{config_dir / 'inputdataconfig.json'}: channel '{name}'")
     channels = {name: spec.get("TrainingInputMode", "File") for name, spec in input_data.items()}
     return SageMakerEnvironment(
-        base_dir=str(root), current_host=current_host, hosts=hosts,
+        base_dir=str(root),
+        current_host=current_host,
+        hosts=hosts,
         current_instance_type=resource.get("current_instance_type", "local"),
         current_group=current_group,
         current_group_hosts=groups[current_group].hosts if current_group in groups else (),
-        groups=groups, network_interface_name=resource.get("network_interface_name", "eth0"),
-        channels=channels, hyperparameters={k: v for k, v in hyper.items() if not k.startswith("sagemaker_")},
+        groups=groups,
+        network_interface_name=resource.get("network_interface_name", "eth0"),
+        channels=channels,
+        hyperparameters={k: v for k, v in hyper.items() if not k.startswith("sagemaker_")},
         job_name=environ.get("TRAINING_JOB_NAME"),
-        channel_specs={name: dict(spec) for name, spec in input_data.items() if isinstance(spec, dict)})
+        channel_specs={name: dict(spec) for name, spec in input_data.items() if isinstance(spec, dict)},
+    )
 
 
 def _typed(value, kind: type, where: str):

@@ -47,8 +47,11 @@ class HostSampler:
         return self.host
 
     def samples(self) -> dict:
-        return {"host": self.host, "interval_s": self.interval_s * self.series.width,
-                "samples": list(self.series.items)}
+        return {
+            "host": self.host,
+            "interval_s": self.interval_s * self.series.width,
+            "samples": list(self.series.items),
+        }
 
     def stop(self) -> dict:
         self._stop.set()
@@ -62,7 +65,7 @@ class HostSampler:
         node = _node_root()
         # A simulated CPU host shares the machine's GPUs with the simulated GPU host: it reports
         # only the GPUs it offers Ray (none), so the heat map shows each GPU once.
-        gpus = _nvml_handles()[:self.gpus] if self.gpus is not None else _nvml_handles()
+        gpus = _nvml_handles()[: self.gpus] if self.gpus is not None else _nvml_handles()
         psutil.cpu_percent()
         cpu_times = psutil.cpu_times()
         net = psutil.net_io_counters()
@@ -77,8 +80,11 @@ class HostSampler:
                 "t": round(time.time(), 3),
                 "cpu_pct": round(100 * max(tree_now - tree, 0.0) / (elapsed * self.node_cpus), 1),
                 "host_cpu_pct": psutil.cpu_percent(),
-                "iowait_pct": round(100 * (getattr(times_now, "iowait", 0.0) - getattr(cpu_times, "iowait", 0.0))
-                                    / busy, 1) if busy > 0 else 0.0,
+                "iowait_pct": round(
+                    100 * (getattr(times_now, "iowait", 0.0) - getattr(cpu_times, "iowait", 0.0)) / busy, 1
+                )
+                if busy > 0
+                else 0.0,
                 "mem_pct": psutil.virtual_memory().percent,
                 "net_sent_bps": round((net_now.bytes_sent - net.bytes_sent) / elapsed),
                 "net_recv_bps": round((net_now.bytes_recv - net.bytes_recv) / elapsed),
@@ -158,9 +164,10 @@ class Samplers:
         from smlaunch.cluster.plan import host_selector
 
         actor = ray.remote(HostSampler)
-        pinned = {h.name: actor.options(num_cpus=0, max_restarts=0, label_selector=host_selector(h.name)) for h in plan.hosts}
-        self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s, h.num_gpus)
-                       for h in plan.hosts}
+        pinned = {
+            h.name: actor.options(num_cpus=0, max_restarts=0, label_selector=host_selector(h.name)) for h in plan.hosts
+        }
+        self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s, h.num_gpus) for h in plan.hosts}
         # Not waited for: each sampler starts sampling as soon as its process is up, and the job
         # does not queue behind three process starts (`gather` waits for them, with a deadline).
         self.started = [a.start.remote() for a in self.actors.values()]  # refs to each host's name
@@ -174,8 +181,9 @@ class Samplers:
         out = {}
         for name, ref in refs.items():
             try:
-                out[name] = ray.get(ref, timeout=0) if ref in ready else {"host": name, "samples": [],
-                                                                           "error": "no answer"}
+                out[name] = (
+                    ray.get(ref, timeout=0) if ref in ready else {"host": name, "samples": [], "error": "no answer"}
+                )
             except Exception as exc:  # a lost host's actor died with it
                 out[name] = {"host": name, "samples": [], "error": type(exc).__name__}
         for actor in self.actors.values():

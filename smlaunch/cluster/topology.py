@@ -54,24 +54,28 @@ def choose_train_group(groups: list[GroupShape], configured: str | None) -> tupl
     names = [g.name for g in groups]
     if configured is not None:
         if configured not in names:
-            raise ConfigError(f"cluster.train_group: {configured!r} is not a group of this job; "
-                              f"groups: {', '.join(names)}")
+            raise ConfigError(
+                f"cluster.train_group: {configured!r} is not a group of this job; groups: {', '.join(names)}"
+            )
         return configured, f"cluster.train_group names {configured}"
     if len(groups) == 1:
         return groups[0].name, f"the job's only group ({groups[0].name})"
     with_gpus = [g for g in groups if g.gpus > 0]
     if not with_gpus:
         described = ", ".join(f"{g.name}={g.instance_type}" for g in groups)
-        raise ConfigError(f"cluster: no instance group of this job has GPUs ({described}); "
-                          "name the training group in cluster.train_group")
+        raise ConfigError(
+            f"cluster: no instance group of this job has GPUs ({described}); "
+            "name the training group in cluster.train_group"
+        )
     why = f"{with_gpus[0].name} has GPUs ({with_gpus[0].instance_type})"
     if len(with_gpus) > 1:
         why += f"; also GPU groups {', '.join(g.name for g in with_gpus[1:])}: set cluster.train_group to choose"
     return with_gpus[0].name, why
 
 
-def receiving_groups(channels: dict[str, list[str] | None], group_names: list[str],
-                     train_group: str) -> dict[str, tuple[str, ...]]:
+def receiving_groups(
+    channels: dict[str, list[str] | None], group_names: list[str], train_group: str
+) -> dict[str, tuple[str, ...]]:
     """Channel -> the groups that receive it (SageMaker's InstanceGroupNames)."""
     data = tuple(g for g in group_names if g != train_group) or (train_group,)
     return {name: tuple(routed) if routed else data for name, routed in channels.items()}
@@ -96,10 +100,13 @@ def place_workers(train_hosts: list[tuple], cap: int | None = None) -> tuple[Wor
                     counts[name] += 1
         slots = [(name, None) for name, count in counts.items() for _ in range(count)]
         return tuple(WorkerPlan(rank, name, gpu) for rank, (name, gpu) in enumerate(slots))
-    slots = [(host[0], None if cpu_only else gpu) for host in train_hosts
-             for gpu in (range(1) if cpu_only else range(host[1]))]
+    slots = [
+        (host[0], None if cpu_only else gpu)
+        for host in train_hosts
+        for gpu in (range(1) if cpu_only else range(host[1]))
+    ]
     if cap is not None:
-        slots = slots[:max(cap, 1)]
+        slots = slots[: max(cap, 1)]
     return tuple(WorkerPlan(rank, host, gpu) for rank, (host, gpu) in enumerate(slots))
 
 

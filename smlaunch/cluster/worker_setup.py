@@ -17,4 +17,5 @@ class _DropStateApiNoise(logging.Filter):
 
 def setup() -> None:
     logging.getLogger("ray.train.v2._internal.execution.controller.placement_group_cleaner").addFilter(
-        _DropStateApiNoise())
+        _DropStateApiNoise()
+    )

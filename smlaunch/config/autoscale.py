@@ -8,8 +8,6 @@ repeats `schema._Strict` because `schema` imports this module.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -34,12 +32,14 @@ class AutoscaleConfig(_Strict):
     chain's first blocks before the wait shows what it gave."""
     window_steps: int = Field(default=20, ge=2)
     """The latest steps a decision reads (their mean data wait and rate)."""
-    group: Optional[str] = None
+    group: str | None = None
     """The instance group that scales (its labels, CPUs and price); default: the one CPU-only group."""
 
     @model_validator(mode="after")
     def _bounds(self):
         if self.min_data_hosts > self.max_data_hosts:
-            raise ValueError(f"autoscale.min_data_hosts ({self.min_data_hosts}) is above autoscale.max_data_hosts "
-                             f"({self.max_data_hosts})")
+            raise ValueError(
+                f"autoscale.min_data_hosts ({self.min_data_hosts}) is above autoscale.max_data_hosts "
+                f"({self.max_data_hosts})"
+            )
         return self

@@ -24,39 +24,58 @@ def channel_problem(ch) -> str | None:
     """The first reason SageMaker (or a reader) cannot deliver channel `ch`, or None."""
     fmt, mode = ch.record_format, ch.input_mode
     if ch.s3_data_type == "S3Prefix" and ch.file_system is None and ch.source.lower().endswith(MANIFEST_SUFFIXES):
-        return (f"source {ch.source} looks like a manifest; set s3_data_type: ManifestFile (a JSON list of the "
-                "channel's objects) or AugmentedManifestFile (JSON Lines, with attribute_names)")
+        return (
+            f"source {ch.source} looks like a manifest; set s3_data_type: ManifestFile (a JSON list of the "
+            "channel's objects) or AugmentedManifestFile (JSON Lines, with attribute_names)"
+        )
     if ch.s3_data_type == "AugmentedManifestFile":
         if mode == "FastFile":
-            return (f"input_mode: FastFile reads an S3 prefix only, but source {ch.source} is an augmented "
-                    "manifest; use Pipe")
+            return (
+                f"input_mode: FastFile reads an S3 prefix only, but source {ch.source} is an augmented "
+                "manifest; use Pipe"
+            )
         if ch.attribute_names is None:
-            return (f"attribute_names: source {ch.source} is an augmented manifest; name its attributes "
-                    "(image -ref, label[, id])")
+            return (
+                f"attribute_names: source {ch.source} is an augmented manifest; name its attributes "
+                "(image -ref, label[, id])"
+            )
         if mode != "Pipe" or CHANNEL_FORMATS[fmt].sagemaker_wrapper != "RecordIO":
             wrapping = [name for name, spec in CHANNEL_FORMATS.items() if spec.sagemaker_wrapper == "RecordIO"]
-            return (f"attribute_names (an augmented manifest) needs input_mode: Pipe and record_format: "
-                    f"{' or '.join(wrapping)}, as SageMaker delivers one RecordIO record per attribute")
+            return (
+                f"attribute_names (an augmented manifest) needs input_mode: Pipe and record_format: "
+                f"{' or '.join(wrapping)}, as SageMaker delivers one RecordIO record per attribute"
+            )
     elif ch.attribute_names is not None:
         return f"attribute_names belong to an augmented manifest, but s3_data_type is {ch.s3_data_type}"
     from smlaunch.pipelines.builtin import BUILTIN_FORMAT  # here: the builtins' module is not light
 
     if ch.source.startswith("builtin:") and (fmt != BUILTIN_FORMAT or ch.s3_data_type != "S3Prefix" or ch.file_system):
-        return (f"source {ch.source} is a builtin dataset of {BUILTIN_FORMAT} files; use record_format: {BUILTIN_FORMAT} without "
-                "a manifest or file_system")
+        return (
+            f"source {ch.source} is a builtin dataset of {BUILTIN_FORMAT} files; use record_format: {BUILTIN_FORMAT} "
+            "without "
+            "a manifest or file_system"
+        )
     if ch.s3_data_type == "ManifestFile" and mode == "FastFile":
-        return ("input_mode: FastFile takes an S3 prefix only (SageMaker: S3DataType must be S3Prefix), but "
-                "s3_data_type is ManifestFile; use input_mode: File or Pipe")
+        return (
+            "input_mode: FastFile takes an S3 prefix only (SageMaker: S3DataType must be S3Prefix), but "
+            "s3_data_type is ManifestFile; use input_mode: File or Pipe"
+        )
     if mode == "Pipe" and CHANNEL_FORMATS[fmt].pipe_problem:
-        return (f"record_format: {fmt} cannot be read in input_mode: Pipe ({CHANNEL_FORMATS[fmt].pipe_problem}); use "
-                "input_mode: File or FastFile")
+        return (
+            f"record_format: {fmt} cannot be read in input_mode: Pipe ({CHANNEL_FORMATS[fmt].pipe_problem}); use "
+            "input_mode: File or FastFile"
+        )
     if ch.file_system is not None:
         if mode != "File":
-            return (f"file_system: SageMaker mounts {ch.file_system.type} channels in File mode only; set "
-                    f"input_mode: File (not {mode})")
+            return (
+                f"file_system: SageMaker mounts {ch.file_system.type} channels in File mode only; set "
+                f"input_mode: File (not {mode})"
+            )
         if ch.s3_data_type != "S3Prefix" or ch.s3_distribution != "FullyReplicated":
-            return ("file_system: a file system has no S3 data type or distribution (every host sees every file, "
-                    "and smlaunch splits them among the hosts); remove s3_data_type and s3_distribution")
+            return (
+                "file_system: a file system has no S3 data type or distribution (every host sees every file, "
+                "and smlaunch splits them among the hosts); remove s3_data_type and s3_distribution"
+            )
         if ch.source.startswith("s3://"):
             return "file_system: source must be a local directory (mounted in the file system's place locally)"
     if ch.fields is not None:
@@ -66,8 +85,10 @@ def channel_problem(ch) -> str | None:
             return "fields: an augmented manifest names its attributes in attribute_names; remove fields"
         named = sorted(set(ch.fields) - set(RENAMED))
         if named and fmt not in NAMED_FIELD_FORMATS:
-            return (f"fields: {', '.join(named)}: fields beyond image, label and id are read from record_format "
-                    f"{' or '.join(NAMED_FIELD_FORMATS)} (not yet {fmt})")
+            return (
+                f"fields: {', '.join(named)}: fields beyond image, label and id are read from record_format "
+                f"{' or '.join(NAMED_FIELD_FORMATS)} (not yet {fmt})"
+            )
     return None
 
 

@@ -20,8 +20,8 @@ CPU host adds.
 from __future__ import annotations
 
 import difflib
-import re
 import functools
+import re
 from typing import NamedTuple
 
 
@@ -43,11 +43,20 @@ def _vcpus(size: str) -> int:
     return 4 * int(size.removesuffix("xlarge"))
 
 
-def _family(family: str, sizes: list[str], gib_per_vcpu: float, gpus: dict[str, int] | None = None,
-            accelerator: str | None = None) -> dict[str, InstanceSpec]:
+def _family(
+    family: str,
+    sizes: list[str],
+    gib_per_vcpu: float,
+    gpus: dict[str, int] | None = None,
+    accelerator: str | None = None,
+) -> dict[str, InstanceSpec]:
     gpus = gpus or {}
-    return {f"ml.{family}.{s}": InstanceSpec(_vcpus(s), gpus.get(s, 0), _vcpus(s) * gib_per_vcpu,
-                                             accelerator if gpus.get(s) else None) for s in sizes}
+    return {
+        f"ml.{family}.{s}": InstanceSpec(
+            _vcpus(s), gpus.get(s, 0), _vcpus(s) * gib_per_vcpu, accelerator if gpus.get(s) else None
+        )
+        for s in sizes
+    }
 
 
 _STD = ["large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge"]
@@ -55,8 +64,16 @@ _7I = _STD + ["48xlarge"]
 _8I = _STD + ["32xlarge", "48xlarge", "96xlarge"]
 _FLEX = ["large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge"]
 _G = ["xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge"]
-_G_GPUS = {"xlarge": 1, "2xlarge": 1, "4xlarge": 1, "8xlarge": 1, "16xlarge": 1, "12xlarge": 4,
-           "24xlarge": 4, "48xlarge": 8}
+_G_GPUS = {
+    "xlarge": 1,
+    "2xlarge": 1,
+    "4xlarge": 1,
+    "8xlarge": 1,
+    "16xlarge": 1,
+    "12xlarge": 4,
+    "24xlarge": 4,
+    "48xlarge": 8,
+}
 
 SPECS: dict[str, InstanceSpec] = {
     # compute optimised: 2 GiB per vCPU
@@ -137,10 +154,14 @@ def check_training_type(name: str) -> None:
     if name in valid:
         return
     close = difflib.get_close_matches(name, valid, n=3, cutoff=0.75)
-    hint = f"did you mean {' or '.join(close)}?" if close else \
-        f"valid families: {', '.join(sorted({t.rsplit('.', 1)[0] for t in valid}))}"
-    raise ValueError(f"{name!r} is not a SageMaker training instance type (botocore's "
-                     f"TrainingInstanceType list); {hint}")
+    hint = (
+        f"did you mean {' or '.join(close)}?"
+        if close
+        else f"valid families: {', '.join(sorted({t.rsplit('.', 1)[0] for t in valid}))}"
+    )
+    raise ValueError(
+        f"{name!r} is not a SageMaker training instance type (botocore's TrainingInstanceType list); {hint}"
+    )
 
 
 def known_spec(name: str) -> InstanceSpec | None:
@@ -152,8 +173,26 @@ def is_cpu_only(name: str) -> bool:
     return spec is not None and spec.gpus == 0 and spec.accelerator is None
 
 
-LOCAL_STORAGE_FAMILIES = frozenset({"g4dn", "g4ad", "g5", "g6", "g6e", "gr6", "p3dn", "p4d", "p4de", "p5", "p5e",
-                                    "p5en", "p6-b200", "trn1", "trn1n", "trn2"})
+LOCAL_STORAGE_FAMILIES = frozenset(
+    {
+        "g4dn",
+        "g4ad",
+        "g5",
+        "g6",
+        "g6e",
+        "gr6",
+        "p3dn",
+        "p4d",
+        "p4de",
+        "p5",
+        "p5e",
+        "p5en",
+        "p6-b200",
+        "trn1",
+        "trn1n",
+        "trn2",
+    }
+)
 """Accelerated families with NVMe instance storage (AWS EC2 instance type pages); CPU families
 with it end in `d` (c5d, m5d, r5d, c6id, m7gd). SageMaker refuses a VolumeKmsKeyId on them."""
 

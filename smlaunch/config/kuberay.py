@@ -8,7 +8,7 @@ class repeats `schema._Strict` because `schema` imports this module.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,12 +24,12 @@ class KubeRayConfig(_Strict):
     """A RayJob for the job: a head pod that trains nothing by default, and one worker group per
     instance group."""
 
-    image: Optional[str] = Field(default=None, min_length=1)
+    image: str | None = Field(default=None, min_length=1)
     """The image every pod runs: Ray at the version this machine has, and smlaunch installed
     (`pip install <checkout>`). `--image` overrides it; one of the two is required."""
-    namespace: Optional[str] = Field(default=None, pattern=K8S_NAME, max_length=63)
+    namespace: str | None = Field(default=None, pattern=K8S_NAME, max_length=63)
     """The namespace of the ConfigMap and the RayJob; default: kubectl's current one."""
-    head_group: Optional[str] = None
+    head_group: str | None = None
     """None (the default): the head is a pod of its own that offers Ray no CPUs or GPUs, so no
     preprocessing or training lands on it. A group's name: the head is that group's first host
     (labelled and sized as it), as on SageMaker, and the group's worker replicas are one fewer."""
@@ -44,12 +44,12 @@ class KubeRayConfig(_Strict):
     """`activeDeadlineSeconds`: KubeRay fails the job and deletes the cluster after this long."""
     ttl_after_finished_s: int = Field(default=300, ge=0)
     """How long the finished cluster stays (for `kubectl logs`) before KubeRay deletes it."""
-    shared_volume_claim: Optional[str] = Field(default=None, pattern=K8S_NAME, max_length=253)
+    shared_volume_claim: str | None = Field(default=None, pattern=K8S_NAME, max_length=253)
     """A PersistentVolumeClaim (ReadWriteMany: EFS, FSx for Lustre, NFS) mounted on every pod at
     `shared_mount`. The pods' own disks go with the cluster when the job ends, and rank 0 writes the
     model and checkpoints on its own pod: `run.dir` must be on this volume to keep them. Path
     channels (not `s3://`) must be on it too."""
     shared_mount: str = Field(default="/mnt/shared", pattern=r"^/.+$")
     """Where `shared_volume_claim` is mounted in every pod."""
-    service_account: Optional[str] = Field(default=None, pattern=K8S_NAME, max_length=253)
+    service_account: str | None = Field(default=None, pattern=K8S_NAME, max_length=253)
     """The pods' service account (e.g. one with an IAM role for `s3://` channels on EKS)."""

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from smlaunch.config.op_specs import OP_NAMES
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
-from smlaunch.config.op_specs import OP_NAMES
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LaunchConfig:
@@ -65,8 +65,10 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         last = i == len(parts) - 1
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i]) or 'root'} is a list of "
-                                  f"{len(node)}; use an index 0..{len(node) - 1}")
+                raise ConfigError(
+                    f"--set {item!r}: {'.'.join(parts[:i]) or 'root'} is a list of "
+                    f"{len(node)}; use an index 0..{len(node) - 1}"
+                )
             index: Any = int(part)
         elif isinstance(node, dict):
             index = part
@@ -102,8 +104,9 @@ def _describe(error: dict[str, Any]) -> str:
 
 
 def _did_you_mean(value: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6) or \
-        [c for c in choices if c.lower() == value.lower()]
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6) or [
+        c for c in choices if c.lower() == value.lower()
+    ]
     return f"did you mean {close[0]!r}?" if close else ""
 
 

@@ -7,7 +7,7 @@ loss and metrics, named as `package.module:function` (imported, never evaluated:
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,17 +22,17 @@ class ModelConfig(_Strict):
     """The model: a timm architecture by `name`, built with the classes and input size the data
     has, or any `torch.nn.Module` your `factory` returns."""
 
-    name: Optional[str] = None
+    name: str | None = None
     """A timm model (`timm.list_models()`); exclusive with `factory`."""
-    factory: Optional[str] = Field(default=None, pattern=FUNCTION_PATTERN)
+    factory: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
     """`package.module:function`, imported from the folder sm-launch runs in and called on every
     rank as `function(**params)`; it returns a `torch.nn.Module`. Exclusive with `name`."""
     params: dict = {}
     """Keyword arguments of `factory` (checked against its signature at `plan`)."""
-    num_classes: Optional[int] = Field(default=None, gt=1)
+    num_classes: int | None = Field(default=None, gt=1)
     """Default: what the train channel's data says: a builtin dataset's classes (digits: 10), an
     image folder's class folders, or a Parquet label column's largest value + 1."""
-    pretrained: Union[Literal[False], str] = False
+    pretrained: Literal[False] | str = False
     """false: train from scratch. A weights file (.safetensors, .pth, .pt, .bin; local, or `s3://` on
     SageMaker) loaded through timm before training: fine-tuning. The classifier is re-sized to
     `num_classes` (its weights are dropped when the class count differs). Nothing is downloaded
@@ -41,8 +41,10 @@ class ModelConfig(_Strict):
     @model_validator(mode="after")
     def _one_model(self):
         if (self.name is None) == (self.factory is None):
-            raise ValueError("set exactly one of model.name (a timm model) or model.factory (package.module:function "
-                             "returning a torch.nn.Module)")
+            raise ValueError(
+                "set exactly one of model.name (a timm model) or model.factory (package.module:function "
+                "returning a torch.nn.Module)"
+            )
         if self.params and self.factory is None:
             raise ValueError("model.params are the factory's arguments; set model.factory or remove them")
         return self
@@ -56,8 +58,10 @@ class ModelConfig(_Strict):
     @classmethod
     def _weights_file(cls, value):
         if value is True:
-            raise ValueError("pretrained: true would download weights at run time; name a weights file "
-                             "(a local path, or s3://bucket/key on SageMaker) or use false")
+            raise ValueError(
+                "pretrained: true would download weights at run time; name a weights file "
+                "(a local path, or s3://bucket/key on SageMaker) or use false"
+            )
         if isinstance(value, str) and not value.strip():
             raise ValueError("pretrained: an empty path; name a weights file or use false")
         return value
@@ -72,9 +76,7 @@ class TaskConfig(_Strict):
     autocast and accumulation as the built-in loss is; `batch` is a dict of tensors on the rank's
     device, one per field of the chain's output. It returns a scalar tensor, or `(tensor, {name:
     float})` whose numbers (the same names each call) join the step lines, averaged over ranks."""
-    evaluate: Optional[str] = Field(default=None, pattern=FUNCTION_PATTERN)
+    evaluate: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
     """`package.module:function` called as `evaluate(model, batch)` on each validation batch (the
     model in eval mode, no grad), returning `{metric: float}` for that batch; each metric is
     averaged over all validation rows of all ranks. Default: the mean `loss`."""
-
-

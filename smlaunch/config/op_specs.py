@@ -8,10 +8,9 @@ importing NumPy, PIL or torch.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 
 FUNCTION_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 """`package.module:function`: user code is imported by name, never evaluated."""
@@ -68,8 +67,10 @@ class RandomResizedCrop(_GeometricOp):
         if not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError("ratio must be (min, max) with 0 < min <= max")
         if self.validation_resize is not None and self.validation_resize < self.size:
-            raise ValueError(f"validation_resize ({self.validation_resize}) must be at least size ({self.size}): "
-                             "the central crop is taken from it")
+            raise ValueError(
+                f"validation_resize ({self.validation_resize}) must be at least size ({self.size}): "
+                "the central crop is taken from it"
+            )
         return self
 
 
@@ -160,12 +161,32 @@ class Normalize(_Op):
 
 
 OpSpec = Annotated[
-    Union[DecodeImage, Resize, RandomResizedCrop, CenterCrop, HorizontalFlip, GaussianBlur, ColorJitter, UserOp,
-          MapOp, ToUint8CHW, Normalize],
+    DecodeImage
+    | Resize
+    | RandomResizedCrop
+    | CenterCrop
+    | HorizontalFlip
+    | GaussianBlur
+    | ColorJitter
+    | UserOp
+    | MapOp
+    | ToUint8CHW
+    | Normalize,
     Field(discriminator="op"),
 ]
 
-OP_NAMES = ["decode_image", "resize", "random_resized_crop", "center_crop", "horizontal_flip", "gaussian_blur",
-            "color_jitter", "user", "map", "to_uint8_chw", "normalize"]
+OP_NAMES = [
+    "decode_image",
+    "resize",
+    "random_resized_crop",
+    "center_crop",
+    "horizontal_flip",
+    "gaussian_blur",
+    "color_jitter",
+    "user",
+    "map",
+    "to_uint8_chw",
+    "normalize",
+]
 IMAGE_OPS = frozenset(OP_NAMES) - {"map"}
 """Ops on the image field; a chain without any takes no image (tabular data: `map` ops only, or none)."""

@@ -9,7 +9,7 @@ because `schema` imports this module.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -71,7 +71,7 @@ class SageMakerConfig(_Strict):
     """S3 bucket for the source tarball, uploaded channels, output and checkpoints; must exist."""
     prefix: str = Field(default="smlaunch", pattern=r"^$|^[^/](.*[^/])?$")
     """Key prefix in `bucket`, without leading or trailing `/`; each job goes under `<prefix>/<job name>/`."""
-    region: Optional[str] = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
+    region: str | None = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
     """Default: boto3's (AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config)."""
     entry: Literal["container", "toolkit"] = "container"
     """container: `ContainerEntrypoint` execs sm-launch as PID 1 (it gets SIGTERM); toolkit: the image's
@@ -80,7 +80,7 @@ class SageMakerConfig(_Strict):
     command: Literal["run", "check", "plan"] = "run"
     """What every host runs: `run` trains; `check` only brings the Ray cluster up and down; `plan` prints
     each host's plan."""
-    install_package: Union[Literal["auto"], bool] = "auto"
+    install_package: Literal["auto"] | bool = "auto"
     """How the shipped package gets onto each host. `auto`: if the image already has every dependency
     at a version pyproject.toml allows, the shipped code only goes on PYTHONPATH (no network, well
     under a second); otherwise as `true`. `true`: pip-install it and its dependencies (from PyPI,
@@ -89,12 +89,12 @@ class SageMakerConfig(_Strict):
     """MaxRuntimeInSeconds: SageMaker sends SIGTERM after this long (and kills 120 s later)."""
     spot: bool = False
     """Managed spot training (EnableManagedSpotTraining); resumes from the synced checkpoints."""
-    max_wait_s: Optional[int] = Field(default=None, ge=1)
+    max_wait_s: int | None = Field(default=None, ge=1)
     """MaxWaitTimeInSeconds, spot only, >= max_run_s; default with spot: twice max_run_s."""
-    checkpoint_s3_uri: Optional[str] = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    checkpoint_s3_uri: str | None = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
     """Where /opt/ml/checkpoints is synced; default `s3://<bucket>/<prefix>/<job name>/checkpoints/`
     (per job: set a fixed URI to resume across jobs)."""
-    output_s3_uri: Optional[str] = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    output_s3_uri: str | None = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
     """S3OutputPath (SageMaker adds `<job name>/output/model.tar.gz`); default `s3://<bucket>/<prefix>/output/`."""
     volume_size_gb: int = Field(default=30, ge=1, le=16384)
     """EBS volume per host (File-mode channels are copied there; NVMe types use their instance store)."""
@@ -102,30 +102,31 @@ class SageMakerConfig(_Strict):
     """Extra variables for every host (e.g. NCCL settings); at most 100 with the ones submit sets."""
     tags: dict[str, str] = {}
     """Tags on the training job."""
-    vpc: Optional[VpcConfig] = None
+    vpc: VpcConfig | None = None
     """Subnets and security groups the hosts join; required for a `file_system` channel."""
-    volume_kms_key: Optional[KmsKeyId] = None
+    volume_kms_key: KmsKeyId | None = None
     """ResourceConfig.VolumeKmsKeyId: the KMS key for each host's EBS volume. Instance types with
     local NVMe storage (g5, g6, p4d, p5, c5d, ...) encrypt it in hardware and refuse a key."""
-    output_kms_key: Optional[KmsKeyId] = None
+    output_kms_key: KmsKeyId | None = None
     """OutputDataConfig.KmsKeyId: the KMS key SageMaker encrypts the model and output artifacts with."""
     enable_network_isolation: bool = False
     """EnableNetworkIsolation: the containers make no network calls except to each other (Ray and
-    NCCL still work). Needs an image with the dependencies (`install_package` not `true`: no PyPI) and no `model.pretrained` download;
-    `entry: toolkit` then gets its source through a `code` channel, as the SageMaker Python SDK does."""
+    NCCL still work). Needs an image with the dependencies (`install_package` not `true`: no PyPI)
+    and no `model.pretrained` download; `entry: toolkit` then gets its source through a `code`
+    channel, as the SageMaker Python SDK does."""
     enable_inter_container_traffic_encryption: bool = False
     """EnableInterContainerTrafficEncryption: traffic between hosts is encrypted (IPsec). Every
     byte Ray moves between hosts (the preprocessed batches, object transfers) and NCCL's gradients
     pay for it: expect lower images/s on a job whose data hosts ship many batches; measure it."""
-    retry_strategy: Optional[RetryStrategy] = None
+    retry_strategy: RetryStrategy | None = None
     """RetryStrategy, e.g. `{maximum_retry_attempts: 2}`."""
-    keep_alive_period_s: Optional[int] = Field(default=None, ge=0, le=3600)
+    keep_alive_period_s: int | None = Field(default=None, ge=0, le=3600)
     """ResourceConfig.KeepAlivePeriodInSeconds: keep the hosts in a managed warm pool this long
     after the job (0-3600; billed), so the next matching job skips provisioning."""
-    tensorboard_s3_uri: Optional[str] = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    tensorboard_s3_uri: str | None = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
     """TensorBoardOutputConfig.S3OutputPath: SageMaker syncs the head's live TensorBoard events
     (`/opt/ml/output/data/tensorboard`) there while the job runs; point TensorBoard at it."""
-    data_hosts: Union[Literal["auto"], int, None] = None
+    data_hosts: Literal["auto"] | int | None = None
     """The data group's host count for the job (`submit --data-hosts` overrides it). None: the
     group's `instance_count`; `auto`: the count the advisor of the newest report of this config under
     `run.dir` recommends (`launcher.report.sizing`; run the config briefly first), within the
@@ -160,8 +161,10 @@ class SageMakerConfig(_Strict):
     @model_validator(mode="after")
     def _isolation(self):
         if self.enable_network_isolation and self.install_package is True:
-            raise ValueError("enable_network_isolation: the hosts cannot reach PyPI to install the package; set "
-                             "install_package: auto or false and use an image that has smlaunch's dependencies")
+            raise ValueError(
+                "enable_network_isolation: the hosts cannot reach PyPI to install the package; set "
+                "install_package: auto or false and use an image that has smlaunch's dependencies"
+            )
         return self
 
     @model_validator(mode="after")
@@ -170,12 +173,14 @@ class SageMakerConfig(_Strict):
             if not self.spot:
                 raise ValueError("max_wait_s (MaxWaitTimeInSeconds) is for spot jobs only; set spot: true or remove it")
             if self.max_wait_s < self.max_run_s:
-                raise ValueError(f"max_wait_s ({self.max_wait_s}) must be >= max_run_s ({self.max_run_s}): it "
-                                 "counts the time waiting for spot capacity plus the run")
+                raise ValueError(
+                    f"max_wait_s ({self.max_wait_s}) must be >= max_run_s ({self.max_run_s}): it "
+                    "counts the time waiting for spot capacity plus the run"
+                )
         return self
 
     @property
-    def wait_s(self) -> Optional[int]:
+    def wait_s(self) -> int | None:
         """MaxWaitTimeInSeconds to request: None without spot."""
         if not self.spot:
             return None

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
-from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
 from smlaunch.config.autoscale import AutoscaleConfig
+from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
+from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
 from smlaunch.config.kuberay import KubeRayConfig
-from smlaunch.config.sagemaker import SageMakerConfig
 from smlaunch.config.model_task import ModelConfig, TaskConfig
 from smlaunch.config.op_specs import FUNCTION_PATTERN, IMAGE_OPS, OpSpec
+from smlaunch.config.sagemaker import SageMakerConfig
 
 
 class _Strict(BaseModel):
@@ -34,9 +34,9 @@ class InstanceGroup(_Strict):
     instance_type: str
     """A SageMaker training instance type (botocore's `TrainingInstanceType` list), e.g. ml.g5.xlarge."""
     instance_count: int = Field(default=1, ge=1)
-    vcpus: Optional[int] = Field(default=None, gt=0)
+    vcpus: int | None = Field(default=None, gt=0)
     """vCPUs of one host; needed only for a type smlaunch's spec table lacks (it overrides the table)."""
-    gpus: Optional[int] = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0)
     """NVIDIA GPUs of one host; needed only for a type smlaunch's spec table lacks."""
 
     @field_validator("instance_type")
@@ -48,29 +48,33 @@ class InstanceGroup(_Strict):
     @model_validator(mode="after")
     def _spec_known(self):
         if known_spec(self.instance_type) is None and (self.vcpus is None or self.gpus is None):
-            raise ValueError(f"{self.instance_type} is a SageMaker training type that smlaunch's spec table lacks; "
-                             "give its vcpus and gpus in this group (e.g. vcpus: 8, gpus: 1)")
+            raise ValueError(
+                f"{self.instance_type} is a SageMaker training type that smlaunch's spec table lacks; "
+                "give its vcpus and gpus in this group (e.g. vcpus: 8, gpus: 1)"
+            )
         return self
 
     @property
     def spec(self) -> InstanceSpec:
         """The table's spec with the group's own `vcpus`/`gpus` on top."""
         table = known_spec(self.instance_type) or InstanceSpec(0, 0)
-        return table._replace(vcpus=self.vcpus if self.vcpus is not None else table.vcpus,
-                              gpus=self.gpus if self.gpus is not None else table.gpus)
+        return table._replace(
+            vcpus=self.vcpus if self.vcpus is not None else table.vcpus,
+            gpus=self.gpus if self.gpus is not None else table.gpus,
+        )
 
 
 class ClusterConfig(_Strict):
     """The job's instance groups and which one trains."""
 
     instance_groups: list[InstanceGroup] = Field(min_length=1, max_length=5)
-    train_group: Optional[str] = None
+    train_group: str | None = None
     """Group that hosts the Ray head and the train workers; default: the group with GPUs."""
     port: int = Field(default=6379, ge=1024, le=65535)
     """Ray head (GCS) port on a multi-host job."""
     join_timeout_s: float = Field(default=300, gt=0, le=3600)
     """How long the head waits for every host to join, and a host waits for the head to appear."""
-    object_store_mb: Optional[int] = Field(default=None, ge=64)
+    object_store_mb: int | None = Field(default=None, ge=64)
     """Ray object store per host. Default on a SageMaker job: Ray's (30 % of the host's memory);
     in a local simulation: 30 % of this machine shared by the simulated hosts, 256 MiB..4 GiB."""
     node_labels: dict[str, dict[str, str]] = {}
@@ -107,8 +111,9 @@ def check_fields(fields: dict[str, str]) -> dict[str, str]:
     named are read (and `id`, derived from where a sample is when not named)."""
     for name, source in fields.items():
         if not FIELD_NAME.match(str(name)) or name in INTERNAL_COLUMNS:
-            raise ValueError(f"fields: {name!r} is not a field name (a Python identifier, not one of "
-                             f"{', '.join(INTERNAL_COLUMNS)})")
+            raise ValueError(
+                f"fields: {name!r} is not a field name (a Python identifier, not one of {', '.join(INTERNAL_COLUMNS)})"
+            )
         if not isinstance(source, str) or not source.strip():
             raise ValueError(f"fields.{name}: name the data's column, feature or extension (got {source!r})")
     return fields
@@ -131,7 +136,7 @@ class ShuffleConfig(_Strict):
     read at a time by each read task, a sample of each in turn, and a shuffle buffer of
     `buffer_rows` before the trainer's batches (train channel only)."""
 
-    enabled: Optional[bool] = None
+    enabled: bool | None = None
     """Default: on for the train channel, off for the others (validation reads one fixed order)."""
     open_units: int = Field(default=2048, ge=1, le=1_000_000)
     """Files (or Parquet row groups) open at once across a pass's read tasks, shared by them (at
@@ -157,7 +162,7 @@ class ChannelConfig(_Strict):
     """tfrecord / recordio: files of `tf.train.Example` records (RecordIO also frames an augmented
     manifest stream); image_folder: `<class>/<image>` files; webdataset: tar shards of
     `<key>.<ext>` members; parquet: one row per sample."""
-    fields: Optional[dict[str, str]] = None
+    fields: dict[str, str] | None = None
     """The batch's fields and where they are in the records (`check_fields`); default per format:
     image, label and id (see the README)."""
     s3_data_type: Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"] = "S3Prefix"
@@ -168,15 +173,15 @@ class ChannelConfig(_Strict):
     source: str
     """`builtin:digits/<split>` or `builtin:synthetic/<split>` (embedded datasets: 32 px digits,
     224 px gratings), a local directory, `s3://bucket/prefix`, or a manifest file (local or `s3://`)."""
-    file_system: Optional[FileSystemConfig] = None
+    file_system: FileSystemConfig | None = None
     """Read from FSx for Lustre / EFS on SageMaker; locally `source` is mounted in its place."""
-    instance_groups: Optional[list[str]] = None
+    instance_groups: list[str] | None = None
     """Groups that receive the channel (SageMaker's InstanceGroupNames); default: the data groups."""
     max_corrupted_records: int = Field(default=0, ge=0)
     """Corrupt records to skip (and count in the report) before failing; 0: fail on the first."""
     shuffle: ShuffleConfig = ShuffleConfig()
     """Data order: see `ShuffleConfig` (File and FastFile channels; a Pipe channel's order is SageMaker's)."""
-    attribute_names: Optional[list[str]] = Field(default=None, min_length=2, max_length=3)
+    attribute_names: list[str] | None = Field(default=None, min_length=2, max_length=3)
     """An augmented manifest's AttributeNames: the image (a `-ref` attribute), the integer label,
     and optionally an integer sample id. Needs Pipe mode and record_format recordio."""
 
@@ -221,12 +226,13 @@ class ChannelConfig(_Strict):
             raise ValueError(f"unknown builtin source {value!r}; {hint}builtins: {', '.join(BUILTIN_SOURCES)}")
         scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", value)
         if scheme and scheme.group(1) != "s3":
-            raise ValueError(f"{scheme.group(1)}:// sources are not supported; use a local folder, "
-                             "s3://bucket/prefix or builtin:<name>/<split>")
+            raise ValueError(
+                f"{scheme.group(1)}:// sources are not supported; use a local folder, "
+                "s3://bucket/prefix or builtin:<name>/<split>"
+            )
         if value.startswith("s3://") and not re.match(r"s3://[a-z0-9][a-z0-9.\-]*(/|$)", value):
             raise ValueError(f"{value!r}: expected s3://bucket/prefix with a valid bucket name")
         return value
-
 
 
 BUILTIN_SEEDS = ["builtin:digits", "builtin:synthetic"]
@@ -261,18 +267,23 @@ class PipelineConfig(_Strict):
                 raise ValueError(f"{ops} must start with decode_image")
             body = names[:-1] if names[-1] == "normalize" else names
             if not body or body[-1] != "to_uint8_chw":
-                raise ValueError(f"{ops} must end with to_uint8_chw (optionally followed by normalize, "
-                                 "which runs on the trainer's device)")
+                raise ValueError(
+                    f"{ops} must end with to_uint8_chw (optionally followed by normalize, "
+                    "which runs on the trainer's device)"
+                )
             if "normalize" in body or body.count("to_uint8_chw") > 1:
                 raise ValueError("normalize may only come last, right after the one to_uint8_chw")
             if not {"random_resized_crop", "center_crop"} & set(names) and field not in moved:
-                raise ValueError(f"add a random_resized_crop or center_crop so every {field} reaches the model at "
-                                 "one size")
+                raise ValueError(
+                    f"add a random_resized_crop or center_crop so every {field} reaches the model at one size"
+                )
         for mask, at in moved.items():
             decoded = [i for i, o in enumerate(self.ops) if o.op == "decode_image" and o.field == mask]
             if not decoded or decoded[0] > at:
-                raise ValueError(f"masks: {mask} is moved before it is decoded; add {{op: decode_image, field: {mask}, "
-                                 "mode: L}} before that op")
+                raise ValueError(
+                    f"masks: {mask} is moved before it is decoded; add {{op: decode_image, field: {mask}, "
+                    "mode: L}} before that op"
+                )
         return self
 
 
@@ -281,15 +292,15 @@ class TrainerConfig(_Strict):
 
     batch_size: int = Field(default=64, gt=0)
     """Rows per micro-batch on each train worker."""
-    steps: Optional[int] = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
     """Optimizer steps to train (each takes `grad_accum_steps` micro-batches)."""
-    epochs: Optional[int] = Field(default=None, gt=0)
+    epochs: int | None = Field(default=None, gt=0)
     optimizer: Literal["adamw", "sgd"] = "adamw"
     learning_rate: float = Field(default=1e-3, gt=0)
     weight_decay: float = Field(default=0.05, ge=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)
     """SGD only."""
-    warmup_steps: Optional[int] = Field(default=None, ge=0)
+    warmup_steps: int | None = Field(default=None, ge=0)
     """Linear warmup before the cosine decay; default a tenth of the run, at most 100."""
     grad_accum_steps: int = Field(default=1, gt=0)
     """Micro-batches whose gradients add up to one optimizer step."""
@@ -298,12 +309,12 @@ class TrainerConfig(_Strict):
     checkpoint_interval: int = Field(default=0, ge=0)
     """Steps between checkpoints; 0 = none by step count (still at the end, on SIGTERM, and by
     `checkpoint_every_s`)."""
-    checkpoint_every_s: Optional[float] = Field(default=None, ge=0)
+    checkpoint_every_s: float | None = Field(default=None, ge=0)
     """Seconds between checkpoints (at the first step boundary after), beside `checkpoint_interval`;
     0 = none. Default: none, except on a SageMaker host whose PID 1 lets no stop reach sm-launch
     (tini, a bash entry script: README "Stops under the toolkit"), where it is
     `UNSAFE_STOP_CHECKPOINT_S`, the only protection left there."""
-    checkpoint_dir: Optional[str] = None
+    checkpoint_dir: str | None = None
     """Default: the head's `/opt/ml/checkpoints` (SageMaker syncs it to the job's checkpoint S3 URI)."""
     resume: bool = True
     """Start from the newest complete checkpoint in `checkpoint_dir`, if there is one."""
@@ -322,12 +333,12 @@ class TrainerConfig(_Strict):
     log_every: int = Field(default=10, gt=0)
     prefetch_batches: int = Field(default=4, ge=0)
     """Batches Ray Data prepares ahead of the train step (pinned and copied to the GPU ahead, on GPU)."""
-    max_workers: Optional[int] = Field(default=None, ge=1)
+    max_workers: int | None = Field(default=None, ge=1)
     """Cap on the train workers (one per planned GPU by default), for a quick run of a big layout."""
     lr_scaling: Literal["none", "linear"] = "none"
     """linear: the optimizer's peak rate is `learning_rate` x workers, as the global batch grows
     with them (Goyal et al., 2017: keep the rate per sample; use it with warmup)."""
-    loop: Optional[str] = Field(default=None, pattern=FUNCTION_PATTERN)
+    loop: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
     """Your own Ray Train loop, `package.module:function` taking `config` (README "Your own Ray Train
     loop"): run on every planned worker instead of the built-in loop; `model`, `task` and
     `steps`/`epochs` are then not needed (`steps` gives the progress bar its total)."""
@@ -339,8 +350,10 @@ class TrainerConfig(_Strict):
         if self.loop is None and (self.steps is None) == (self.epochs is None):
             raise ValueError("set exactly one of trainer.steps or trainer.epochs")
         if self.loop is not None and self.epochs is not None:
-            raise ValueError("trainer.epochs: your loop (trainer.loop) decides its epochs; pass them in "
-                             "trainer.loop_config (trainer.steps only gives the progress bar a total)")
+            raise ValueError(
+                "trainer.epochs: your loop (trainer.loop) decides its epochs; pass them in "
+                "trainer.loop_config (trainer.steps only gives the progress bar a total)"
+            )
         if self.loop_config and self.loop is None:
             raise ValueError("trainer.loop_config is the argument of trainer.loop; set trainer.loop or remove it")
         return self
@@ -350,9 +363,9 @@ class RunConfig(_Strict):
     """Where a local run keeps its simulated hosts, outputs and Ray state, and which S3 it uses."""
 
     dir: str = "runs"
-    name: Optional[str] = None
+    name: str | None = None
     """Run directory name under `dir`; default: job name plus a timestamp."""
-    s3_endpoint: Optional[str] = None
+    s3_endpoint: str | None = None
     """For `s3://` channel sources in a local run: None starts a local S3 server (moto) on
     127.0.0.1 seeded from `s3_seed`; `aws` uses boto3's own endpoint and credentials; an
     http(s) URL uses that endpoint."""
@@ -382,7 +395,7 @@ class MonitorConfig(_Strict):
     prices: dict[str, float] = {}
     """USD per instance-hour by `ml.*` type, over the built-in table (approximate us-east-1
     on-demand; see `sm-launch report`'s note)."""
-    cpu_instance_types: Optional[list[str]] = None
+    cpu_instance_types: list[str] | None = None
     """CPU types the advisor may recommend; default: c5 and m5, xlarge to 9xlarge."""
     max_data_hosts: int = Field(default=8, ge=1, le=64)
     """Largest count of data hosts the advisor's table predicts for."""
@@ -402,8 +415,9 @@ class MonitorConfig(_Strict):
         for name in value or []:
             check_training_type(name)
             if not is_cpu_only(name):
-                raise ValueError(f"{name!r} is not a CPU-only type of smlaunch's spec table (the advisor needs its "
-                                 "vCPUs)")
+                raise ValueError(
+                    f"{name!r} is not a CPU-only type of smlaunch's spec table (the advisor needs its vCPUs)"
+                )
         return value
 
 
@@ -415,18 +429,18 @@ class LaunchConfig(_Strict):
     cluster: ClusterConfig
     channels: dict[str, ChannelConfig] = Field(min_length=1)
     pipeline: PipelineConfig = PipelineConfig()
-    model: Optional[ModelConfig] = None
+    model: ModelConfig | None = None
     """Required unless `trainer.loop` runs your own loop (which builds its own model)."""
-    task: Optional[TaskConfig] = None
+    task: TaskConfig | None = None
     """Your loss and metrics (`TaskConfig`); default: classification of `image` by `label`."""
     trainer: TrainerConfig
     run: RunConfig = RunConfig()
     monitor: MonitorConfig = MonitorConfig()
-    sagemaker: Optional[SageMakerConfig] = None
+    sagemaker: SageMakerConfig | None = None
     """How `sm-launch submit` creates the training job; only submit reads it."""
-    kuberay: Optional[KubeRayConfig] = None
+    kuberay: KubeRayConfig | None = None
     """How `sm-launch kuberay` writes the RayJob manifest; only that command reads it."""
-    autoscale: Optional[AutoscaleConfig] = None
+    autoscale: AutoscaleConfig | None = None
     """Elastic data hosts on a Ray cluster with an autoscaler (`run --address`, KubeRay); where
     groups are fixed (SageMaker, the local simulation) the plan says what it does instead."""
 
@@ -444,8 +458,9 @@ class LaunchConfig(_Strict):
                 raise ValueError(f"channels: channel name {name!r} must match [A-Za-z0-9.-_]{{1,64}}")
             for group in channel.instance_groups or []:
                 if group not in groups:
-                    raise ValueError(f"channels.{name}.instance_groups: no instance group {group!r}; "
-                                     f"groups: {sorted(groups)}")
+                    raise ValueError(
+                        f"channels.{name}.instance_groups: no instance group {group!r}; groups: {sorted(groups)}"
+                    )
         head_group = self.kuberay.head_group if self.kuberay else None
         if head_group is not None and head_group not in groups:
             raise ValueError(f"kuberay.head_group: no instance group {head_group!r}; groups: {sorted(groups)}")
@@ -454,18 +469,30 @@ class LaunchConfig(_Strict):
         train = self.channels["train"]
         if self.trainer.loop is not None:
             if self.model is not None or self.task is not None:
-                raise ValueError(f"{'model' if self.model is not None else 'task'}: your loop (trainer.loop) builds "
-                                 "its own model and loss; remove this section (pass settings in trainer.loop_config)")
+                raise ValueError(
+                    f"{'model' if self.model is not None else 'task'}: your loop (trainer.loop) builds "
+                    "its own model and loss; remove this section (pass settings in trainer.loop_config)"
+                )
             return self
         if self.model is None:
-            raise ValueError("model: required (model.name, a timm model, or model.factory) unless trainer.loop "
-                             "runs your own Ray Train loop")
+            raise ValueError(
+                "model: required (model.name, a timm model, or model.factory) unless trainer.loop "
+                "runs your own Ray Train loop"
+            )
         if self.task is None and not self.pipeline.has_images:
-            raise ValueError("pipeline.ops: the built-in classification task trains on images (decode_image ... "
-                             "to_uint8_chw); for other data set task.loss (and task.evaluate) to your functions")
-        if (self.task is None and self.model.num_classes is None and not train.source.startswith("builtin:")
-                and train.record_format not in CLASSES_FROM_DATA):
-            raise ValueError(f"model.num_classes: required for a {train.record_format} train channel (source "
-                             f"{train.source}); it is read from the data only for builtin datasets and "
-                             f"record_format {' or '.join(CLASSES_FROM_DATA)}")
+            raise ValueError(
+                "pipeline.ops: the built-in classification task trains on images (decode_image ... "
+                "to_uint8_chw); for other data set task.loss (and task.evaluate) to your functions"
+            )
+        if (
+            self.task is None
+            and self.model.num_classes is None
+            and not train.source.startswith("builtin:")
+            and train.record_format not in CLASSES_FROM_DATA
+        ):
+            raise ValueError(
+                f"model.num_classes: required for a {train.record_format} train channel (source "
+                f"{train.source}); it is read from the data only for builtin datasets and "
+                f"record_format {' or '.join(CLASSES_FROM_DATA)}"
+            )
         return self

@@ -67,22 +67,25 @@ def version_text() -> str:
         except PackageNotFoundError:
             return f"{name} missing"
 
-    return (f"sm-launch {__version__} ({', '.join(of(n) for n in ('ray', 'torch', 'timm'))}, "
-            f"Python {sys.version.split()[0]})")
+    return (
+        f"sm-launch {__version__} ({', '.join(of(n) for n in ('ray', 'torch', 'timm'))}, "
+        f"Python {sys.version.split()[0]})"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sm-launch",
         description="Train a PyTorch model on a heterogeneous cluster: Ray Data preprocessing on the "
-                    "CPU hosts, Ray Train on the GPU hosts. On a SageMaker host (one with "
-                    "/opt/ml/input/config/resourceconfig.json) every host of the job runs the same "
-                    "command and takes its part; elsewhere the config's instance groups are simulated "
-                    "as separate Ray nodes on this machine.",
+        "CPU hosts, Ray Train on the GPU hosts. On a SageMaker host (one with "
+        "/opt/ml/input/config/resourceconfig.json) every host of the job runs the same "
+        "command and takes its part; elsewhere the config's instance groups are simulated "
+        "as separate Ray nodes on this machine.",
         epilog="examples:\n  sm-launch configs/hetero.yaml\n  sm-launch plan configs/hetero.yaml "
-               "--set trainer.steps=50\n  sm-launch -q configs/hetero.yaml\n"
-               "  sm-launch submit configs/hetero.yaml --dry-run",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "--set trainer.steps=50\n  sm-launch -q configs/hetero.yaml\n"
+        "  sm-launch submit configs/hetero.yaml --dry-run",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=version_text())
     _verbosity_flags(parser, default=True)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
@@ -96,10 +99,20 @@ def build_parser() -> argparse.ArgumentParser:
 def _verbosity_flags(parser: argparse.ArgumentParser, default: bool) -> None:
     """-v/-q on the top level and on every subcommand (`sm-launch -q run X` = `sm-launch run -q X`)."""
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("-v", "--verbose", action="count", default=0 if default else argparse.SUPPRESS,
-                       help="also print debug lines and Ray's own logs (they always go to the run's log files)")
-    group.add_argument("-q", "--quiet", action="store_true", default=False if default else argparse.SUPPRESS,
-                       help="print only errors and where the report is")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if default else argparse.SUPPRESS,
+        help="also print debug lines and Ray's own logs (they always go to the run's log files)",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False if default else argparse.SUPPRESS,
+        help="print only errors and where the report is",
+    )
 
 
 def with_default_command(argv: list[str]) -> list[str]:

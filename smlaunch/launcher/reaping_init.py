@@ -118,8 +118,11 @@ def _reap(child: int, state: dict, name: str) -> int:
             if time.monotonic() > deadline:
                 sig = next(escalation, None)
                 if sig is not None:
-                    print(f"smlaunch-init: processes still running after {name} exited; sending "
-                          f"{signal.Signals(sig).name}", flush=True)
+                    print(
+                        f"smlaunch-init: processes still running after {name} exited; sending "
+                        f"{signal.Signals(sig).name}",
+                        flush=True,
+                    )
                     _signal_the_rest(sig)
                 deadline = time.monotonic() + 5
             time.sleep(0.1)

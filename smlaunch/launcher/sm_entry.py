@@ -130,11 +130,24 @@ def main(argv: list[str] | None = None) -> int:
     if mode == "1" or (mode == "auto" and missing != []):
         why = f" (missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})" if missing else ""
         print(f"smlaunch_entry: pip install {PROJECT}{why}", flush=True)
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
-                               "--quiet", str(PROJECT)], check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-cache-dir",
+                "--disable-pip-version-check",
+                "--quiet",
+                str(PROJECT),
+            ],
+            check=False,
+        )
         if done.returncode != 0:
-            return _fail(f"pip install of the shipped smlaunch package failed (exit {done.returncode}); does the "
-                         "job reach PyPI, or set sagemaker.install_package: false for an image that has the dependencies")
+            return _fail(
+                f"pip install of the shipped smlaunch package failed (exit {done.returncode}); does the "
+                "job reach PyPI, or set sagemaker.install_package: false for an image that has the dependencies"
+            )
     else:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     if (PROJECT / USER_CODE).is_dir():  # the user's modules `submit` shipped (smlaunch.user_code)

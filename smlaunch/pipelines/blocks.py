@@ -72,8 +72,13 @@ class BlockCutter:
 
     def _take(self) -> pa.Table:
         rows = self._row_table()
-        block = self.carry if rows is None else rows if self.carry is None else \
-            pa.concat_tables([self.carry, rows]).combine_chunks()
+        block = (
+            self.carry
+            if rows is None
+            else rows
+            if self.carry is None
+            else pa.concat_tables([self.carry, rows]).combine_chunks()
+        )
         self.carry = None
         return block
 
@@ -92,8 +97,12 @@ INT_COLUMNS = ("label", "id", "pos", "seek")
 def rows_table(rows: dict[str, list]) -> pa.Table:
     """Rows by column as a block: binary images, int64 labels, ids (and positions); a channel's
     own fields (`pipelines.named_fields`) as Arrow infers them (a record's member bytes: binary)."""
-    return pa.table({name: pa.array(values, pa.binary() if name == "image" else pa.int64() if name in INT_COLUMNS
-                                    else None) for name, values in rows.items()})
+    return pa.table(
+        {
+            name: pa.array(values, pa.binary() if name == "image" else pa.int64() if name in INT_COLUMNS else None)
+            for name, values in rows.items()
+        }
+    )
 
 
 def _payload(row: dict) -> int:

@@ -18,7 +18,7 @@ id (`places.SamplePlaces`) and counts it against the same allowance.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import ray
 
@@ -64,8 +64,14 @@ class CorruptRecords:
         return self.report(channel, message), message
 
     def summary(self) -> dict:
-        return {channel: {"skipped": min(n, self.limits.get(channel, 0)), "limit": self.limits.get(channel, 0),
-                          "first": self.messages.get(channel, [])} for channel, n in self.counts.items()}
+        return {
+            channel: {
+                "skipped": min(n, self.limits.get(channel, 0)),
+                "limit": self.limits.get(channel, 0),
+                "first": self.messages.get(channel, []),
+            }
+            for channel, n in self.counts.items()
+        }
 
 
 _counter = None
@@ -101,8 +107,9 @@ def skip_policy(channel: str, limit: int) -> Callable[[Exception], bool] | None:
 
             post("warning", text=f"channel '{channel}': skipped a corrupt record: {error}")
             return True
-        raise DataError(f"channel '{channel}': more than max_corrupted_records={limit} corrupt records; "
-                        f"the last: {error}")
+        raise DataError(
+            f"channel '{channel}': more than max_corrupted_records={limit} corrupt records; the last: {error}"
+        )
 
     return on_corrupt
 
@@ -129,8 +136,9 @@ def undecodable_sample(channel: str, limit: int, sample_id: int, reason: str) ->
         return
     if limit <= 0:
         raise DataError(message)
-    raise DataError(f"channel '{channel}': more than max_corrupted_records={limit} corrupt records; "
-                    f"the last: {message}")
+    raise DataError(
+        f"channel '{channel}': more than max_corrupted_records={limit} corrupt records; the last: {message}"
+    )
 
 
 def corrupt_summary() -> dict:

@@ -18,12 +18,20 @@ def list_channels(plan: LaunchPlan, here: bool = False) -> dict:
     by this process, the hosts' directories being on this machine: `listing.list_channel`)."""
     from smlaunch.pipelines.sources.listing import list_channel
 
-    return {c.name: list_channel(c, {h: plan.host(h).opt_ml for h in c.hosts}, here=here)
-            for c in plan.channels if c.input_mode != "Pipe"}
+    return {
+        c.name: list_channel(c, {h: plan.host(h).opt_ml for h in c.hosts}, here=here)
+        for c in plan.channels
+        if c.input_mode != "Pipe"
+    }
 
 
-def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = None,
-                   num_classes: int | None = None, shared: list | None = None) -> dict:
+def build_datasets(
+    cfg: LaunchConfig,
+    plan: LaunchPlan,
+    listings: dict | None = None,
+    num_classes: int | None = None,
+    shared: list | None = None,
+) -> dict:
     """Each channel's dataset; `listings` from `list_channels` (listed here when None);
     `num_classes` bounds the labels (a label at or above it is a bad sample); `shared`, if given,
     gets the object refs of the listings' arrays the read tasks gather their paths from
@@ -43,9 +51,10 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
     use_block_size(ctx, block_bytes(cfg))
     host_names = [h.name for h in plan.hosts]
     listings = list_channels(plan) if listings is None else listings
-    start_counter({c.name: c.max_corrupted_records for c in plan.channels},
-                  {c.name: SamplePlaces.of(c.record_format, listings[c.name]) for c in plan.channels
-                   if c.name in listings})
+    start_counter(
+        {c.name: c.max_corrupted_records for c in plan.channels},
+        {c.name: SamplePlaces.of(c.record_format, listings[c.name]) for c in plan.channels if c.name in listings},
+    )
     num_classes = num_classes or (cfg.model.num_classes if cfg.model else None)
     datasets = {}
     for channel in plan.channels:
@@ -53,12 +62,18 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
         if channel.input_mode == "Pipe":
             source = PipeChannelDatasource(channel, roots, num_classes=num_classes)
         else:
-            source = ChannelDatasource(channel, listings[channel.name], roots, num_classes,
-                                       cpus={h: plan.host(h).num_cpus for h in channel.hosts},
-                                       ranks=plan.train_workers, seed=cfg.seed,
-                                       chain_slots=plan.preprocess_slots if plan.elastic else 0,
-                                       block_units=ELASTIC_BLOCK_BATCHES * cfg.pipeline.batch_size if plan.elastic
-                                       else 0, head_rows=first_window_rows(cfg, plan)).share_listing()
+            source = ChannelDatasource(
+                channel,
+                listings[channel.name],
+                roots,
+                num_classes,
+                cpus={h: plan.host(h).num_cpus for h in channel.hosts},
+                ranks=plan.train_workers,
+                seed=cfg.seed,
+                chain_slots=plan.preprocess_slots if plan.elastic else 0,
+                block_units=ELASTIC_BLOCK_BATCHES * cfg.pipeline.batch_size if plan.elastic else 0,
+                head_rows=first_window_rows(cfg, plan),
+            ).share_listing()
             if shared is not None:
                 shared.extend(source.shared_arrays())
         ds = read_channel(source, channel)
@@ -66,11 +81,20 @@ def build_datasets(cfg: LaunchConfig, plan: LaunchPlan, listings: dict | None = 
         with warnings.catch_warnings():  # see `_placement`
             warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
             datasets[channel.name] = ds.map_batches(
-                Chain(cfg.pipeline.ops, host_names, train=channel.name == "train", channel=channel.name,
-                      max_corrupted_records=channel.max_corrupted_records),
-                batch_size=cfg.pipeline.batch_size, batch_format="numpy",
-                compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots), num_cpus=1,
-                label_selector=plan.preprocess_selector, **placement)
+                Chain(
+                    cfg.pipeline.ops,
+                    host_names,
+                    train=channel.name == "train",
+                    channel=channel.name,
+                    max_corrupted_records=channel.max_corrupted_records,
+                ),
+                batch_size=cfg.pipeline.batch_size,
+                batch_format="numpy",
+                compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots),
+                num_cpus=1,
+                label_selector=plan.preprocess_selector,
+                **placement,
+            )
     return datasets
 
 
@@ -158,10 +182,14 @@ def read_channel(source, channel):
     A read is mostly waiting on the disk or the network, and the OS shares the cores."""
     import ray.data
 
-    return ray.data.read_datasource(source, label_selector={host_label(): f"in({','.join(channel.hosts)})"},
-                                    override_num_blocks=source.block_count(), num_cpus=0,
-                                    compute=ray.data.TaskPoolStrategy(size=source.read_slots()),
-                                    runtime_env={"env_vars": dict(READ_WORKER_ENV)})
+    return ray.data.read_datasource(
+        source,
+        label_selector={host_label(): f"in({','.join(channel.hosts)})"},
+        override_num_blocks=source.block_count(),
+        num_cpus=0,
+        compute=ray.data.TaskPoolStrategy(size=source.read_slots()),
+        runtime_env={"env_vars": dict(READ_WORKER_ENV)},
+    )
 
 
 READ_WORKER_ENV = {"SMLAUNCH_WORKER_POOL": "read"}

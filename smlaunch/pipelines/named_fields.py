@@ -33,8 +33,9 @@ def is_named(channel: ChannelPlan) -> bool:
     return bool(channel.more)
 
 
-def named_table(channel: ChannelPlan, table: pa.Table, fields: dict, num_classes: int | None, ids: pa.Array,
-                where: str, start: int) -> pa.Table:
+def named_table(
+    channel: ChannelPlan, table: pa.Table, fields: dict, num_classes: int | None, ids: pa.Array, where: str, start: int
+) -> pa.Table:
     """`table`'s rows as a block of the named fields and `ids`, bad rows dropped under the channel's
     policy (or the first one raised); `where` names the file, `start` its first row's number."""
     import pyarrow.compute as pc
@@ -52,11 +53,16 @@ def named_table(channel: ChannelPlan, table: pa.Table, fields: dict, num_classes
             _mark(bad, pc.equal(pc.binary_length(values), 0), "an empty image")
         elif name == "label":
             if not pa.types.is_integer(values.type):
-                raise DataError(f"channel '{channel.name}': {where}: the label column {column} holds {values.type}, "
-                                "not integer class indexes")
+                raise DataError(
+                    f"channel '{channel.name}': {where}: the label column {column} holds {values.type}, "
+                    "not integer class indexes"
+                )
             values = values.cast(pa.int64())
-            out = pc.less(values, 0) if num_classes is None else \
-                pc.or_(pc.less(values, 0), pc.greater_equal(values, num_classes))
+            out = (
+                pc.less(values, 0)
+                if num_classes is None
+                else pc.or_(pc.less(values, 0), pc.greater_equal(values, num_classes))
+            )
             _mark(bad, out, f"a label that is not a class index 0..{(num_classes or 0) - 1}")
         columns[name] = values
     policy = skip_policy(channel.name, channel.max_corrupted_records)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 

@@ -15,7 +15,7 @@ nowhere: those messages name the sample id alone.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -31,9 +31,8 @@ class SamplePlaces:
     host's, for ShardedByS3Key) and what a member of them is in `record_format`."""
 
     def __init__(self, record_format: str, files: Iterable[tuple[str, int]]):
-        from smlaunch.pipelines.sources.file_list import FileList
-
         from smlaunch.pipelines.formats import CHANNEL_FORMATS
+        from smlaunch.pipelines.sources.file_list import FileList
 
         self.record_format = record_format
         self.place = CHANNEL_FORMATS[record_format].place

@@ -23,17 +23,18 @@ whole and a folder of small images does not become a block per image.
 from __future__ import annotations
 
 import zlib
-from typing import BinaryIO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 import google_crc32c
 import pyarrow as pa
 
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
+from smlaunch.pipelines.blocks import ROW_OVERHEAD_BYTES, BlockCutter, UnitPositions, rows_table
 from smlaunch.pipelines.corrupt import skip_policy
 from smlaunch.pipelines.formats import CHANNEL_FORMATS, PositionedRecords, RecordError, iter_records
 from smlaunch.pipelines.formats.example import example_values
-from smlaunch.pipelines.blocks import ROW_OVERHEAD_BYTES, BlockCutter, UnitPositions, rows_table
 from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT
 from smlaunch.pipelines.sources.manifest import group_attributes
 
@@ -98,8 +99,9 @@ def example_row(record: bytes, fields=("image/encoded", "image/class/label", "id
 
 def channel_records(channel: ChannelPlan, stream, source: str) -> Iterator[bytes]:
     """The records of one file or FIFO of `channel`, corrupt ones handled by its skip policy."""
-    return iter_records(stream, channel.record_format, source,
-                        on_corrupt=skip_policy(channel.name, channel.max_corrupted_records))
+    return iter_records(
+        stream, channel.record_format, source, on_corrupt=skip_policy(channel.name, channel.max_corrupted_records)
+    )
 
 
 def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str, first: int = 0) -> Iterator[Sample]:
@@ -108,8 +110,12 @@ def record_samples(channel: ChannelPlan, records: Iterable[bytes], source: str, 
     names = channel.attribute_names
     if names:
         for n, unit in enumerate(group_attributes(records, len(names), source), first):
-            yield (f"{source} row {n}", unit[0], unit[1].decode(errors="replace"),
-                   unit[2].decode(errors="replace") if len(names) > 2 else None)
+            yield (
+                f"{source} row {n}",
+                unit[0],
+                unit[1].decode(errors="replace"),
+                unit[2].decode(errors="replace") if len(names) > 2 else None,
+            )
         return
     fields = tuple(channel.fields)
     key = None if channel.id_required else _place_key(channel, source)
@@ -148,21 +154,33 @@ def _named_records(channel: ChannelPlan, records: Iterable[bytes], source: str, 
         yield NamedSample(where, values, ident)
 
 
-def unit_samples(channel: ChannelPlan, stream: BinaryIO, source: str, group: int | None, num_classes: int | None,
-                 offset: int = 0, first: int = 0) -> Iterator[tuple[int, Sample | pa.Table]]:
+def unit_samples(
+    channel: ChannelPlan,
+    stream: BinaryIO,
+    source: str,
+    group: int | None,
+    num_classes: int | None,
+    offset: int = 0,
+    first: int = 0,
+) -> Iterator[tuple[int, Sample | pa.Table]]:
     """(where the file can be read on from after it, or `order.NO_SEEK`; the sample or checked
     table) of one read unit of a File channel: a file of records or a tar shard (its stream
     standing at `offset`, `first` the index of its next sample), or a Parquet row group `group`.
     The format's layout picks the reader (`formats.spec`)."""
     layout = CHANNEL_FORMATS[channel.record_format].layout
     if layout == "row_groups":
-        return ((NO_SEEK, item) for item in
-                parquet_samples(channel, stream, source, None if group is None else [group], num_classes))
+        return (
+            (NO_SEEK, item)
+            for item in parquet_samples(channel, stream, source, None if group is None else [group], num_classes)
+        )
     if layout == "tar":
-        return ((NO_SEEK if end is None else end, sample)
-                for end, sample in webdataset_spans(channel, stream, source, offset))
-    records = PositionedRecords(stream, channel.record_format, source,
-                                skip_policy(channel.name, channel.max_corrupted_records))
+        return (
+            (NO_SEEK if end is None else end, sample)
+            for end, sample in webdataset_spans(channel, stream, source, offset)
+        )
+    records = PositionedRecords(
+        stream, channel.record_format, source, skip_policy(channel.name, channel.max_corrupted_records)
+    )
     return ((records.end, sample) for sample in record_samples(channel, records, source, first))
 
 
@@ -170,11 +188,11 @@ def webdataset_samples(channel: ChannelPlan, stream: BinaryIO, source: str) -> I
     return (sample for _, sample in webdataset_spans(channel, stream, source))
 
 
-def webdataset_spans(channel: ChannelPlan, stream: BinaryIO, source: str, start: int = 0
-                     ) -> Iterator[tuple[int | None, Sample]]:
+def webdataset_spans(
+    channel: ChannelPlan, stream: BinaryIO, source: str, start: int = 0
+) -> Iterator[tuple[int | None, Sample]]:
     """(offset of the next sample or None, sample) of a stream standing at offset `start`."""
     from smlaunch.pipelines.formats.webdataset import iter_spans, pick
-
     from smlaunch.pipelines.named_fields import NamedSample, batch_fields, is_named
 
     image_ext, label_ext, id_ext = channel.fields
@@ -198,13 +216,13 @@ def webdataset_spans(channel: ChannelPlan, stream: BinaryIO, source: str, start:
             raise DataError(f"channel '{channel.name}': {exc}") from None
 
 
-def parquet_samples(channel: ChannelPlan, stream, source: str, row_groups: list[int] | None,
-                    num_classes: int | None = None) -> Iterator[Sample | pa.Table]:
+def parquet_samples(
+    channel: ChannelPlan, stream, source: str, row_groups: list[int] | None, num_classes: int | None = None
+) -> Iterator[Sample | pa.Table]:
     """The chosen row groups: each as one checked table when its columns pass the checks, or row
     by row (to name the bad row and apply the skip policy) when they do not. Row by row costs
     several times the read itself (bench/formats.py), so a clean row group never takes that path."""
     from smlaunch.pipelines.formats.parquet import group_rows, iter_groups
-
     from smlaunch.pipelines.named_fields import batch_fields, is_named
 
     fields = batch_fields(channel)
@@ -221,8 +239,15 @@ def parquet_samples(channel: ChannelPlan, stream, source: str, row_groups: list[
             yield f"{source} row {n}", data, value, ident if ident is not None or key is None else derived_id(key, n)
 
 
-def _named_group(channel: ChannelPlan, table: pa.Table, fields: dict, num_classes: int | None, key: str | None,
-                 source: str, start: int) -> pa.Table:
+def _named_group(
+    channel: ChannelPlan,
+    table: pa.Table,
+    fields: dict,
+    num_classes: int | None,
+    key: str | None,
+    source: str,
+    start: int,
+) -> pa.Table:
     """A row group of a channel naming its fields (`named_fields`), with its ids: the id column's
     (integers, none missing), else derived from the file and row."""
     from smlaunch.pipelines.named_fields import named_table
@@ -230,16 +255,19 @@ def _named_group(channel: ChannelPlan, table: pa.Table, fields: dict, num_classe
     if fields.get("id"):
         ids = table.column(fields["id"])
         if ids.null_count or not pa.types.is_integer(ids.type):
-            raise DataError(f"channel '{channel.name}': {source}: the id column {fields['id']} must hold integers, "
-                            f"none missing (it holds {ids.type}, {ids.null_count} missing)")
+            raise DataError(
+                f"channel '{channel.name}': {source}: the id column {fields['id']} must hold integers, "
+                f"none missing (it holds {ids.type}, {ids.null_count} missing)"
+            )
         ids = ids.combine_chunks().cast(pa.int64())
     else:
         ids = member_ids(key or source, start, table.num_rows)
     return named_table(channel, table, fields, num_classes, ids, source, start)
 
 
-def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_required: bool,
-                     key: str | None = None, start: int = 0) -> pa.Table | None:
+def _checked_columns(
+    table: pa.Table, fields: dict, num_classes: int | None, id_required: bool, key: str | None = None, start: int = 0
+) -> pa.Table | None:
     """`table` as a block, if every row would pass `_checked`, judged column-wise; None if some
     row might not (or the columns need a per-row conversion, as string labels do). Rows without
     an id column get `derived_id(key, row)`, the table's rows counted from `start` (from the
@@ -250,8 +278,11 @@ def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_
     if table.num_rows == 0 or images.null_count or labels.null_count or not pa.types.is_integer(labels.type):
         return None
     bounds = pc.min_max(labels)
-    if (pc.min(pc.binary_length(images)).as_py() == 0 or bounds["min"].as_py() < 0
-            or (num_classes is not None and bounds["max"].as_py() >= num_classes)):
+    if (
+        pc.min(pc.binary_length(images)).as_py() == 0
+        or bounds["min"].as_py() < 0
+        or (num_classes is not None and bounds["max"].as_py() >= num_classes)
+    ):
         return None
     if fields.get("id"):
         ids = table.column(fields["id"])
@@ -264,13 +295,17 @@ def _checked_columns(table: pa.Table, fields: dict, num_classes: int | None, id_
     elif id_required:
         return None
     else:
-        ids = (member_ids(key, start, table.num_rows) if key is not None
-               else pa.array([derived_id(image) for image in images.to_pylist()], pa.int64()))
+        ids = (
+            member_ids(key, start, table.num_rows)
+            if key is not None
+            else pa.array([derived_id(image) for image in images.to_pylist()], pa.int64())
+        )
     return pa.table({"image": images.cast(pa.binary()), "label": labels.cast(pa.int64()), "id": ids}).combine_chunks()
 
 
-def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: int,
-                  prefix: str = "", positions: bool = False) -> Iterator[pa.Table | Sample]:
+def folder_tables(
+    files: Iterable[tuple], num_classes: int | None, block_bytes: int, prefix: str = "", positions: bool = False
+) -> Iterator[pa.Table | Sample]:
     """An image folder's `(path, bytes, label)` files as checked Arrow tables of about
     `block_bytes` (see `row_blocks`); `prefix` + path names a file in an error. With `positions`,
     each file comes with its unit index (`(path, bytes, label, unit)`) and the tables carry a `pos`
@@ -314,9 +349,14 @@ def folder_tables(files: Iterable[tuple], num_classes: int | None, block_bytes: 
         yield table()
 
 
-def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None = None,
-               block_bytes: int | None = None, positions: bool = False,
-               starts: dict[int, int] | None = None) -> Iterator[pa.Table]:
+def row_blocks(
+    channel: ChannelPlan,
+    samples: Iterable,
+    num_classes: int | None = None,
+    block_bytes: int | None = None,
+    positions: bool = False,
+    starts: dict[int, int] | None = None,
+) -> Iterator[pa.Table]:
     """Arrow blocks of checked rows (`blocks.BlockCutter`: `channel.block_rows` rows each, or about
     `block_bytes`); every error names the channel, the source and the sample. A table among the
     samples holds rows already checked column-wise (`parquet_samples`, `folder_tables`).
@@ -354,7 +394,9 @@ def row_blocks(channel: ChannelPlan, samples: Iterable, num_classes: int | None 
         raise DataError(f"channel '{channel.name}': {exc}") from None
     except DataError as exc:
         message = str(exc)
-        raise DataError(message if message.startswith("channel '") else f"channel '{channel.name}': {message}") from None
+        raise DataError(
+            message if message.startswith("channel '") else f"channel '{channel.name}': {message}"
+        ) from None
     for block in cutter.rest():
         yield block
 
@@ -411,5 +453,8 @@ def _need(channel: ChannelPlan) -> str:
     if spec.fields is None:
         return "an image file in a class folder"
     image, label, ident = channel.fields
-    return f"{spec.field_kind} {image}, {label}" + (f", {ident}" if ident else "") + \
-        "; set the channel's fields to rename them"
+    return (
+        f"{spec.field_kind} {image}, {label}"
+        + (f", {ident}" if ident else "")
+        + "; set the channel's fields to rename them"
+    )

@@ -49,11 +49,13 @@ def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None, sh
     for host in plan.hosts:
         if host.subcluster != subcluster:
             continue
-        pinned = task.options(num_cpus=1, max_retries=0, label_selector=host_selector(host.name),
-                              runtime_env=runtime_env)
+        pinned = task.options(
+            num_cpus=1, max_retries=0, label_selector=host_selector(host.name), runtime_env=runtime_env
+        )
         # The refs in a list, so the task's imports do not wait for their fetch; one slot a host fetches.
-        refs.extend(pinned.remote(list(ops), list(shared) if slot == 0 else []) for slot in
-                    range(max(int(host.num_cpus), 1)))
+        refs.extend(
+            pinned.remote(list(ops), list(shared) if slot == 0 else []) for slot in range(max(int(host.num_cpus), 1))
+        )
     return refs + warm_read_workers(plan, runtime_env)
 
 
@@ -77,8 +79,10 @@ def warm_read_workers(plan, runtime_env: dict) -> list:
     env = {**runtime_env, "env_vars": {**runtime_env.get("env_vars", {}), **READ_WORKER_ENV}}
     readers = sorted({h for c in plan.channels for h in c.hosts})
     task = ray.remote(warm_reader)
-    return [task.options(num_cpus=0, max_retries=0, label_selector=host_selector(name), runtime_env=env).remote()
-            for name in readers]
+    return [
+        task.options(num_cpus=0, max_retries=0, label_selector=host_selector(name), runtime_env=env).remote()
+        for name in readers
+    ]
 
 
 def warm_reader() -> dict:
@@ -102,9 +106,11 @@ def data_tasks_runtime_env() -> dict:
     `RAY_WARN_BLOCKING_GET_INSIDE_ASYNC=0`; `TrainController`'s options). With the job's own
     environment the warm-up ran in workers no read or chain task ever used: each real task started
     a cold worker (Ray timeline of `configs/hetero.yaml`, 2-core VM)."""
-    from ray.train.v2._internal.constants import (DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
-                                                  RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
-                                                  get_env_vars_to_propagate)
+    from ray.train.v2._internal.constants import (
+        DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+        RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+        get_env_vars_to_propagate,
+    )
 
     env = get_env_vars_to_propagate()
     env.setdefault(RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR, DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
@@ -144,8 +150,11 @@ def _warm(ops: list) -> dict:
     done = {"host": this_host(), "pid": os.getpid(), "error": None}
     buf = io.BytesIO()
     Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(buf, format="JPEG")
-    batch = {"image": np.array([buf.getvalue()], dtype=object), "label": np.zeros(1, np.int64),
-             "id": np.zeros(1, np.int64)}
+    batch = {
+        "image": np.array([buf.getvalue()], dtype=object),
+        "label": np.zeros(1, np.int64),
+        "id": np.zeros(1, np.int64),
+    }
     try:
         Chain(ops, [])(batch)
     except Exception as exc:  # the real batch raises it again, with the sample named

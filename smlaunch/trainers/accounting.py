@@ -87,23 +87,43 @@ class Accountant:
         self.reference = np.zeros(0, np.int64)
         self.epochs: list[dict] = []
 
-    def close_epoch(self, gathered, epoch: int, complete: bool, resumed_at_batch: int = 0, positions=None,
-                    units: int | None = None, unnamed: int = 0) -> None:
+    def close_epoch(
+        self,
+        gathered,
+        epoch: int,
+        complete: bool,
+        resumed_at_batch: int = 0,
+        positions=None,
+        units: int | None = None,
+        unnamed: int = 0,
+    ) -> None:
         """`gathered`: every rank's ids (`gather`; None on other ranks, and on a stop); `positions`:
         the epoch's merged `EpochPosition` (rank 0, File channels), checked against `units`."""
         if gathered is None and positions is None:  # not rank 0 (or nothing to say)
             return
         ids, skipped, partial = gathered if gathered is not None else (None, 0, 0)
         if ids is not None:
-            record = summarise(ids, epoch, complete, self.expected, self.reference, skipped, partial,
-                               resumed_at_batch, unnamed)
+            record = summarise(
+                ids, epoch, complete, self.expected, self.reference, skipped, partial, resumed_at_batch, unnamed
+            )
             if complete:
                 self.reference = np.union1d(self.reference, ids)
         else:  # too many ids to gather, or a stop: the positions say it
-            record = {"epoch": epoch, "complete": complete, "rows": positions.delivered if positions else None,
-                      "distinct": None, "duplicated": positions.duplicates if positions else 0, "duplicate_ids": [],
-                      "expected": self.expected, "missing": None, "missing_ids": [], "partial_batch_rows": partial,
-                      "skipped_rows": skipped, "resumed_at_batch": resumed_at_batch, "ids_sha256": None}
+            record = {
+                "epoch": epoch,
+                "complete": complete,
+                "rows": positions.delivered if positions else None,
+                "distinct": None,
+                "duplicated": positions.duplicates if positions else 0,
+                "duplicate_ids": [],
+                "expected": self.expected,
+                "missing": None,
+                "missing_ids": [],
+                "partial_batch_rows": partial,
+                "skipped_rows": skipped,
+                "resumed_at_batch": resumed_at_batch,
+                "ids_sha256": None,
+            }
         if positions is not None:
             record["positions"] = position_summary(positions, units, complete)
             if ids is None and complete and units is not None:
@@ -112,27 +132,51 @@ class Accountant:
 
     def report(self) -> dict:
         complete = [e for e in self.epochs if e["complete"]]
-        return {"channel": self.channel, "expected": self.expected, "train_workers": self.world,
-                "epochs": self.epochs,
-                "duplicated": sum(e["duplicated"] for e in self.epochs),
-                "missing": sum(e["missing"] or 0 for e in complete)}
+        return {
+            "channel": self.channel,
+            "expected": self.expected,
+            "train_workers": self.world,
+            "epochs": self.epochs,
+            "duplicated": sum(e["duplicated"] for e in self.epochs),
+            "missing": sum(e["missing"] or 0 for e in complete),
+        }
 
 
-def summarise(ids: np.ndarray, epoch: int, complete: bool, expected: int | None, reference: np.ndarray,
-              skipped: int = 0, partial: int = 0, resumed_at_batch: int = 0, unnamed: int = 0) -> dict:
+def summarise(
+    ids: np.ndarray,
+    epoch: int,
+    complete: bool,
+    expected: int | None,
+    reference: np.ndarray,
+    skipped: int = 0,
+    partial: int = 0,
+    resumed_at_batch: int = 0,
+    unnamed: int = 0,
+) -> dict:
     """`unnamed`: rows drawn before a resume by position, whose ids the epoch's ids lack."""
     distinct, counts = np.unique(ids, return_counts=True)
     repeated = distinct[counts > 1]
-    record = {"epoch": epoch, "complete": complete, "rows": int(len(ids)), "distinct": int(len(distinct)),
-              "duplicated": int(len(repeated)), "duplicate_ids": repeated[:SHOWN_IDS].tolist(),
-              "expected": expected, "missing": None, "missing_ids": [],
-              "partial_batch_rows": partial, "skipped_rows": skipped, "resumed_at_batch": resumed_at_batch,
-              "ids_sha256": ids_digest(distinct)}
+    record = {
+        "epoch": epoch,
+        "complete": complete,
+        "rows": int(len(ids)),
+        "distinct": int(len(distinct)),
+        "duplicated": int(len(repeated)),
+        "duplicate_ids": repeated[:SHOWN_IDS].tolist(),
+        "expected": expected,
+        "missing": None,
+        "missing_ids": [],
+        "partial_batch_rows": partial,
+        "skipped_rows": skipped,
+        "resumed_at_batch": resumed_at_batch,
+        "ids_sha256": ids_digest(distinct),
+    }
     if complete:
         absent = np.setdiff1d(reference, distinct, assume_unique=True)
         record["missing_ids"] = absent[:SHOWN_IDS].tolist()
-        record["missing"] = max(expected - len(distinct) - unnamed, len(absent)) if expected is not None \
-            else len(absent)
+        record["missing"] = (
+            max(expected - len(distinct) - unnamed, len(absent)) if expected is not None else len(absent)
+        )
     return record
 
 
@@ -141,9 +185,14 @@ def position_summary(position, units: int | None, complete: bool) -> dict:
     for a complete epoch, the units of the channel that were not: a unit whose records were all
     skipped as corrupt counts here too, and in the corrupt-record count)."""
     done = position.units_done
-    return {"rows": position.delivered, "duplicates": position.duplicates, "units": units, "units_done": done,
-            "units_open": len(position.partial),
-            "units_incomplete": (units - done) if complete and units is not None else None}
+    return {
+        "rows": position.delivered,
+        "duplicates": position.duplicates,
+        "units": units,
+        "units_done": done,
+        "units_open": len(position.partial),
+        "units_incomplete": (units - done) if complete and units is not None else None,
+    }
 
 
 def ids_digest(distinct_sorted_ids) -> str:
@@ -159,8 +208,9 @@ def accounting_lines(accounting: dict | None) -> list[str]:
     for e in accounting["epochs"]:
         problems = []
         if e["duplicated"]:
-            problems.append(f"{_count(e['duplicated'], 'sample id')} seen more than once "
-                            f"(e.g. {_ids(e['duplicate_ids'])})")
+            problems.append(
+                f"{_count(e['duplicated'], 'sample id')} seen more than once (e.g. {_ids(e['duplicate_ids'])})"
+            )
         if e["missing"]:
             named = f" (e.g. {_ids(e['missing_ids'])})" if e["missing_ids"] else ""
             ids = "sample id" if e["missing"] == 1 else "sample ids"
@@ -177,8 +227,10 @@ def accounting_lines(accounting: dict | None) -> list[str]:
         else:
             fine.append([e["epoch"], e["epoch"], f"(cut short) {_count(e['rows'], 'row')}, no id twice"])
     if fine:
-        parts = [(f"epoch {a}" if a == b else f"epochs {a}-{b}") + (" " if text.startswith("(") else ": ") + text
-                 for a, b, text in fine]
+        parts = [
+            (f"epoch {a}" if a == b else f"epochs {a}-{b}") + (" " if text.startswith("(") else ": ") + text
+            for a, b, text in fine
+        ]
         lines.insert(0, f"sample accounting: channel '{channel}': " + "; ".join(parts))
     return lines + _position_lines(channel, accounting["epochs"]) + mix_lines(channel, accounting["epochs"])
 
@@ -191,11 +243,15 @@ def _position_lines(channel: str, epochs: list[dict]) -> list[str]:
         if p is None or e.get("ids_sha256") is not None:
             continue  # the ids' check spoke for this epoch
         if p["duplicates"]:
-            lines.append(f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: "
-                         f"{_count(p['duplicates'], 'row')} drawn twice (by position)")
+            lines.append(
+                f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: "
+                f"{_count(p['duplicates'], 'row')} drawn twice (by position)"
+            )
         if p["units_incomplete"]:
-            lines.append(f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: "
-                         f"{_count(p['units_incomplete'], 'file or row group')} of {p['units']} not drawn in full")
+            lines.append(
+                f"WARNING: sample accounting: channel '{channel}' epoch {e['epoch']}: "
+                f"{_count(p['units_incomplete'], 'file or row group')} of {p['units']} not drawn in full"
+            )
     return lines
 
 
@@ -208,15 +264,18 @@ def mix_lines(channel: str, epochs: list[dict]) -> list[str]:
     mixes = [(e["epoch"], e["label_mix"]) for e in epochs if e.get("label_mix") and e["label_mix"]["ratio"]]
     if not mixes:
         return []
-    shown = ", ".join(f"epoch {epoch} {mix['labels_per_batch']:g}/{mix['uniform_labels_per_batch']:g}"
-                      for epoch, mix in mixes[:3]) + (", ..." if len(mixes) > 3 else "")
+    shown = ", ".join(
+        f"epoch {epoch} {mix['labels_per_batch']:g}/{mix['uniform_labels_per_batch']:g}" for epoch, mix in mixes[:3]
+    ) + (", ..." if len(mixes) > 3 else "")
     lines = [f"batch mix: channel '{channel}': distinct labels per batch / a uniform random order's: {shown}"]
     for epoch, mix in mixes:
         if mix["ratio"] < MIXED_ENOUGH:
-            lines.append(f"WARNING: batch mix: channel '{channel}' epoch {epoch}: {mix['labels_per_batch']:g} distinct "
-                         f"labels per batch where a uniform random order gives {mix['uniform_labels_per_batch']:g} "
-                         f"(ratio {mix['ratio']:g}): the data order is not mixed; raise channels.{channel}.shuffle."
-                         "open_units or buffer_rows, or shuffle the files")
+            lines.append(
+                f"WARNING: batch mix: channel '{channel}' epoch {epoch}: {mix['labels_per_batch']:g} distinct "
+                f"labels per batch where a uniform random order gives {mix['uniform_labels_per_batch']:g} "
+                f"(ratio {mix['ratio']:g}): the data order is not mixed; raise channels.{channel}.shuffle."
+                "open_units or buffer_rows, or shuffle the files"
+            )
             break
     return lines
 

@@ -12,8 +12,8 @@ and `latest_complete` passes over it: a half-written checkpoint is never resumed
 from __future__ import annotations
 
 import hashlib
-import logging
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -58,8 +58,9 @@ def latest_complete(root: str | os.PathLike) -> Path | str | None:
     for directory in found:
         if is_complete(directory):
             return directory
-        logging.getLogger("smlaunch").warning(f"checkpoint {directory} is incomplete (cut short while written); "
-                                              "skipping it")
+        logging.getLogger("smlaunch").warning(
+            f"checkpoint {directory} is incomplete (cut short while written); skipping it"
+        )
     return None
 
 

@@ -64,8 +64,17 @@ class StepNumbers:
     metric_micro: int = 0
 
     def as_list(self) -> list[float]:
-        return [self.loss_sum, self.micro_batches, self.images, self.wait_s, self.step_s, self.chain_s,
-                self.chain_rows, *self.metric_sums, self.metric_micro]
+        return [
+            self.loss_sum,
+            self.micro_batches,
+            self.images,
+            self.wait_s,
+            self.step_s,
+            self.chain_s,
+            self.chain_rows,
+            *self.metric_sums,
+            self.metric_micro,
+        ]
 
 
 @dataclass(frozen=True)
@@ -86,10 +95,17 @@ def record(step: int, epoch: int, numbers: list[float], world: int, metric_names
     loss_sum, micro, images, wait, step_s = numbers[:5]
     chain_s, chain_rows = (list(numbers[5:7]) + [0.0, 0.0])[:2]
     mean_step = step_s / world
-    entry = {"step": step, "t": round(time.time(), 3), "epoch": epoch, "loss": round(loss_sum / max(micro, 1), 5),
-             "step_time_s": round(mean_step, 5), "data_wait_s": round(wait / world, 5),
-             "images_per_s": round(images / mean_step, 2) if mean_step > 0 else 0.0,
-             "chain_s": round(chain_s, 5), "chain_rows": int(chain_rows)}
+    entry = {
+        "step": step,
+        "t": round(time.time(), 3),
+        "epoch": epoch,
+        "loss": round(loss_sum / max(micro, 1), 5),
+        "step_time_s": round(mean_step, 5),
+        "data_wait_s": round(wait / world, 5),
+        "images_per_s": round(images / mean_step, 2) if mean_step > 0 else 0.0,
+        "chain_s": round(chain_s, 5),
+        "chain_rows": int(chain_rows),
+    }
     if metric_names and len(numbers) > 15 and numbers[15]:
         entry["metrics"] = {name: round(numbers[7 + i] / numbers[15], 6) for i, name in enumerate(metric_names)}
     return entry
@@ -145,21 +161,33 @@ class Control:
             time.sleep(0.5)
         return self._preemption_notice()
 
-    def exchange(self, full: bool, any_data: bool, previous: StepNumbers | None,
-                 checkpoint_due: bool = False) -> Decision:
+    def exchange(
+        self, full: bool, any_data: bool, previous: StepNumbers | None, checkpoint_due: bool = False
+    ) -> Decision:
         """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost.
         `checkpoint_due` counts on rank 0 only."""
         stop, polled = self._stop_locally()
         lost = self.guard.error() if self.guard is not None and self.rank == 0 else None
-        values = [float(full), float(any_data), float(stop), float(lost is not None),
-                  float(checkpoint_due and self.rank == 0), float(polled)] + (previous or StepNumbers()).as_list()
+        values = [
+            float(full),
+            float(any_data),
+            float(stop),
+            float(lost is not None),
+            float(checkpoint_due and self.rank == 0),
+            float(polled),
+        ] + (previous or StepNumbers()).as_list()
         if self.world > 1:
             values = self._all_reduce(values)
         if values[3] > 0:
             raise lost or self._lost_elsewhere()
         preempted = values[5] > 0 and self._preemption_notice() is not None
-        return Decision(all_full=values[0] == self.world, any_data=values[1] > 0, stop=values[2] > 0 or preempted,
-                        checkpoint=values[4] > 0, previous=values[6:] if previous is not None else None)
+        return Decision(
+            all_full=values[0] == self.world,
+            any_data=values[1] > 0,
+            stop=values[2] > 0 or preempted,
+            checkpoint=values[4] > 0,
+            previous=values[6:] if previous is not None else None,
+        )
 
     def _lost_elsewhere(self) -> Exception:
         """Rank 0's verdict, looked up again here (once, on the way out) for its exact message."""
@@ -230,13 +258,14 @@ def sum_gradients(model, micro_batches: int, world: int) -> None:
 
     params = [p for p in model.parameters() if p.requires_grad]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1).float() for g in grads] +
-                     [torch.tensor([float(micro_batches)], device=grads[0].device)])
+    flat = torch.cat(
+        [g.reshape(-1).float() for g in grads] + [torch.tensor([float(micro_batches)], device=grads[0].device)]
+    )
     if world > 1:
         dist.all_reduce(flat)
     count = max(flat[-1].item(), 1.0)
     offset = 0
-    for p, g in zip(params, grads):
+    for p, g in zip(params, grads, strict=False):
         n = g.numel()
-        p.grad = (flat[offset:offset + n] / count).view_as(p).to(p.dtype)
+        p.grad = (flat[offset : offset + n] / count).view_as(p).to(p.dtype)
         offset += n

@@ -73,7 +73,10 @@ def validate(model, batches, task, device, host_rows, step: int, epoch: int, con
     if parts is not None:
         total = sum(n for _, n in parts)
         names = list(dict.fromkeys(name for part, _ in parts for name in part))
-        result = {"step": step, "epoch": epoch,
-                  **{name: round(sum(part.get(name, 0.0) for part, _ in parts) / max(total, 1), 5) for name in names},
-                  "rows": int(total)}
+        result = {
+            "step": step,
+            "epoch": epoch,
+            **{name: round(sum(part.get(name, 0.0) for part, _ in parts) / max(total, 1), 5) for name in names},
+            "rows": int(total),
+        }
     return control.broadcast(result)

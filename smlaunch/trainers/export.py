@@ -47,20 +47,28 @@ def _save(model, config: dict, step: int, final: dict) -> None:
     os.makedirs(model_dir, exist_ok=True)
     torch.save(cpu_state_dict(model), os.path.join(model_dir, "model.pt"))
     names = config.get("class_names")
-    card = {"model": config["model"], "num_classes": config["num_classes"],
-            "steps": step, "final_metrics": final, "config_sha256": config["config_sha256"]}
+    card = {
+        "model": config["model"],
+        "num_classes": config["num_classes"],
+        "steps": step,
+        "final_metrics": final,
+        "config_sha256": config["config_sha256"],
+    }
     if config["image_size"]:
         card["input_size"] = [3, config["image_size"], config["image_size"]]
         card["normalisation"] = {"input": "uint8 CHW", "x": "(x / 255 - mean) / std", **config["normalize"]}
     if config.get("model_params") is not None:  # the user's factory
         card["model_params"] = config["model_params"]
         card["task"] = config.get("task")
-        card["load"] = (f"model = {config['model']}(**model_params) (your factory); "
-                        "model.load_state_dict(torch.load('model.pt'))")
+        card["load"] = (
+            f"model = {config['model']}(**model_params) (your factory); model.load_state_dict(torch.load('model.pt'))"
+        )
     else:
-        card["load"] = (f"smlaunch.trainers.model.create_model({config['model']!r}, {config['num_classes']}, "
-                        f"{config['image_size']}) (timm.create_model with num_classes, and img_size where the "
-                        "model takes one); model.load_state_dict(torch.load('model.pt'))")
+        card["load"] = (
+            f"smlaunch.trainers.model.create_model({config['model']!r}, {config['num_classes']}, "
+            f"{config['image_size']}) (timm.create_model with num_classes, and img_size where the "
+            "model takes one); model.load_state_dict(torch.load('model.pt'))"
+        )
     if names is not None:
         card["classes"] = list(names)
     if config.get("pretrained"):

@@ -24,8 +24,11 @@ import traceback
 TRACEBACK_CHARS = 20_000
 """The most of a traceback a rank sends with its error (the run's log gets it, not the console)."""
 
-_COLLECTIVE_TEXT = re.compile(r"gloo|nccl|c10d|ProcessGroup|Connection (?:reset|closed|refused)|Broken pipe|"
-                              r"[Tt]imed out waiting", re.IGNORECASE)
+_COLLECTIVE_TEXT = re.compile(
+    r"gloo|nccl|c10d|ProcessGroup|Connection (?:reset|closed|refused)|Broken pipe|"
+    r"[Tt]imed out waiting",
+    re.IGNORECASE,
+)
 _COLLECTIVE_FILES = ("/torch/distributed/", "/torch/nn/parallel/")
 
 
@@ -37,9 +40,19 @@ def restartable(exc: BaseException) -> bool:
     or a dropped connection. A Ray task's error is judged by what the task raised."""
     import ray.exceptions as rex
 
-    system = (rex.RayActorError, rex.ObjectLostError, rex.WorkerCrashedError, rex.NodeDiedError,
-              rex.RaySystemError, rex.OutOfMemoryError, rex.ActorUnschedulableError, rex.TaskUnschedulableError,
-              rex.ObjectStoreFullError, rex.GetTimeoutError, rex.LocalRayletDiedError)
+    system = (
+        rex.RayActorError,
+        rex.ObjectLostError,
+        rex.WorkerCrashedError,
+        rex.NodeDiedError,
+        rex.RaySystemError,
+        rex.OutOfMemoryError,
+        rex.ActorUnschedulableError,
+        rex.TaskUnschedulableError,
+        rex.ObjectStoreFullError,
+        rex.GetTimeoutError,
+        rex.LocalRayletDiedError,
+    )
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -59,8 +72,9 @@ def _from_a_collective(exc: BaseException) -> bool:
     if type(exc) is not RuntimeError:
         return False
     frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames and any(part in frames[-1].filename for part in _COLLECTIVE_FILES)) or \
-        bool(_COLLECTIVE_TEXT.search(str(exc).split("\n", 1)[0]))
+    return bool(frames and any(part in frames[-1].filename for part in _COLLECTIVE_FILES)) or bool(
+        _COLLECTIVE_TEXT.search(str(exc).split("\n", 1)[0])
+    )
 
 
 def describe(exc: BaseException, rank: int, doing: str, named: dict[str, str]) -> tuple[str, bool]:
@@ -85,7 +99,9 @@ def describe(exc: BaseException, rank: int, doing: str, named: dict[str, str]) -
         where = f", at smlaunch/{ours[-1].filename.rsplit('/smlaunch/', 1)[1]}:{ours[-1].lineno} in {ours[-1].name}"
         if frames[-1] is not ours[-1]:
             deepest = frames[-1]
-            where += f" (raised at {deepest.filename.rsplit('/site-packages/', 1)[-1]}:{deepest.lineno} in {deepest.name})"
+            where += (
+                f" (raised at {deepest.filename.rsplit('/site-packages/', 1)[-1]}:{deepest.lineno} in {deepest.name})"
+            )
     return f"internal error on rank {rank} {doing}{where}: {error_text(exc)}", False
 
 
@@ -100,8 +116,13 @@ def end_job_for(exc: BaseException, rank: int, line_for) -> bool:
 
     message, trace = user_error_in(exc), None
     if message is not None:
-        kind = "DataError" if isinstance(exc, DataError) else "ConfigError" if isinstance(exc, ConfigError) \
+        kind = (
+            "DataError"
+            if isinstance(exc, DataError)
+            else "ConfigError"
+            if isinstance(exc, ConfigError)
             else "UserError"
+        )
     elif restartable(exc):
         return False
     else:

@@ -40,8 +40,10 @@ class UnevenSplit(DataConfig):
         return output
 
 
-RAY_TRAIN_ENVIRONMENT = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
-                         "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": PREEMPTION_POLL_INTERVAL_S}
+RAY_TRAIN_ENVIRONMENT = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": PREEMPTION_POLL_INTERVAL_S,
+}
 """How often Ray Train's controller polls its workers (2 s by default). It also notices the workers'
 end only at a poll: the fit returned 4.75 s after rank 0's last line of work with the default,
 1.3 s with 0.5 s (configs/hetero.yaml, 2-core VM). A poll is one small call per worker."""
@@ -91,29 +93,36 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
     trainer = TorchTrainer(
         run_user_loop if user_loop else train_loop,
         train_loop_config=spec,
-        scaling_config=ScalingConfig(num_workers=spec.world_size, use_gpu=spec.use_gpu,
-                                     label_selector=[dict(s) for s in spec.worker_selectors]),
+        scaling_config=ScalingConfig(
+            num_workers=spec.world_size, use_gpu=spec.use_gpu, label_selector=[dict(s) for s in spec.worker_selectors]
+        ),
         # A run name of its own per launch: Ray Train would otherwise resume silently from whatever
         # run of the same name it finds; resuming is ours (`resume_from`, complete checkpoints only).
-        run_config=RunConfig(name=loop_run_name(spec) if user_loop else f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                             storage_path=storage_path, storage_filesystem=storage_filesystem,
-                             # Ray Train retries a worker group that cannot start (60 s each) without
-                             # end by default: on a cluster shared with another job that would wait for ever.
-                             # A preemption (a drained train node) the loop did not end cleanly on is a
-                             # failure: the job ends, and the next one resumes (`trainers.preemption`).
-                             failure_config=FailureConfig(max_failures=spec.trainer.max_failures,
-                                                          controller_failure_limit=START_RETRIES,
-                                                          max_preemption_failures=0),
-                             # Your loop's checkpoints are yours to keep (Ray's default: all of them).
-                             checkpoint_config=CheckpointConfig(num_to_keep=None if user_loop else 2),
-                             # A rank's error that no restart mends ends the run (`trainers.failures`).
-                             callbacks=[no_restart_after_a_posted_error()],
-                             worker_runtime_env={"env_vars": dict(spec.worker_env)} if spec.worker_env else None),
+        run_config=RunConfig(
+            name=loop_run_name(spec) if user_loop else f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
+            # Ray Train retries a worker group that cannot start (60 s each) without
+            # end by default: on a cluster shared with another job that would wait for ever.
+            # A preemption (a drained train node) the loop did not end cleanly on is a
+            # failure: the job ends, and the next one resumes (`trainers.preemption`).
+            failure_config=FailureConfig(
+                max_failures=spec.trainer.max_failures,
+                controller_failure_limit=START_RETRIES,
+                max_preemption_failures=0,
+            ),
+            # Your loop's checkpoints are yours to keep (Ray's default: all of them).
+            checkpoint_config=CheckpointConfig(num_to_keep=None if user_loop else 2),
+            # A rank's error that no restart mends ends the run (`trainers.failures`).
+            callbacks=[no_restart_after_a_posted_error()],
+            worker_runtime_env={"env_vars": dict(spec.worker_env)} if spec.worker_env else None,
+        ),
         datasets=datasets,
         # Your loop gets Ray Train's own split (equal shards, as a loop written for Ray Train assumes:
         # a rank with a batch more would wait in DDP's all-reduce for ever); ours keeps every row.
-        dataset_config=(DataConfig if user_loop else UnevenSplit)(datasets_to_split="all",
-                                                                  execution_options=selector_options),
+        dataset_config=(DataConfig if user_loop else UnevenSplit)(
+            datasets_to_split="all", execution_options=selector_options
+        ),
     )
     try:
         result = _fit_watching_train_hosts(trainer, list(spec.train_hosts), fatal=fatal)
@@ -228,9 +237,11 @@ def _raise_if_preempted(exc: BaseException) -> None:
         return
     info = getattr(found, "preemption_info", None)
     nodes = ", ".join(info.preempted_node_ids) if info is not None else "a train node"
-    raise UserError(f"train node(s) {nodes} drained for preemption and the loop did not return before the drain's "
-                    "deadline: a loop should report a checkpoint and return once ray.train.get_preemption_info() "
-                    "is not None; the next job resumes from its last reported checkpoint") from None
+    raise UserError(
+        f"train node(s) {nodes} drained for preemption and the loop did not return before the drain's "
+        "deadline: a loop should report a checkpoint and return once ray.train.get_preemption_info() "
+        "is not None; the next job resumes from its last reported checkpoint"
+    ) from None
 
 
 def _raise_if_workers_never_started(exc: BaseException, spec: TrainSpec) -> None:
@@ -239,15 +250,20 @@ def _raise_if_workers_never_started(exc: BaseException, spec: TrainSpec) -> None
     from smlaunch.errors import UserError
 
     chain = [exc, getattr(exc, "controller_failure", None), exc.__cause__]
-    if not any(type(e).__name__ in ("WorkerGroupStartupTimeoutError", "InsufficientClusterResourcesError")
-               for e in chain if e is not None):
+    if not any(
+        type(e).__name__ in ("WorkerGroupStartupTimeoutError", "InsufficientClusterResourcesError")
+        for e in chain
+        if e is not None
+    ):
         return
     wants = "GPU" if spec.use_gpu else "CPU"
     hosts = ", ".join(spec.train_hosts)
     each_s = float(os.environ.get("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60"))
-    raise UserError(f"the {spec.world_size} train workers (1 {wants} each, on {hosts}) could not be placed in "
-                    f"{START_RETRIES + 1} tries of {each_s:g} s: another job holds those nodes' {wants}s, or they "
-                    "left; free them, or set trainer.max_workers lower") from None
+    raise UserError(
+        f"the {spec.world_size} train workers (1 {wants} each, on {hosts}) could not be placed in "
+        f"{START_RETRIES + 1} tries of {each_s:g} s: another job holds those nodes' {wants}s, or they "
+        "left; free them, or set trainer.max_workers lower"
+    ) from None
 
 
 def _raise_if_a_train_host_was_lost(spec: TrainSpec) -> None:

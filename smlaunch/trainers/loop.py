@@ -59,11 +59,11 @@ class _Run:
         from smlaunch.trainers.accounting import Accountant, EpochIds
         from smlaunch.trainers.checkpoints import CheckpointLog
         from smlaunch.trainers.control import Control
-        from smlaunch.trainers.model import build_model
-        from smlaunch.trainers.optim import build_optimizer, build_schedule
         from smlaunch.trainers.mixing import LabelMix
-        from smlaunch.trainers.position import DrawnPositions, EpochPosition
+        from smlaunch.trainers.model import build_model
         from smlaunch.trainers.next_epoch import NextEpoch
+        from smlaunch.trainers.optim import build_optimizer, build_schedule
+        from smlaunch.trainers.position import DrawnPositions, EpochPosition
         from smlaunch.trainers.resume import initial_state
         from smlaunch.trainers.task import make_task
         from smlaunch.trainers.validation import schedule
@@ -171,12 +171,21 @@ class _Run:
         self.raw_model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["scheduler"])
-        self.outbox.put("resumed", step=self.step,
-                        text=f"resumed from {self.resumed_from} at step {self.step}, epoch {self.epochs_done + 1}"
-                             + (f", {self.drawn_before} of its samples already drawn" if self.drawn_before is not None
-                                else f", batch {self.legacy_position}")
-                             + (f"; its weights take precedence over model.pretrained ({self.spec.pretrained}, "
-                                "not loaded)" if self.spec.pretrained else ""))
+        self.outbox.put(
+            "resumed",
+            step=self.step,
+            text=f"resumed from {self.resumed_from} at step {self.step}, epoch {self.epochs_done + 1}"
+            + (
+                f", {self.drawn_before} of its samples already drawn"
+                if self.drawn_before is not None
+                else f", batch {self.legacy_position}"
+            )
+            + (
+                f"; its weights take precedence over model.pretrained ({self.spec.pretrained}, not loaded)"
+                if self.spec.pretrained
+                else ""
+            ),
+        )
 
     def _post_order(self) -> None:
         """Rank 0 tells the train channel's reader which epoch this group starts in, and where to
@@ -208,8 +217,9 @@ class _Run:
                 self._close_epoch(complete=True)
                 if not self._done():
                     primed = NextEpoch(self._torch_batches(shard))
-                if self.validates.after_epoch(self.epochs_done) and \
-                        not self._validate_unless_preempted(self.epochs_done):
+                if self.validates.after_epoch(self.epochs_done) and not self._validate_unless_preempted(
+                    self.epochs_done
+                ):
                     break
         if pending is not None:
             self._record(self.control.flush(pending))
@@ -234,8 +244,12 @@ class _Run:
             micro, waited = self._fetch(batches)
             if micro:
                 self.marks.setdefault("first_batch", time.time())
-            decision = self.control.exchange(len(micro) == self.t.grad_accum_steps, bool(micro), pending,
-                                             checkpoint_due=self.rank == 0 and self.saves.due())
+            decision = self.control.exchange(
+                len(micro) == self.t.grad_accum_steps,
+                bool(micro),
+                pending,
+                checkpoint_due=self.rank == 0 and self.saves.due(),
+            )
             if decision.previous is not None:
                 self._record(decision.previous)
             pending = None
@@ -256,13 +270,14 @@ class _Run:
                 self._save("timer")
         return pending, False
 
-
     def _raise_empty_epoch(self):
         from smlaunch.errors import DataError
 
-        raise DataError(f"channel 'train': epoch {self.epochs_done + 1} gave the train workers no full batch of "
-                        f"trainer.batch_size={self.t.batch_size} (a step needs one); the channel is empty or "
-                        "too small (an empty Pipe FIFO?)")
+        raise DataError(
+            f"channel 'train': epoch {self.epochs_done + 1} gave the train workers no full batch of "
+            f"trainer.batch_size={self.t.batch_size} (a step needs one); the channel is empty or "
+            "too small (an empty Pipe FIFO?)"
+        )
 
     def _torch_batches(self, shard):
         """The epoch's batches, through the shuffle buffer (ours, not Ray Data's
@@ -270,12 +285,17 @@ class _Run:
         `trainers.shuffle_buffer`)."""
         from smlaunch.trainers.shuffle_buffer import ShuffleBuffer
 
-        batches = shard.iter_torch_batches(batch_size=self.t.batch_size, drop_last=False, device=self.device,
-                                           prefetch_batches=self.t.prefetch_batches,
-                                           pin_memory=self.device.type == "cuda")
+        batches = shard.iter_torch_batches(
+            batch_size=self.t.batch_size,
+            drop_last=False,
+            device=self.device,
+            prefetch_batches=self.t.prefetch_batches,
+            pin_memory=self.device.type == "cuda",
+        )
         buffer = self.spec.shuffle_buffer_rows
-        return ShuffleBuffer(buffer, self.t.batch_size, self.spec.seed + self.epochs_done)(batches) if buffer \
-            else batches
+        return (
+            ShuffleBuffer(buffer, self.t.batch_size, self.spec.seed + self.epochs_done)(batches) if buffer else batches
+        )
 
     def _batches(self, shard, primed=None):
         """This epoch's full batches (from `primed`, the epoch already started, if given); a final
@@ -327,10 +347,12 @@ class _Run:
         if not self.saves.holds(self.step, self.epochs_done):
             self._save("stop")
         notice = self.control.preempted
-        self.stopped_by = f"Ray's preemption notice (nodes {', '.join(notice.preempted_node_ids)} drained)" \
-            if notice else None
-        self.outbox.put("note", text=f"stopped at step {self.step} on {self.stopped_by or 'request'}; "
-                                     "checkpoint written")
+        self.stopped_by = (
+            f"Ray's preemption notice (nodes {', '.join(notice.preempted_node_ids)} drained)" if notice else None
+        )
+        self.outbox.put(
+            "note", text=f"stopped at step {self.step} on {self.stopped_by or 'request'}; checkpoint written"
+        )
         self.stopped = True
 
     def _close_epoch(self, complete: bool) -> None:
@@ -342,9 +364,15 @@ class _Run:
         # The ids' check gathers every id drawn: not on a stop (a spot interruption's grace is short).
         ids = None if self.stopped else gather(*self.seen.take(), self.control, self.rank)
         records = len(self.books.epochs)
-        self.books.close_epoch(ids, self.epochs_done + 1, complete, 0,
-                               positions=self.position if positions else None, units=self.spec.train_units,
-                               unnamed=self.unnamed)
+        self.books.close_epoch(
+            ids,
+            self.epochs_done + 1,
+            complete,
+            0,
+            positions=self.position if positions else None,
+            units=self.spec.train_units,
+            unnamed=self.unnamed,
+        )
         self.unnamed = 0
         mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None
         if mixed is not None and self.rank == 0 and len(self.books.epochs) > records:
@@ -376,9 +404,21 @@ class _Run:
 
         self.doing = f"in the validation at step {self.step}"
         batches = ray.train.get_dataset_shard("validation").iter_torch_batches(
-            batch_size=256, device=self.device, pin_memory=self.device.type == "cuda")
-        self.validation.append(validate(self.model, batches, self.task, self.device, self.host_rows, self.step, epoch,
-                                        self.control, self.autocast))
+            batch_size=256, device=self.device, pin_memory=self.device.type == "cuda"
+        )
+        self.validation.append(
+            validate(
+                self.model,
+                batches,
+                self.task,
+                self.device,
+                self.host_rows,
+                self.step,
+                epoch,
+                self.control,
+                self.autocast,
+            )
+        )
         self.outbox.put("validation", **self.validation[-1])
 
     def _validate_unless_preempted(self, epoch: int) -> bool:
@@ -411,9 +451,15 @@ class _Run:
         if self.rank == 0:
             from smlaunch.trainers.export import save_model
 
-            save_model(self.raw_model, self.spec.card(), self.step,
-                       {"loss": self.steps.last["loss"] if self.steps.last else None,
-                        "validation": self.validation[-1] if self.validation else None})
+            save_model(
+                self.raw_model,
+                self.spec.card(),
+                self.step,
+                {
+                    "loss": self.steps.last["loss"] if self.steps.last else None,
+                    "validation": self.validation[-1] if self.validation else None,
+                },
+            )
 
     def _save(self, why: str) -> None:
         """A checkpoint: every rank reports (a barrier), rank 0 writes the state, with the ids the group
@@ -443,38 +489,62 @@ class _Run:
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if self.rank == 0:
-                write_state(tmp, {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                                  "scheduler": self.schedule.state_dict(), "step": self.step,
-                                  "epoch": self.epochs_done + 1, "epochs_done": self.epochs_done,
-                                  **where, "world_size": self.world,
-                                  "config_sha256": self.spec.config_sha256})
+                write_state(
+                    tmp,
+                    {
+                        "model": self.raw_model.state_dict(),
+                        "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.schedule.state_dict(),
+                        "step": self.step,
+                        "epoch": self.epochs_done + 1,
+                        "epochs_done": self.epochs_done,
+                        **where,
+                        "world_size": self.world,
+                        "config_sha256": self.spec.config_sha256,
+                    },
+                )
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report({"step": self.step, "loss": self.steps.last["loss"] if self.steps.last else None},
-                             checkpoint=checkpoint, checkpoint_dir_name=checkpoint_name(self.step))
+            ray.train.report(
+                {"step": self.step, "loss": self.steps.last["loss"] if self.steps.last else None},
+                checkpoint=checkpoint,
+                checkpoint_dir_name=checkpoint_name(self.step),
+            )
 
     def _result(self) -> dict:
         from smlaunch.trainers.evaluate import all_reduce
         from smlaunch.trainers.ranks import adopt_rank0_buffers, rank_digest
 
-        host_rows, train_rows, train_prep = (all_reduce(x, self.world)
-                                             for x in (self.host_rows, self.train_rows, self.train_prep))
+        host_rows, train_rows, train_prep = (
+            all_reduce(x, self.world) for x in (self.host_rows, self.train_rows, self.train_prep)
+        )
         adopt_rank0_buffers(self.raw_model, self.world)
         workers = self.control.gather(rank_digest(self.raw_model, self.rank), self.rank)
         self.outbox.flush(wait=True)
         hosts = list(self.spec.host_names) + ["unknown"]
-        return {"steps": list(self.steps.recent), "step_series": self.steps.to_dict(),
-                "validation": self.validation, "final_step": self.step,
-                # One way of counting epochs everywhere: the 1-based epoch a step belongs to.
-                "epochs": self.epochs_done + self.cut_short,
-                "epochs_complete": self.epochs_done,
-                "stopped_at_step": self.step if self.stopped else None, "stopped_by": self.stopped_by,
-                "resumed_from": self.resumed_from,
-                "resumed_at_step": self.resumed_at_step, "marks": self.marks, "checkpoints": self.saves.summary(),
-                "steps_span_s": self.marks.get("last_step", 0) - self.marks.get("first_step", 0),
-                "sample_accounting": self.books.report(), "workers": workers,
-                "host_rows": {name: int(n) for name, n in zip(hosts, host_rows.tolist())},
-                "chain_by_host": {name: {"train_rows": int(n), "chain_s": round(sec, 4)}
-                                  for name, n, sec in zip(hosts, train_rows.tolist(), train_prep.tolist()) if n}}
+        return {
+            "steps": list(self.steps.recent),
+            "step_series": self.steps.to_dict(),
+            "validation": self.validation,
+            "final_step": self.step,
+            # One way of counting epochs everywhere: the 1-based epoch a step belongs to.
+            "epochs": self.epochs_done + self.cut_short,
+            "epochs_complete": self.epochs_done,
+            "stopped_at_step": self.step if self.stopped else None,
+            "stopped_by": self.stopped_by,
+            "resumed_from": self.resumed_from,
+            "resumed_at_step": self.resumed_at_step,
+            "marks": self.marks,
+            "checkpoints": self.saves.summary(),
+            "steps_span_s": self.marks.get("last_step", 0) - self.marks.get("first_step", 0),
+            "sample_accounting": self.books.report(),
+            "workers": workers,
+            "host_rows": {name: int(n) for name, n in zip(hosts, host_rows.tolist(), strict=False)},
+            "chain_by_host": {
+                name: {"train_rows": int(n), "chain_s": round(sec, 4)}
+                for name, n, sec in zip(hosts, train_rows.tolist(), train_prep.tolist(), strict=False)
+                if n
+            },
+        }
 
     def _done(self) -> bool:
         return self.step >= self.t.steps if self.t.steps else self.epochs_done >= self.t.epochs

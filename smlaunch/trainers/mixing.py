@@ -29,8 +29,9 @@ class LabelMix:
     def add(self, labels) -> None:
         import torch
 
-        here = torch.bincount(labels.to(self.counts.device).long().clamp(0, self.num_classes - 1),
-                              minlength=self.num_classes)
+        here = torch.bincount(
+            labels.to(self.counts.device).long().clamp(0, self.num_classes - 1), minlength=self.num_classes
+        )
         self.counts += here
         self.distinct += (here > 0).sum()
         self.batches += 1
@@ -54,8 +55,12 @@ def mix_summary(parts: list[tuple[np.ndarray, int, int, int]]) -> dict | None:
         return None
     mean = distinct / batches
     uniform = uniform_labels_per_batch(counts, batch)
-    return {"labels_per_batch": round(mean, 3), "uniform_labels_per_batch": round(uniform, 3),
-            "ratio": round(mean / uniform, 3) if uniform else None, "batches": batches}
+    return {
+        "labels_per_batch": round(mean, 3),
+        "uniform_labels_per_batch": round(uniform, 3),
+        "ratio": round(mean / uniform, 3) if uniform else None,
+        "batches": batches,
+    }
 
 
 def uniform_labels_per_batch(counts: np.ndarray, batch: int) -> float:
@@ -69,6 +74,8 @@ def uniform_labels_per_batch(counts: np.ndarray, batch: int) -> float:
     if total < batch or batch <= 0:
         return 0.0
     base = lgamma(total - batch + 1) - lgamma(total + 1)
-    absent = [np.exp(lgamma(rest + 1) - lgamma(rest - batch + 1) + base) if rest >= batch else 0.0
-              for rest in (total - counts[counts > 0]).tolist()]
+    absent = [
+        np.exp(lgamma(rest + 1) - lgamma(rest - batch + 1) + base) if rest >= batch else 0.0
+        for rest in (total - counts[counts > 0]).tolist()
+    ]
     return float(len(absent) - sum(absent))

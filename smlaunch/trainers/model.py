@@ -64,8 +64,9 @@ def create_model(name: str, num_classes: int, image_size: int, in_chans: int = 3
     import timm
 
     try:
-        return timm.create_model(name, pretrained=False, num_classes=num_classes,
-                                 in_chans=in_chans, img_size=image_size)
+        return timm.create_model(
+            name, pretrained=False, num_classes=num_classes, in_chans=in_chans, img_size=image_size
+        )
     except TypeError:
         return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans)
 
@@ -111,8 +112,10 @@ class Pretrained:
 
     def describe(self) -> str:
         if self.reinitialised:
-            return (f"fine-tuning from {self.source}: classifier {', '.join(self.reinitialised)} re-initialised "
-                    f"for {self.num_classes} classes")
+            return (
+                f"fine-tuning from {self.source}: classifier {', '.join(self.reinitialised)} re-initialised "
+                f"for {self.num_classes} classes"
+            )
         if not self.num_classes:  # a factory's model: no classifier known, every tensor checked
             return f"fine-tuning from {self.source}: all {self.loaded} tensors loaded"
         return f"fine-tuning from {self.source}: all weights loaded, classifier included ({self.num_classes} classes)"
@@ -136,8 +139,9 @@ def load_pretrained(model, source: str) -> Pretrained:
             return _load_file(model, _download(source, tmp), source)
     path = os.path.expanduser(source)
     if not os.path.isfile(path):
-        raise ConfigError(f"model.pretrained: {source} " + ("is not a file" if os.path.exists(path)
-                                                             else "does not exist"))
+        raise ConfigError(
+            f"model.pretrained: {source} " + ("is not a file" if os.path.exists(path) else "does not exist")
+        )
     return _load_file(model, path, source)
 
 
@@ -176,15 +180,20 @@ def _load_file(model, path: str, source: str) -> Pretrained:
     except Exception as exc:  # safetensors, zip and pickle readers raise many types for a bad file
         objects = _pickled_objects(path)
         if objects:  # timm refuses (and never falls back to) unpickling anything but tensors
-            raise ConfigError(f"model.pretrained: {source} holds more than tensors ({', '.join(objects[:3])}: a "
-                              "pickled object or a training checkpoint, such as an smlaunch state.pt); give a "
-                              "state dict: .safetensors, or a .pth of tensors such as a run's model/model.pt") from None
+            raise ConfigError(
+                f"model.pretrained: {source} holds more than tensors ({', '.join(objects[:3])}: a "
+                "pickled object or a training checkpoint, such as an smlaunch state.pt); give a "
+                "state dict: .safetensors, or a .pth of tensors such as a run's model/model.pt"
+            ) from None
         # Bytes that are no pickle at all fail as an unpickling error or a KeyError of an unknown opcode.
-        garbage = isinstance(exc, (pickle.UnpicklingError, KeyError)) or isinstance(exc.__cause__,
-                                                                                   pickle.UnpicklingError)
+        garbage = isinstance(exc, (pickle.UnpicklingError, KeyError)) or isinstance(
+            exc.__cause__, pickle.UnpicklingError
+        )
         detail = "its bytes are neither" if garbage else f"{type(exc).__name__}: {_first_line(exc)}"
-        raise ConfigError(f"model.pretrained: {source} is not a weights file timm can read (.safetensors, or a "
-                          f"torch.save file: .pth, .pt, .bin): {detail}") from None
+        raise ConfigError(
+            f"model.pretrained: {source} is not a weights file timm can read (.safetensors, or a "
+            f"torch.save file: .pth, .pt, .bin): {detail}"
+        ) from None
     state = _model_filter(model, state, source)
     own = model.state_dict()
     heads = classifier_names(model)
@@ -197,8 +206,10 @@ def _load_file(model, path: str, source: str) -> Pretrained:
     missing = [k for k in own if k not in state and not in_head(k)]
     wrong = [k for k in sorted(shaped) if not in_head(k)]
     if extra or missing or wrong:
-        raise ConfigError(f"model.pretrained: {source} does not fit {_arch(model)} (weights of another "
-                          f"architecture?): {_mismatch(state, own, missing, wrong, extra)}")
+        raise ConfigError(
+            f"model.pretrained: {source} does not fit {_arch(model)} (weights of another "
+            f"architecture?): {_mismatch(state, own, missing, wrong, extra)}"
+        )
     state = {k: v for k, v in state.items() if k in own and k not in shaped}
     result = model.load_state_dict(state, strict=False)
     reinitialised = tuple(h for h in heads if any(k == h or k.startswith(h + ".") for k in result.missing_keys))
@@ -218,9 +229,11 @@ def _model_filter(model, state: dict, source: str) -> dict:
     try:
         return fn(state, model)
     except Exception as exc:  # a filter meets weights of another architecture
-        raise ConfigError(f"model.pretrained: {source} does not fit {_arch(model)} (weights of another "
-                          f"architecture?): timm's conversion failed ({type(exc).__name__}: "
-                          f"{_first_line(exc)})") from None
+        raise ConfigError(
+            f"model.pretrained: {source} does not fit {_arch(model)} (weights of another "
+            f"architecture?): timm's conversion failed ({type(exc).__name__}: "
+            f"{_first_line(exc)})"
+        ) from None
 
 
 def _pickled_objects(path: str) -> list[str]:
@@ -251,8 +264,9 @@ def _mismatch(state: dict, own: dict, missing: list, wrong: list, extra: list) -
         parts.append(f"{len(missing)} of the model's tensors not in the file (e.g. {missing[0]})")
     if wrong:
         k = wrong[0]
-        parts.append(f"{len(wrong)} of another shape (e.g. {k}: {_shape(state[k])} in the file, "
-                     f"{_shape(own[k])} in the model)")
+        parts.append(
+            f"{len(wrong)} of another shape (e.g. {k}: {_shape(state[k])} in the file, {_shape(own[k])} in the model)"
+        )
     if extra:
         parts.append(f"{len(extra)} not in the model (e.g. {extra[0]})")
     return "; ".join(parts)

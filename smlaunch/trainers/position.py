@@ -46,8 +46,11 @@ class DrawnPositions:
 
     def take(self) -> np.ndarray:
         """A (2, rows) array: positions, and their seeks."""
-        out = np.stack([np.concatenate(self.parts), np.concatenate(self.seeks)]) if self.parts \
+        out = (
+            np.stack([np.concatenate(self.parts), np.concatenate(self.seeks)])
+            if self.parts
             else np.zeros((2, 0), np.int64)
+        )
         self.parts, self.seeks = [], []
         return out
 
@@ -164,16 +167,22 @@ class EpochPosition:
         rows = np.array([self.partial[u][1] if self.partial[u][1] is not None else -1 for u in units], np.int64)
         lists = [_ranges(self.partial[u][0]) for u in units]
         seeks = [self.seeks.get(u, (0, NO_SEEK)) for u in units.tolist()]
-        return {"version": 2, "epoch": self.epoch, "delivered": self.delivered, "duplicates": self.duplicates,
-                "done": _pack(np.column_stack([self.starts, self.ends]).ravel()),
-                "partial_units": _pack(units), "partial_rows": _pack(rows),
-                "partial_counts": _pack(np.array([len(r) for r in lists], np.int64)),
-                "partial_ranges": _pack(np.concatenate(lists) if lists else np.zeros(0, np.int64)),
-                "partial_heads": _pack(np.array([head for head, _ in seeks], np.int64)),
-                "partial_seeks": _pack(np.array([seek for _, seek in seeks], np.int64))}
+        return {
+            "version": 2,
+            "epoch": self.epoch,
+            "delivered": self.delivered,
+            "duplicates": self.duplicates,
+            "done": _pack(np.column_stack([self.starts, self.ends]).ravel()),
+            "partial_units": _pack(units),
+            "partial_rows": _pack(rows),
+            "partial_counts": _pack(np.array([len(r) for r in lists], np.int64)),
+            "partial_ranges": _pack(np.concatenate(lists) if lists else np.zeros(0, np.int64)),
+            "partial_heads": _pack(np.array([head for head, _ in seeks], np.int64)),
+            "partial_seeks": _pack(np.array([seek for _, seek in seeks], np.int64)),
+        }
 
     @classmethod
-    def from_state(cls, state: dict) -> "EpochPosition":
+    def from_state(cls, state: dict) -> EpochPosition:
         out = cls(state["epoch"])
         out.delivered, out.duplicates = state["delivered"], state["duplicates"]
         done = _unpack(state["done"]).reshape(-1, 2)
@@ -181,15 +190,18 @@ class EpochPosition:
         units, rows = _unpack(state["partial_units"]), _unpack(state["partial_rows"])
         counts, ranges = _unpack(state["partial_counts"]), _unpack(state["partial_ranges"])
         at = 0
-        for unit, known, count in zip(units.tolist(), rows.tolist(), counts.tolist()):
-            pairs = ranges[at:at + count].reshape(-1, 2)
+        for unit, known, count in zip(units.tolist(), rows.tolist(), counts.tolist(), strict=False):
+            pairs = ranges[at : at + count].reshape(-1, 2)
             at += count
             ordinals = np.concatenate([np.arange(a, b) for a, b in pairs]) if len(pairs) else np.zeros(0, np.int64)
             out.partial[unit] = (ordinals.astype(np.int64), None if known < 0 else known)
         if "partial_seeks" in state:  # version 1 had none: its partial units are read from their start
             heads, seeks = _unpack(state["partial_heads"]), _unpack(state["partial_seeks"])
-            out.seeks = {unit: (head, seek) for unit, head, seek in zip(units.tolist(), heads.tolist(), seeks.tolist())
-                         if seek != NO_SEEK}
+            out.seeks = {
+                unit: (head, seek)
+                for unit, head, seek in zip(units.tolist(), heads.tolist(), seeks.tolist(), strict=False)
+                if seek != NO_SEEK
+            }
         return out
 
 

@@ -93,8 +93,9 @@ def check_writable(uri: str, what: str = "run.dir") -> None:
         _client().delete_object(Bucket=bucket, Key=marker)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "") or str(exc)
-        raise UserError(f"{what}: cannot write to {uri} ({code}); create the bucket or grant s3:PutObject "
-                        "and s3:DeleteObject on it") from None
+        raise UserError(
+            f"{what}: cannot write to {uri} ({code}); create the bucket or grant s3:PutObject and s3:DeleteObject on it"
+        ) from None
     except BotoCoreError as exc:
         raise UserError(f"{what}: cannot reach S3 for {uri} ({exc})") from None
 
@@ -119,7 +120,7 @@ def download_dir(uri: str, local: str | os.PathLike) -> int:
     for item in _list(bucket, f"{key}/"):
         if item["Key"].endswith("/"):  # a folder marker (pyarrow writes them), not a file
             continue
-        target = Path(local, item["Key"][len(key) + 1:])
+        target = Path(local, item["Key"][len(key) + 1 :])
         target.parent.mkdir(parents=True, exist_ok=True)
         with _one_line(f"downloading s3://{bucket}/{item['Key']}"):
             _client().download_file(bucket, item["Key"], str(target))
@@ -177,8 +178,10 @@ def fetch_checkpoint(uri: str, local: str | os.PathLike) -> Path:
 
     download_dir(uri, local)
     if not is_complete(Path(local)):
-        raise UserError(f"checkpoint {uri}: state.pt does not match its meta.json (size or SHA-256); "
-                        "delete that step- folder to resume from the one before")
+        raise UserError(
+            f"checkpoint {uri}: state.pt does not match its meta.json (size or SHA-256); "
+            "delete that step- folder to resume from the one before"
+        )
     return Path(local)
 
 

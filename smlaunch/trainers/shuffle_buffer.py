@@ -21,7 +21,7 @@ per batch), so the batches' transfer stays in Ray's prefetch thread.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -56,8 +56,10 @@ class ShuffleBuffer:
     def _draw(self, pool: dict, count: int) -> tuple[dict, dict]:
         """`count` rows at random out of `pool`, and the rest."""
         order = self._rng.permutation(_rows(pool))
-        return ({name: _take(values, order[:count]) for name, values in pool.items()},
-                {name: _take(values, order[count:]) for name, values in pool.items()})
+        return (
+            {name: _take(values, order[:count]) for name, values in pool.items()},
+            {name: _take(values, order[count:]) for name, values in pool.items()},
+        )
 
 
 def _rows(batch: dict) -> int:

@@ -91,14 +91,20 @@ class TrainSpec:
     def user_functions(self) -> dict[str, str]:
         """Config field -> `module:function` of the user's functions the built-in loop calls (for the
         line an error in them ends the job with: `trainers.failures`)."""
-        named = {"model.factory": self.model_factory, "task.loss": self.task_loss,
-                 "task.evaluate": self.task_evaluate}
+        named = {"model.factory": self.model_factory, "task.loss": self.task_loss, "task.evaluate": self.task_evaluate}
         return {field: path for field, path in named.items() if path}
 
     def card(self) -> dict:
         """What the saved model's card needs."""
-        return {"model": self.model, "model_params": self.model_params, "task": self.task_loss,
-                "num_classes": self.num_classes, "image_size": self.image_size,
-                "normalize": self.normalize, "config_sha256": self.config_sha256, "model_dir": self.model_dir,
-                "class_names": list(self.class_names) if self.class_names is not None else None,
-                "pretrained": self.pretrained}
+        return {
+            "model": self.model,
+            "model_params": self.model_params,
+            "task": self.task_loss,
+            "num_classes": self.num_classes,
+            "image_size": self.image_size,
+            "normalize": self.normalize,
+            "config_sha256": self.config_sha256,
+            "model_dir": self.model_dir,
+            "class_names": list(self.class_names) if self.class_names is not None else None,
+            "pretrained": self.pretrained,
+        }

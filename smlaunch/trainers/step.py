@@ -55,7 +55,19 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
     run.step += 1
     loss_sum = torch.stack(losses).sum().item() if losses else 0.0
     chain_s, chain_rows = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0)
-    sums = [sum(values) for values in zip(*(metric_values(m, task.metric_names) for m in metrics))] if metrics \
+    sums = (
+        [sum(values) for values in zip(*(metric_values(m, task.metric_names) for m in metrics), strict=False)]
+        if metrics
         else [0.0] * METRIC_SLOTS
-    return StepNumbers(loss_sum, len(micro), rows, waited, time.perf_counter() - started, chain_s, int(chain_rows),
-                       tuple(sums), len(metrics))
+    )
+    return StepNumbers(
+        loss_sum,
+        len(micro),
+        rows,
+        waited,
+        time.perf_counter() - started,
+        chain_s,
+        int(chain_rows),
+        tuple(sums),
+        len(metrics),
+    )

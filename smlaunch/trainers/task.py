@@ -56,8 +56,10 @@ class Classification:
 
         logits = model(inputs["image"]).float()
         labels = inputs["label"]
-        return {"accuracy": (logits.argmax(1) == labels).double().mean(),
-                "loss": F.cross_entropy(logits, labels).double()}
+        return {
+            "accuracy": (logits.argmax(1) == labels).double().mean(),
+            "loss": F.cross_entropy(logits, labels).double(),
+        }
 
 
 @dataclass
@@ -80,8 +82,11 @@ class UserTask:
     def inputs(self, batch: dict, device) -> dict:
         from smlaunch.trainers.evaluate import normalise
 
-        out = {name: value.to(device, non_blocking=True) if hasattr(value, "to") else value
-               for name, value in batch.items() if name not in BOOKKEEPING}
+        out = {
+            name: value.to(device, non_blocking=True) if hasattr(value, "to") else value
+            for name, value in batch.items()
+            if name not in BOOKKEEPING
+        }
         if self.normalize is not None and "image" in out:
             out["image"] = normalise(out["image"], device, self.normalize)
         return out
@@ -92,12 +97,15 @@ class UserTask:
         out = self._loss(model, inputs)
         value, metrics = out if isinstance(out, tuple) else (out, {})
         if not hasattr(value, "backward") or getattr(value, "ndim", 1) != 0:
-            raise UserError(f"task.loss {self.loss_path} returned {type(value).__name__}"
-                            f"{'' if not hasattr(value, 'shape') else f' of shape {tuple(value.shape)}'}; return a "
-                            "scalar tensor, or (tensor, {name: float})")
+            raise UserError(
+                f"task.loss {self.loss_path} returned {type(value).__name__}"
+                f"{'' if not hasattr(value, 'shape') else f' of shape {tuple(value.shape)}'}; return a "
+                "scalar tensor, or (tensor, {name: float})"
+            )
         if not isinstance(metrics, dict):
-            raise UserError(f"task.loss {self.loss_path}: the second value must be a dict of numbers, not "
-                            f"{type(metrics).__name__}")
+            raise UserError(
+                f"task.loss {self.loss_path}: the second value must be a dict of numbers, not {type(metrics).__name__}"
+            )
         if metrics and not self.metric_names:
             self.metric_names = tuple(sorted(metrics))[:METRIC_SLOTS]
         return value, metrics
@@ -109,8 +117,10 @@ class UserTask:
             return {"loss": self.loss(model, inputs)[0].double()}
         out = self._evaluate(model, inputs)
         if not isinstance(out, dict) or not out:
-            raise UserError(f"task.evaluate {self.evaluate_path} returned {type(out).__name__}; return "
-                            "{metric: float} for the batch")
+            raise UserError(
+                f"task.evaluate {self.evaluate_path} returned {type(out).__name__}; return "
+                "{metric: float} for the batch"
+            )
         return out
 
 

@@ -50,10 +50,11 @@ class Meter:
     def count_hosts(self, hosts) -> None:
         import numpy as np
 
-        counts = np.bincount(np.clip(np.asarray(hosts, dtype=np.int64), 0, len(self.hosts) - 1),
-                             minlength=len(self.hosts))
+        counts = np.bincount(
+            np.clip(np.asarray(hosts, dtype=np.int64), 0, len(self.hosts) - 1), minlength=len(self.hosts)
+        )
         with self.lock:
-            self.host_rows = [a + int(b) for a, b in zip(self.host_rows, counts)]
+            self.host_rows = [a + int(b) for a, b in zip(self.host_rows, counts, strict=False)]
 
     def timed(self, iterable, name: str):
         """The batches of `iterable`, the time spent waiting for each counted as data wait."""
@@ -83,15 +84,24 @@ class Meter:
             return
         now, rows = time.perf_counter(), self.rows.get("train", 0)
         span = max(now - self.since["t"], 1e-9)
-        numbers = {k: float(v) for k, v in (metrics or {}).items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "epoch")}
+        numbers = {
+            k: float(v)
+            for k, v in (metrics or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "epoch")
+        }
         epoch = metrics.get("epoch") if isinstance(metrics.get("epoch"), int) else max(self.epochs, 1)
-        record = {"step": self.step, "t": round(time.time(), 3), "epoch": epoch,
-                  "loss": round(numbers["loss"], 6) if "loss" in numbers else 0.0,
-                  "step_time_s": round(span, 5), "data_wait_s": round(self.wait_s - self.since["wait"], 5),
-                  # rank 0's rows, times the ranks: the shards are equal within a batch
-                  "images_per_s": round(self.world * (rows - self.since["rows"]) / span, 2),
-                  "metrics": numbers, "loop": True}
+        record = {
+            "step": self.step,
+            "t": round(time.time(), 3),
+            "epoch": epoch,
+            "loss": round(numbers["loss"], 6) if "loss" in numbers else 0.0,
+            "step_time_s": round(span, 5),
+            "data_wait_s": round(self.wait_s - self.since["wait"], 5),
+            # rank 0's rows, times the ranks: the shards are equal within a batch
+            "images_per_s": round(self.world * (rows - self.since["rows"]) / span, 2),
+            "metrics": numbers,
+            "loop": True,
+        }
         self.since = {"t": now, "rows": rows, "wait": self.wait_s}
         self.steps.add(record)
         self.outbox.put("step", **record)
@@ -103,8 +113,13 @@ class Meter:
             self.reports = 0
 
     def rank_summary(self) -> dict:
-        return {"rank": self.rank, "host_rows": dict(zip(self.hosts, self.host_rows)), "rows": dict(self.rows),
-                "data_wait_s": round(self.wait_s, 4), "reports": self.reports}
+        return {
+            "rank": self.rank,
+            "host_rows": dict(zip(self.hosts, self.host_rows, strict=False)),
+            "rows": dict(self.rows),
+            "data_wait_s": round(self.wait_s, 4),
+            "reports": self.reports,
+        }
 
 
 def _rows(batch) -> int:
@@ -242,10 +257,17 @@ def run_user_loop(spec) -> dict:
     outbox.flush(wait=True)
     if meter.first_batch_at:
         marks["first_batch"] = meter.first_batch_at
-    return {"steps": list(meter.steps.recent), "step_series": meter.steps.to_dict(), "validation": [],
-            "final_step": meter.step, "epochs": meter.epochs, "epochs_complete": meter.epochs, "marks": marks,
-            "host_rows": {}, "loop": {"reports": meter.reports, "checkpoints": meter.checkpoints,
-                                      "returned": _plain(returned)}}
+    return {
+        "steps": list(meter.steps.recent),
+        "step_series": meter.steps.to_dict(),
+        "validation": [],
+        "final_step": meter.step,
+        "epochs": meter.epochs,
+        "epochs_complete": meter.epochs,
+        "marks": marks,
+        "host_rows": {},
+        "loop": {"reports": meter.reports, "checkpoints": meter.checkpoints, "returned": _plain(returned)},
+    }
 
 
 def _plain(value):

@@ -41,8 +41,9 @@ with LocalCluster(plan):
 
 
 def test_a_data_host_keeps_the_workers_of_its_chain_and_read_tasks_between_tasks(tmp_path):
-    done = subprocess.run([sys.executable, "-c", KEPT, str(tmp_path / "runs")], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", KEPT, str(tmp_path / "runs")], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     cpus, workers, gone = done.stdout.split(maxsplit=2)
     assert int(workers) > int(cpus), done.stdout  # more workers than Ray's default keeps idle: the test can fail

@@ -49,6 +49,9 @@ def test_join_wait_names_the_missing_hosts():
     lines = []
     assert wait_for_hosts(lambda: next(seen), ["algo-2", "algo-3"], 10, lines.append) >= 0
     assert lines == ["0/2 hosts joined; waiting for algo-2, algo-3", "1/2 hosts joined; waiting for algo-3"]
-    with pytest.raises(UserError, match=r"host algo-1 did not join the Ray cluster within 1 s "
-                                        r"\(joined: algo-2\)"):
+    with pytest.raises(
+        UserError,
+        match=r"host algo-1 did not join the Ray cluster within 1 s "
+        r"\(joined: algo-2\)",
+    ):
         wait_for_hosts(lambda: {"algo-2"}, ["algo-1", "algo-2"], 1, lambda _: None)

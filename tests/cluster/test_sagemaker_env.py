@@ -30,11 +30,13 @@ print(json.dumps({
 """
 
 # Dev guide "Train Using a Heterogeneous Cluster": algo-N not grouped by group, group hosts unsorted.
-DEV_GUIDE = [{"instance_group_name": "instance_group_1", "instance_type": "ml.c5.18xlarge", "hosts": ["algo-2"]},
-             {"instance_group_name": "instance_group_2", "instance_type": "ml.p3dn.24xlarge",
-              "hosts": ["algo-3", "algo-1"]}]
-HOMOGENEOUS = [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.g5.xlarge",
-                "hosts": ["algo-1", "algo-2"]}]
+DEV_GUIDE = [
+    {"instance_group_name": "instance_group_1", "instance_type": "ml.c5.18xlarge", "hosts": ["algo-2"]},
+    {"instance_group_name": "instance_group_2", "instance_type": "ml.p3dn.24xlarge", "hosts": ["algo-3", "algo-1"]},
+]
+HOMOGENEOUS = [
+    {"instance_group_name": "homogeneousCluster", "instance_type": "ml.g5.xlarge", "hosts": ["algo-1", "algo-2"]}
+]
 
 
 def toolkit_view(base, extra_env=None) -> dict:
@@ -45,14 +47,22 @@ def toolkit_view(base, extra_env=None) -> dict:
 
 def ours(base, extra=None) -> dict:
     sm = read_sagemaker_environment({"SAGEMAKER_BASE_DIR": str(base), **(extra or {})})
-    return {"current_host": sm.current_host, "hosts": list(sm.hosts), "current_group": sm.current_group,
-            "current_group_hosts": list(sm.current_group_hosts),
-            "groups": {n: {"instance_group_name": g.name, "instance_type": g.instance_type, "hosts": list(g.hosts)}
-                       for n, g in sm.groups.items()},
-            "is_hetero": sm.is_hetero, "network_interface_name": sm.network_interface_name,
-            "channels": sm.channels,
-            "channel_dirs": {c: str(sm.path("input", "data", c)) for c in sm.channels},
-            "hyperparameters": sm.hyperparameters, "current_instance_type": sm.current_instance_type}
+    return {
+        "current_host": sm.current_host,
+        "hosts": list(sm.hosts),
+        "current_group": sm.current_group,
+        "current_group_hosts": list(sm.current_group_hosts),
+        "groups": {
+            n: {"instance_group_name": g.name, "instance_type": g.instance_type, "hosts": list(g.hosts)}
+            for n, g in sm.groups.items()
+        },
+        "is_hetero": sm.is_hetero,
+        "network_interface_name": sm.network_interface_name,
+        "channels": sm.channels,
+        "channel_dirs": {c: str(sm.path("input", "data", c)) for c in sm.channels},
+        "hyperparameters": sm.hyperparameters,
+        "current_instance_type": sm.current_instance_type,
+    }
 
 
 def compare(base, extra=None):
@@ -63,8 +73,14 @@ def compare(base, extra=None):
 
 @pytest.mark.parametrize("layout,host", [(DEV_GUIDE, "algo-1"), (DEV_GUIDE, "algo-2"), (HOMOGENEOUS, "algo-2")])
 def test_agrees_with_the_toolkit_field_by_field(tmp_path, layout, host):
-    base = write_host_tree(tmp_path / "opt/ml", host, layout, {"train": "File", "stream": "Pipe"},
-                           interface="eth1", hyperparameters={"lr": 0.1, "name": "x", "sagemaker_program": "t.py"})
+    base = write_host_tree(
+        tmp_path / "opt/ml",
+        host,
+        layout,
+        {"train": "File", "stream": "Pipe"},
+        interface="eth1",
+        hyperparameters={"lr": 0.1, "name": "x", "sagemaker_program": "t.py"},
+    )
     compare(base)
     view = ours(base)
     assert view["is_hetero"] == (layout is DEV_GUIDE)
@@ -75,8 +91,9 @@ def test_agrees_without_instance_groups_and_with_a_raw_hyperparameter(tmp_path):
     """SDK local mode and old jobs: no `instance_groups`, no group key, values that are not JSON."""
     base = tmp_path / "opt/ml"
     (base / "input/config").mkdir(parents=True)
-    (base / "input/config/resourceconfig.json").write_text(json.dumps(
-        {"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]}))
+    (base / "input/config/resourceconfig.json").write_text(
+        json.dumps({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]})
+    )
     (base / "input/config/inputdataconfig.json").write_text(json.dumps({"train": {"TrainingInputMode": "FastFile"}}))
     (base / "input/config/hyperparameters.json").write_text(json.dumps({"mode": "plain text", "n": "3"}))
     compare(base)

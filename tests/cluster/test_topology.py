@@ -5,12 +5,17 @@ from smlaunch.cluster.topology import WorkerPlan, place_workers
 
 def test_one_worker_per_gpu_in_host_order_capped():
     assert place_workers([("algo-2", 2), ("algo-3", 2)], cap=3) == (
-        WorkerPlan(0, "algo-2", 0), WorkerPlan(1, "algo-2", 1), WorkerPlan(2, "algo-3", 0))
+        WorkerPlan(0, "algo-2", 0),
+        WorkerPlan(1, "algo-2", 1),
+        WorkerPlan(2, "algo-3", 0),
+    )
 
 
 def test_hosts_without_gpus_get_one_cpu_worker_each():
-    assert place_workers([("algo-2", 0), ("algo-3", 0)]) == (WorkerPlan(0, "algo-2", None),
-                                                             WorkerPlan(1, "algo-3", None))
+    assert place_workers([("algo-2", 0), ("algo-3", 0)]) == (
+        WorkerPlan(0, "algo-2", None),
+        WorkerPlan(1, "algo-3", None),
+    )
 
 
 def test_cpu_workers_spread_over_the_cpus_of_a_running_cluster_s_nodes():

@@ -11,13 +11,20 @@ def test_shipped_configs_load(configs):
     cfg = load_config(configs / "hetero.yaml")
     assert [g.instance_type for g in cfg.cluster.instance_groups] == ["ml.g5.xlarge", "ml.c5.4xlarge"]
     assert [op.op for op in cfg.pipeline.ops] == [
-        "decode_image", "random_resized_crop", "horizontal_flip", "gaussian_blur", "to_uint8_chw"]
+        "decode_image",
+        "random_resized_crop",
+        "horizontal_flip",
+        "gaussian_blur",
+        "to_uint8_chw",
+    ]
     assert load_config(configs / "tiny.yaml").trainer.steps == 40
 
 
 def test_set_overrides_nested_fields_and_list_items(configs):
-    cfg = load_config(configs / "hetero.yaml", ["trainer.steps=7", "pipeline.ops.3.repeat=4",
-                                                 "cluster.instance_groups.1.instance_count=3"])
+    cfg = load_config(
+        configs / "hetero.yaml",
+        ["trainer.steps=7", "pipeline.ops.3.repeat=4", "cluster.instance_groups.1.instance_count=3"],
+    )
     assert cfg.trainer.steps == 7
     assert cfg.pipeline.ops[3].repeat == 4
     assert cfg.cluster.instance_groups[1].instance_count == 3
@@ -33,7 +40,9 @@ def test_unknown_key_lists_valid_keys(configs):
 
 
 def test_unknown_key_inside_an_op_lists_that_ops_keys(configs):
-    with pytest.raises(ConfigError, match=r"pipeline\.ops\.3\.radius: unknown key; valid keys: field, op, kernel_size, sigma, repeat"):
+    with pytest.raises(
+        ConfigError, match=r"pipeline\.ops\.3\.radius: unknown key; valid keys: field, op, kernel_size, sigma, repeat"
+    ):
         load_config(configs / "hetero.yaml", ["pipeline.ops.3.radius=2"])
 
 
@@ -48,8 +57,11 @@ def test_negative_batch_size_is_refused(configs):
 
 
 def test_unknown_op_lists_valid_ops(configs):
-    with pytest.raises(ConfigError, match=r"pipeline\.ops\.2\.op: unknown op 'sharpen'; ops: decode_image, resize, "
-                                          r"random_resized_crop"):
+    with pytest.raises(
+        ConfigError,
+        match=r"pipeline\.ops\.2\.op: unknown op 'sharpen'; ops: decode_image, resize, "
+        r"random_resized_crop",
+    ):
         load_config(configs / "hetero.yaml", ["pipeline.ops.2.op=sharpen"])
 
 
@@ -62,12 +74,15 @@ def test_misspelled_op_and_mode_say_what_was_meant(configs):
         load_config(configs / "hetero.yaml", ["channels.train.input_mode=file"])
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("hf://datasets/x", "channels.train.source: hf:// sources are not supported; use a local folder, s3://"),
-    ("gs://bucket/x", "channels.train.source: gs:// sources are not supported"),
-    ("s3://B_ad/x", "expected s3://bucket/prefix with a valid bucket name"),
-    ("builtin:digits/tarin", "unknown builtin source 'builtin:digits/tarin'; did you mean builtin:digits/train?"),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("hf://datasets/x", "channels.train.source: hf:// sources are not supported; use a local folder, s3://"),
+        ("gs://bucket/x", "channels.train.source: gs:// sources are not supported"),
+        ("s3://B_ad/x", "expected s3://bucket/prefix with a valid bucket name"),
+        ("builtin:digits/tarin", "unknown builtin source 'builtin:digits/tarin'; did you mean builtin:digits/train?"),
+    ],
+)
 def test_unsupported_sources_fail_at_load(configs, source, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)):
         load_config(configs / "hetero.yaml", [f"channels.train.source={source}", "model.num_classes=10"])
@@ -85,13 +100,16 @@ def test_config_only_rules_are_schema_rules(configs, tmp_path):
     assert load_config(configs / "hetero.yaml", ["channels.train.source=/data/train", "model.num_classes=3"])
 
 
-@pytest.mark.parametrize("item, expected", [
-    ("trainer.steps", "expected KEY=VALUE"),
-    ("=3", "expected KEY=VALUE"),
-    ("trainer..steps=3", "expected KEY=VALUE"),
-    ("pipeline.ops.9.repeat=1", "is a list of 5; use an index 0..4"),
-    ("trainer.steps.x=1", "trainer.steps is a value, not a section"),
-])
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        ("trainer.steps", "expected KEY=VALUE"),
+        ("=3", "expected KEY=VALUE"),
+        ("trainer..steps=3", "expected KEY=VALUE"),
+        ("pipeline.ops.9.repeat=1", "is a list of 5; use an index 0..4"),
+        ("trainer.steps.x=1", "trainer.steps is a value, not a section"),
+    ],
+)
 def test_bad_set_is_refused(configs, item, expected):
     with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
         load_config(configs / "hetero.yaml", [item])
@@ -140,7 +158,9 @@ def test_imagenet_config_is_resnet50_with_the_standard_augmentation(configs):
 
     cfg = load_config(configs / "imagenet.yaml")
     assert [(g.instance_type, g.instance_count) for g in cfg.cluster.instance_groups] == [
-        ("ml.p4d.24xlarge", 2), ("ml.c5.18xlarge", 4)]
+        ("ml.p4d.24xlarge", 2),
+        ("ml.c5.18xlarge", 4),
+    ]
     assert {c.input_mode for c in cfg.channels.values()} == {"FastFile"}
     assert all(c.source.startswith("s3://") for c in cfg.channels.values())
     ops = {op.op: op for op in cfg.pipeline.ops}

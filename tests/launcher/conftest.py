@@ -31,8 +31,11 @@ class Aws:
         return entries
 
     def create_requests(self) -> list[dict]:
-        return [json.loads(e["body"]) for e in self.recorded()
-                if {k.lower(): v for k, v in e["headers"].items()}.get("x-amz-target") == "SageMaker.CreateTrainingJob"]
+        return [
+            json.loads(e["body"])
+            for e in self.recorded()
+            if {k.lower(): v for k, v in e["headers"].items()}.get("x-amz-target") == "SageMaker.CreateTrainingJob"
+        ]
 
     def keys(self, prefix: str = "", bucket: str | None = None) -> list[str]:
         listing = self.s3.list_objects_v2(Bucket=bucket or self.bucket, Prefix=prefix)

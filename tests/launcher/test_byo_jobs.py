@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.byo import copy_project, project_module, smallest_config, write_frames
+
 
 def _project(tmp_path: Path):
     """The project copied to `tmp_path/project`, its data written by pandas; (folder, module)."""
@@ -33,17 +35,30 @@ def _config(folder: Path, tmp_path: Path, name: str, **sections) -> Path:
     fields = {name: name for name in ("x1", "x2", "x3", "x4", "y")}
     cfg = {
         "job": "byo-regression",
-        "cluster": {"instance_groups": [
-            {"name": "gpu", "instance_type": "ml.g5.12xlarge", "instance_count": 1},
-            {"name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 2}]},
-        "channels": {split: {"source": str(folder / "data" / split), "record_format": "parquet", "fields": fields}
-                     for split in ("train", "validation")},
-        "pipeline": {"batch_size": 100, "ops": [{"op": "map", "function": "regression:stack_features",
-                                                 "params": {"noise": 0.01}}]},
+        "cluster": {
+            "instance_groups": [
+                {"name": "gpu", "instance_type": "ml.g5.12xlarge", "instance_count": 1},
+                {"name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 2},
+            ]
+        },
+        "channels": {
+            split: {"source": str(folder / "data" / split), "record_format": "parquet", "fields": fields}
+            for split in ("train", "validation")
+        },
+        "pipeline": {
+            "batch_size": 100,
+            "ops": [{"op": "map", "function": "regression:stack_features", "params": {"noise": 0.01}}],
+        },
         "model": {"factory": "regression:mlp", "params": {"inputs": 4, "hidden": 32}},
         "task": {"loss": "regression:mse", "evaluate": "regression:metrics"},
-        "trainer": {"batch_size": 32, "epochs": 4, "learning_rate": 0.01, "weight_decay": 0.0, "max_workers": 2,
-                    "log_every": 5},
+        "trainer": {
+            "batch_size": 32,
+            "epochs": 4,
+            "learning_rate": 0.01,
+            "weight_decay": 0.0,
+            "max_workers": 2,
+            "log_every": 5,
+        },
         "run": {"dir": str(tmp_path / "runs"), "name": name},
     }
     for key, value in sections.items():
@@ -55,8 +70,14 @@ def _config(folder: Path, tmp_path: Path, name: str, **sections) -> Path:
 
 def _sm_launch(folder: Path, *args: str, timeout: float = 480) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the project is found as `python -m` finds it
-    return subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", *args], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_plan_checks_the_user_s_factory_task_and_map_op_by_name_in_one_line_each(tmp_path):
@@ -67,9 +88,14 @@ def test_plan_checks_the_user_s_factory_task_and_map_op_by_name_in_one_line_each
     assert f"model: regression:mlp(inputs=4, hidden=32) on every rank, imported from {folder}" in result.stdout
     assert "task: loss regression:mse, validation regression:metrics" in result.stdout
     assert "fields x1, x2, x3, x4, y" in result.stdout
-    bad = _config(folder, tmp_path, "bad", model={"factory": "regression:mlp", "params": {"inputs": 4, "widht": 8}},
-                  task={"loss": "regression:mse_loss", "evaluate": "no_such_module:metrics"},
-                  pipeline={"ops": [{"op": "map", "function": "regression:stack_features", "params": {"nosie": 1}}]})
+    bad = _config(
+        folder,
+        tmp_path,
+        "bad",
+        model={"factory": "regression:mlp", "params": {"inputs": 4, "widht": 8}},
+        task={"loss": "regression:mse_loss", "evaluate": "no_such_module:metrics"},
+        pipeline={"ops": [{"op": "map", "function": "regression:stack_features", "params": {"nosie": 1}}]},
+    )
     result = _sm_launch(folder, "plan", str(bad))
     assert result.returncode == 2
     line = result.stderr.strip().splitlines()[-1]
@@ -82,7 +108,8 @@ def test_plan_checks_the_user_s_factory_task_and_map_op_by_name_in_one_line_each
 
 @pytest.mark.ray
 def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metrics_on_two_ranks(tmp_path):
-    """Run by the user's own script through the Python API (`smlaunch.run` on a dict). Float columns pandas wrote, stacked by the user's `map` op on the data hosts; the user's MLP
+    """Run by the user's own script through the Python API (`smlaunch.run` on a dict). Float
+    columns pandas wrote, stacked by the user's `map` op on the data hosts; the user's MLP
     factory and MSE loss (which also returns its MAE) on two DDP ranks; the user's evaluate. It
     must learn (the target's variance is about 7.5; a model that learned nothing scores that),
     read every row once an epoch, report the user's metrics on the step and validation lines and
@@ -93,15 +120,18 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     config = yaml.safe_load(_config(folder, tmp_path, "regression").read_text())
     (folder / "job.json").write_text(json.dumps(config))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "train.py", "job.json"], cwd=folder, env=env, capture_output=True,
-                            text=True, timeout=480)  # the user's script: smlaunch.run on a dict (the Python API)
+    result = subprocess.run(
+        [sys.executable, "train.py", "job.json"], cwd=folder, env=env, capture_output=True, text=True, timeout=480
+    )  # the user's script: smlaunch.run on a dict (the Python API)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     summary = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
     assert summary["steps"] == 100 and summary["train_workers"] == 2, summary
     plan_error = next(line for line in result.stdout.splitlines() if line.startswith("PLAN ERROR "))
-    assert plan_error == ("PLAN ERROR model.factory: mlp(inputs, hidden=32) cannot take these arguments (got an "
-                          "unexpected keyword argument 'depth')"), plan_error
+    assert plan_error == (
+        "PLAN ERROR model.factory: mlp(inputs, hidden=32) cannot take these arguments (got an "
+        "unexpected keyword argument 'depth')"
+    ), plan_error
     assert "train_workers=2" in out
     steps = [line for line in out.splitlines() if line.startswith("step=")]
     assert steps and all(" mae=" in line for line in steps), steps
@@ -126,7 +156,6 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     assert torch.nn.functional.mse_loss(net(x).squeeze(1), want).item() < 0.2
 
 
-
 def _smallest_project(tmp_path: Path, **trainer) -> Path:
     """The project with its train data alone (1,600 rows: 25 steps of the default batch of 64) and
     the smallest config (`support.byo.smallest_config`) beside it, as `smallest.yaml`."""
@@ -146,8 +175,10 @@ def test_the_smallest_config_plans_with_every_optional_section_absent(tmp_path, 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "task: loss regression:column_mse" in lines
-    assert "validation: none (no channel named 'validation'): the model trains and is saved without a held-out " \
-           "measurement" in lines
+    assert (
+        "validation: none (no channel named 'validation'): the model trains and is saved without a held-out "
+        "measurement" in lines
+    )
     assert any(line.startswith("run directory: runs/smlaunch-job-") for line in lines), lines
     assert not any(line.startswith("checkpoints:") for line in lines)
 
@@ -161,14 +192,22 @@ def test_the_smallest_config_plans_with_every_optional_section_absent(tmp_path, 
     cfg = load_config(folder / "smallest.yaml", [])
     assert not cfg.validates and cfg.pipeline.ops == [] and cfg.trainer.checkpoint_interval == 0
     assert not train_spec(cfg, smlaunch.plan(str(folder / "smallest.yaml"))).validation
-    val = {"source": str(folder / "data" / "train"), "record_format": "parquet",
-           "fields": {name: name for name in ("x1", "x2", "x3", "x4", "y")}}
-    assert validation_line(load_config(folder / "smallest.yaml", [f"channels.val={json.dumps(val)}"])) == \
-        "validation: none (no channel named 'validation'; 'val' is not read): the model trains and is saved " \
+    val = {
+        "source": str(folder / "data" / "train"),
+        "record_format": "parquet",
+        "fields": {name: name for name in ("x1", "x2", "x3", "x4", "y")},
+    }
+    assert (
+        validation_line(load_config(folder / "smallest.yaml", [f"channels.val={json.dumps(val)}"]))
+        == "validation: none (no channel named 'validation'; 'val' is not read): the model trains and is saved "
         "without a held-out measurement"
+    )
     with_validation = load_config(folder / "smallest.yaml", [f"channels.validation={json.dumps(val)}"])
-    assert with_validation.validates and validation_line(with_validation) == \
-        "validation: channel 'validation', after every epoch and at the end of the run"
+    assert (
+        with_validation.validates
+        and validation_line(with_validation)
+        == "validation: channel 'validation', after every epoch and at the end of the run"
+    )
 
 
 @pytest.mark.ray

@@ -22,12 +22,25 @@ import torch
 
 from smlaunch.pipelines.sources.fastfile import read_view
 
-SENTINELS = {"AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID", "AWS_SECRET_ACCESS_KEY": "sentinel-secret-0d4b2e8f9a",
-             "AWS_SESSION_TOKEN": "sentinel-session-6f1c9e7a3b", "SMLAUNCH_RAY_TOKEN": "sentinel-ray-token-" + "7" * 32}
+SENTINELS = {
+    "AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID",
+    "AWS_SECRET_ACCESS_KEY": "sentinel-secret-0d4b2e8f9a",
+    "AWS_SESSION_TOKEN": "sentinel-session-6f1c9e7a3b",
+    "SMLAUNCH_RAY_TOKEN": "sentinel-ray-token-" + "7" * 32,
+}
 
 
-RAY_INTERNALS = ("(pid=", "TrainController", "RayTrainWorker", "SplitCoordinator", "raylet", "core_worker",
-                 "Execution plan", "Checkpoint successfully created", "Progress bars disabled")
+RAY_INTERNALS = (
+    "(pid=",
+    "TrainController",
+    "RayTrainWorker",
+    "SplitCoordinator",
+    "raylet",
+    "core_worker",
+    "Execution plan",
+    "Checkpoint successfully created",
+    "Progress bars disabled",
+)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,9 +69,23 @@ def tiny_job(tmp_path_factory) -> TerminalRun:
 
     tmp_path = tmp_path_factory.mktemp("e2e")
     code, output = run_in_terminal(
-        [sys.executable, "-m", "smlaunch", str(ROOT / "configs" / "tiny.yaml"), "--set", f"run.dir={tmp_path}",
-         "--set", "run.name=e2e", "--set", "cluster.instance_groups.0.gpus=2", "--set", "trainer.steps=30"],
-        env={**os.environ, **SENTINELS}, timeout_s=420)
+        [
+            sys.executable,
+            "-m",
+            "smlaunch",
+            str(ROOT / "configs" / "tiny.yaml"),
+            "--set",
+            f"run.dir={tmp_path}",
+            "--set",
+            "run.name=e2e",
+            "--set",
+            "cluster.instance_groups.0.gpus=2",
+            "--set",
+            "trainer.steps=30",
+        ],
+        env={**os.environ, **SENTINELS},
+        timeout_s=420,
+    )
     assert code == 0, output[-3000:]
     head = tmp_path / "e2e" / "hosts" / "algo-1" / "opt" / "ml"
     report = json.loads((head / "output" / "data" / "report.json").read_text())
@@ -113,8 +140,13 @@ def test_two_ranks_trained_in_step_and_learned(tiny_job):
 @pytest.mark.ray
 def test_the_first_epoch_gave_every_sample_once_over_the_two_ranks(tiny_job):
     first = tiny_job.report["sample_accounting"]["epochs"][0]  # 1437 rows over two ranks: shards of 718 and 719
-    assert (first["epoch"], first["complete"], first["distinct"], first["duplicated"], first["missing"]) == \
-        (1, True, 1437, 0, 0), first
+    assert (first["epoch"], first["complete"], first["distinct"], first["duplicated"], first["missing"]) == (
+        1,
+        True,
+        1437,
+        0,
+        0,
+    ), first
 
 
 @pytest.mark.ray
@@ -151,8 +183,9 @@ def test_no_credential_shows_in_output_report_config_trees_or_logs(tiny_job):
     texts = {"terminal": tiny_job.output}
     texts.update({str(p): p.read_bytes().decode("latin-1") for p in tiny_job.run.rglob("*") if p.is_file()})
     assert len(texts) > 20
-    assert not [f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items()
-                if value in text]
+    assert not [
+        f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items() if value in text
+    ]
 
 
 @pytest.mark.ray
@@ -193,11 +226,28 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     (bad / shard.name).write_bytes(bytes(damaged))
     seeds = f"{{s3://smlaunch-digits/: builtin:digits, s3://smlaunch-digits/train/: {bad}}}"
     result = subprocess.run(
-        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "s3-fastfile.yaml"),
-         "--set", f"run.dir={tmp_path}", "--set", "run.name=s3", "--set", "trainer.steps=16",
-         "--set", "cluster.instance_groups.0.gpus=3",
-         "--set", "channels.train.max_corrupted_records=1", "--set", f"run.s3_seed={seeds}"],
-        capture_output=True, text=True, timeout=420)
+        [
+            sys.executable,
+            "-m",
+            "smlaunch.launcher.cli",
+            str(configs / "s3-fastfile.yaml"),
+            "--set",
+            f"run.dir={tmp_path}",
+            "--set",
+            "run.name=s3",
+            "--set",
+            "trainer.steps=16",
+            "--set",
+            "cluster.instance_groups.0.gpus=3",
+            "--set",
+            "channels.train.max_corrupted_records=1",
+            "--set",
+            f"run.s3_seed={seeds}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "local S3 server at http://127.0.0.1:" in result.stdout
     # Piped, the console has no escape codes, no Ray lines, and the data task's warning reached it.
@@ -213,8 +263,10 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     assert [w["rank"] for w in report["workers"]] == [0, 1, 2] and report["summary"]["ranks_in_sync"]
     first = report["sample_accounting"]["epochs"][0]
     assert (first["complete"], first["distinct"], first["duplicated"], first["missing"]) == (True, 1436, 0, 0), first
-    for host, shards in (("algo-2", ["part-00000.tfrecord", "part-00002.tfrecord"]),
-                         ("algo-3", ["part-00001.tfrecord", "part-00003.tfrecord"])):
+    for host, shards in (
+        ("algo-2", ["part-00000.tfrecord", "part-00002.tfrecord"]),
+        ("algo-3", ["part-00001.tfrecord", "part-00003.tfrecord"]),
+    ):
         view = hosts / host / "opt/ml/input/data/train" / ".smlaunch-fastfile.json"
         assert [name for name, _ in read_view(view.parent)[1]] == shards
         assert [p.name for p in view.parent.iterdir()] == [view.name]  # nothing was downloaded

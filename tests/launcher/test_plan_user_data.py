@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import yaml
+
 from support.user_layouts import digits, write_image_folder, write_parquet, write_webdataset
 
 
@@ -19,8 +20,9 @@ def plan(configs, tmp_path, channel: dict, **model) -> subprocess.CompletedProce
     cfg["model"].update(model)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "plan", str(path)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", "plan", str(path)], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +35,37 @@ def layouts(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("layout, declared, expected", [
-    ("folder", "tfrecord", r"README.txt is text, not a tfrecord file \(channel record_format: tfrecord\); \d+.png is a "
-                           r"PNG image; did you mean record_format: image_folder\?"),
-    ("wds", "tfrecord", re.escape("is a tar archive (a WebDataset shard?), not a tfrecord file (channel "
-                                  "record_format: tfrecord); did you mean record_format: webdataset?")),
-    ("pq", "webdataset", re.escape("is a Parquet file, not a webdataset file (channel record_format: webdataset); "
-                                   "did you mean record_format: parquet?")),
-    ("wds", "image_folder", re.escape("holds no images in class folders (<class>/<image>.jpg, ...);")),
-])
-def test_a_layout_of_another_format_is_named_with_the_format_it_looks_like(configs, tmp_path, layouts, layout,
-                                                                            declared, expected):
+@pytest.mark.parametrize(
+    "layout, declared, expected",
+    [
+        (
+            "folder",
+            "tfrecord",
+            r"README.txt is text, not a tfrecord file \(channel record_format: tfrecord\); \d+.png is a "
+            r"PNG image; did you mean record_format: image_folder\?",
+        ),
+        (
+            "wds",
+            "tfrecord",
+            re.escape(
+                "is a tar archive (a WebDataset shard?), not a tfrecord file (channel "
+                "record_format: tfrecord); did you mean record_format: webdataset?"
+            ),
+        ),
+        (
+            "pq",
+            "webdataset",
+            re.escape(
+                "is a Parquet file, not a webdataset file (channel record_format: webdataset); "
+                "did you mean record_format: parquet?"
+            ),
+        ),
+        ("wds", "image_folder", re.escape("holds no images in class folders (<class>/<image>.jpg, ...);")),
+    ],
+)
+def test_a_layout_of_another_format_is_named_with_the_format_it_looks_like(
+    configs, tmp_path, layouts, layout, declared, expected
+):
     result = plan(configs, tmp_path, {"source": str(layouts / layout), "record_format": declared}, num_classes=10)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -61,12 +83,23 @@ def test_an_empty_class_folder_is_refused_as_torchvision_does(configs, tmp_path,
 
 
 def test_image_folder_and_parquet_plan_without_num_classes_and_webdataset_needs_it(configs, tmp_path, layouts):
-    assert plan(configs, tmp_path, {"source": str(layouts / "folder"), "record_format": "image_folder",
-                                    "s3_distribution": "ShardedByS3Key"}).returncode == 0
-    assert plan(configs, tmp_path, {"source": str(layouts / "pq"), "record_format": "parquet",
-                                    "input_mode": "FastFile"}).returncode == 0
-    result = plan(configs, tmp_path, {"source": str(layouts / "wds"), "record_format": "webdataset",
-                                      "input_mode": "Pipe"})
+    assert (
+        plan(
+            configs,
+            tmp_path,
+            {"source": str(layouts / "folder"), "record_format": "image_folder", "s3_distribution": "ShardedByS3Key"},
+        ).returncode
+        == 0
+    )
+    assert (
+        plan(
+            configs, tmp_path, {"source": str(layouts / "pq"), "record_format": "parquet", "input_mode": "FastFile"}
+        ).returncode
+        == 0
+    )
+    result = plan(
+        configs, tmp_path, {"source": str(layouts / "wds"), "record_format": "webdataset", "input_mode": "Pipe"}
+    )
     assert result.returncode == 2
     assert "model.num_classes: required for a webdataset train channel" in result.stderr, result.stderr
 

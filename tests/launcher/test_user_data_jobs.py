@@ -11,7 +11,15 @@ import sys
 
 import pytest
 import yaml
-from support.user_layouts import CLASSES, digits, write_image_folder, write_parquet, write_slim_tfrecords, write_webdataset
+
+from support.user_layouts import (
+    CLASSES,
+    digits,
+    write_image_folder,
+    write_parquet,
+    write_slim_tfrecords,
+    write_webdataset,
+)
 
 
 def job_config(configs, tmp_path, name: str, channels: dict, **sections) -> str:
@@ -26,8 +34,9 @@ def job_config(configs, tmp_path, name: str, channels: dict, **sections) -> str:
 
 
 def run_job(config: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", config],
-                          capture_output=True, text=True, timeout=420)
+    return subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", config], capture_output=True, text=True, timeout=420
+    )
 
 
 def report_of(tmp_path, name: str) -> dict:
@@ -36,7 +45,8 @@ def report_of(tmp_path, name: str) -> dict:
 
 @pytest.mark.ray
 def test_image_folder_sharded_with_an_undecodable_image_skipped_and_hugging_face_parquet_over_fastfile(
-        configs, tmp_path):
+    configs, tmp_path
+):
     """Train: PNGs in class folders (PIL), File mode, ShardedByS3Key over the two data hosts; no
     model.num_classes: the ten class folders give it. One file no decoder reads is skipped under
     `max_corrupted_records: 1`: once in the whole run though every epoch meets it, counted and named
@@ -51,15 +61,33 @@ def test_image_folder_sharded_with_an_undecodable_image_skipped_and_hugging_face
     (tmp_path / "train" / CLASSES[3] / "copy.png").write_bytes(first_three.read_bytes())
     (tmp_path / "train" / CLASSES[5] / "bad-0.png").write_bytes(b"not an image 0")
     write_parquet(tmp_path / "validation", digits("validation"), files=1, row_group_size=120)
-    config = job_config(configs, tmp_path, "folders", {
-        "train": {"source": str(tmp_path / "train"), "record_format": "image_folder",
-                  "s3_distribution": "ShardedByS3Key", "max_corrupted_records": 1},
-        "validation": {"source": "s3://user-data/validation/", "record_format": "parquet", "input_mode": "FastFile"},
-    }, run={"s3_seed": {"s3://user-data/validation/": str(tmp_path / "validation")}}, trainer={"steps": 90})
+    config = job_config(
+        configs,
+        tmp_path,
+        "folders",
+        {
+            "train": {
+                "source": str(tmp_path / "train"),
+                "record_format": "image_folder",
+                "s3_distribution": "ShardedByS3Key",
+                "max_corrupted_records": 1,
+            },
+            "validation": {
+                "source": "s3://user-data/validation/",
+                "record_format": "parquet",
+                "input_mode": "FastFile",
+            },
+        },
+        run={"s3_seed": {"s3://user-data/validation/": str(tmp_path / "validation")}},
+        trainer={"steps": 90},
+    )
     result = run_job(config)  # 1438 decodable rows: 44 full batches an epoch, so two epochs and two steps
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(r"WARNING: channel 'train': skipped a corrupt record: channel 'train': digit-5/bad-0\.png "
-                     r"\(sample id \d+\): undecodable image", result.stdout), result.stdout[-3000:]
+    assert re.search(
+        r"WARNING: channel 'train': skipped a corrupt record: channel 'train': digit-5/bad-0\.png "
+        r"\(sample id \d+\): undecodable image",
+        result.stdout,
+    ), result.stdout[-3000:]
     report = report_of(tmp_path, "folders")
     assert report["classes"] == CLASSES
     corrupt = report["corrupt_records"]["train"]
@@ -84,11 +112,21 @@ def test_webdataset_streamed_in_pipe_mode_and_slim_tfrecords_on_a_shared_file_sy
     on an FSx-style file system mounted on both data hosts."""
     write_webdataset(tmp_path / "train", digits("train"), shards=4)
     write_slim_tfrecords(tmp_path / "fsx", digits("validation"), shards=2)
-    config = job_config(configs, tmp_path, "streams", {
-        "train": {"source": str(tmp_path / "train"), "record_format": "webdataset", "input_mode": "Pipe"},
-        "validation": {"source": str(tmp_path / "fsx"), "record_format": "tfrecord",
-                       "file_system": {"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/abcd/val"}},
-    }, model={"num_classes": 10}, trainer={"steps": 50})
+    config = job_config(
+        configs,
+        tmp_path,
+        "streams",
+        {
+            "train": {"source": str(tmp_path / "train"), "record_format": "webdataset", "input_mode": "Pipe"},
+            "validation": {
+                "source": str(tmp_path / "fsx"),
+                "record_format": "tfrecord",
+                "file_system": {"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/abcd/val"},
+            },
+        },
+        model={"num_classes": 10},
+        trainer={"steps": 50},
+    )
     result = run_job(config)
     assert result.returncode == 0, result.stderr[-3000:]
     report = report_of(tmp_path, "streams")

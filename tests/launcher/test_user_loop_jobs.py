@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.byo import copy_project
 
 BUILTIN_DIGITS = "builtin:digits/train"
@@ -24,16 +25,25 @@ BUILTIN_DIGITS = "builtin:digits/train"
 def _config(folder: Path, tmp_path: Path, name: str, loop_config: dict, **trainer) -> Path:
     cfg = {
         "job": "user-loop",
-        "cluster": {"instance_groups": [
-            {"name": "gpu", "instance_type": "ml.g5.12xlarge", "instance_count": 1},
-            {"name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 2}]},
+        "cluster": {
+            "instance_groups": [
+                {"name": "gpu", "instance_type": "ml.g5.12xlarge", "instance_count": 1},
+                {"name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 2},
+            ]
+        },
         "channels": {"train": {"source": BUILTIN_DIGITS}},
-        "pipeline": {"batch_size": 64, "ops": [{"op": "decode_image"}, {"op": "random_resized_crop", "size": 16},
-                                               {"op": "to_uint8_chw"}]},
-        "trainer": {"loop": "ray_loop:train_func", "max_workers": 2, "log_every": 5,
-                    "checkpoint_dir": str(tmp_path / "checkpoints"),
-                    "loop_config": {"lr": 0.05, "batch_size": 32, "checkpoint_every": 1000, **loop_config},
-                    **trainer},
+        "pipeline": {
+            "batch_size": 64,
+            "ops": [{"op": "decode_image"}, {"op": "random_resized_crop", "size": 16}, {"op": "to_uint8_chw"}],
+        },
+        "trainer": {
+            "loop": "ray_loop:train_func",
+            "max_workers": 2,
+            "log_every": 5,
+            "checkpoint_dir": str(tmp_path / "checkpoints"),
+            "loop_config": {"lr": 0.05, "batch_size": 32, "checkpoint_every": 1000, **loop_config},
+            **trainer,
+        },
         "run": {"dir": str(tmp_path / "runs"), "name": name},
     }
     path = folder / f"{name}.yaml"
@@ -52,25 +62,45 @@ def _report(tmp_path: Path, name: str) -> dict:
 def test_plan_checks_the_loop_by_name_and_refuses_a_model_beside_it_in_one_line(tmp_path):
     folder = copy_project(tmp_path)
     good = _config(folder, tmp_path, "good", {"steps": 10})
-    result = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "plan", str(good)], cwd=folder,
-                            env=_env(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", "plan", str(good)],
+        cwd=folder,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
-    assert (f"loop: ray_loop:train_func(config) on each of 2 Ray Train workers, imported from {folder}"
-            in result.stdout)
+    assert f"loop: ray_loop:train_func(config) on each of 2 Ray Train workers, imported from {folder}" in result.stdout
     assert "code: " in result.stdout and "ships with the job for ray_loop:train_func" in result.stdout
-    for override, says in ((["trainer.loop=ray_loop:train_fn"], "trainer.loop: ray_loop has no function train_fn"),
-                           (["model.name=resnet18"], "model: your loop (trainer.loop) builds its own model"),
-                           (["trainer.epochs=2"], "trainer.epochs: your loop (trainer.loop) decides its epochs")):
-        result = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "plan", str(good),
-                                 *[a for o in override for a in ("--set", o)]], cwd=folder, env=_env(),
-                                capture_output=True, text=True, timeout=120)
+    for override, says in (
+        (["trainer.loop=ray_loop:train_fn"], "trainer.loop: ray_loop has no function train_fn"),
+        (["model.name=resnet18"], "model: your loop (trainer.loop) builds its own model"),
+        (["trainer.epochs=2"], "trainer.epochs: your loop (trainer.loop) decides its epochs"),
+    ):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "smlaunch.launcher.cli",
+                "plan",
+                str(good),
+                *[a for o in override for a in ("--set", o)],
+            ],
+            cwd=folder,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert says in result.stderr, result.stderr
 
 
 @pytest.mark.ray
 def test_a_ray_docs_loop_in_a_terminal_stops_on_sigterm_through_the_preemption_notice_and_resumes_under_simulate(
-        tmp_path):
+    tmp_path,
+):
     """The first job, typed into a terminal (a pty): the loop trains (its rows all from the data
     hosts, only the channel's fields in its batches, its data wait in the report) under a redrawn
     progress bar with the run's total; SIGTERM after its first steps reaches the loop as
@@ -86,8 +116,13 @@ def test_a_ray_docs_loop_in_a_terminal_stops_on_sigterm_through_the_preemption_n
 
     folder = copy_project(tmp_path)
     notice, start = tmp_path / "notice.json", tmp_path / "start.json"
-    first = _config(folder, tmp_path, "first", {"steps": 400, "sleep_s": 0.2, "notice_file": str(notice),
-                                                "start_file": str(start)}, steps=400)
+    first = _config(
+        folder,
+        tmp_path,
+        "first",
+        {"steps": 400, "sleep_s": 0.2, "notice_file": str(notice), "start_file": str(start)},
+        steps=400,
+    )
     sent = []
 
     def stop_at_step_5(text: str, proc) -> None:
@@ -95,8 +130,13 @@ def test_a_ray_docs_loop_in_a_terminal_stops_on_sigterm_through_the_preemption_n
             sent.append(time.time())
             proc.send_signal(signal.SIGTERM)
 
-    code, output = run_in_terminal([sys.executable, "-m", "smlaunch.launcher.cli", "run", str(first)], env=_env(),
-                                   timeout_s=420, cwd=folder, on_output=stop_at_step_5)
+    code, output = run_in_terminal(
+        [sys.executable, "-m", "smlaunch.launcher.cli", "run", str(first)],
+        env=_env(),
+        timeout_s=420,
+        cwd=folder,
+        on_output=stop_at_step_5,
+    )
     lines = screen_lines(output)
     assert code == 143 and sent, output[-4000:]
     sent = sent[0]
@@ -115,21 +155,36 @@ def test_a_ray_docs_loop_in_a_terminal_stops_on_sigterm_through_the_preemption_n
     assert report["loop"]["returned"] == {"preempted_at": seen["step"]}, report["loop"]
     model = tmp_path / "runs/first/hosts/algo-1/opt/ml/model/state.pt"
     assert model.is_file()  # the loop's last checkpoint, copied where SageMaker uploads the model
-    assert any(line.startswith(f"step={seen['step'] // 5 * 5} loss=") and "images_per_sec=" in line
-               for line in lines), "\n".join(lines[-40:])
+    assert any(
+        line.startswith(f"step={seen['step'] // 5 * 5} loss=") and "images_per_sec=" in line for line in lines
+    ), "\n".join(lines[-40:])
     # the loop reports its own `step`: a bar redrawn in place, with the run's total (trainer.steps)
     assert "\rtrain:" in output and "/400 [" in output, output[-3000:]
 
-    second = _config(folder, tmp_path, "second", {"steps": seen["step"] + 10, "raise_at_step": seen["step"] + 6,
-                                                  "start_file": str(start)}, steps=seen["step"] + 10)
-    result = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "simulate", str(second)], cwd=folder,
-                            env=_env(), capture_output=True, text=True, timeout=420)
+    second = _config(
+        folder,
+        tmp_path,
+        "second",
+        {"steps": seen["step"] + 10, "raise_at_step": seen["step"] + 6, "start_file": str(start)},
+        steps=seen["step"] + 10,
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", "simulate", str(second)],
+        cwd=folder,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     assert json.loads(start.read_text()) == {"step": seen["step"], "resumed": True}
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     head_log = (tmp_path / "runs/second/algo-1.log").read_text()
     error = next(line for line in head_log.splitlines() if line.startswith("sm-launch: error: "))
-    assert error.startswith("sm-launch: error: trainer.loop ray_loop:train_func failed on rank ") and \
-        " at ray_loop.py:" in error and " in train_func: ValueError: the user's loop gave up at step " in error, error
+    assert (
+        error.startswith("sm-launch: error: trainer.loop ray_loop:train_func failed on rank ")
+        and " at ray_loop.py:" in error
+        and " in train_func: ValueError: the user's loop gave up at step " in error
+    ), error
     assert "Traceback" not in head_log, head_log[-3000:]
     failure = (tmp_path / "runs/second/hosts/algo-1/opt/ml/output/failure").read_text()
     assert failure.strip() == error.removeprefix("sm-launch: error: "), (failure, error)

@@ -12,14 +12,15 @@ from smlaunch.pipelines.dataset import block_bytes
 @pytest.mark.ray
 def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     from smlaunch.cluster.host_tree import create_host_trees
-    from smlaunch.pipelines.sources.channels import deliver_channels
     from smlaunch.pipelines.dataset import build_datasets
+    from smlaunch.pipelines.sources.channels import deliver_channels
 
-    cfg = load_config(configs / "hetero.yaml", ["cluster.instance_groups.1.instance_count=2",
-                                                f"run.dir={tmp_path}", "run.name=placement"])
+    cfg = load_config(
+        configs / "hetero.yaml",
+        ["cluster.instance_groups.1.instance_count=2", f"run.dir={tmp_path}", "run.name=placement"],
+    )
     plan = build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
-    assert [(h.name, h.subcluster) for h in plan.hosts] == [("algo-1", "train"), ("algo-2", "data"),
-                                                           ("algo-3", "data")]
+    assert [(h.name, h.subcluster) for h in plan.hosts] == [("algo-1", "train"), ("algo-2", "data"), ("algo-3", "data")]
     create_host_trees(plan)
     deliver_channels(plan)
     ctx = data_cluster.data.DataContext.get_current()
@@ -30,7 +31,7 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
 
         from smlaunch.pipelines.dataset import READ_WORKER_ENV
 
-        (name, _), = READ_WORKER_ENV.items()
+        ((name, _),) = READ_WORKER_ENV.items()
         return {"pool": np.array([os.environ.get(name, "")] * len(batch["label"]))}
 
     try:
@@ -53,13 +54,21 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     assert pools and {p["pool"] for p in pools} == {""}, pools
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["pipeline.batch_size=32"], 3 * 224 * 224 * 32 * 3 // 4),  # one batch: 4.8 MB; a block below it
-    (["pipeline.batch_size=128",
-      "pipeline.ops=[{op: decode_image}, {op: resize, size: 400}, {op: center_crop, size: 384}, {op: to_uint8_chw}]"],
-     3 * 384 * 384 * 128 * 3 // 4),
-    (["pipeline.batch_size=8"], 1 << 20),  # one batch of 1.2 MB: the 1 MiB floor
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["pipeline.batch_size=32"], 3 * 224 * 224 * 32 * 3 // 4),  # one batch: 4.8 MB; a block below it
+        (
+            [
+                "pipeline.batch_size=128",
+                "pipeline.ops=[{op: decode_image}, {op: resize, size: 400}, {op: center_crop, size: 384}, {op: "
+                "to_uint8_chw}]",
+            ],
+            3 * 384 * 384 * 128 * 3 // 4,
+        ),
+        (["pipeline.batch_size=8"], 1 << 20),  # one batch of 1.2 MB: the 1 MiB floor
+    ],
+)
 def test_block_bytes_keep_one_chain_batch_per_block(configs, overrides, expected):
     cfg = load_config(configs / "seed-vit-blur.yaml", overrides)
     assert block_bytes(cfg) == expected

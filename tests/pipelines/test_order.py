@@ -4,8 +4,7 @@ round-trip, and the labels-per-batch measure."""
 
 import numpy as np
 
-from smlaunch.pipelines.order import (epoch_order, interleave, labels_per_batch, position, split_positions,
-                                      task_runs)
+from smlaunch.pipelines.order import epoch_order, interleave, labels_per_batch, position, split_positions, task_runs
 
 
 def test_each_epoch_has_its_own_order_and_a_retry_the_same_one():

@@ -23,19 +23,26 @@ def write(path, groups: list[pa.Table]):
             writer.write_table(table)
 
 
-def group(lo, hi, labels=None, kind=pa.int64()):
-    return pa.table({"image": pa.array(IMAGES[lo:hi], pa.binary()),
-                     "label": pa.array(labels if labels is not None else LABELS[lo:hi], kind)})
+def group(lo, hi, labels=None, kind=None):
+    kind = kind or pa.int64()
+    return pa.table(
+        {
+            "image": pa.array(IMAGES[lo:hi], pa.binary()),
+            "label": pa.array(labels if labels is not None else LABELS[lo:hi], kind),
+        }
+    )
 
 
 def blocks(*paths, num_classes=10, block_bytes=None):
-    channel = channel_plan("pq", ChannelConfig(source=str(paths[0].parent), record_format="parquet"), ("algo-2",),
-                           block_rows=64)
+    channel = channel_plan(
+        "pq", ChannelConfig(source=str(paths[0].parent), record_format="parquet"), ("algo-2",), block_rows=64
+    )
 
     def samples():
         for path in paths:
             with open(path, "rb") as stream:
                 yield from parquet_samples(channel, stream, str(path), None, num_classes)
+
     return list(row_blocks(channel, samples(), num_classes, block_bytes))
 
 
@@ -77,10 +84,13 @@ def test_blocks_cut_by_bytes_take_whole_row_groups_and_rows_until_the_size_in_or
     assert table.column("id").to_pylist() == place_ids(*paths)
 
 
-@pytest.mark.parametrize("labels, message", [
-    ([*LABELS[50:57], None, *LABELS[58:100]], "row 57: no label (columns image, label;"),
-    ([*LABELS[50:60], 12, *LABELS[61:100]], "row 60: label 12 is not a class index 0..9 (model.num_classes: 10)"),
-])
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([*LABELS[50:57], None, *LABELS[58:100]], "row 57: no label (columns image, label;"),
+        ([*LABELS[50:60], 12, *LABELS[61:100]], "row 60: label 12 is not a class index 0..9 (model.num_classes: 10)"),
+    ],
+)
 def test_a_bad_row_in_a_clean_looking_file_is_named(tmp_path, labels, message):
     path = tmp_path / "bad.parquet"
     write(path, [group(0, 50), group(50, 100, labels), group(100, 150)])
@@ -102,7 +112,8 @@ def test_ids_come_from_the_place_in_the_channel_not_from_the_bytes(tmp_path):
     ids = read[0].column("id").to_pylist()[:40]
     assert ids == [derived_id("a.parquet", n) for n in range(40)]
     assert pa.concat_tables(blocks(hosts[1] / "b.parquet")).column("id").to_pylist() == [
-        derived_id("b.parquet", n) for n in range(40)]
+        derived_id("b.parquet", n) for n in range(40)
+    ]
     assert len(set(ids) | {derived_id("b.parquet", n) for n in range(40)}) == 80  # same bytes, other file
 
 
@@ -113,8 +124,10 @@ def test_an_id_leads_back_to_its_file_and_member():
     assert SamplePlaces("image_folder", files).find(derived_id("n007/00042.JPEG")) == "n007/00042.JPEG"
     assert SamplePlaces("image_folder", files).find(derived_id("n007/00042.JPEG", 1)) is None
     shards = [(f"shard-{n:04d}.tar", 10**9) for n in range(100)]
-    assert SamplePlaces("webdataset", shards).find(derived_id("shard-0003.tar", 512_000)) == \
-        "shard-0003.tar sample at byte 512000"
+    assert (
+        SamplePlaces("webdataset", shards).find(derived_id("shard-0003.tar", 512_000))
+        == "shard-0003.tar sample at byte 512000"
+    )
     assert SamplePlaces("tfrecord", shards).find(derived_id("shard-0099.tar", 7)) == "shard-0099.tar record 7"
     assert SamplePlaces("parquet", shards).find(12345) is None  # an id the data gave
 
@@ -127,8 +140,11 @@ def test_derived_ids_are_stable_and_tell_near_identical_images_apart():
 
     image = bytes(range(256)) * 64
     assert derived_id(image) == derived_id(bytes(image)) == 8361937079681550039
-    variants = {image[:n] + bytes([image[n] ^ (1 << bit)]) + image[n + 1:] for n in range(0, len(image), 97)
-                for bit in range(8)}
+    variants = {
+        image[:n] + bytes([image[n] ^ (1 << bit)]) + image[n + 1 :]
+        for n in range(0, len(image), 97)
+        for bit in range(8)
+    }
     assert len({derived_id(v) for v in variants}) == len(variants)
     randoms = [os.urandom(700) for _ in range(20000)]
     assert len({derived_id(r) for r in randoms}) == len(set(randoms))

@@ -12,8 +12,9 @@ from smlaunch.config import load_config
 
 
 def _plan(configs, tmp_path):
-    cfg = load_config(configs / "hetero.yaml", ["cluster.instance_groups.1.instance_count=2",
-                                                f"run.dir={tmp_path}", "run.name=warm"])
+    cfg = load_config(
+        configs / "hetero.yaml", ["cluster.instance_groups.1.instance_count=2", f"run.dir={tmp_path}", "run.name=warm"]
+    )
     return cfg, build_plan(cfg, LocalEnvironment(cpus=3, gpus=0, started="t"))
 
 
@@ -48,12 +49,21 @@ def test_every_data_slot_is_warmed_and_the_next_task_runs_in_a_warmed_worker(dat
 
         from smlaunch.pipelines.ops import chain
 
-        return {"pid": os.getpid(), "warm": chain._PROCESS_WARM, "torchvision": "torchvision.io" in sys.modules,
-                "nice": os.getpriority(os.PRIO_PROCESS, 0), "root": os.geteuid() == 0}
+        return {
+            "pid": os.getpid(),
+            "warm": chain._PROCESS_WARM,
+            "torchvision": "torchvision.io" in sys.modules,
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "root": os.geteuid() == 0,
+        }
 
     # In the runtime environment the datasets' tasks get under Ray Train: theirs are the tasks it warms for.
-    after = ray.get(ray.remote(_after_warm_up).options(num_cpus=1, label_selector={"sm-host": "algo-2"},
-                                                       runtime_env=data_tasks_runtime_env()).remote(), timeout=60)
+    after = ray.get(
+        ray.remote(_after_warm_up)
+        .options(num_cpus=1, label_selector={"sm-host": "algo-2"}, runtime_env=data_tasks_runtime_env())
+        .remote(),
+        timeout=60,
+    )
     assert after["pid"] in warmed and after["warm"] and after["torchvision"], (after, warmed)
     # A read task's environment (Ray merges its env_vars with its parent's) runs in the warmed read
     # worker, which imported no torch, and never in a chain worker.
@@ -61,10 +71,15 @@ def test_every_data_slot_is_warmed_and_the_next_task_runs_in_a_warmed_worker(dat
 
     read_env = data_tasks_runtime_env()
     read_env["env_vars"].update(READ_WORKER_ENV)
-    read = ray.get(ray.remote(_after_warm_up).options(num_cpus=0, label_selector={"sm-host": "algo-2"},
-                                                      runtime_env=read_env).remote(), timeout=60)
+    read = ray.get(
+        ray.remote(_after_warm_up)
+        .options(num_cpus=0, label_selector={"sm-host": "algo-2"}, runtime_env=read_env)
+        .remote(),
+        timeout=60,
+    )
     assert read["pid"] in {d["pid"] for d in readers if d["host"] == "algo-2"}, (read, readers)
     assert not read["torchvision"] and read["pid"] not in warmed, read
+
     # The warm-up imports at a lower CPU priority and gives it back where allowed (root may raise it):
     # the warmed worker's is a fresh Ray worker's (Ray starts its workers at its own niceness).
     def _priority() -> int:
@@ -72,8 +87,9 @@ def test_every_data_slot_is_warmed_and_the_next_task_runs_in_a_warmed_worker(dat
 
         return os.getpriority(os.PRIO_PROCESS, 0)
 
-    fresh = ray.get(ray.remote(_priority).options(num_cpus=0, label_selector={"sm-host": "algo-1"}).remote(),
-                    timeout=60)
+    fresh = ray.get(
+        ray.remote(_priority).options(num_cpus=0, label_selector={"sm-host": "algo-1"}).remote(), timeout=60
+    )
     assert after["nice"] == fresh or not after["root"], (after, fresh)
 
 
@@ -82,6 +98,8 @@ def test_a_chain_that_fails_is_reported_by_the_warm_up_not_raised(data_cluster, 
     from smlaunch.pipelines.warmup import warm_preprocess_workers
 
     cfg, plan = _plan(configs, tmp_path)
-    ops = load_config(configs / "hetero.yaml", ["pipeline.ops.2={op: user, function: 'no_such_module:fn'}"]).pipeline.ops
+    ops = load_config(
+        configs / "hetero.yaml", ["pipeline.ops.2={op: user, function: 'no_such_module:fn'}"]
+    ).pipeline.ops
     done = [d for d in data_cluster.get(warm_preprocess_workers(plan, ops), timeout=120) if not d.get("reader")]
     assert done and all("no_such_module" in d["error"] for d in done), done

@@ -24,9 +24,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_job(tmp: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, str]:
-    args = [sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "tiny.yaml"),
-            "--set", f"run.dir={tmp}", "--set", "run.name=r", "--set", "model.num_classes=10",
-            "--set", "trainer.steps=4"]
+    args = [
+        sys.executable,
+        "-m",
+        "smlaunch.launcher.cli",
+        str(ROOT / "configs" / "tiny.yaml"),
+        "--set",
+        f"run.dir={tmp}",
+        "--set",
+        "run.name=r",
+        "--set",
+        "model.num_classes=10",
+        "--set",
+        "trainer.steps=4",
+    ]
     for item in overrides:
         args += ["--set", item]
     result = subprocess.run(args, capture_output=True, text=True, timeout=480)
@@ -41,13 +52,20 @@ def run_job(tmp: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, st
 def test_an_undecodable_image_names_the_channel_and_the_sample(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    tfrecord.write_records(data / "part-0.tfrecord", [
-        encode_example({"image/encoded": b"not an image %d" % i, "image/class/label": i % 10, "id": 1000 + i})
-        for i in range(64)])
+    tfrecord.write_records(
+        data / "part-0.tfrecord",
+        [
+            encode_example({"image/encoded": b"not an image %d" % i, "image/class/label": i % 10, "id": 1000 + i})
+            for i in range(64)
+        ],
+    )
     result, line = run_job(tmp_path, f"channels.train.source={data}")
     assert result.returncode == 1
-    assert re.fullmatch(r"sm-launch: error: channel 'train': sample id 10\d\d: undecodable image \(cannot identify "
-                        r"image file; 1[45] bytes starting b'not an i'\)", line), line
+    assert re.fullmatch(
+        r"sm-launch: error: channel 'train': sample id 10\d\d: undecodable image \(cannot identify "
+        r"image file; 1[45] bytes starting b'not an i'\)",
+        line,
+    ), line
 
 
 @pytest.mark.ray
@@ -58,9 +76,11 @@ def test_an_empty_pipe_fifo_ends_the_job_instead_of_looping_on_empty_epochs(tmp_
     (data / "part-0.tfrecord").write_bytes(b"")
     result, line = run_job(tmp_path, f"channels.train.source={data}", "channels.train.input_mode=Pipe")
     assert result.returncode == 1
-    assert line == ("sm-launch: error: channel 'train': epoch 1 gave the train workers no full batch of "
-                    "trainer.batch_size=32 (a step needs one); the channel is empty or too small "
-                    "(an empty Pipe FIFO?)")
+    assert line == (
+        "sm-launch: error: channel 'train': epoch 1 gave the train workers no full batch of "
+        "trainer.batch_size=32 (a step needs one); the channel is empty or too small "
+        "(an empty Pipe FIFO?)"
+    )
 
 
 def _folder_with_undecodable_images(root: Path, bad: int) -> Path:
@@ -79,9 +99,16 @@ def _folder_with_undecodable_images(root: Path, bad: int) -> Path:
 @pytest.mark.ray
 def test_undecodable_images_over_max_corrupted_records_end_the_job_naming_the_file(tmp_path):
     folder = _folder_with_undecodable_images(tmp_path / "data", bad=2)
-    result, line = run_job(tmp_path, f"channels.train.source={folder}", "channels.train.record_format=image_folder",
-                           "channels.train.max_corrupted_records=1")
+    result, line = run_job(
+        tmp_path,
+        f"channels.train.source={folder}",
+        "channels.train.record_format=image_folder",
+        "channels.train.max_corrupted_records=1",
+    )
     assert result.returncode == 1
-    assert re.fullmatch(r"sm-launch: error: channel 'train': more than max_corrupted_records=1 corrupt records; the "
-                        r"last: channel 'train': digit-5/bad-[01]\.png \(sample id \d+\): undecodable image \(cannot "
-                        r"identify image file; 14 bytes starting b'not an i'\)", line), line
+    assert re.fullmatch(
+        r"sm-launch: error: channel 'train': more than max_corrupted_records=1 corrupt records; the "
+        r"last: channel 'train': digit-5/bad-[01]\.png \(sample id \d+\): undecodable image \(cannot "
+        r"identify image file; 14 bytes starting b'not an i'\)",
+        line,
+    ), line

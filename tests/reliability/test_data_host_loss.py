@@ -41,14 +41,26 @@ EPOCH_IDS = 1437  # builtin digits, train split
 
 def start(tmp: Path, name: str, *overrides: str) -> tuple[subprocess.Popen, Path]:
     """An `sm-launch` run of tiny.yaml in the background; stdout and stderr go to files."""
-    args = [sys.executable, "-m", "smlaunch.launcher.cli", str(ROOT / "configs" / "tiny.yaml"),
-            "--set", f"run.dir={tmp}", "--set", f"run.name={name}"]
+    args = [
+        sys.executable,
+        "-m",
+        "smlaunch.launcher.cli",
+        str(ROOT / "configs" / "tiny.yaml"),
+        "--set",
+        f"run.dir={tmp}",
+        "--set",
+        f"run.name={name}",
+    ]
     for item in overrides:
         args += ["--set", item]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
-           # Ray notices a dead raylet after `period x threshold` of failed health checks (3 s x 5
-           # by default); 1 s x 3 here, so the tests wait less for what they test.
-           "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
+        # Ray notices a dead raylet after `period x threshold` of failed health checks (3 s x 5
+        # by default); 1 s x 3 here, so the tests wait less for what they test.
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
+    }
     out = tmp / f"{name}.out"
     with open(out, "wb") as stdout, open(tmp / f"{name}.err", "wb") as stderr:
         job = subprocess.Popen(args, stdout=stdout, stderr=stderr, env=env, cwd=ROOT)
@@ -95,8 +107,11 @@ def channel_ids_digest() -> str:
     from smlaunch.pipelines.rows import example_row
     from smlaunch.trainers.accounting import ids_digest
 
-    ids = [example_row(record)[2] for part in sorted((prepare_digits() / "train").iterdir())
-           for record in iter_records(str(part), "tfrecord")]
+    ids = [
+        example_row(record)[2]
+        for part in sorted((prepare_digits() / "train").iterdir())
+        for record in iter_records(str(part), "tfrecord")
+    ]
     assert len(ids) == EPOCH_IDS
     return ids_digest(np.unique(np.asarray(ids)))
 
@@ -129,7 +144,9 @@ class LostHostRun:
         finally:
             self.job.kill()
         text = output(self.tmp, self.name)
-        assert self.killed_at is not None, f"the trigger never fired; the run ended {self.job.returncode}: {text[-2000:]}"
+        assert self.killed_at is not None, (
+            f"the trigger never fired; the run ended {self.job.returncode}: {text[-2000:]}"
+        )
         assert "raylet" in self.killed
         return text
 
@@ -145,9 +162,14 @@ def first_checkpoint(run: LostHostRun) -> bool:
 def pipe_overrides(tmp: Path) -> tuple[str, ...]:
     # Both channels stream, train sharded by S3 key over the two data hosts (the end-to-end Pipe
     # job of the suite: the second run checks what a whole Pipe run must do).
-    return ("channels.train.input_mode=Pipe", "channels.train.s3_distribution=ShardedByS3Key",
-            "channels.validation.input_mode=Pipe", "trainer.steps=40", "trainer.checkpoint_interval=4",
-            f"trainer.checkpoint_dir={tmp / 'checkpoints'}")
+    return (
+        "channels.train.input_mode=Pipe",
+        "channels.train.s3_distribution=ShardedByS3Key",
+        "channels.validation.input_mode=Pipe",
+        "trainer.steps=40",
+        "trainer.checkpoint_interval=4",
+        f"trainer.checkpoint_dir={tmp / 'checkpoints'}",
+    )
 
 
 ONE_EPOCH = ("trainer.steps=null", "trainer.epochs=1", SLOW_OP)
@@ -208,9 +230,11 @@ def test_pipe_mode_host_lost_fails_with_one_line_and_the_next_run_resumes(tmp_pa
     assert run.job.returncode == 1, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
     fifo = tmp / "first/hosts/algo-3/opt/ml/input/data/train_0"
-    assert last == (f"sm-launch: error: channel 'train': host algo-3 was lost while streaming Pipe-mode FIFO {fifo}; "
-                    "Pipe mode cannot replay a stream, so this epoch cannot finish with every sample once: run the "
-                    "job again with trainer.resume=true to continue from the last complete checkpoint"), last
+    assert last == (
+        f"sm-launch: error: channel 'train': host algo-3 was lost while streaming Pipe-mode FIFO {fifo}; "
+        "Pipe mode cannot replay a stream, so this epoch cannot finish with every sample once: run the "
+        "job again with trainer.resume=true to continue from the last complete checkpoint"
+    ), last
     failure = tmp / "first/hosts/algo-1/opt/ml/output/failure"
     assert failure.read_text() == last.removeprefix("sm-launch: error: ") + "\n"
 
@@ -232,6 +256,9 @@ def test_pipe_mode_host_lost_fails_with_one_line_and_the_next_run_resumes(tmp_pa
     assert second_report["validation"][-1]["rows"] == 360  # every validation sample exactly once
     hosts = tmp / "second" / "hosts"
     config = json.loads((hosts / "algo-2/opt/ml/input/config/inputdataconfig.json").read_text())
-    assert config["train"] == {"TrainingInputMode": "Pipe", "S3DistributionType": "ShardedByS3Key",
-                               "RecordWrapperType": "None"}
+    assert config["train"] == {
+        "TrainingInputMode": "Pipe",
+        "S3DistributionType": "ShardedByS3Key",
+        "RecordWrapperType": "None",
+    }
     assert not list((hosts / "algo-2/opt/ml/input/data").iterdir())  # the FIFOs are gone after the run

@@ -24,8 +24,13 @@ from smlaunch.pipelines.formats import RecordError, iter_records, recordio, tfre
 from smlaunch.pipelines.formats.example import decode_example, encode_example, example_values
 from smlaunch.pipelines.sources.manifest import group_attributes
 
-FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 ENCODERS = {"tfrecord": tfrecord.encode_record, "recordio": recordio.encode_record}
 MAGIC = struct.pack("<I", recordio.MAGIC)
 
@@ -42,7 +47,7 @@ class PipeStream(io.RawIOBase):
 
     def readinto(self, view) -> int:
         n = min(len(view), self.cuts[self.pos % len(self.cuts)], len(self.data) - self.pos)
-        view[:n] = self.data[self.pos:self.pos + n]
+        view[:n] = self.data[self.pos : self.pos + n]
         self.pos += n
         return n
 
@@ -81,7 +86,7 @@ def test_garbage_after_valid_records_keeps_them_all(fmt, records, garbage, cuts)
     data = b"".join(ENCODERS[fmt](r) for r in records) + garbage
     for stream in streams(data, cuts):
         out, _ = read_all(stream, fmt)
-        assert out[:len(records)] == records
+        assert out[: len(records)] == records
 
 
 @FUZZ
@@ -92,8 +97,8 @@ def test_truncation_returns_every_whole_record_before_it(fmt, records, data, cut
     encoded = [ENCODERS[fmt](r) for r in records]
     stream_bytes = b"".join(encoded)
     cut = data.draw(st.integers(0, len(stream_bytes)), label="cut")
-    ends = [sum(len(e) for e in encoded[:i + 1]) for i in range(len(encoded))]
-    whole = [r for r, end in zip(records, ends) if end <= cut]
+    ends = [sum(len(e) for e in encoded[: i + 1]) for i in range(len(encoded))]
+    whole = [r for r, end in zip(records, ends, strict=False) if end <= cut]
     for stream in streams(stream_bytes[:cut], cuts):
         out, error = read_all(stream, fmt)
         assert out == whole
@@ -111,12 +116,12 @@ def test_damage_anywhere_keeps_the_records_before_it(fmt, records, data, cuts):
     if data.draw(st.booleans(), label="insert"):
         damaged = clean[:at] + data.draw(st.binary(min_size=1, max_size=32), label="garbage") + clean[at:]
     else:
-        damaged = clean[:at] + bytes([clean[at] ^ data.draw(st.integers(1, 255), label="xor")]) + clean[at + 1:]
-    ends = [sum(len(e) for e in encoded[:i + 1]) for i in range(len(encoded))]
-    before = [r for r, end in zip(records, ends) if end <= at]
+        damaged = clean[:at] + bytes([clean[at] ^ data.draw(st.integers(1, 255), label="xor")]) + clean[at + 1 :]
+    ends = [sum(len(e) for e in encoded[: i + 1]) for i in range(len(encoded))]
+    before = [r for r, end in zip(records, ends, strict=False) if end <= at]
     for stream in streams(damaged, cuts):
         out, error = read_all(stream, fmt)
-        assert out[:len(before)] == before
+        assert out[: len(before)] == before
         if fmt == "tfrecord":
             assert error is not None and out == before
 
@@ -127,8 +132,12 @@ def _is_subsequence(got: list[bytes], written: list[bytes]) -> bool:
 
 
 @FUZZ
-@given(records=st.lists(st.binary(max_size=64), min_size=1, max_size=8), data=st.data(), cuts=cuts,
-       mode=st.sampled_from(["all", "one", "three"]))
+@given(
+    records=st.lists(st.binary(max_size=64), min_size=1, max_size=8),
+    data=st.data(),
+    cuts=cuts,
+    mode=st.sampled_from(["all", "one", "three"]),
+)
 def test_tfrecord_skip_modes_yield_only_written_records(records, data, cuts, mode):
     """With skipping on, damage anywhere (flips, garbage) never yields a record that was not
     written, never reorders, and never raises anything but RecordError (past the allowance)."""
@@ -152,8 +161,11 @@ def test_tfrecord_skip_modes_yield_only_written_records(records, data, cuts, mod
 # without the magic's 0xD7 byte, lengths below 0xD7, garbage between records (inside a payload it
 # would just be payload). Multipart records come from payloads with an aligned magic.
 no_d7 = st.binary(max_size=48).map(lambda b: b.replace(b"\xd7", b"\x00"))
-rio_payloads = st.lists(st.one_of(no_d7, st.tuples(no_d7, no_d7).map(
-    lambda p: p[0].ljust(-(-len(p[0]) // 4) * 4, b"\x01") + MAGIC + p[1])), min_size=1, max_size=8)
+rio_payloads = st.lists(
+    st.one_of(no_d7, st.tuples(no_d7, no_d7).map(lambda p: p[0].ljust(-(-len(p[0]) // 4) * 4, b"\x01") + MAGIC + p[1])),
+    min_size=1,
+    max_size=8,
+)
 
 
 @FUZZ
@@ -173,7 +185,7 @@ def test_recordio_skip_modes_yield_only_written_records(records, data, cuts, mod
             lengths = _part_lengths(chunk)
             drop = data.draw(st.integers(0, len(lengths) - 1), label="part")
             start = sum(lengths[:drop])
-            parts[victim] = (False, chunk[:start] + chunk[start + lengths[drop]:])
+            parts[victim] = (False, chunk[:start] + chunk[start + lengths[drop] :])
         else:
             at = data.draw(st.integers(0, len(parts)), label="between")
             parts.insert(at, (False, data.draw(no_d7.filter(bool), label="garbage")))
@@ -235,14 +247,19 @@ def test_example_values_of_arbitrary_bytes_raise_only_data_error(data):
     assert len(values) == 3 and values[2] is None
 
 
-feature_values = st.one_of(st.lists(st.binary(max_size=16), min_size=1, max_size=4),
-                           st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=4),
-                           st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=4))
+feature_values = st.one_of(
+    st.lists(st.binary(max_size=16), min_size=1, max_size=4),
+    st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=4),
+    st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=4),
+)
 
 
 @FUZZ
-@given(features=st.dictionaries(st.text(max_size=12), feature_values, max_size=4), garbage=st.binary(max_size=16),
-       data=st.data())
+@given(
+    features=st.dictionaries(st.text(max_size=12), feature_values, max_size=4),
+    garbage=st.binary(max_size=16),
+    data=st.data(),
+)
 def test_examples_round_trip_and_damage_raises_only_data_error(features, garbage, data):
     encoded = encode_example(features)
     assert decode_example(encoded) == features
@@ -265,7 +282,7 @@ def test_manifest_regrouping_yields_consecutive_groups_or_names_the_row(records,
             groups.append(group)
     except DataError as exc:
         error = str(exc)
-    assert [r for g in groups for r in g] == records[:len(groups) * count]
+    assert [r for g in groups for r in g] == records[: len(groups) * count]
     assert all(len(g) == count for g in groups)
     if len(records) % count:
         assert error.startswith(f"fuzz: the stream ended inside row {len(records) // count} ")
@@ -274,10 +291,22 @@ def test_manifest_regrouping_yields_consecutive_groups_or_names_the_row(records,
 
 
 @FUZZ
-@given(lines=st.lists(st.one_of(st.binary(max_size=40), st.builds(
-    lambda d: json.dumps(d).encode(), st.dictionaries(st.sampled_from(["source-ref", "class", "x"]),
-                                                       st.one_of(st.integers(), st.text(max_size=5)), max_size=3))),
-    max_size=5))
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.binary(max_size=40),
+            st.builds(
+                lambda d: json.dumps(d).encode(),
+                st.dictionaries(
+                    st.sampled_from(["source-ref", "class", "x"]),
+                    st.one_of(st.integers(), st.text(max_size=5)),
+                    max_size=3,
+                ),
+            ),
+        ),
+        max_size=5,
+    )
+)
 def test_manifest_lines_of_arbitrary_bytes_raise_only_data_error(tmp_path_factory, lines):
     from smlaunch.pipelines.sources.manifest import manifest_objects
     from smlaunch.pipelines.sources.objects import ObjectSource

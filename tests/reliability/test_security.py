@@ -23,26 +23,40 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
-SENTINELS = {"AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID", "AWS_SECRET_ACCESS_KEY": "sentinel-secret-0d4b2e8f9a",
-             "AWS_SESSION_TOKEN": "sentinel-session-6f1c9e7a3b", "SMLAUNCH_RAY_TOKEN": "sentinel-ray-token-" + "7" * 32}
+SENTINELS = {
+    "AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID",
+    "AWS_SECRET_ACCESS_KEY": "sentinel-secret-0d4b2e8f9a",
+    "AWS_SESSION_TOKEN": "sentinel-session-6f1c9e7a3b",
+    "SMLAUNCH_RAY_TOKEN": "sentinel-ray-token-" + "7" * 32,
+}
 
 
 def sm_launch(*args: str, env_extra: dict | None = None, timeout: float = 120, cwd=None):
     env = {**os.environ, **(env_extra or {})}
     env.pop("SAGEMAKER_BASE_DIR", None)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+    )
 
 
 # ---- a config is data ---------------------------------------------------------------------------
 
+
 def _payloads(marker: Path) -> list[str]:
     command = f"touch {marker}"
-    return [f'!!python/object/apply:os.system ["{command}"]',
-            f'!!python/object/apply:subprocess.call [["sh", "-c", "{command}"]]',
-            f'!!python/object/new:subprocess.Popen [["sh", "-c", "{command}"]]',
-            '!!python/name:os.system', '!!python/module:os']
+    return [
+        f'!!python/object/apply:os.system ["{command}"]',
+        f'!!python/object/apply:subprocess.call [["sh", "-c", "{command}"]]',
+        f'!!python/object/new:subprocess.Popen [["sh", "-c", "{command}"]]',
+        "!!python/name:os.system",
+        "!!python/module:os",
+    ]
 
 
 @pytest.mark.parametrize("index", range(5))
@@ -53,8 +67,10 @@ def test_yaml_tags_in_a_config_file_do_not_run(tmp_path, index):
     config.write_text(TINY.read_text().replace("job: tiny", f"job: {payload}"))
     result = sm_launch("plan", str(config))
     assert result.returncode == 2
-    assert result.stderr.startswith(f"sm-launch: error: config file {config} line 2: not valid YAML (could not "
-                                    "determine a constructor for the tag 'tag:yaml.org,2002:python/")
+    assert result.stderr.startswith(
+        f"sm-launch: error: config file {config} line 2: not valid YAML (could not "
+        "determine a constructor for the tag 'tag:yaml.org,2002:python/"
+    )
     assert result.stderr.count("\n") == 1
     assert not marker.exists()
 
@@ -69,24 +85,34 @@ def test_yaml_tags_in_set_values_do_not_run(tmp_path, index):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("function", [
-    "os.system",  # a dotted name, not module:function
-    "__import__('os').system('touch pwned')",
-    "os:system('touch pwned')",
-    "os:system; touch pwned",
-    "eval:x",  # a valid-looking module name that is not a module... eval is a builtin, not a module
-    "$(touch pwned):f",
-])
+@pytest.mark.parametrize(
+    "function",
+    [
+        "os.system",  # a dotted name, not module:function
+        "__import__('os').system('touch pwned')",
+        "os:system('touch pwned')",
+        "os:system; touch pwned",
+        "eval:x",  # a valid-looking module name that is not a module... eval is a builtin, not a module
+        "$(touch pwned):f",
+    ],
+)
 def test_a_user_op_must_be_module_colon_function(tmp_path, function):
-    result = sm_launch("plan", str(TINY), "--set", f"pipeline.ops.2={{op: user, function: \"{function}\"}}",
-                       cwd=tmp_path)
+    result = sm_launch("plan", str(TINY), "--set", f'pipeline.ops.2={{op: user, function: "{function}"}}', cwd=tmp_path)
     assert not (tmp_path / "pwned").exists()
     if function == "eval:x":  # well-formed: refused only when imported, before any cluster starts
-        result = sm_launch(str(TINY), "--set", "pipeline.ops.2={op: user, function: 'eval:x'}",
-                           "--set", f"run.dir={tmp_path}", cwd=tmp_path)
+        result = sm_launch(
+            str(TINY),
+            "--set",
+            "pipeline.ops.2={op: user, function: 'eval:x'}",
+            "--set",
+            f"run.dir={tmp_path}",
+            cwd=tmp_path,
+        )
         assert result.returncode == 2
-        assert result.stderr.splitlines()[-1] == (f"sm-launch: error: pipeline.ops.2.function: cannot import eval from "
-                                                  f"{tmp_path} (ModuleNotFoundError: No module named 'eval')")
+        assert result.stderr.splitlines()[-1] == (
+            f"sm-launch: error: pipeline.ops.2.function: cannot import eval from "
+            f"{tmp_path} (ModuleNotFoundError: No module named 'eval')"
+        )
         return
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
@@ -97,8 +123,11 @@ def test_yaml_aliases_do_not_blow_up(tmp_path):
     """A 'billion laughs' of aliases: safe_load shares the nodes; validation must still refuse it
     quickly, since `job` must be a string."""
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
-              f"*a{i - 1}, *a{i - 1}]" for i in range(1, 9)]
+    lines += [
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+        f"*a{i - 1}, *a{i - 1}]"
+        for i in range(1, 9)
+    ]
     config = tmp_path / "job.yaml"
     config.write_text("\n".join(lines) + "\njob: *a8\n")
     started = time.monotonic()
@@ -109,9 +138,9 @@ def test_yaml_aliases_do_not_blow_up(tmp_path):
 
 # ---- credentials are printed nowhere --------------------------------------------------------------
 
+
 def _leaks(texts: dict[str, str]) -> list[str]:
-    return [f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items()
-            if value in text]
+    return [f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items() if value in text]
 
 
 def test_plan_prints_no_credentials(tmp_path):
@@ -123,13 +152,19 @@ def test_plan_prints_no_credentials(tmp_path):
 def test_plan_on_a_sagemaker_host_prints_no_credentials(tmp_path):
     from smlaunch.cluster.host_tree import write_host_tree
 
-    tree = write_host_tree(tmp_path / "opt/ml", "algo-1", [{"instance_group_name": "homogeneousCluster",
-                                                             "instance_type": "ml.g5.xlarge", "hosts": ["algo-1"]}],
-                           {"train": "File", "validation": "File"}, hyperparameters={"lr": 0.1})
+    tree = write_host_tree(
+        tmp_path / "opt/ml",
+        "algo-1",
+        [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.g5.xlarge", "hosts": ["algo-1"]}],
+        {"train": "File", "validation": "File"},
+        hyperparameters={"lr": 0.1},
+    )
     cfg = yaml.safe_load(TINY.read_text())
     cfg["cluster"] = {"instance_groups": [cfg["cluster"]["instance_groups"][0]]}
-    cfg["channels"] = {"train": {"source": "builtin:digits/train", "instance_groups": ["gpu"]},
-                       "validation": {"source": "builtin:digits/validation", "instance_groups": ["gpu"]}}
+    cfg["channels"] = {
+        "train": {"source": "builtin:digits/train", "instance_groups": ["gpu"]},
+        "validation": {"source": "builtin:digits/validation", "instance_groups": ["gpu"]},
+    }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(cfg))
     result = sm_launch("plan", str(tmp_path / "job.yaml"), env_extra={**SENTINELS, "SAGEMAKER_BASE_DIR": str(tree)})
     assert result.returncode == 0, result.stderr
@@ -160,14 +195,29 @@ def test_a_ray_client_without_the_cluster_token_cannot_join(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    host = HostPlan(name="algo-1", group="g", instance_type="ml.c5.xlarge", role="head", subcluster="train",
-                    num_cpus=1, num_gpus=0, opt_ml=str(tmp_path), labels={"sm-host": "algo-1"})
+    host = HostPlan(
+        name="algo-1",
+        group="g",
+        instance_type="ml.c5.xlarge",
+        role="head",
+        subcluster="train",
+        num_cpus=1,
+        num_gpus=0,
+        opt_ml=str(tmp_path),
+        labels={"sm-host": "algo-1"},
+    )
     token = os.urandom(32).hex()
     temp_dir = tempfile.mkdtemp(prefix="smsec", dir="/tmp")  # Ray's socket paths must stay short
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, RAY_USAGE_STATS_ENABLED="0")
-    node = RayNode(start_args(host, head_address=None, node_ip="127.0.0.1", port=port, temp_dir=temp_dir,
-                              object_store_bytes=80 * 2**20), tmp_path / "ray-node.log", env, temp_dir).start()
+    node = RayNode(
+        start_args(
+            host, head_address=None, node_ip="127.0.0.1", port=port, temp_dir=temp_dir, object_store_bytes=80 * 2**20
+        ),
+        tmp_path / "ray-node.log",
+        env,
+        temp_dir,
+    ).start()
     try:
         from smlaunch.cluster.rendezvous import wait_for_port
 
@@ -178,16 +228,20 @@ def test_a_ray_client_without_the_cluster_token_cannot_join(tmp_path):
             client_env = {k: v for k, v in env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
             client_env.update({k: v for k, v in overrides.items() if v is not None})
             started = time.monotonic()
-            out = subprocess.run([sys.executable, "-c", CLIENT, address], capture_output=True, text=True,
-                                 timeout=90, env=client_env)
+            out = subprocess.run(
+                [sys.executable, "-c", CLIENT, address], capture_output=True, text=True, timeout=90, env=client_env
+            )
             lines = [line for line in out.stdout.splitlines() if line.startswith(("JOINED", "REFUSED"))]
             assert lines, out.stdout[-2000:] + out.stderr[-2000:]
             return lines[-1], time.monotonic() - started
 
-        refused = {"no token": {}, "token mode, no token": {"RAY_AUTH_MODE": "token"},
-                   "another token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}}
+        refused = {
+            "no token": {},
+            "token mode, no token": {"RAY_AUTH_MODE": "token"},
+            "another token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()},
+        }
         with ThreadPoolExecutor(len(refused)) as pool:  # each refusal can take 20 s: at once, not in turn
-            answers = dict(zip(refused, pool.map(lambda o: client(**o), refused.values())))
+            answers = dict(zip(refused, pool.map(lambda o: client(**o), refused.values()), strict=False))
         for who, (answer, took) in answers.items():
             print(f"client with {who}: {answer}")
             assert answer.startswith("REFUSED"), f"a client with {who} joined: {answer}"

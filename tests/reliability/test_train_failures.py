@@ -12,8 +12,8 @@ and 3; issue 20, items 5 and 6):
   weights, and the saved model reloads to the trainer's own final validation numbers.
 
 Three jobs (each costs about a minute of the suite). A checkpoint at an epoch's last full batch
-(issue 53) is resumed in test_data_host_loss.py, after its one-epoch run. The multi-host versions (SIGTERM to every host, the head host lost) are
-in `test_host_loss.py`.
+(issue 53) is resumed in test_data_host_loss.py, after its one-epoch run. The multi-host versions
+(SIGTERM to every host, the head host lost) are in `test_host_loss.py`.
 """
 
 import json
@@ -32,8 +32,12 @@ from smlaunch.trainers.checkpoints import latest_complete
 
 def launch(configs, tmp_path, name, *sets):
     args = [x for s in (f"run.dir={tmp_path}", f"run.name={name}", *sets) for x in ("--set", s)]
-    return subprocess.Popen([sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "smlaunch.launcher.cli", str(configs / "tiny.yaml"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(proc, timeout=420) -> str:
@@ -68,8 +72,11 @@ def wait_for_checkpoint(root: Path, proc, timeout=300, min_step=1) -> Path:
 def kill_one_train_worker() -> None:
     import psutil
 
-    workers = [p for p in psutil.process_iter(["cmdline"])
-               if "RayTrainWorker" in " ".join(p.info["cmdline"] or []) and p.ppid() != os.getpid()]
+    workers = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "RayTrainWorker" in " ".join(p.info["cmdline"] or []) and p.ppid() != os.getpid()
+    ]
     assert len(workers) == 2, f"expected two RayTrainWorker processes, found {len(workers)}"
     workers[-1].send_signal(signal.SIGKILL)
 
@@ -93,11 +100,15 @@ TWO_RANKS = "cluster.instance_groups.0.instance_count=2"  # tiny.yaml's gpu grou
 
 
 @pytest.mark.ray
-def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_and_again_on_two(
-        configs, tmp_path):
+def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_and_again_on_two(configs, tmp_path):
     interval = 5
-    sets = (TWO_RANKS, "trainer.steps=400", f"trainer.checkpoint_interval={interval}", "trainer.max_failures=1",
-            "trainer.grad_accum_steps=2")
+    sets = (
+        TWO_RANKS,
+        "trainer.steps=400",
+        f"trainer.checkpoint_interval={interval}",
+        "trainer.max_failures=1",
+        "trainer.grad_accum_steps=2",
+    )
     checkpoints = head(tmp_path, "run") / "checkpoints"
     proc = launch(configs, tmp_path, "run", *sets)
     try:
@@ -175,22 +186,27 @@ def assert_model_reloads_to_its_final_validation(configs, model_dir: Path, card:
 
     from smlaunch.config import load_config
     from smlaunch.pipelines.builtin import prepare_builtin
-    from smlaunch.pipelines.ops.chain import Chain
     from smlaunch.pipelines.formats import iter_records
+    from smlaunch.pipelines.ops.chain import Chain
     from smlaunch.pipelines.rows import example_row
     from smlaunch.trainers.evaluate import normalise
     from smlaunch.trainers.model import create_model
 
     model = create_model(card["model"], card["num_classes"], card["input_size"][1])
     model.load_state_dict(torch.load(model_dir / "model.pt"))
-    rows = [example_row(r) for shard in sorted((prepare_builtin("digits") / "validation").iterdir())
-            for r in iter_records(open(shard, "rb"), "tfrecord")]
-    images, labels, ids = zip(*rows)
+    rows = [
+        example_row(r)
+        for shard in sorted((prepare_builtin("digits") / "validation").iterdir())
+        for r in iter_records(open(shard, "rb"), "tfrecord")
+    ]
+    images, labels, ids = zip(*rows, strict=False)
     batch = Chain(load_config(configs / "tiny.yaml").pipeline.ops, [], train=False)(
-        {"image": np.array(images, dtype=object), "label": np.array(labels), "id": np.array(ids)})
+        {"image": np.array(images, dtype=object), "label": np.array(labels), "id": np.array(ids)}
+    )
     with torch.no_grad():
-        logits = model.eval()(normalise(torch.from_numpy(np.asarray(batch["image"])), torch.device("cpu"),
-                                        card["normalisation"]))
+        logits = model.eval()(
+            normalise(torch.from_numpy(np.asarray(batch["image"])), torch.device("cpu"), card["normalisation"])
+        )
     target = torch.from_numpy(batch["label"])
     final = card["final_metrics"]["validation"]
     assert (logits.argmax(1) == target).double().mean().item() == pytest.approx(final["accuracy"], abs=1e-5)
@@ -233,7 +249,6 @@ def test_a_stop_the_trainer_cannot_reach_ends_the_job_after_the_grace_in_one_lin
     (a chain op sleeping 1 s per image): no step boundary comes, so the launcher must not wait for
     one; the job ends after the grace in one line, exit 1, and the cluster is torn down."""
     import psutil
-
     from test_data_host_loss import output, start
 
     slow = "pipeline.ops.2={op: user, function: 'host_loss_ops:slow', params: {seconds: 1.0}}"
@@ -256,7 +271,9 @@ def test_a_stop_the_trainer_cannot_reach_ends_the_job_after_the_grace_in_one_lin
     assert job.returncode == 1 and 3 <= took < 60, (job.returncode, took, text[-3000:])  # grace 3 s, then the teardown
     assert "SIGTERM received: stopping at the next step boundary (up to 3 s)" in text
     last = (tmp_path / "stuck.err").read_text().strip().splitlines()[-1]
-    assert last == ("sm-launch: error: the trainer did not stop within 3 s of SIGTERM (trainer.stop_grace_s): no step "
-                    "boundary was reached, so no checkpoint was written on the stop; the next run resumes from the "
-                    "last complete one"), last
+    assert last == (
+        "sm-launch: error: the trainer did not stop within 3 s of SIGTERM (trainer.stop_grace_s): no step "
+        "boundary was reached, so no checkpoint was written on the stop; the next run resumes from the "
+        "last complete one"
+    ), last
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # nothing left behind

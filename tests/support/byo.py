@@ -31,7 +31,7 @@ def write_frames(folder: Path, module, splits: dict[str, tuple[int, int]]) -> No
         (folder / "data" / split).mkdir(parents=True)
         frame = module.make_frame(rows, seed=len(split))
         for i in range(files):
-            part = frame.iloc[i * rows // files:(i + 1) * rows // files]
+            part = frame.iloc[i * rows // files : (i + 1) * rows // files]
             part.to_parquet(folder / "data" / split / f"part-{i}.parquet", row_group_size=200, index=False)
 
 
@@ -41,14 +41,24 @@ def smallest_config(folder: Path, groups: tuple[str, str] = ("gpu", "cpu"), **tr
     checkpoint settings, no run section (the run goes to `runs/` where sm-launch runs), no task
     beyond the loss, every other section absent. `groups`: the train and data groups' names (a
     running cluster's nodes carry theirs)."""
-    return {"cluster": {"instance_groups": [
+    return {
+        "cluster": {
+            "instance_groups": [
                 {"name": groups[0], "instance_type": "ml.g5.xlarge", "instance_count": 1},
-                {"name": groups[1], "instance_type": "ml.c5.xlarge", "instance_count": 1}]},
-            "channels": {"train": {"source": str(folder / "data" / "train"), "record_format": "parquet",
-                                   "fields": {name: name for name in ("x1", "x2", "x3", "x4", "y")}}},
-            "model": {"factory": "regression:mlp", "params": {"inputs": 4}},
-            "task": {"loss": "regression:column_mse"},
-            "trainer": trainer}
+                {"name": groups[1], "instance_type": "ml.c5.xlarge", "instance_count": 1},
+            ]
+        },
+        "channels": {
+            "train": {
+                "source": str(folder / "data" / "train"),
+                "record_format": "parquet",
+                "fields": {name: name for name in ("x1", "x2", "x3", "x4", "y")},
+            }
+        },
+        "model": {"factory": "regression:mlp", "params": {"inputs": 4}},
+        "task": {"loss": "regression:column_mse"},
+        "trainer": trainer,
+    }
 
 
 def write_shards(folder: Path, samples, shards: int) -> None:
@@ -59,7 +69,7 @@ def write_shards(folder: Path, samples, shards: int) -> None:
     per = -(-len(samples) // shards)
     for n in range(shards):
         with wds.TarWriter(str(folder / f"shard-{n:04d}.tar")) as sink:
-            for i, (jpeg, png) in enumerate(samples[n * per:(n + 1) * per], n * per):
+            for i, (jpeg, png) in enumerate(samples[n * per : (n + 1) * per], n * per):
                 sink.write({"__key__": f"scene{i:05d}", "jpg": jpeg, "mask.png": png})
 
 
@@ -68,15 +78,25 @@ def segmentation_config(folder: Path, run_dir: Path, name: str, groups: list[dic
     jittered and normalised; the project's FCN, per-pixel loss and IoU."""
     fields = {"image": "jpg", "mask": "mask.png"}
     return {
-        "job": "byo-segmentation", "cluster": {"instance_groups": groups},
-        "channels": {split: {"source": str(folder / "data" / split), "record_format": "webdataset", "fields": fields}
-                     for split in ("train", "validation")},
-        "pipeline": {"batch_size": 64, "ops": [
-            {"op": "decode_image"}, {"op": "decode_image", "field": "mask", "mode": "L"},
-            {"op": "random_resized_crop", "size": 32, "scale": [0.3, 1.0], "masks": ["mask"]},
-            {"op": "horizontal_flip", "masks": ["mask"]}, {"op": "color_jitter", "brightness": 0.2},
-            {"op": "to_uint8_chw"}, {"op": "to_uint8_chw", "field": "mask"},
-            {"op": "normalize", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}]},
+        "job": "byo-segmentation",
+        "cluster": {"instance_groups": groups},
+        "channels": {
+            split: {"source": str(folder / "data" / split), "record_format": "webdataset", "fields": fields}
+            for split in ("train", "validation")
+        },
+        "pipeline": {
+            "batch_size": 64,
+            "ops": [
+                {"op": "decode_image"},
+                {"op": "decode_image", "field": "mask", "mode": "L"},
+                {"op": "random_resized_crop", "size": 32, "scale": [0.3, 1.0], "masks": ["mask"]},
+                {"op": "horizontal_flip", "masks": ["mask"]},
+                {"op": "color_jitter", "brightness": 0.2},
+                {"op": "to_uint8_chw"},
+                {"op": "to_uint8_chw", "field": "mask"},
+                {"op": "normalize", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
+            ],
+        },
         "model": {"factory": "segmentation:fcn", "params": {"width": 8}},
         "task": {"loss": "segmentation:pixel_loss", "evaluate": "segmentation:iou"},
         "trainer": {"batch_size": 32, "epochs": 4, "learning_rate": 0.02, "weight_decay": 0.0, "log_every": 5},

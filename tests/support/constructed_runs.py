@@ -8,9 +8,19 @@ from smlaunch.launcher.report.job_report import build_report
 from smlaunch.series import Buckets, StepLog, merge_samples
 
 
-def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, chain_s_per_row: float, steps: int = 60,
-                       steps_per_epoch: int | None = None, epoch_stall_s: float = 0.0, sets: tuple = (),
-                       images: int = 32):
+def constructed_report(
+    configs,
+    tmp_path,
+    *,
+    compute_s: float,
+    wait_s: float,
+    chain_s_per_row: float,
+    steps: int = 60,
+    steps_per_epoch: int | None = None,
+    epoch_stall_s: float = 0.0,
+    sets: tuple = (),
+    images: int = 32,
+):
     """A report of `steps` steps of `images` (all ranks'): each `compute_s` of trainer work plus `wait_s` waiting
     for data; the chain took `chain_s_per_row` per image on each of the two 1-CPU data hosts. With
     `steps_per_epoch`, the first step of every epoch after the first also waits `epoch_stall_s`.
@@ -23,16 +33,45 @@ def constructed_report(configs, tmp_path, *, compute_s: float, wait_s: float, ch
         epoch = 1 + (n - 1) // steps_per_epoch if steps_per_epoch else 1
         stall = epoch_stall_s if steps_per_epoch and epoch > 1 and (n - 1) % steps_per_epoch == 0 else 0.0
         t += step_time + stall
-        records.add({"step": n, "t": t, "epoch": epoch, "loss": 1.0, "step_time_s": step_time + stall,
-                        "data_wait_s": wait_s + stall, "images_per_s": images / (step_time + stall)})
+        records.add(
+            {
+                "step": n,
+                "t": t,
+                "epoch": epoch,
+                "loss": 1.0,
+                "step_time_s": step_time + stall,
+                "data_wait_s": wait_s + stall,
+                "images_per_s": images / (step_time + stall),
+            }
+        )
     rows = steps * images // 2
-    result = {"steps": list(records.recent), "step_series": records.to_dict(), "validation": [], "epochs": 1, "final_step": steps,
-              "host_rows": {"algo-1": 0, "algo-2": rows, "algo-3": rows, "unknown": 0},
-              "chain_by_host": {h: {"train_rows": rows, "chain_s": rows * chain_s_per_row} for h in ("algo-2", "algo-3")}}
-    samples = {h.name: _sampled([{"t": 1000.0 + i * 0.5, "cpu_pct": 95.0 if h.subcluster == "data" else 30.0,
-                                  "host_cpu_pct": 90.0, "iowait_pct": 0.0, "mem_pct": 20.0, "net_sent_bps": 0,
-                                  "net_recv_bps": 0} for i in range(int(steps * step_time * 2))], h.name)
-               for h in plan.hosts}
+    result = {
+        "steps": list(records.recent),
+        "step_series": records.to_dict(),
+        "validation": [],
+        "epochs": 1,
+        "final_step": steps,
+        "host_rows": {"algo-1": 0, "algo-2": rows, "algo-3": rows, "unknown": 0},
+        "chain_by_host": {h: {"train_rows": rows, "chain_s": rows * chain_s_per_row} for h in ("algo-2", "algo-3")},
+    }
+    samples = {
+        h.name: _sampled(
+            [
+                {
+                    "t": 1000.0 + i * 0.5,
+                    "cpu_pct": 95.0 if h.subcluster == "data" else 30.0,
+                    "host_cpu_pct": 90.0,
+                    "iowait_pct": 0.0,
+                    "mem_pct": 20.0,
+                    "net_sent_bps": 0,
+                    "net_recv_bps": 0,
+                }
+                for i in range(int(steps * step_time * 2))
+            ],
+            h.name,
+        )
+        for h in plan.hosts
+    }
     return build_report(plan, result, 32, {}, samples, cfg.monitor.model_dump(), epoch_images=1437), plan
 
 

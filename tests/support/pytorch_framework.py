@@ -14,5 +14,11 @@ from sagemaker_training import entry_point, environment, runner
 
 def main() -> None:
     env = environment.Environment()
-    entry_point.run(uri=env.module_dir, user_entry_point=env.user_entry_point, args=env.to_cmd_args(),
-                    env_vars=env.to_env_vars(), capture_error=True, runner_type=runner.ProcessRunnerType)
+    entry_point.run(
+        uri=env.module_dir,
+        user_entry_point=env.user_entry_point,
+        args=env.to_cmd_args(),
+        env_vars=env.to_env_vars(),
+        capture_error=True,
+        runner_type=runner.ProcessRunnerType,
+    )

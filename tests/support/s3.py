@@ -45,6 +45,8 @@ def s3(s3_endpoint, monkeypatch):
 @pytest.fixture(scope="module")
 def moto_server(tmp_path_factory):
     """A server whose recorder can keep every request's raw body (`moto-api/recorder`)."""
-    with environment(MOTO_RECORDER_FILEPATH=str(tmp_path_factory.mktemp("moto") / "recording.jsonl")), \
-            LocalS3() as server:
+    with (
+        environment(MOTO_RECORDER_FILEPATH=str(tmp_path_factory.mktemp("moto") / "recording.jsonl")),
+        LocalS3() as server,
+    ):
         yield server

@@ -12,5 +12,6 @@ HOSTS = ("algo-1", "algo-2", "algo-3")
 
 
 def FakeJob(root: Path, steps: int = 20, join_timeout_s: float = 120, layout=DIGITS_LAYOUT):  # noqa: N802
-    return digits_job(root, ROOT / "configs" / "tiny.yaml", steps=steps, join_timeout_s=join_timeout_s,
-                      log_every=2, layout=layout)
+    return digits_job(
+        root, ROOT / "configs" / "tiny.yaml", steps=steps, join_timeout_s=join_timeout_s, log_every=2, layout=layout
+    )

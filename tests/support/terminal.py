@@ -15,15 +15,17 @@ import termios
 import time
 
 
-def run_in_terminal(argv: list[str], env: dict, timeout_s: float, columns: int = 120,
-                    rows: int = 40, cwd=None, on_output=None) -> tuple[int, str]:
+def run_in_terminal(
+    argv: list[str], env: dict, timeout_s: float, columns: int = 120, rows: int = 40, cwd=None, on_output=None
+) -> tuple[int, str]:
     """(exit status, everything the command wrote to its terminal), both stdout and stderr.
     `on_output(text, proc)`: called with everything written so far after each read (a person who
     presses Ctrl-C, or a test that sends a signal, once a line is on the screen)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
-                            start_new_session=True, cwd=cwd)
+    proc = subprocess.Popen(
+        argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True, start_new_session=True, cwd=cwd
+    )
     os.close(slave)
     chunks, deadline = [], time.monotonic() + timeout_s
     try:

@@ -19,8 +19,11 @@ def digits(split: str = "train") -> list[tuple[bytes, int, int]]:
     from smlaunch.pipelines.formats import iter_records
     from smlaunch.pipelines.rows import example_row
 
-    return [example_row(r) for shard in sorted((prepare_digits() / split).iterdir())
-            for r in iter_records(shard, "tfrecord")]
+    return [
+        example_row(r)
+        for shard in sorted((prepare_digits() / split).iterdir())
+        for r in iter_records(shard, "tfrecord")
+    ]
 
 
 def write_image_folder(root: Path, rows, image_format: str = "PNG") -> Path:
@@ -48,15 +51,17 @@ def write_webdataset(folder: Path, rows, shards: int = 3) -> list[Path]:
     for n in range(shards):
         path = folder / f"shard-{n:04d}.tar"
         with wds.TarWriter(str(path)) as sink:
-            for image, label, ident in rows[n * per:(n + 1) * per]:
-                sink.write({"__key__": f"sample{ident:06d}", "jpg": image, "cls": label,
-                            "json": {"source": "sklearn digits"}})
+            for image, label, ident in rows[n * per : (n + 1) * per]:
+                sink.write(
+                    {"__key__": f"sample{ident:06d}", "jpg": image, "cls": label, "json": {"source": "sklearn digits"}}
+                )
         paths.append(path)
     return paths
 
 
-def write_parquet(folder: Path, rows, files: int = 2, row_group_size: int = 100, hf_struct: bool = True,
-                  with_id: bool = False) -> list[Path]:
+def write_parquet(
+    folder: Path, rows, files: int = 2, row_group_size: int = 100, hf_struct: bool = True, with_id: bool = False
+) -> list[Path]:
     """Parquet files written by pyarrow; the image column is the Hugging Face `Image` struct
     (`{bytes, path}`) or plain binary; several row groups per file."""
     import pyarrow as pa
@@ -66,11 +71,15 @@ def write_parquet(folder: Path, rows, files: int = 2, row_group_size: int = 100,
     paths = []
     per = -(-len(rows) // files)
     for n in range(files):
-        part = rows[n * per:(n + 1) * per]
+        part = rows[n * per : (n + 1) * per]
         images = [r[0] for r in part]
-        column = (pa.array([{"bytes": b, "path": None} for b in images],
-                           pa.struct([("bytes", pa.binary()), ("path", pa.string())])) if hf_struct
-                  else pa.array(images, pa.binary()))
+        column = (
+            pa.array(
+                [{"bytes": b, "path": None} for b in images], pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+            )
+            if hf_struct
+            else pa.array(images, pa.binary())
+        )
         table = {"image": column, "label": pa.array([r[1] for r in part], pa.int64())}
         if with_id:
             table["sample_id"] = pa.array([r[2] for r in part], pa.int64())
@@ -92,9 +101,14 @@ def write_slim_tfrecords(folder: Path, rows, shards: int = 2) -> list[Path]:
     for n in range(shards):
         path = folder / f"validation-{n:05d}-of-{shards:05d}"
         writer = TFRecordWriter(str(path))
-        for image, label, _ in rows[n * per:(n + 1) * per]:
-            writer.write({"image/encoded": (image, "byte"), "image/format": (b"jpeg", "byte"),
-                          "image/class/label": (label, "int")})
+        for image, label, _ in rows[n * per : (n + 1) * per]:
+            writer.write(
+                {
+                    "image/encoded": (image, "byte"),
+                    "image/format": (b"jpeg", "byte"),
+                    "image/class/label": (label, "int"),
+                }
+            )
         writer.close()
         paths.append(path)
     return paths

@@ -7,9 +7,9 @@ from smlaunch.trainers.accounting import Accountant, EpochIds, accounting_lines,
 
 def _epoch(books, epoch, ids, complete=True, partial=0):
     seen = EpochIds()
-    seen.add(np.asarray(ids[:len(ids) - partial]))
+    seen.add(np.asarray(ids[: len(ids) - partial]))
     if partial:
-        seen.add(np.asarray(ids[len(ids) - partial:]), partial=True)
+        seen.add(np.asarray(ids[len(ids) - partial :]), partial=True)
     books.close_epoch(seen.take(), epoch, complete)
 
 
@@ -36,8 +36,10 @@ def test_duplicates_and_missing_ids_are_counted_named_and_flagged():
     assert (third["missing"], third["duplicated"]) == (None, 1)
     assert report["duplicated"] == 3 and report["missing"] == 3
     lines = accounting_lines(report)
-    assert lines[1] == ("WARNING: sample accounting: channel 'train' epoch 2: 2 sample ids seen more than once "
-                        "(e.g. 1, 3); 3 of 10 expected sample ids missing (e.g. 7, 8, 9)")
+    assert lines[1] == (
+        "WARNING: sample accounting: channel 'train' epoch 2: 2 sample ids seen more than once "
+        "(e.g. 1, 3); 3 of 10 expected sample ids missing (e.g. 7, 8, 9)"
+    )
     assert lines[2].startswith("WARNING: sample accounting: channel 'train' epoch 3: 1 sample id seen more")
 
 
@@ -47,7 +49,8 @@ def test_clean_epochs_fold_into_ranges_and_a_cut_short_epoch_says_so():
         _epoch(books, epoch, [0, 1, 2])
     _epoch(books, 14, [2, 0], complete=False)
     assert accounting_lines(books.report()) == [
-        "sample accounting: channel 'train': epochs 1-13: 3/3 ids once each; epoch 14 (cut short) 2 rows, no id twice"]
+        "sample accounting: channel 'train': epochs 1-13: 3/3 ids once each; epoch 14 (cut short) 2 rows, no id twice"
+    ]
 
 
 def test_without_an_expected_count_missing_ids_are_those_an_earlier_epoch_saw():

@@ -66,7 +66,10 @@ def test_the_checkpoint_log_times_each_checkpoint_and_knows_the_state_it_holds(m
     assert log.holds(12, 3) and not log.holds(12, 4)  # an epoch closed at step 12 since: a stop writes again
     now[0] = 159.0
     assert not log.due()  # counted from the checkpoint, not from the start
-    assert log.summary() == {"by_why": {"timer": {"n": 1, "s": 0.5}}, "recent": [{"step": 12, "why": "timer", "s": 0.5}]}
+    assert log.summary() == {
+        "by_why": {"timer": {"n": 1, "s": 0.5}},
+        "recent": [{"step": 12, "why": "timer", "s": 0.5}],
+    }
     for step in range(13, 10_013):  # a checkpoint every step of a long run: the log stays bounded
         log.written(step, 3, "interval", started=now[0])
     assert log.summary()["by_why"]["interval"]["n"] == 10_000 and len(log.summary()["recent"]) == log.RECENT

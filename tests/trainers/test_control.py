@@ -13,7 +13,6 @@ import torch.multiprocessing as mp
 
 from smlaunch.trainers.control import Control, StepNumbers, record, sum_gradients
 from smlaunch.trainers.resume import without_consumed
-
 from support.ports import free_port
 
 
@@ -40,8 +39,9 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out: dict) -
     model = torch.nn.parallel.DistributedDataParallel(_model())
     micro = _batches(rank, counts)
     # a timed checkpoint is rank 0's call: the others' clocks are not counted
-    decision = control.exchange(len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0, 0.25, 2),
-                                checkpoint_due=rank != 0)
+    decision = control.exchange(
+        len(micro) == 2, bool(micro), StepNumbers(1.0 + rank, 1, 2, 0.5, 1.0, 0.25, 2), checkpoint_due=rank != 0
+    )
     control._stop_locally = lambda: (False, rank == 0)
     timed = control.exchange(True, True, None, checkpoint_due=rank == 0)
     with model.no_sync():
@@ -49,8 +49,14 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out: dict) -
             torch.nn.functional.cross_entropy(model(x), y).backward()
     sum_gradients(model, len(micro), world)
     torch.optim.SGD(model.parameters(), lr=0.5).step()
-    out[rank] = {"decision": decision, "timed": timed.checkpoint, "noticed": (timed.stop, len(asked)), "weights": [p.detach().clone() for p in model.parameters()],
-                 "gathered": control.gather(rank * 10, rank), "broadcast": control.broadcast(f"from {rank}")}
+    out[rank] = {
+        "decision": decision,
+        "timed": timed.checkpoint,
+        "noticed": (timed.stop, len(asked)),
+        "weights": [p.detach().clone() for p in model.parameters()],
+        "gathered": control.gather(rank * 10, rank),
+        "broadcast": control.broadcast(f"from {rank}"),
+    }
     dist.destroy_process_group()
 
 
@@ -66,22 +72,39 @@ def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(co
         (torch.nn.functional.cross_entropy(reference(x), y) / len(everything)).backward()
     torch.optim.SGD(reference.parameters(), lr=0.5).step()
     for rank in range(world):
-        for got, want in zip(out[rank]["weights"], reference.parameters()):
+        for got, want in zip(out[rank]["weights"], reference.parameters(), strict=False):
             assert torch.allclose(got, want, atol=1e-6), (rank, got, want)
         decision = out[rank]["decision"]
         assert not decision.all_full and decision.any_data and decision.stop  # rank 1's stop reached all
         assert not decision.checkpoint and out[rank]["timed"]  # rank 0's timer reached all, no one else's
         assert out[rank]["noticed"] == (True, 1)  # asked once, at rank 0's poll, and the notice stops every rank
-        assert decision.previous == [sum(1.0 + r for r in range(world)), world, 2 * world, 0.5 * world, 1.0 * world,
-                                     0.25 * world, 2 * world, *[0.0] * 8, 0.0]  # no loss metrics (classification)
+        assert decision.previous == [
+            sum(1.0 + r for r in range(world)),
+            world,
+            2 * world,
+            0.5 * world,
+            1.0 * world,
+            0.25 * world,
+            2 * world,
+            *[0.0] * 8,
+            0.0,
+        ]  # no loss metrics (classification)
         assert out[rank]["broadcast"] == "from 0"
     assert out[0]["gathered"] == [r * 10 for r in range(world)]
 
 
 def test_a_step_record_covers_every_rank():
     entry = record(7, 2, [3.0, 4, 256, 0.2, 2.0, 5.12, 256], world=2)  # 2 ranks, 4 micro-batches, 1 s mean step
-    assert (entry["step"], entry["epoch"], entry["loss"], entry["step_time_s"], entry["data_wait_s"],
-            entry["images_per_s"], entry["chain_s"], entry["chain_rows"]) == (7, 2, 0.75, 1.0, 0.1, 256.0, 5.12, 256)
+    assert (
+        entry["step"],
+        entry["epoch"],
+        entry["loss"],
+        entry["step_time_s"],
+        entry["data_wait_s"],
+        entry["images_per_s"],
+        entry["chain_s"],
+        entry["chain_rows"],
+    ) == (7, 2, 0.75, 1.0, 0.1, 256.0, 5.12, 256)
     assert record(7, 2, [3.0, 4, 256, 0.2, 2.0], world=2)["chain_rows"] == 0  # a record without the chain's time
 
 
@@ -152,7 +175,7 @@ def _sum_main(rank: int, world: int, port: int, out: dict) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    out[rank] = Control(world)._all_reduce([0.1 * (rank + 1), 1.0, 1e-17 * rank, 3.3 ** rank])
+    out[rank] = Control(world)._all_reduce([0.1 * (rank + 1), 1.0, 1e-17 * rank, 3.3**rank])
     dist.destroy_process_group()
 
 
@@ -161,7 +184,7 @@ def test_every_rank_gets_the_same_sum_to_the_bit_with_a_world_not_a_power_of_two
     out = mp.Manager().dict()
     mp.spawn(_sum_main, args=(world, free_port(), out), nprocs=world, join=True)
     assert all(out[r] == out[0] for r in range(world))  # identical bits: the ranks' decisions agree
-    assert out[0] == pytest.approx([0.1 * 15, 5.0, 1e-17 * 10, sum(3.3 ** r for r in range(world))])
+    assert out[0] == pytest.approx([0.1 * 15, 5.0, 1e-17 * 10, sum(3.3**r for r in range(world))])
 
 
 def test_a_step_record_carries_the_numbers_a_user_s_loss_returns_averaged_over_its_micro_batches():

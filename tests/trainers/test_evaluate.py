@@ -16,7 +16,6 @@ import torch
 from smlaunch.trainers.control import Control
 from smlaunch.trainers.evaluate import validate
 from smlaunch.trainers.task import Classification
-
 from support.ports import free_port
 
 NORM = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
@@ -25,16 +24,27 @@ DEADLINE_S = 90
 
 def _model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 3),
+    )
 
 
 def _batches(rank: int, counts: list[int]):
     g = torch.Generator().manual_seed(100 + rank)
-    return [{"image": torch.randint(0, 256, (5, 3, 8, 8), generator=g, dtype=torch.uint8),
-             "label": torch.randint(0, 3, (5,), generator=g), "host": torch.full((5,), rank),
-             "id": torch.arange(5) + 5 * i + 100 * rank}
-            for i in range(counts[rank])]
+    return [
+        {
+            "image": torch.randint(0, 256, (5, 3, 8, 8), generator=g, dtype=torch.uint8),
+            "label": torch.randint(0, 3, (5,), generator=g),
+            "host": torch.full((5,), rank),
+            "id": torch.arange(5) + 5 * i + 100 * rank,
+        }
+        for i in range(counts[rank])
+    ]
 
 
 class LabelMean:
@@ -57,10 +67,28 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out) -> None
         model.module[1].running_mean.fill_(float(rank))
     host_rows = torch.zeros(world + 1, dtype=torch.long)
     control = Control(world, rank)
-    result = validate(model, _batches(rank, counts), Classification(NORM), torch.device("cpu"), host_rows, 7, 1,
-                      control, contextlib.nullcontext)
-    users = validate(model, _batches(rank, counts), LabelMean(), torch.device("cpu"), torch.zeros_like(host_rows), 7,
-                     1, control, contextlib.nullcontext)
+    result = validate(
+        model,
+        _batches(rank, counts),
+        Classification(NORM),
+        torch.device("cpu"),
+        host_rows,
+        7,
+        1,
+        control,
+        contextlib.nullcontext,
+    )
+    users = validate(
+        model,
+        _batches(rank, counts),
+        LabelMean(),
+        torch.device("cpu"),
+        torch.zeros_like(host_rows),
+        7,
+        1,
+        control,
+        contextlib.nullcontext,
+    )
     out.put((rank, result, host_rows.tolist(), model.module.training, users))
     dist.destroy_process_group()
 
@@ -93,9 +121,13 @@ def test_ranks_with_uneven_validation_shards_all_return_the_totals_over_every_ra
         batches = [b for r in range(world) for b in _batches(r, counts)]
         logits = torch.cat([model(normalise(b["image"], torch.device("cpu"), NORM)) for b in batches])
         labels = torch.cat([b["label"] for b in batches])
-    expected = {"step": 7, "epoch": 1, "rows": 20,
-                "accuracy": round((logits.argmax(1) == labels).double().mean().item(), 5),
-                "loss": round(torch.nn.functional.cross_entropy(logits, labels).item(), 5)}
+    expected = {
+        "step": 7,
+        "epoch": 1,
+        "rows": 20,
+        "accuracy": round((logits.argmax(1) == labels).double().mean().item(), 5),
+        "loss": round(torch.nn.functional.cross_entropy(logits, labels).item(), 5),
+    }
     for rank in range(world):
         result, host_rows, training, users = results[rank]
         assert result["rows"] == expected["rows"] and result["step"] == 7 and result["epoch"] == 1, result
@@ -104,5 +136,10 @@ def test_ranks_with_uneven_validation_shards_all_return_the_totals_over_every_ra
         assert training  # back in train mode for the next step
         # A user's metrics, by the names it returns, each weighed by its batch's rows over all ranks
         # (rank 1 has no batch and so knows no names: they come from the others).
-        assert users == {"step": 7, "epoch": 1, "label_mean": round(labels.double().mean().item(), 5), "one": 1.0,
-                         "rows": 20}, users
+        assert users == {
+            "step": 7,
+            "epoch": 1,
+            "label_mean": round(labels.double().mean().item(), 5),
+            "one": 1.0,
+            "rows": 20,
+        }, users

@@ -63,8 +63,13 @@ def test_ray_s_system_errors_are_restartable_and_a_task_s_own_error_is_not():
     assert restartable(lost)
     bug = ray.exceptions.RayTaskError("map", "Traceback ...", ValueError("bad row"))
     assert not restartable(bug)
-    for error in (KeyError("validation"), ValueError("bad"), RuntimeError("mat1 and mat2 shapes cannot be multiplied"),
-                  IndexError("out of range"), TypeError("not callable")):
+    for error in (
+        KeyError("validation"),
+        ValueError("bad"),
+        RuntimeError("mat1 and mat2 shapes cannot be multiplied"),
+        IndexError("out of range"),
+        TypeError("not callable"),
+    ):
         assert not restartable(error), error
     try:  # raised from another error: judged by what it came from
         try:
@@ -95,38 +100,60 @@ def _raised(call):
 
 
 def test_an_error_in_the_user_s_loss_names_the_field_the_function_and_its_deepest_line(tmp_path, monkeypatch):
-    mine = _users_module(tmp_path, monkeypatch, "mine", (
-        "def loss(model, batch):\n"
-        "    return helper(batch)\n"
-        "\n"
-        "def helper(batch):\n"
-        "    raise ValueError('a bad batch\\nsecond line')\n"
-        "\n"
-        "class Net:\n"
-        "    def forward(self, x):\n"
-        "        return x['missing']\n"))
+    mine = _users_module(
+        tmp_path,
+        monkeypatch,
+        "mine",
+        (
+            "def loss(model, batch):\n"
+            "    return helper(batch)\n"
+            "\n"
+            "def helper(batch):\n"
+            "    raise ValueError('a bad batch\\nsecond line')\n"
+            "\n"
+            "class Net:\n"
+            "    def forward(self, x):\n"
+            "        return x['missing']\n"
+        ),
+    )
     named = {"model.factory": "mine:net", "task.loss": "mine:loss", "task.evaluate": "mine:metrics"}
     line, users = describe(_raised(lambda: mine.loss(None, {})), 0, "at step 5", named)
-    assert users and line == "task.loss mine:loss failed on rank 0 at step 5, at mine.py:5 in helper: " \
-                             "ValueError: a bad batch"
+    assert (
+        users
+        and line == "task.loss mine:loss failed on rank 0 at step 5, at mine.py:5 in helper: ValueError: a bad batch"
+    )
     line, users = describe(_raised(lambda: mine.Net().forward({})), 1, "at step 2", named)
-    assert users and line == "the model of model.factory mine:net failed on rank 1 at step 2, at mine.py:9 in " \
-                             "forward: KeyError: 'missing'"
+    assert (
+        users
+        and line
+        == "the model of model.factory mine:net failed on rank 1 at step 2, at mine.py:9 in "
+        "forward: KeyError: 'missing'"
+    )
 
 
 def test_an_error_of_ours_is_an_internal_error_at_our_line(tmp_path, monkeypatch):
     monkeypatch.setenv("SM_LAUNCH_CODE_DIR", str(tmp_path))
     schedule = ChannelValidation(every_epochs=1, by_epochs=False)
-    line, users = describe(_raised(lambda: schedule.at_end([{"epoch": 1}], 15)), 0, "in the validation at step 15",
-                           {"task.loss": "mine:loss"})
+    line, users = describe(
+        _raised(lambda: schedule.at_end([{"epoch": 1}], 15)),
+        0,
+        "in the validation at step 15",
+        {"task.loss": "mine:loss"},
+    )
     assert not users
     assert line.startswith("internal error on rank 0 in the validation at step 15, at smlaunch/trainers/validation.py:")
     assert line.endswith(" in at_end: KeyError: 'step'")
 
 
-@pytest.mark.parametrize("every, by_epochs, after, at_end", [
-    (1, False, [True, True, True], True), (2, False, [False, True, False], True), (0, False, [False] * 3, True),
-    (0, True, [True, True, True], True)])
+@pytest.mark.parametrize(
+    "every, by_epochs, after, at_end",
+    [
+        (1, False, [True, True, True], True),
+        (2, False, [False, True, False], True),
+        (0, False, [False] * 3, True),
+        (0, True, [True, True, True], True),
+    ],
+)
 def test_a_channel_s_schedule_validates_after_its_epochs_and_at_the_end(every, by_epochs, after, at_end):
     schedule = ChannelValidation(every, by_epochs)
     assert [schedule.after_epoch(n) for n in (1, 2, 3)] == after

@@ -23,7 +23,8 @@ def test_a_worker_group_that_never_starts_ends_in_one_line_and_other_failures_pa
         _raise_if_workers_never_started(ControllerError(WorkerGroupStartupTimeoutError(2)), spec)
     assert str(raised.value) == (
         f"the 2 train workers (1 CPU each, on algo-1) could not be placed in {START_RETRIES + 1} tries of 60 s: "
-        "another job holds those nodes' CPUs, or they left; free them, or set trainer.max_workers lower")
+        "another job holds those nodes' CPUs, or they left; free them, or set trainer.max_workers lower"
+    )
     _raise_if_workers_never_started(ControllerError(RuntimeError("other")), spec)  # not ours to rename
     _raise_if_workers_never_started(ValueError("x"), spec)
 

@@ -20,7 +20,7 @@ def test_the_uniform_expectation_matches_random_batches():
 def summary_of(order: np.ndarray, batch: int, ranks: int = 2) -> dict:
     mixes = [LabelMix(10, torch.device("cpu")) for _ in range(ranks)]
     for i, start in enumerate(range(0, len(order) - batch + 1, batch)):
-        mixes[i % ranks].add(torch.from_numpy(order[start:start + batch]))
+        mixes[i % ranks].add(torch.from_numpy(order[start : start + batch]))
     return mix_summary([m.take() for m in mixes])
 
 
@@ -32,7 +32,8 @@ def test_a_class_sorted_order_is_flagged_and_a_shuffled_one_is_not():
     assert 0.95 < shuffled_mix["ratio"] < 1.05 and shuffled_mix["batches"] == 100
     epochs = [{"epoch": 1, "label_mix": shuffled_mix}, {"epoch": 2, "label_mix": sorted_mix}]
     lines = mix_lines("train", epochs)
-    assert lines[0].startswith("batch mix: channel 'train': distinct labels per batch / a uniform random order's: "
-                               "epoch 1 ")
+    assert lines[0].startswith(
+        "batch mix: channel 'train': distinct labels per batch / a uniform random order's: epoch 1 "
+    )
     assert len(lines) == 2 and "epoch 2: 1 distinct labels per batch" in lines[1]
     assert "channels.train.shuffle.open_units" in lines[1]

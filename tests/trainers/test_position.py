@@ -63,20 +63,27 @@ def test_a_partial_unit_keeps_the_seek_past_its_drawn_head_through_a_checkpoint(
     assert old.partial.keys() == {0} and old.seeks == {}  # a version-1 state: the shard is read from its start
 
 
-def in_flight_epoch(units: int, rows_per_unit: int, tasks: int, open_units: int, drawn_fraction: float,
-                    in_flight_rows: int, seed: int = 0) -> EpochPosition:
+def in_flight_epoch(
+    units: int,
+    rows_per_unit: int,
+    tasks: int,
+    open_units: int,
+    drawn_fraction: float,
+    in_flight_rows: int,
+    seed: int = 0,
+) -> EpochPosition:
     """An epoch read by `tasks` contiguous runs of units, `open_units` interleaved per task, each
     task `drawn_fraction` of the way through, with `in_flight_rows` rows per task read but not drawn."""
     p = EpochPosition(1)
     bounds = np.linspace(0, units, tasks + 1).astype(np.int64)
     rng = np.random.default_rng(seed)
-    for start, end in zip(bounds[:-1], bounds[1:]):
+    for start, end in zip(bounds[:-1], bounds[1:], strict=False):
         total = (end - start) * rows_per_unit
         reached = int(total * drawn_fraction)
         unit = start + np.arange(total) % open_units + (np.arange(total) // (open_units * rows_per_unit)) * open_units
         ordinal = (np.arange(total) // open_units) % rows_per_unit
         keep = (np.arange(total) < reached) & (unit < end)
-        keep[max(reached - in_flight_rows, 0):reached] &= rng.random(min(in_flight_rows, reached)) < 0.5
+        keep[max(reached - in_flight_rows, 0) : reached] &= rng.random(min(in_flight_rows, reached)) < 0.5
         pos = (unit[keep] << UNIT_SHIFT) | ordinal[keep] | np.where(ordinal[keep] == rows_per_unit - 1, LAST, 0)
         seek = np.full(len(pos), NO_SEEK) if rows_per_unit == 1 else (ordinal[keep] + 1) * 110_000 << SEEK_SHIFT
         p.merge(np.stack([pos, seek]))

@@ -48,8 +48,11 @@ def test_a_checkpoint_whose_bytes_do_not_match_its_hash_fails_in_one_line(s3, tm
     (tmp_path / "ckpt-8" / "meta.json").write_text(json.dumps({**meta, "sha256": "0" * 64}))
     s3_store.upload_dir(folder, uri)
     assert latest_complete("s3://runs/jobs/b/checkpoints") == uri  # sizes agree: the driver cannot tell
-    with pytest.raises(UserError, match=r"^checkpoint s3://runs/jobs/b/checkpoints/run-1/step-00000008: state.pt "
-                                        r"does not match its meta.json \(size or SHA-256\)"):
+    with pytest.raises(
+        UserError,
+        match=r"^checkpoint s3://runs/jobs/b/checkpoints/run-1/step-00000008: state.pt "
+        r"does not match its meta.json \(size or SHA-256\)",
+    ):
         load_state(uri)
 
 
@@ -61,5 +64,8 @@ def test_a_bucket_that_is_missing_fails_before_any_work_and_ray_gets_a_filesyste
     assert path == "runs/jobs/a/checkpoints" and type(filesystem).__name__ == "S3FileSystem"
     options = filesystem.__reduce__()[1][0]  # what travels to the nodes when Ray pickles it
     assert (options["access_key"], options["secret_key"], options["endpoint_override"]) == (
-        None, None, s3.endpoint_url.removeprefix("http://"))
+        None,
+        None,
+        s3.endpoint_url.removeprefix("http://"),
+    )
     assert s3_store.ray_storage("/tmp/x") == ("/tmp/x", None)

@@ -19,8 +19,17 @@ class _Outbox:
 
 def test_batches_lose_the_chain_s_columns_and_their_hosts_are_counted():
     meter = Meter(0, 2, ("algo-1", "algo-2", "algo-3"), _Outbox())
-    table = pa.table({"image": [b"a", b"b", b"c"], "label": [1, 2, 3], "id": [7, 8, 9], "pos": [0, 1, 2],
-                      "seek": [0, 0, 0], "host": np.array([1, 2, 2], dtype=np.int16), "prep_s": [0.1] * 3})
+    table = pa.table(
+        {
+            "image": [b"a", b"b", b"c"],
+            "label": [1, 2, 3],
+            "id": [7, 8, 9],
+            "pos": [0, 1, 2],
+            "seek": [0, 0, 0],
+            "host": np.array([1, 2, 2], dtype=np.int16),
+            "prep_s": [0.1] * 3,
+        }
+    )
     assert _strip_table(table, meter).column_names == ["image", "label"]
     assert _strip_dict({"x": np.zeros(2), "host": np.array([1, 3]), "id": np.arange(2)}, meter).keys() == {"x"}
     summary = meter.rank_summary()  # host 3 is past the plan's hosts: "unknown"
@@ -72,6 +81,7 @@ def test_the_loop_s_frame_is_found_in_the_shipped_copy_it_was_imported_from(tmp_
     shipped.mkdir(parents=True)
     (shipped / "__init__.py").write_text("")
     (shipped / "loops.py").write_text("def train(config):\n    raise ValueError('no data')\n")
+
     def failed_line(name: str, path) -> str:  # the module imported from the shipped copy, its loop run
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
@@ -95,5 +105,5 @@ def test_a_loop_that_never_reports_is_still_timed_as_one_record():
     meter = Meter(0, 1, ("algo-1",), outbox)
     list(meter.timed(iter([{"x": np.zeros(5)}]), "train"))
     meter.close()
-    (_, record), = outbox.sent
+    ((_, record),) = outbox.sent
     assert record["step"] == 1 and record["images_per_s"] > 0 and meter.reports == 0

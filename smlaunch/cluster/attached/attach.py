@@ -36,10 +36,15 @@ class Node:
     gpus: float
 
     @classmethod
-    def from_ray(cls, entry: dict) -> "Node":
+    def from_ray(cls, entry: dict) -> Node:
         resources = entry.get("Resources", {})
-        return cls(entry["NodeID"], entry.get("NodeManagerAddress", "?"), dict(entry.get("Labels") or {}),
-                   resources.get("CPU", 0.0), resources.get("GPU", 0.0))
+        return cls(
+            entry["NodeID"],
+            entry.get("NodeManagerAddress", "?"),
+            dict(entry.get("Labels") or {}),
+            resources.get("CPU", 0.0),
+            resources.get("GPU", 0.0),
+        )
 
     @property
     def short(self) -> str:
@@ -78,32 +83,44 @@ def match_groups(cfg: LaunchConfig, entries: list[dict], address: str) -> Attach
         mine = tuple(n for n in nodes if all(n.labels.get(k) == v for k, v in wanted.items()))
         if not mine:
             seen = sorted({f"{k}={v}" for n in nodes for k, v in n.labels.items() if k != "ray.io/node-id"})
-            raise UserError(f"cluster at {address}: no node for instance group {group.name} (labels "
-                            f"{_labels(wanted)}); the cluster's {len(nodes)} nodes carry {', '.join(seen) or 'no labels'}"
-                            " (cluster.node_labels maps a group to other labels)")
+            raise UserError(
+                f"cluster at {address}: no node for instance group {group.name} (labels "
+                f"{_labels(wanted)}); the cluster's {len(nodes)} nodes carry {', '.join(seen) or 'no labels'}"
+                " (cluster.node_labels maps a group to other labels)"
+            )
         for n in mine:
             if n.node_id in owner:
-                raise UserError(f"cluster at {address}: node {n.short} matches both {owner[n.node_id]} and "
-                                f"{group.name}; give the groups labels that tell them apart (cluster.node_labels)")
+                raise UserError(
+                    f"cluster at {address}: node {n.short} matches both {owner[n.node_id]} and "
+                    f"{group.name}; give the groups labels that tell them apart (cluster.node_labels)"
+                )
             owner[n.node_id] = group.name
         if any(SUBCLUSTER not in n.labels for n in mine):
-            notes.append(f"{group.name}: nodes without the {SUBCLUSTER} label; Ray Data budgets preprocessing "
-                         "for the whole cluster")
+            notes.append(
+                f"{group.name}: nodes without the {SUBCLUSTER} label; Ray Data budgets preprocessing "
+                "for the whole cluster"
+            )
         matched[group.name] = mine
     train = next(g for g in groups if g.name == train_group)
     # As many as the config's hosts would train with (`topology.place_workers`, the rule of every path).
-    planned = len(place_workers([(f"{train.name}-{i}", train.spec.gpus) for i in range(train.instance_count)],
-                                cfg.trainer.max_workers))
+    planned = len(
+        place_workers(
+            [(f"{train.name}-{i}", train.spec.gpus) for i in range(train.instance_count)], cfg.trainer.max_workers
+        )
+    )
     gpus = int(sum(n.gpus for n in matched[train_group]))
     if 0 < gpus < planned:
-        raise UserError(f"cluster at {address}: instance group {train_group} has {gpus} GPUs on "
-                        f"{len(matched[train_group])} nodes, fewer than the {planned} train workers planned "
-                        f"({train.instance_count} x {train.instance_type}); set trainer.max_workers={gpus} or add nodes")
+        raise UserError(
+            f"cluster at {address}: instance group {train_group} has {gpus} GPUs on "
+            f"{len(matched[train_group])} nodes, fewer than the {planned} train workers planned "
+            f"({train.instance_count} x {train.instance_type}); set trainer.max_workers={gpus} or add nodes"
+        )
     if gpus == 0 and train.spec.gpus:
         notes.append(f"{train_group}: no GPU on its nodes; {planned} CPU workers (gloo) stand in for the planned GPUs")
     unmatched = tuple(n for n in nodes if n.node_id not in owner)
-    return AttachedCluster(address, train_group, matched, planned, on_gpu=gpus > 0, notes=tuple(notes),
-                           unmatched=unmatched)
+    return AttachedCluster(
+        address, train_group, matched, planned, on_gpu=gpus > 0, notes=tuple(notes), unmatched=unmatched
+    )
 
 
 def _labels(labels: dict[str, str]) -> str:

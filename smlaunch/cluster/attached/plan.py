@@ -25,8 +25,15 @@ import dataclasses
 from pathlib import Path
 
 from smlaunch.cluster.attached.attach import AttachedCluster, Node
-from smlaunch.cluster.plan import (NODE_ID_LABEL, SUBCLUSTER, HostPlan, LaunchPlan, channel_plan, stop_fields,
-                                   training_numbers)
+from smlaunch.cluster.plan import (
+    NODE_ID_LABEL,
+    SUBCLUSTER,
+    HostPlan,
+    LaunchPlan,
+    channel_plan,
+    stop_fields,
+    training_numbers,
+)
 from smlaunch.cluster.topology import WorkerPlan, place_workers, receiving_groups
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError, UserError
@@ -37,12 +44,16 @@ def attachable(cfg: LaunchConfig) -> None:
     """ConfigError, in one line, for what a running cluster cannot do for this config."""
     for name, ch in cfg.channels.items():
         if ch.input_mode == "Pipe":
-            raise ConfigError(f"channels.{name}.input_mode: Pipe exists only on a SageMaker job (its agent feeds "
-                              "the FIFOs); on a running Ray cluster use FastFile (an s3:// prefix read on demand) "
-                              "or File (a path every node mounts)")
+            raise ConfigError(
+                f"channels.{name}.input_mode: Pipe exists only on a SageMaker job (its agent feeds "
+                "the FIFOs); on a running Ray cluster use FastFile (an s3:// prefix read on demand) "
+                "or File (a path every node mounts)"
+            )
     if cfg.run.s3_seed:
-        raise ConfigError("run.s3_seed: it fills the local simulation's S3 server; a running Ray cluster reads "
-                          "s3:// channels from S3 itself (run.s3_endpoint for another endpoint)")
+        raise ConfigError(
+            "run.s3_seed: it fills the local simulation's S3 server; a running Ray cluster reads "
+            "s3:// channels from S3 itself (run.s3_endpoint for another endpoint)"
+        )
     if cfg.run.dir.startswith("s3://") and not cfg.run.dir.removeprefix("s3://").strip("/"):
         raise ConfigError(f"run.dir: {cfg.run.dir} names no bucket (expected s3://bucket/prefix)")
 
@@ -59,25 +70,45 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, st
     for group, nodes in attached.groups.items():
         subcluster = "train" if group == attached.train_group else "data"
         for node in nodes:
-            hosts.append(HostPlan(
-                name=node.node_id, group=group, instance_type=specs[group].instance_type,
-                role="head" if node is train_nodes[0] else "worker", subcluster=subcluster,
-                num_cpus=int(node.cpus), num_gpus=int(node.gpus) if attached.on_gpu else 0, opt_ml=None,
-                labels=dict(node.labels), vcpus=specs[group].spec.vcpus))
+            hosts.append(
+                HostPlan(
+                    name=node.node_id,
+                    group=group,
+                    instance_type=specs[group].instance_type,
+                    role="head" if node is train_nodes[0] else "worker",
+                    subcluster=subcluster,
+                    num_cpus=int(node.cpus),
+                    num_gpus=int(node.gpus) if attached.on_gpu else 0,
+                    opt_ml=None,
+                    labels=dict(node.labels),
+                    vcpus=specs[group].spec.vcpus,
+                )
+            )
     data_nodes = [n for g, nodes in attached.groups.items() if g != attached.train_group for n in nodes]
     if data_nodes and sum(n.cpus for n in data_nodes) < 1:
-        raise UserError(f"cluster at {attached.address}: the data groups' nodes offer Ray no CPU, so nothing "
-                        "could preprocess; start them with CPUs (ray start --num-cpus, rayStartParams num-cpus)")
-    routes = receiving_groups({name: ch.instance_groups for name, ch in cfg.channels.items()},
-                              list(attached.groups), attached.train_group)
-    channels = tuple(dataclasses.replace(
-        channel_plan(name, ch, tuple(n.node_id for g in routes[name] for n in attached.groups[g]),
-                     cfg.pipeline.batch_size), distribution="FullyReplicated", source=_drivers(ch.source))
-        for name, ch in cfg.channels.items())
+        raise UserError(
+            f"cluster at {attached.address}: the data groups' nodes offer Ray no CPU, so nothing "
+            "could preprocess; start them with CPUs (ray start --num-cpus, rayStartParams num-cpus)"
+        )
+    routes = receiving_groups(
+        {name: ch.instance_groups for name, ch in cfg.channels.items()}, list(attached.groups), attached.train_group
+    )
+    channels = tuple(
+        dataclasses.replace(
+            channel_plan(
+                name, ch, tuple(n.node_id for g in routes[name] for n in attached.groups[g]), cfg.pipeline.batch_size
+            ),
+            distribution="FullyReplicated",
+            source=_drivers(ch.source),
+        )
+        for name, ch in cfg.channels.items()
+    )
     notes = list(attached.notes)
-    notes += [f"channel {c.name}: {c.source} read where it is by {plural(len(c.hosts), 'node')} "
-              f"({'on demand from S3' if c.source.startswith('s3://') else 'a path every node must see'}), nothing copied"
-              for c in channels]
+    notes += [
+        f"channel {c.name}: {c.source} read where it is by {plural(len(c.hosts), 'node')} "
+        f"({'on demand from S3' if c.source.startswith('s3://') else 'a path every node must see'}), nothing copied"
+        for c in channels
+    ]
     name = cfg.run.name or f"{cfg.job}-{started}"
     run_dir = output_dir = str(Path(_drivers(cfg.run.dir)) / name)
     if cfg.run.dir.startswith("s3://"):
@@ -86,15 +117,28 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, st
     data_selector = _selector(data_nodes, "data", everyone) if data_nodes else None
     elastic = _elastic(cfg, attached, data_selector)
     if elastic:
-        notes.append(elastic.line() + f"; the {plural(len(attached.groups[elastic.group]), 'host')} here now read "
-                     "the channels and stay, hosts added while training run the chain and go first")
+        notes.append(
+            elastic.line() + f"; the {plural(len(attached.groups[elastic.group]), 'host')} here now read "
+            "the channels and stay, hosts added while training run the chain and go first"
+        )
     return LaunchPlan(
-        job=cfg.job, run_dir=run_dir, hosts=tuple(hosts), head=train_nodes[0].node_id,
+        job=cfg.job,
+        run_dir=run_dir,
+        hosts=tuple(hosts),
+        head=train_nodes[0].node_id,
         train_selector=_selector(train_nodes, "train", everyone),
-        data_selector=data_selector, elastic=elastic,
-        channels=channels, notes=tuple(notes), mode="attached", head_address=attached.address,
-        join_timeout_s=cfg.cluster.join_timeout_s, host_label=NODE_ID_LABEL, output_dir=output_dir,
-        **training_numbers(cfg, workers), **stop_fields(cfg.trainer))
+        data_selector=data_selector,
+        elastic=elastic,
+        channels=channels,
+        notes=tuple(notes),
+        mode="attached",
+        head_address=attached.address,
+        join_timeout_s=cfg.cluster.join_timeout_s,
+        host_label=NODE_ID_LABEL,
+        output_dir=output_dir,
+        **training_numbers(cfg, workers),
+        **stop_fields(cfg.trainer),
+    )
 
 
 def _drivers(path: str) -> str:
@@ -115,9 +159,11 @@ def _elastic(cfg: LaunchConfig, attached: AttachedCluster, data_selector: dict |
     if group is None:
         return None
     if data_selector != {SUBCLUSTER: "data"}:
-        raise UserError(f"cluster at {attached.address}: autoscale needs every data node, and only those, to carry "
-                        f"the label {SUBCLUSTER}=data (the label that puts hosts added later to work, and that Ray "
-                        "Data budgets by); give the data worker groups that label")
+        raise UserError(
+            f"cluster at {attached.address}: autoscale needs every data node, and only those, to carry "
+            f"the label {SUBCLUSTER}=data (the label that puts hosts added later to work, and that Ray "
+            "Data budgets by); give the data worker groups that label"
+        )
     nodes = attached.groups[group.name]
     return elastic_plan(cfg, max(n.cpus for n in nodes))
 
@@ -143,12 +189,15 @@ def _workers(attached: AttachedCluster, nodes: tuple[Node, ...], planned_gpus: i
         return place_workers([(n.node_id, int(n.gpus)) for n in nodes], wanted)
     room = sum(int(n.cpus) for n in nodes)
     if room < wanted:
-        raise UserError(f"cluster at {attached.address}: instance group {attached.train_group} has "
-                        f"{plural(room, 'CPU')} on {plural(len(nodes), 'node')} for {wanted} CPU train "
-                        f"workers; set trainer.max_workers={max(room, 1)} or give its nodes CPUs")
+        raise UserError(
+            f"cluster at {attached.address}: instance group {attached.train_group} has "
+            f"{plural(room, 'CPU')} on {plural(len(nodes), 'node')} for {wanted} CPU train "
+            f"workers; set trainer.max_workers={max(room, 1)} or give its nodes CPUs"
+        )
     workers = place_workers([(n.node_id, 0, int(n.cpus)) for n in nodes], wanted)
     if not planned_gpus:
         return workers
     # Each stands in for a GPU of its node's planned type: the node's first, second, ... GPU.
-    return tuple(WorkerPlan(w.rank, w.host, sum(v.host == w.host for v in workers[:w.rank]), stand_in=True)
-                 for w in workers)
+    return tuple(
+        WorkerPlan(w.rank, w.host, sum(v.host == w.host for v in workers[: w.rank]), stand_in=True) for w in workers
+    )

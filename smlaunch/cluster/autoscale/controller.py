@@ -15,10 +15,18 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from smlaunch.cluster.autoscale.policy import PEAK_S, STABILISE_COOLDOWNS, WARM_WINDOWS, Decision, Prices, Window, decide
+from smlaunch.cluster.autoscale.policy import (
+    PEAK_S,
+    STABILISE_COOLDOWNS,
+    WARM_WINDOWS,
+    Decision,
+    Prices,
+    Window,
+    decide,
+)
 
 BUSY_EVERY_S = 1.0
 BUSY_SAMPLES = 30
@@ -49,9 +57,17 @@ class DataHostsAccess:
 
 
 class ElasticDataHosts:
-    def __init__(self, cfg, access: DataHostsAccess, price_per_host_h: float | None, log: Callable[[str], None],
-                 period_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 slots_per_host: float | None = None, train_price_h: float | None = None):
+    def __init__(
+        self,
+        cfg,
+        access: DataHostsAccess,
+        price_per_host_h: float | None,
+        log: Callable[[str], None],
+        period_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        slots_per_host: float | None = None,
+        train_price_h: float | None = None,
+    ):
         self.cfg, self.access, self.log = cfg, access, log
         self.prices = Prices(train_price_h, price_per_host_h)
         """The train hosts' $/h (all of them) and a data host's: the cost per image decisions judge by."""
@@ -149,10 +165,18 @@ class ElasticDataHosts:
             self._peaks.append((now, window.gpu_bound_images_per_s))
         while self._peaks and self._peaks[0][0] < now - PEAK_S:
             self._peaks.popleft()
-        decision = decide(window, len(joined), self.cfg, now - self._changed_at, pending, too_few,
-                          sustained=self._sustained(window, steps_in),
-                          warming=steps_in - warm_from <= WARM_WINDOWS * self.cfg.window_steps, prices=self.prices,
-                          trainer_peak=max((rate for _, rate in self._peaks), default=None))
+        decision = decide(
+            window,
+            len(joined),
+            self.cfg,
+            now - self._changed_at,
+            pending,
+            too_few,
+            sustained=self._sustained(window, steps_in),
+            warming=steps_in - warm_from <= WARM_WINDOWS * self.cfg.window_steps,
+            prices=self.prices,
+            trainer_peak=max((rate for _, rate in self._peaks), default=None),
+        )
         if decision.change > 0 and self._last_change < 0:  # the last release starved the trainer
             times = self._starved[len(joined)] = self._starved.get(len(joined), 0) + 1
             hold_s = STABILISE_COOLDOWNS * max(self.cfg.cooldown_s, self.period_s) * 2 ** (times - 1)
@@ -163,7 +187,7 @@ class ElasticDataHosts:
             self.wanted = decision.hosts
             self.access.want(decision.hosts)
             if decision.change < 0:
-                for node in joined[decision.hosts - len(joined):]:  # the newest go first
+                for node in joined[decision.hosts - len(joined) :]:  # the newest go first
                     self.access.drain(node, f"smlaunch: fewer data hosts ({decision.reason})")
             self._joining = decision.change > 0
             self._restart_window(now)
@@ -173,14 +197,19 @@ class ElasticDataHosts:
             self._held_at = now
         else:
             return decision
-        self.timeline.append({"t": round(time.time(), 3), "hosts": len(joined), "wanted": self.wanted,
-                              "data_wait_pct": round(window.data_wait_pct, 2),
-                              "images_per_s": round(window.images_per_s, 1),
-                              "usd_per_h": round(decision.hosts * self.prices.data_host_h, 3)
-                              if self.prices.data_host_h else None,
-                              "usd_per_million_images": _round(self.prices.per_million_images(len(joined),
-                                                                                   window.images_per_s)),
-                              "change": decision.change, "reason": decision.reason})
+        self.timeline.append(
+            {
+                "t": round(time.time(), 3),
+                "hosts": len(joined),
+                "wanted": self.wanted,
+                "data_wait_pct": round(window.data_wait_pct, 2),
+                "images_per_s": round(window.images_per_s, 1),
+                "usd_per_h": round(decision.hosts * self.prices.data_host_h, 3) if self.prices.data_host_h else None,
+                "usd_per_million_images": _round(self.prices.per_million_images(len(joined), window.images_per_s)),
+                "change": decision.change,
+                "reason": decision.reason,
+            }
+        )
         return decision
 
     def _sustained(self, window: Window, steps_in: int) -> bool:
@@ -220,13 +249,19 @@ class ElasticDataHosts:
     def summary(self) -> dict:
         """The report's `autoscale` section: the sizes the job went through, its host-seconds, the timeline."""
         changes = [e for e in self.timeline if e["change"]]
-        return {"sizes": list(self._sizes), "changes": len(changes), "added": sum(e["change"] > 0 for e in changes),
-                "released": sum(e["change"] < 0 for e in changes), "data_host_seconds": round(self.host_seconds, 1),
-                "epoch_start_steps_left_out": self.epoch_starts,
-                "price_per_host_h": self.prices.data_host_h, "train_price_h": self.prices.train_h,
-                "usd_per_million_images": _round(self._usd_per_million_images()),
-                "target_data_wait_pct": self.cfg.target_data_wait_pct,
-                "timeline": list(self.timeline)}
+        return {
+            "sizes": list(self._sizes),
+            "changes": len(changes),
+            "added": sum(e["change"] > 0 for e in changes),
+            "released": sum(e["change"] < 0 for e in changes),
+            "data_host_seconds": round(self.host_seconds, 1),
+            "epoch_start_steps_left_out": self.epoch_starts,
+            "price_per_host_h": self.prices.data_host_h,
+            "train_price_h": self.prices.train_h,
+            "usd_per_million_images": _round(self._usd_per_million_images()),
+            "target_data_wait_pct": self.cfg.target_data_wait_pct,
+            "timeline": list(self.timeline),
+        }
 
     def _usd_per_million_images(self) -> float | None:
         """What the job paid per million images over the loop's life, train hosts and data hosts."""
@@ -235,7 +270,7 @@ class ElasticDataHosts:
         usd = (self.prices.train_h * self.train_seconds + self.prices.data_host_h * self.host_seconds) / 3600
         return 1e6 * usd / self.images
 
-    def start(self) -> "ElasticDataHosts":
+    def start(self) -> ElasticDataHosts:
         self._thread = threading.Thread(target=self._run, name="smlaunch-elastic-data-hosts", daemon=True)
         self._thread.start()
         return self

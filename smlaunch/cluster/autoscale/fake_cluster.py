@@ -31,46 +31,92 @@ class AutoscalingCluster:
     """`node_types`: name -> {"resources": {...}, "labels": {...}, "max_workers": n[, "min_workers": n]},
     the worker types."""
 
-    def __init__(self, node_types: dict[str, dict], head_labels: dict[str, str], head_cpus: int = 1,
-                 idle_timeout_s: float = 10.0):
+    def __init__(
+        self, node_types: dict[str, dict], head_labels: dict[str, str], head_cpus: int = 1, idle_timeout_s: float = 10.0
+    ):
         from smlaunch.cluster.rendezvous import free_port
 
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.tmp = Path(tempfile.mkdtemp(prefix="smas", dir="/tmp"))  # short: Ray's socket paths
-        types = {"ray.head.default": {"resources": {"CPU": head_cpus}, "labels": head_labels, "node_config": {},
-                                      "max_workers": 0}}
+        types = {
+            "ray.head.default": {
+                "resources": {"CPU": head_cpus},
+                "labels": head_labels,
+                "node_config": {},
+                "max_workers": 0,
+            }
+        }
         for name, spec in node_types.items():
-            types[name] = {"resources": spec["resources"], "labels": spec.get("labels", {}), "node_config": {},
-                           "min_workers": spec.get("min_workers", 0), "max_workers": spec["max_workers"]}
-        config = {"cluster_name": self.tmp.name, "max_workers": sum(t["max_workers"] for t in node_types.values()),
-                  "idle_timeout_minutes": idle_timeout_s / 60, "upscaling_speed": 1.0,
-                  "provider": {"type": "external",
-                               "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
-                               "gcs_address": self.address, "launch_multiple": True, "head_node_id": HEAD_ID,
-                               "use_node_id_as_ip": True, "disable_node_updaters": True,
-                               "disable_launch_config_check": True},
-                  "auth": {"ssh_user": "ubuntu"}, "available_node_types": types,
-                  "head_node_type": "ray.head.default", "file_mounts": {}, "cluster_synced_files": [],
-                  "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
-                  "worker_setup_commands": []}
+            types[name] = {
+                "resources": spec["resources"],
+                "labels": spec.get("labels", {}),
+                "node_config": {},
+                "min_workers": spec.get("min_workers", 0),
+                "max_workers": spec["max_workers"],
+            }
+        config = {
+            "cluster_name": self.tmp.name,
+            "max_workers": sum(t["max_workers"] for t in node_types.values()),
+            "idle_timeout_minutes": idle_timeout_s / 60,
+            "upscaling_speed": 1.0,
+            "provider": {
+                "type": "external",
+                "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
+                "gcs_address": self.address,
+                "launch_multiple": True,
+                "head_node_id": HEAD_ID,
+                "use_node_id_as_ip": True,
+                "disable_node_updaters": True,
+                "disable_launch_config_check": True,
+            },
+            "auth": {"ssh_user": "ubuntu"},
+            "available_node_types": types,
+            "head_node_type": "ray.head.default",
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "initialization_commands": [],
+            "setup_commands": [],
+            "head_setup_commands": [],
+            "worker_setup_commands": [],
+        }
         self.config = self.tmp / "autoscaling.yaml"
         self.config.write_text(yaml.safe_dump(config))
-        self.env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_enable_autoscaler_v2": "1",
-                    "RAY_CLOUD_INSTANCE_ID": HEAD_ID, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": HEAD_ID,
-                    "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {
+            **os.environ,
+            "RAY_FAKE_CLUSTER": "1",
+            "RAY_enable_autoscaler_v2": "1",
+            "RAY_CLOUD_INSTANCE_ID": HEAD_ID,
+            "RAY_OVERRIDE_NODE_ID_FOR_TESTING": HEAD_ID,
+            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
         self.env.pop("RAY_ADDRESS", None)
         self.head_labels, self.head_cpus = head_labels, head_cpus
 
-    def start(self) -> "AutoscalingCluster":
+    def start(self) -> AutoscalingCluster:
         import json
 
         ray = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` CLI of this interpreter, wherever installed
-        done = subprocess.run([*ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
-                               f"--num-cpus={self.head_cpus}", f"--labels={json.dumps(self.head_labels)}",
-                               "--include-dashboard=false", f"--temp-dir={self.tmp / 'ray'}",
-                               f"--autoscaling-config={self.config}"], env=self.env, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [
+                *ray,
+                "start",
+                "--head",
+                "--node-ip-address=127.0.0.1",
+                f"--port={self.port}",
+                f"--num-cpus={self.head_cpus}",
+                f"--labels={json.dumps(self.head_labels)}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.tmp / 'ray'}",
+                f"--autoscaling-config={self.config}",
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             self.stop()
             raise RuntimeError(f"ray start failed: {done.stderr[-2000:]}")
@@ -101,11 +147,16 @@ class AutoscalingCluster:
     def count_nodes(self, labels: dict[str, str]) -> int:
         """Alive nodes carrying `labels`, asked by a driver of its own (a process that is not
         connected stays so; the answer is the cluster's, not a stale view)."""
-        code = (f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
-                f"print(sum(1 for n in ray.nodes() if n['Alive'] and all(n['Labels'].get(k) == v for k, v in "
-                f"{dict(labels)!r}.items())))")
-        env = {k: v for k, v in self.env.items() if k not in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING",
-                                                                  "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER")}
+        code = (
+            f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
+            f"print(sum(1 for n in ray.nodes() if n['Alive'] and all(n['Labels'].get(k) == v for k, v in "
+            f"{dict(labels)!r}.items())))"
+        )
+        env = {
+            k: v
+            for k, v in self.env.items()
+            if k not in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER")
+        }
         ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         if ran.returncode != 0:
             raise RuntimeError(f"could not count the nodes of {self.address}: {ran.stderr[-1000:]}")

@@ -114,8 +114,7 @@ class Window:
     rows' `prep_s`), with no scheduling gaps: an upper bound; None where not timed."""
 
     @classmethod
-    def of(cls, records: list[dict], data_cpu_busy: float | None = None,
-           slots_per_host: float | None = None) -> "Window":
+    def of(cls, records: list[dict], data_cpu_busy: float | None = None, slots_per_host: float | None = None) -> Window:
         """From step records (`trainers.control.record`: step_time_s, data_wait_s, images_per_s,
         chain_s and chain_rows)."""
         time_s = sum(r["step_time_s"] for r in records)
@@ -123,10 +122,14 @@ class Window:
         images = sum(r["images_per_s"] * r["step_time_s"] for r in records)
         chain_s, chain_rows = sum(r.get("chain_s", 0.0) for r in records), sum(r.get("chain_rows", 0) for r in records)
         per_host = slots_per_host * chain_rows / chain_s if slots_per_host and chain_rows and chain_s > 0 else None
-        return cls(steps=len(records), data_wait_pct=100 * wait_s / time_s if time_s else 0.0,
-                   images_per_s=images / time_s if time_s else 0.0,
-                   gpu_bound_images_per_s=images / (time_s - wait_s) if time_s > wait_s else 0.0,
-                   data_cpu_busy=data_cpu_busy, chain_images_per_s_per_host=per_host)
+        return cls(
+            steps=len(records),
+            data_wait_pct=100 * wait_s / time_s if time_s else 0.0,
+            images_per_s=images / time_s if time_s else 0.0,
+            gpu_bound_images_per_s=images / (time_s - wait_s) if time_s > wait_s else 0.0,
+            data_cpu_busy=data_cpu_busy,
+            chain_images_per_s_per_host=per_host,
+        )
 
 
 @dataclass(frozen=True)
@@ -141,14 +144,19 @@ class Decision:
 
     def line(self, before: int, window: Window, prices: Prices | None) -> str:
         """The console line (and the report timeline's text) of this decision."""
-        what = {1: f"+1 data host ({before} -> {self.hosts})", -1: f"-1 data host ({before} -> {self.hosts})",
-                0: f"{before} data hosts kept"}[self.change]
+        what = {
+            1: f"+1 data host ({before} -> {self.hosts})",
+            -1: f"-1 data host ({before} -> {self.hosts})",
+            0: f"{before} data hosts kept",
+        }[self.change]
         per_host = prices.data_host_h if prices else None
         cost = f", ${self.hosts * per_host:.2f}/h for data hosts" if per_host else ""
         per_m = prices.per_million_images(before, window.images_per_s) if prices else None
         cost += f", ${per_m:.2f} per million images so far" if per_m is not None else ""
-        return (f"autoscale: {what}: data wait {window.data_wait_pct:.1f} %, {window.images_per_s:.0f} images/s"
-                f"{cost}; {self.reason}")
+        return (
+            f"autoscale: {what}: data wait {window.data_wait_pct:.1f} %, {window.images_per_s:.0f} images/s"
+            f"{cost}; {self.reason}"
+        )
 
 
 def capacity_per_host(window: Window, hosts: int, target_pct: float) -> float | None:
@@ -179,9 +187,18 @@ def predicted_rate(per_host: float, hosts: int, gpu_bound: float) -> float:
     return min(gpu_bound, per_host * hosts) if gpu_bound > 0 else per_host * hosts
 
 
-def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int = 0,
-           too_few: dict[int, float] | None = None, sustained: bool = True, warming: bool = False,
-           prices: Prices | None = None, trainer_peak: float | None = None) -> Decision:
+def decide(
+    window: Window,
+    hosts: int,
+    cfg,
+    since_change_s: float,
+    pending: int = 0,
+    too_few: dict[int, float] | None = None,
+    sustained: bool = True,
+    warming: bool = False,
+    prices: Prices | None = None,
+    trainer_peak: float | None = None,
+) -> Decision:
     """The next size for `hosts` joined data hosts under `cfg` (`config.autoscale.AutoscaleConfig`);
     `pending`: hosts asked for that have not joined yet; `too_few`: sizes that starved the trainer
     right after a release, and the seconds their stabilisation has left (no release to them);
@@ -201,8 +218,9 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
     if since_change_s < cfg.cooldown_s:
         return hold(f"cooling down ({since_change_s:.0f} of {cfg.cooldown_s:g} s since the last change)")
     if window.steps < cfg.window_steps or window.images_per_s <= 0:
-        return hold(f"measuring: {window.steps} of autoscale.window_steps ({cfg.window_steps}) steps since the "
-                    "last change")
+        return hold(
+            f"measuring: {window.steps} of autoscale.window_steps ({cfg.window_steps}) steps since the last change"
+        )
     per_host = capacity_per_host(window, hosts, target)
     gpu_bound = window.gpu_bound_images_per_s
     if window.data_wait_pct > target:
@@ -212,39 +230,61 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
             return Decision(hosts + 1, 1, f"over the {target:g} % target with no data host")
         clock = (window.chain_images_per_s_per_host or 0.0) * hosts if gpu_bound > 0 else 0.0
         if clock and clock >= gpu_bound * RELEASE_HEADROOM:
-            return hold(f"over the {target:g} % target, but by the chain's own clock {hosts} hosts make "
-                        f"{clock:.0f} images/s, over {RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer "
-                        "takes: the wait is not the chain's (a host starting, the read, the train hosts' CPUs)")
+            return hold(
+                f"over the {target:g} % target, but by the chain's own clock {hosts} hosts make "
+                f"{clock:.0f} images/s, over {RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer "
+                "takes: the wait is not the chain's (a host starting, the read, the train hosts' CPUs)"
+            )
         now = window.images_per_s
         if warming:  # the wait may be the workers starting: only the chain's clock can say it is short
             if not clock:
-                return hold(f"over the {target:g} % target while the chain's workers warm (the first "
-                            f"{WARM_WINDOWS} windows of the run or an epoch), with no chain clock to confirm a "
-                            "shortage: a host if the wait outlasts the warm-up")
+                return hold(
+                    f"over the {target:g} % target while the chain's workers warm (the first "
+                    f"{WARM_WINDOWS} windows of the run or an epoch), with no chain clock to confirm a "
+                    "shortage: a host if the wait outlasts the warm-up"
+                )
             per_host = window.chain_images_per_s_per_host
             now = predicted_rate(per_host, hosts, gpu_bound)
         else:
             enough = bool(clock) and clock >= gpu_bound
             if not sustained and (enough or window.data_wait_pct < target * CONFIRM_BELOW):
-                why = (f", and by the chain's own clock {hosts} hosts make {clock:.0f} of the {gpu_bound:.0f} "
-                       "images/s the trainer takes") if enough else ""
+                why = (
+                    (
+                        f", and by the chain's own clock {hosts} hosts make {clock:.0f} of the {gpu_bound:.0f} "
+                        "images/s the trainer takes"
+                    )
+                    if enough
+                    else ""
+                )
                 return hold(f"over the {target:g} % target in this window only{why}: a host if the next is over too")
         more = predicted_rate(per_host, hosts + 1, gpu_bound)
         if more < now * (1 + ADD_MIN_GAIN):
-            clocked = (f" by the chain's own clock ({hosts} hosts make {clock:.0f} images/s while its workers "
-                       "warm)") if warming else ""
-            return hold(f"over the {target:g} % target, but one more host would give {more:.0f} images/s{clocked} "
-                        f"(the trainer takes {gpu_bound:.0f}): less than {ADD_MIN_GAIN:.0%} more", more)
+            clocked = (
+                (f" by the chain's own clock ({hosts} hosts make {clock:.0f} images/s while its workers warm)")
+                if warming
+                else ""
+            )
+            return hold(
+                f"over the {target:g} % target, but one more host would give {more:.0f} images/s{clocked} "
+                f"(the trainer takes {gpu_bound:.0f}): less than {ADD_MIN_GAIN:.0%} more",
+                more,
+            )
         paid = prices.per_million_images(hosts, now) if prices else None
         paying = prices.per_million_images(hosts + 1, more) if prices else None
         if paid is not None and paying is not None and paying >= paid:
-            return hold(f"over the {target:g} % target, but {hosts + 1} hosts would make {more:.0f} images/s at "
-                        f"${paying:.2f} per million images, against ${paid:.2f} now: the job would pay more per image",
-                        more)
+            return hold(
+                f"over the {target:g} % target, but {hosts + 1} hosts would make {more:.0f} images/s at "
+                f"${paying:.2f} per million images, against ${paid:.2f} now: the job would pay more per image",
+                more,
+            )
         cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paying is not None else ""
-        return Decision(hosts + 1, 1, f"over the {target:g} % target; {hosts + 1} hosts should make {more:.0f} "
-                                      f"images/s (+{more / now - 1:.0%}; the trainer takes {gpu_bound:.0f}){cost}",
-                        more)
+        return Decision(
+            hosts + 1,
+            1,
+            f"over the {target:g} % target; {hosts + 1} hosts should make {more:.0f} "
+            f"images/s (+{more / now - 1:.0%}; the trainer takes {gpu_bound:.0f}){cost}",
+            more,
+        )
     in_band = window.data_wait_pct >= target / 2
     clock = window.chain_images_per_s_per_host
     if hosts > cfg.min_data_hosts and (clock or not in_band):
@@ -252,8 +292,16 @@ def decide(window: Window, hosts: int, cfg, since_change_s: float, pending: int 
     return hold(f"within the {target:g} % target")
 
 
-def _release(window: Window, hosts: int, cfg, per_host: float | None, in_band: bool, too_few: dict[int, float] | None,
-             prices: Prices | None, trainer_peak: float | None) -> Decision:
+def _release(
+    window: Window,
+    hosts: int,
+    cfg,
+    per_host: float | None,
+    in_band: bool,
+    too_few: dict[int, float] | None,
+    prices: Prices | None,
+    trainer_peak: float | None,
+) -> Decision:
     """One host back where one fewer would still feed the trainer's best lately with room to spare:
     under half the target by `per_host` (`capacity_per_host`), within the band only by the chain's
     own clock and with `BAND_RELEASE_HEADROOM`; else the hosts stay."""
@@ -266,22 +314,31 @@ def _release(window: Window, hosts: int, cfg, per_host: float | None, in_band: b
     best = f" (its best lately: {takes:.0f})" if takes > gpu_bound else ""
     left = (too_few or {}).get(hosts - 1, 0.0)
     if left > 0:
-        return hold(f"under the target, but {hosts - 1} hosts starved the trainer after the last release "
-                    f"(no release to {hosts - 1} for {left:.0f} s more)")
+        return hold(
+            f"under the target, but {hosts - 1} hosts starved the trainer after the last release "
+            f"(no release to {hosts - 1} for {left:.0f} s more)"
+        )
     if fewer >= takes * (BAND_RELEASE_HEADROOM if in_band else RELEASE_HEADROOM):  # the same rate on a host fewer
         after = predicted_rate(per_host, hosts - 1, gpu_bound)
         paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
         paying = prices.per_million_images(hosts - 1, after) if prices else None
         cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
         if in_band:
-            why = (f"within the {target:g} % target, and by the chain's own clock {hosts - 1} hosts can make "
-                   f"{fewer:.0f} images/s, over {BAND_RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer takes{best}: "
-                   "the wait is not the chain's")
+            why = (
+                f"within the {target:g} % target, and by the chain's own clock {hosts - 1} hosts can make "
+                f"{fewer:.0f} images/s, over {BAND_RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer takes{best}: "
+                "the wait is not the chain's"
+            )
         else:
-            why = (f"under half the {target:g} % target; {hosts - 1} hosts can make {fewer:.0f} images/s, the trainer "
-                   f"takes {gpu_bound:.0f}{best}")
+            why = (
+                f"under half the {target:g} % target; {hosts - 1} hosts can make {fewer:.0f} images/s, the trainer "
+                f"takes {gpu_bound:.0f}{best}"
+            )
         return Decision(hosts - 1, -1, why + cost, after)
     if in_band:
         return hold(f"within the {target:g} % target", fewer)
-    return hold(f"under the target, but {hosts - 1} hosts could make only {fewer:.0f} images/s of the "
-                f"{gpu_bound:.0f} the trainer takes{best}", fewer)
+    return hold(
+        f"under the target, but {hosts - 1} hosts could make only {fewer:.0f} images/s of the "
+        f"{gpu_bound:.0f} the trainer takes{best}",
+        fewer,
+    )

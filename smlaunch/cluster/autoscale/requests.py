@@ -69,7 +69,8 @@ class DataHostRequests:
 
                     logging.getLogger("smlaunch").warning(
                         f"autoscale: the request for {hosts} data hosts did not reach the autoscaler within "
-                        f"{FORWARDED_S:g} s; it may start a host in place of one given back")
+                        f"{FORWARDED_S:g} s; it may start a host in place of one given back"
+                    )
 
     def recount(self) -> None:
         """Have the coordinator count the cluster's nodes now (the data hosts joined or left), not at
@@ -92,8 +93,7 @@ class DataHostRequests:
 
     def _run(self) -> None:
         # The coordinator's client is not thread-safe: this thread is its only caller.
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import \
-            DefaultAutoscalingCoordinator
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import DefaultAutoscalingCoordinator
 
         coordinator = DefaultAutoscalingCoordinator(self.requester)
         while True:
@@ -110,8 +110,9 @@ class DataHostRequests:
                     _recount_nodes(self.requester)
                 continue
             if hosts:
-                coordinator.request_resources([{"CPU": float(self.cpus_per_host)}] * hosts, EXPIRE_S,
-                                              label_selectors=[dict(self.labels)] * hosts)
+                coordinator.request_resources(
+                    [{"CPU": float(self.cpus_per_host)}] * hosts, EXPIRE_S, label_selectors=[dict(self.labels)] * hosts
+                )
             else:
                 coordinator.cancel_request()
             if self._recount or asked > self._forwarded:
@@ -129,25 +130,30 @@ def _recount_nodes(requester: str) -> None:
     requester's reservation (Ray Data's budgets) from it. Ray 2.60's `get_reserved_resources` takes
     `recompute`; where a later Ray drops it, the coordinator's own 20 s tick still comes."""
     import ray
-    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import \
-        get_or_create_autoscaling_coordinator
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        get_or_create_autoscaling_coordinator,
+    )
 
     try:
-        ray.get(get_or_create_autoscaling_coordinator().get_reserved_resources.remote(requester, recompute=True),
-                timeout=30)
+        ray.get(
+            get_or_create_autoscaling_coordinator().get_reserved_resources.remote(requester, recompute=True), timeout=30
+        )
     except Exception as exc:  # noqa: BLE001 - the coordinator's next tick counts them anyway
         import logging
 
-        logging.getLogger("smlaunch").warning(f"autoscale: Ray Data's coordinator did not recount the nodes now "
-                                              f"({type(exc).__name__}); its budget follows at its next tick (20 s)")
+        logging.getLogger("smlaunch").warning(
+            f"autoscale: Ray Data's coordinator did not recount the nodes now "
+            f"({type(exc).__name__}); its budget follows at its next tick (20 s)"
+        )
 
 
 def labelled_nodes(labels: dict[str, str]) -> list[dict]:
     """The alive nodes carrying every one of `labels` (`ray.nodes()` entries)."""
     import ray
 
-    return [n for n in ray.nodes() if n.get("Alive")
-            and all((n.get("Labels") or {}).get(k) == v for k, v in labels.items())]
+    return [
+        n for n in ray.nodes() if n.get("Alive") and all((n.get("Labels") or {}).get(k) == v for k, v in labels.items())
+    ]
 
 
 def drain(node_id: str, why: str, deadline_s: float = 0.0) -> None:
@@ -160,8 +166,8 @@ def drain(node_id: str, why: str, deadline_s: float = 0.0) -> None:
 
     gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
     deadline_ms = time.time_ns() // 1_000_000 + int(deadline_s * 1000) if deadline_s else 0
-    accepted, refusal = gcs.drain_node(node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-                                       why, deadline_ms)
+    accepted, refusal = gcs.drain_node(
+        node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), why, deadline_ms
+    )
     if not accepted:
         raise RuntimeError(f"Ray refused to drain node {node_id[:12]}: {refusal}")
-

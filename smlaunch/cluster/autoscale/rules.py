@@ -34,9 +34,11 @@ class ElasticPlan:
 
     def line(self) -> str:
         cost = f", ${self.price_per_host_h:.2f}/h each" if self.price_per_host_h else ""
-        return (f"autoscale: {self.group} between {self.min_hosts} and {self.max_hosts} hosts "
-                f"({self.cpus_per_host:g} CPUs{cost}), aiming at a data wait under {self.target_data_wait_pct:g} %, "
-                f"{self.cooldown_s:g} s between changes")
+        return (
+            f"autoscale: {self.group} between {self.min_hosts} and {self.max_hosts} hosts "
+            f"({self.cpus_per_host:g} CPUs{cost}), aiming at a data wait under {self.target_data_wait_pct:g} %, "
+            f"{self.cooldown_s:g} s between changes"
+        )
 
 
 def scaled_group(cfg):
@@ -52,17 +54,21 @@ def scaled_group(cfg):
     if name is None:
         cpu_groups = [g for g in groups if g != train_group and not groups[g].spec.gpus]
         if len(cpu_groups) != 1:
-            raise ConfigError(f"autoscale.group: {'no' if not cpu_groups else 'more than one'} CPU-only group "
-                              f"besides the train group {train_group} ({', '.join(cpu_groups) or 'none'}); name the "
-                              "one to scale")
+            raise ConfigError(
+                f"autoscale.group: {'no' if not cpu_groups else 'more than one'} CPU-only group "
+                f"besides the train group {train_group} ({', '.join(cpu_groups) or 'none'}); name the "
+                "one to scale"
+            )
         name = cpu_groups[0]
     if name not in groups:
         raise ConfigError(f"autoscale.group: no instance group {name!r}; groups: {sorted(groups)}")
     if name == train_group:
         raise ConfigError(f"autoscale.group: {name} is the train group; only data (CPU-only) groups scale")
     if groups[name].spec.gpus:
-        raise ConfigError(f"autoscale.group: {name} ({groups[name].instance_type}) has GPUs; only CPU-only groups "
-                          "scale (a GPU host added mid-run would train nothing)")
+        raise ConfigError(
+            f"autoscale.group: {name} ({groups[name].instance_type}) has GPUs; only CPU-only groups "
+            "scale (a GPU host added mid-run would train nothing)"
+        )
     return groups[name]
 
 
@@ -71,9 +77,11 @@ def fixed_groups_note(cfg, where: str) -> str | None:
     group = scaled_group(cfg)
     if group is None:
         return None
-    return (f"autoscale: off in {where}, whose hosts are fixed for the run: {group.name} keeps its "
-            f"{group.instance_count} (sm-launch submit --data-hosts auto sizes it from the last report; only a "
-            "running Ray cluster with an autoscaler, run --address, scales while training)")
+    return (
+        f"autoscale: off in {where}, whose hosts are fixed for the run: {group.name} keeps its "
+        f"{group.instance_count} (sm-launch submit --data-hosts auto sizes it from the last report; only a "
+        "running Ray cluster with an autoscaler, run --address, scales while training)"
+    )
 
 
 def elastic_plan(cfg, cpus_per_host: float) -> ElasticPlan | None:
@@ -89,8 +97,15 @@ def elastic_plan(cfg, cpus_per_host: float) -> ElasticPlan | None:
     prices = price_table(cfg.monitor.prices)
     train = next(g for g in cfg.cluster.instance_groups if g.name == config_train_group(cfg)[0])
     train_price = prices.get(train.instance_type)
-    return ElasticPlan(group=group.name, labels=selector(cfg, group.name),
-                       cpus_per_host=cpus_per_host, min_hosts=a.min_data_hosts, max_hosts=a.max_data_hosts,
-                       target_data_wait_pct=a.target_data_wait_pct, cooldown_s=a.cooldown_s,
-                       window_steps=a.window_steps, price_per_host_h=prices.get(group.instance_type),
-                       train_price_h=train_price * train.instance_count if train_price is not None else None)
+    return ElasticPlan(
+        group=group.name,
+        labels=selector(cfg, group.name),
+        cpus_per_host=cpus_per_host,
+        min_hosts=a.min_data_hosts,
+        max_hosts=a.max_data_hosts,
+        target_data_wait_pct=a.target_data_wait_pct,
+        cooldown_s=a.cooldown_s,
+        window_steps=a.window_steps,
+        price_per_host_h=prices.get(group.instance_type),
+        train_price_h=train_price * train.instance_count if train_price is not None else None,
+    )

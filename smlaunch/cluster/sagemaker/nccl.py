@@ -11,7 +11,7 @@ already set in the job's environment (`sagemaker.environment`) wins.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def nccl_environment(instance_type: str, interface: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,1 +1,2 @@
-"""The attached path: a Ray cluster that is already running (`connect`, `run`), and the job as KubeRay objects (`kuberay`)."""
+"""The attached path: a Ray cluster that is already running (`connect`, `run`), and the job as
+KubeRay objects (`kuberay`)."""

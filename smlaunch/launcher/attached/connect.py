@@ -22,8 +22,9 @@ REACH_TIMEOUT_S = 10
 
 
 @contextlib.contextmanager
-def connected(address: str, env_vars: dict[str, str] | None = None, code: str | None = None,
-              data: set[str] = frozenset()):
+def connected(
+    address: str, env_vars: dict[str, str] | None = None, code: str | None = None, data: set[str] = frozenset()
+):
     """A driver connection to the cluster at `address`; one line when it cannot be made.
     `env_vars` go into the Ray job's runtime environment: every task and actor of the job sees them.
     `code`: the user's code folder, shipped as the job's `working_dir` (a running cluster's workers
@@ -47,9 +48,13 @@ def connected(address: str, env_vars: dict[str, str] | None = None, code: str | 
         code_files(code, skip=data)  # refused in one line past the limit, before anything is uploaded
         real = os.path.realpath(code)
         inside = [os.path.relpath(d, real) for d in sorted(data) if d.startswith(real + os.sep)]
-        runtime_env.update(working_dir=code, excludes=[f"{name}/" for name in sorted(LEFT_OUT)]
-                           + [f"*{suffix}" for suffix in LEFT_OUT_SUFFIXES] + _venvs(code)
-                           + [f"/{rel}/" for rel in inside])
+        runtime_env.update(
+            working_dir=code,
+            excludes=[f"{name}/" for name in sorted(LEFT_OUT)]
+            + [f"*{suffix}" for suffix in LEFT_OUT_SUFFIXES]
+            + _venvs(code)
+            + [f"/{rel}/" for rel in inside],
+        )
     try:
         ray.init(address=address, runtime_env=runtime_env or None, **console.ray_init_options())
     except Exception as exc:  # ConnectionError, an auth failure, a version mismatch: Ray's own words
@@ -96,8 +101,7 @@ def check_attached(cfg: LaunchConfig, address: str, log) -> AttachedCluster:
             return {"node_id": context.get_node_id(), "labels": context.get_node_labels()}
 
         started = time.monotonic()
-        refs = {n.node_id: where.options(label_selector={"ray.io/node-id": n.node_id}).remote()
-                for n in attached.nodes}
+        refs = {n.node_id: where.options(label_selector={"ray.io/node-id": n.node_id}).remote() for n in attached.nodes}
         try:
             answers = {node: ray.get(ref, timeout=TASK_TIMEOUT_S) for node, ref in refs.items()}
         except ray.exceptions.GetTimeoutError as exc:

@@ -54,15 +54,19 @@ def grow_to_minimum(cfg, address: str):
     requests.want(wanted)
     if len(present) >= wanted:
         return requests
-    log.info(f"autoscale: asking the autoscaler for {plural(wanted - len(present), 'host')} of {group.name} "
-             f"({cpus:g} CPUs, labels {labels})")
+    log.info(
+        f"autoscale: asking the autoscaler for {plural(wanted - len(present), 'host')} of {group.name} "
+        f"({cpus:g} CPUs, labels {labels})"
+    )
     deadline = time.monotonic() + cfg.cluster.join_timeout_s
     while len(present := joined_nodes(labels)) < wanted:
         if time.monotonic() > deadline:
             requests.close()
-            raise UserError(f"cluster at {address}: autoscale.min_data_hosts is {wanted} but {len(present)} "
-                            f"{group.name} nodes joined within cluster.join_timeout_s ({cfg.cluster.join_timeout_s:g} "
-                            f"s); the autoscaler must offer a worker group labelled {labels} with {cpus:g} CPUs")
+            raise UserError(
+                f"cluster at {address}: autoscale.min_data_hosts is {wanted} but {len(present)} "
+                f"{group.name} nodes joined within cluster.join_timeout_s ({cfg.cluster.join_timeout_s:g} "
+                f"s); the autoscaler must offer a worker group labelled {labels} with {cpus:g} CPUs"
+            )
         time.sleep(1.0)
     log.info(f"autoscale: {plural(len(present), 'host')} of {group.name} joined")
     return requests
@@ -76,9 +80,11 @@ def _first_hosts(labels: dict, group: str, address: str, timeout_s: float) -> li
     deadline = time.monotonic() + timeout_s
     while not (present := joined_nodes(labels)):
         if time.monotonic() > deadline:
-            raise UserError(f"cluster at {address}: no {group} node (labels {labels}) within cluster.join_timeout_s "
-                            f"({timeout_s:g} s); autoscale grows the group from its first host, which the cluster "
-                            "must start (KubeRay: the worker group's minReplicas of 1 or more)")
+            raise UserError(
+                f"cluster at {address}: no {group} node (labels {labels}) within cluster.join_timeout_s "
+                f"({timeout_s:g} s); autoscale grows the group from its first host, which the cluster "
+                "must start (KubeRay: the worker group's minReplicas of 1 or more)"
+            )
         time.sleep(1.0)
     return present
 
@@ -93,9 +99,14 @@ def controller(plan, requests, base: list[str]):
 
     e = plan.elastic
     floor = max(e.min_hosts, len(base))
-    cfg = AutoscaleConfig(min_data_hosts=floor, max_data_hosts=max(e.max_hosts, floor),
-                          target_data_wait_pct=e.target_data_wait_pct, cooldown_s=e.cooldown_s,
-                          window_steps=e.window_steps, group=e.group)
+    cfg = AutoscaleConfig(
+        min_data_hosts=floor,
+        max_data_hosts=max(e.max_hosts, floor),
+        target_data_wait_pct=e.target_data_wait_pct,
+        cooldown_s=e.cooldown_s,
+        window_steps=e.window_steps,
+        group=e.group,
+    )
     seen: dict[str, int] = {node: i for i, node in enumerate(base)}
 
     def joined() -> list[str]:
@@ -119,10 +130,18 @@ def controller(plan, requests, base: list[str]):
         cpus = sum(total.get(n, {}).get("CPU", 0) for n in nodes)
         return 1 - sum(free.get(n, {}).get("CPU", 0) for n in nodes) / cpus if cpus else None
 
-    access = DataHostsAccess(joined=joined, want=requests.want, drain=give_back, cpu_busy=cpu_busy,
-                             recount=requests.recount)
-    return ElasticDataHosts(cfg, access, e.price_per_host_h, log.info, period_s=PERIOD_S, slots_per_host=e.cpus_per_host,
-                            train_price_h=e.train_price_h)
+    access = DataHostsAccess(
+        joined=joined, want=requests.want, drain=give_back, cpu_busy=cpu_busy, recount=requests.recount
+    )
+    return ElasticDataHosts(
+        cfg,
+        access,
+        e.price_per_host_h,
+        log.info,
+        period_s=PERIOD_S,
+        slots_per_host=e.cpus_per_host,
+        train_price_h=e.train_price_h,
+    )
 
 
 @contextlib.contextmanager

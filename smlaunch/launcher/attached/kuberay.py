@@ -47,8 +47,7 @@ AUTOSCALER_IDLE_TIMEOUT_S = 60
 """How long a scaled host nothing asks for stays. The run gives hosts back by draining them itself
 (`autoscale.cooldown_s` paces that), so this only clears what is left once its request is withdrawn;
 KubeRay's own sample value."""
-AUTOSCALER_CONTAINER = {"requests": {"cpu": "500m", "memory": "512Mi"},
-                        "limits": {"cpu": "500m", "memory": "512Mi"}}
+AUTOSCALER_CONTAINER = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
 """The autoscaler sidecar's resources (KubeRay's defaults, written out so the head pod's footprint
 is in the manifest, not in the operator's version)."""
 
@@ -68,17 +67,22 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
     kuberay = cfg.kuberay or KubeRayConfig()
     image = image or kuberay.image
     if not image:
-        raise ConfigError("kuberay.image: no image; give --image IMAGE or kuberay.image (an image with "
-                          f"Ray {ray_version} and smlaunch installed)")
+        raise ConfigError(
+            "kuberay.image: no image; give --image IMAGE or kuberay.image (an image with "
+            f"Ray {ray_version} and smlaunch installed)"
+        )
     name = k8s_name(cfg.job)
     groups = cfg.cluster.instance_groups
     train_group, _ = config_train_group(cfg)
     metadata = {"name": name, "labels": {"app.kubernetes.io/name": "smlaunch", "smlaunch/job": name}}
     if kuberay.namespace:
         metadata["namespace"] = kuberay.namespace
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {**metadata, "name": f"{name}-config"},
-                  "data": {"config.yaml": yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True),
-                                                          sort_keys=False)}}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {**metadata, "name": f"{name}-config"},
+        "data": {"config.yaml": yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)},
+    }
     head_of = next((g for g in groups if g.name == kuberay.head_group), None)
     scaled = scaled_group(cfg)
     workers = []
@@ -87,27 +91,47 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
         if high == 0:
             continue
         subcluster = "train" if group.name == train_group else "data"
-        workers.append({
-            "groupName": group_name(group.name), "replicas": replicas, "minReplicas": low,
-            "maxReplicas": high, "labels": {SUBCLUSTER: subcluster, GROUP_LABEL: group.name},
-            "rayStartParams": ray_resources(group),
-            "template": pod(group, image, kuberay, container="ray-worker")})
+        workers.append(
+            {
+                "groupName": group_name(group.name),
+                "replicas": replicas,
+                "minReplicas": low,
+                "maxReplicas": high,
+                "labels": {SUBCLUSTER: subcluster, GROUP_LABEL: group.name},
+                "rayStartParams": ray_resources(group),
+                "template": pod(group, image, kuberay, container="ray-worker"),
+            }
+        )
     if head_of is None:
-        head = {"rayStartParams": {"num-cpus": "0", "num-gpus": "0"},
-                "template": pod(None, image, kuberay, container="ray-head", config_map=f"{name}-config")}
+        head = {
+            "rayStartParams": {"num-cpus": "0", "num-gpus": "0"},
+            "template": pod(None, image, kuberay, container="ray-head", config_map=f"{name}-config"),
+        }
     else:
-        head = {"labels": {SUBCLUSTER: "train" if head_of.name == train_group else "data",
-                           GROUP_LABEL: head_of.name},
-                "rayStartParams": ray_resources(head_of),
-                "template": pod(head_of, image, kuberay, container="ray-head", config_map=f"{name}-config")}
-    job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": {
-        "entrypoint": f"sm-launch run {CONFIG_DIR}/config.yaml",
-        "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": kuberay.ttl_after_finished_s,
-        "activeDeadlineSeconds": kuberay.max_run_s,
-        "backoffLimit": 0,
-        "rayClusterSpec": {"rayVersion": ray_version, **(autoscaler() if scaled else {}),
-                           "authOptions": {"mode": "token"}, "headGroupSpec": head, "workerGroupSpecs": workers}}}
+        head = {
+            "labels": {SUBCLUSTER: "train" if head_of.name == train_group else "data", GROUP_LABEL: head_of.name},
+            "rayStartParams": ray_resources(head_of),
+            "template": pod(head_of, image, kuberay, container="ray-head", config_map=f"{name}-config"),
+        }
+    job = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": metadata,
+        "spec": {
+            "entrypoint": f"sm-launch run {CONFIG_DIR}/config.yaml",
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": kuberay.ttl_after_finished_s,
+            "activeDeadlineSeconds": kuberay.max_run_s,
+            "backoffLimit": 0,
+            "rayClusterSpec": {
+                "rayVersion": ray_version,
+                **(autoscaler() if scaled else {}),
+                "authOptions": {"mode": "token"},
+                "headGroupSpec": head,
+                "workerGroupSpecs": workers,
+            },
+        },
+    }
     return [config_map, job]
 
 
@@ -130,10 +154,15 @@ def autoscaler() -> dict:
     `version: v2` is KubeRay's switch: the operator sets `RAY_enable_autoscaler_v2` on the head
     itself and refuses a spec that also sets that variable, so the head's env stays as it is; the
     pods' `restartPolicy` stays unset too (v2 accepts Never or nothing)."""
-    return {"enableInTreeAutoscaling": True,
-            "autoscalerOptions": {"version": "v2", "upscalingMode": "Default",
-                                  "idleTimeoutSeconds": AUTOSCALER_IDLE_TIMEOUT_S,
-                                  "resources": {k: dict(v) for k, v in AUTOSCALER_CONTAINER.items()}}}
+    return {
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": {
+            "version": "v2",
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": AUTOSCALER_IDLE_TIMEOUT_S,
+            "resources": {k: dict(v) for k, v in AUTOSCALER_CONTAINER.items()},
+        },
+    }
 
 
 def code_notes(cfg: LaunchConfig) -> list[str]:
@@ -149,11 +178,14 @@ def code_notes(cfg: LaunchConfig) -> list[str]:
     for field, path in named:
         module = path.partition(":")[0]
         found = os.path.realpath(getattr(sys.modules.get(resolve(path, field).__module__), "__file__", "") or "")
-        files.add(os.path.relpath(found, folder) if found.startswith(folder + os.sep)
-                  else module.replace(".", "/") + ".py")
+        files.add(
+            os.path.relpath(found, folder) if found.startswith(folder + os.sep) else module.replace(".", "/") + ".py"
+        )
     files = sorted(files)
-    return [f"the job imports {', '.join(dict.fromkeys(p for _, p in named))}: the image's working directory "
-            f"must hold {', '.join(files)} as this folder does (the run ships that directory to the workers)"]
+    return [
+        f"the job imports {', '.join(dict.fromkeys(p for _, p in named))}: the image's working directory "
+        f"must hold {', '.join(files)} as this folder does (the run ships that directory to the workers)"
+    ]
 
 
 def storage_notes(cfg: LaunchConfig) -> list[str]:
@@ -162,21 +194,35 @@ def storage_notes(cfg: LaunchConfig) -> list[str]:
     volume when one is mounted."""
     kuberay = cfg.kuberay or KubeRayConfig()
     mount = kuberay.shared_mount.rstrip("/") + "/"
-    paths = {f"channels.{name}.source": ch.source for name, ch in cfg.channels.items()
-             if not ch.source.startswith(("s3://", "builtin:"))}
+    paths = {
+        f"channels.{name}.source": ch.source
+        for name, ch in cfg.channels.items()
+        if not ch.source.startswith(("s3://", "builtin:"))
+    }
     on_s3 = cfg.run.dir.startswith("s3://")  # outputs uploaded: the pods' role must be able to write there
     if not kuberay.shared_volume_claim:
-        return ([] if on_s3 else [
-            f"run.dir: {cfg.run.dir} is on the pods' own disks: the model and checkpoints (written on rank 0's "
-            "pod) and the report (the head's) go with the cluster when the job ends; set "
-            "kuberay.shared_volume_claim and a run.dir under its mount, or an s3:// run.dir"]) + [
+        return (
+            []
+            if on_s3
+            else [
+                f"run.dir: {cfg.run.dir} is on the pods' own disks: the model and checkpoints (written on rank 0's "
+                "pod) and the report (the head's) go with the cluster when the job ends; set "
+                "kuberay.shared_volume_claim and a run.dir under its mount, or an s3:// run.dir"
+            ]
+        ) + [
             f"{field}: {source} must be on a volume every data pod mounts (kuberay.shared_volume_claim)"
-            for field, source in paths.items()]
+            for field, source in paths.items()
+        ]
     if not on_s3 and not (cfg.run.dir.rstrip("/") + "/").startswith(mount):
-        raise ConfigError(f"run.dir: {cfg.run.dir} is not under kuberay.shared_mount ({kuberay.shared_mount}); "
-                          f"the pods keep nothing else: set run.dir={mount}runs (or an s3:// URI)")
-    return [f"{field}: {source} is not under {kuberay.shared_mount}; every data pod must see it"
-            for field, source in paths.items() if not (source.rstrip("/") + "/").startswith(mount)]
+        raise ConfigError(
+            f"run.dir: {cfg.run.dir} is not under kuberay.shared_mount ({kuberay.shared_mount}); "
+            f"the pods keep nothing else: set run.dir={mount}runs (or an s3:// URI)"
+        )
+    return [
+        f"{field}: {source} is not under {kuberay.shared_mount}; every data pod must see it"
+        for field, source in paths.items()
+        if not (source.rstrip("/") + "/").startswith(mount)
+    ]
 
 
 def group_name(name: str) -> str:
@@ -213,15 +259,24 @@ def pod(group, image: str, kuberay: KubeRayConfig, *, container: str, config_map
             requests["memory"] = limits["memory"] = pod_memory(group)
         if group.spec.gpus:
             requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(group.spec.gpus)
-    env = {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
-           # the raylet's pool as every other path sets it, for the Ray CPUs the pod's `ray start` gets
-           **(worker_pool_env(pod_cpus(group)) if group is not None else {})}
-    spec_container = {"name": container, "image": image, "resources": {"requests": requests, "limits": limits},
-                      "env": [{"name": k, "value": v} for k, v in env.items()]}
+    env = {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+        # the raylet's pool as every other path sets it, for the Ray CPUs the pod's `ray start` gets
+        **(worker_pool_env(pod_cpus(group)) if group is not None else {}),
+    }
+    spec_container = {
+        "name": container,
+        "image": image,
+        "resources": {"requests": requests, "limits": limits},
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+    }
     if container == "ray-head":
-        spec_container["ports"] = [{"containerPort": 6379, "name": "gcs"},
-                                   {"containerPort": 8265, "name": "dashboard"},
-                                   {"containerPort": 10001, "name": "client"}]
+        spec_container["ports"] = [
+            {"containerPort": 6379, "name": "gcs"},
+            {"containerPort": 8265, "name": "dashboard"},
+            {"containerPort": 10001, "name": "client"},
+        ]
     spec: dict = {"containers": [spec_container]}
     mounts, volumes = [], []
     if config_map:
@@ -245,8 +300,10 @@ class _Dumper(yaml.SafeDumper):
     """Multi-line strings (the config in the ConfigMap) as literal blocks, readable in the manifest."""
 
 
-_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+_Dumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None),
+)
 
 
 def manifest_yaml(documents: list[dict]) -> str:

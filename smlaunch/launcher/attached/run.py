@@ -4,8 +4,9 @@ Nothing is started or stopped there. The driver connects, matches the labelled n
 config's groups (`cluster.attached.attach`, one line for what is missing, before any work), plans the job
 on them (`cluster.attached.plan`), exposes the channels on the receiving nodes (`node_trees`), and
 trains with the same datasets, selectors and trainer as the local simulation and SageMaker
-(`launcher.job.run.run_job`; `attached_cluster` is this path's part). The job's actors are the driver's, so they end with it; its
-channel trees and its stop key are removed; the cluster is left as it was found.
+(`launcher.job.run.run_job`; `attached_cluster` is this path's part). The job's actors are the
+driver's, so they end with it; its channel trees and its stop key are removed; the cluster is left
+as it was found.
 
 Every host is named and pinned by its Ray node id (`host_label()` is `ray.io/node-id` for the
 whole Ray job, set in its runtime environment), since the cluster's nodes carry group labels,
@@ -59,8 +60,11 @@ def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
         stack.enter_context(_driver_env(env))
         from smlaunch.user_code import code_folder, data_folders, user_functions
 
-        ray = stack.enter_context(connected(address, env_vars=env, code=code_folder() if user_functions(cfg) else None,
-                                            data=data_folders(cfg)))
+        ray = stack.enter_context(
+            connected(
+                address, env_vars=env, code=code_folder() if user_functions(cfg) else None, data=data_folders(cfg)
+            )
+        )
         if stop is not None:  # now, not when the body starts: matching and checks below take a while
             stop.install()  # ray.init replaced the SIGTERM handler with one that exits at once
         _refuse_a_second_job(ray, address)
@@ -107,9 +111,13 @@ def _autoscale_env(cfg: LaunchConfig) -> dict[str, str]:
     if not cfg.autoscale:
         return {}
     never = "2.0"
-    return {"RAY_DATA_CLUSTER_SCALING_UP_UTIL_THRESHOLD": never,  # V2
-            **{f"RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_{what}_UTIL_THRESHOLD": never  # RATE_BASED
-               for what in ("CPU", "GPU", "MEMORY", "OBJECT_STORE_MEMORY")}}
+    return {
+        "RAY_DATA_CLUSTER_SCALING_UP_UTIL_THRESHOLD": never,  # V2
+        **{
+            f"RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_{what}_UTIL_THRESHOLD": never  # RATE_BASED
+            for what in ("CPU", "GPU", "MEMORY", "OBJECT_STORE_MEMORY")
+        },
+    }
 
 
 def _endpoint_env(cfg: LaunchConfig) -> dict[str, str]:
@@ -133,14 +141,17 @@ def _check_rank0_sees(plan, ray) -> None:
     marker = Path(plan.output_dir) / f".smlaunch-visible-{uuid.uuid4().hex[:12]}"
     marker.write_text("")
     try:
-        seen = ray.get(ray.remote(_exists).options(num_cpus=0, label_selector=host_selector(node))
-                       .remote(str(marker)), timeout=60)
+        seen = ray.get(
+            ray.remote(_exists).options(num_cpus=0, label_selector=host_selector(node)).remote(str(marker)), timeout=60
+        )
     finally:
         marker.unlink(missing_ok=True)
     if not seen:
-        raise UserError(f"run.dir: {Path(plan.output_dir).parent} is not the same directory on node {node} (rank 0's, "
-                        "which writes the model and checkpoints there) as here; give a path every node and the driver "
-                        "mount (a shared file system), or an s3:// URI")
+        raise UserError(
+            f"run.dir: {Path(plan.output_dir).parent} is not the same directory on node {node} (rank 0's, "
+            "which writes the model and checkpoints there) as here; give a path every node and the driver "
+            "mount (a shared file system), or an s3:// URI"
+        )
 
 
 def _exists(path: str) -> bool:
@@ -166,8 +177,9 @@ def _uploaded(plan, staging: str | None):
             try:
                 count = upload_dir(plan.run_dir, plan.output_dir)
             except Exception as exc:  # noqa: BLE001 - the run's own outcome matters more; say where the files are
-                log.warning(f"could not upload {plan.run_dir} to {plan.output_dir} ({exc}); the logs and report "
-                            "stay there")
+                log.warning(
+                    f"could not upload {plan.run_dir} to {plan.output_dir} ({exc}); the logs and report stay there"
+                )
             else:
                 log.info(f"uploaded {count} files (logs, config, report) to {plan.output_dir}")
                 console.close_file()
@@ -197,8 +209,10 @@ def _refuse_a_second_job(ray, address: str) -> None:
         ray.get_actor(NAME, namespace=NAMESPACE)
     except ValueError:
         return
-    raise UserError(f"cluster at {address}: another smlaunch job is running there (its {NAME} actor is alive); "
-                    "one job per cluster: wait for it, or give this job a cluster of its own")
+    raise UserError(
+        f"cluster at {address}: another smlaunch job is running there (its {NAME} actor is alive); "
+        "one job per cluster: wait for it, or give this job a cluster of its own"
+    )
 
 
 @contextlib.contextmanager

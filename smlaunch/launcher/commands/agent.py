@@ -19,23 +19,36 @@ log = logging.getLogger("smlaunch")
 
 def add_arguments(parser) -> None:
     parser.add_argument("--channel", required=True)
-    parser.add_argument("--source", required=True, help="a folder, or s3://bucket/prefix (set AWS_ENDPOINT_URL for "
-                        "a local S3 server), or an augmented manifest with --attribute-names")
+    parser.add_argument(
+        "--source",
+        required=True,
+        help="a folder, or s3://bucket/prefix (set AWS_ENDPOINT_URL for "
+        "a local S3 server), or an augmented manifest with --attribute-names",
+    )
     parser.add_argument("--data-dir", default="/opt/ml/input/data", help="where the FIFOs go (default %(default)s)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--seed", type=int, help="shuffle the objects per epoch with this seed (ShuffleConfig)")
     parser.add_argument("--record-wrapper", choices=("None", "RecordIO"), default="None")
     parser.add_argument("--shard", metavar="I/N", help="ShardedByS3Key: this host's share, host I of N (0-based)")
-    parser.add_argument("--attribute-names", metavar="A,B", help="--source is an augmented manifest (JSON Lines): "
-                        "stream one RecordIO record per named attribute per line, `-ref` ones as the object's bytes")
-    parser.add_argument("--reader-wait", type=float, default=120.0, metavar="S",
-                        help="seconds to wait for a reader to open each FIFO (default %(default)s)")
+    parser.add_argument(
+        "--attribute-names",
+        metavar="A,B",
+        help="--source is an augmented manifest (JSON Lines): "
+        "stream one RecordIO record per named attribute per line, `-ref` ones as the object's bytes",
+    )
+    parser.add_argument(
+        "--reader-wait",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait for a reader to open each FIFO (default %(default)s)",
+    )
 
 
 def main(args, failure) -> int:
     from smlaunch.errors import UserError
-    from smlaunch.pipelines.sources.pipe_agent import PipeAgent
     from smlaunch.pipelines.sources.objects import local_objects, objects_for_host, s3_objects
+    from smlaunch.pipelines.sources.pipe_agent import PipeAgent
 
     if args.attribute_names:
         from smlaunch.pipelines.sources.manifest import manifest_objects
@@ -49,10 +62,19 @@ def main(args, failure) -> int:
         if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
             raise UserError(f"--shard {args.shard}: expected I/N with 0 <= I < N, e.g. 0/2")
         objects = objects_for_host(objects, "ShardedByS3Key", int(index), int(count))
-    log.info(f"agent: {plural(len(objects), 'object')} for channel '{args.channel}', "
-             f"{plural(args.epochs, 'epoch')} into {args.data_dir}/{args.channel}_<epoch>")
-    agent = PipeAgent(args.data_dir, args.channel, objects, args.epochs, seed=args.seed,
-                      record_wrapper=args.record_wrapper, reader_wait_s=args.reader_wait)
+    log.info(
+        f"agent: {plural(len(objects), 'object')} for channel '{args.channel}', "
+        f"{plural(args.epochs, 'epoch')} into {args.data_dir}/{args.channel}_<epoch>"
+    )
+    agent = PipeAgent(
+        args.data_dir,
+        args.channel,
+        objects,
+        args.epochs,
+        seed=args.seed,
+        record_wrapper=args.record_wrapper,
+        reader_wait_s=args.reader_wait,
+    )
     _run_with_progress(agent, sum(o.size for o in objects) * args.epochs)
     log.info(f"agent: done, {agent.bytes_written} bytes written")
     return 0

@@ -19,16 +19,20 @@ FIFO_WAIT_S = 60.0
 def add_arguments(parser) -> None:
     parser.add_argument("path", help="a record file (or a FIFO)")
     parser.add_argument("--format", required=True, choices=FORMATS)
-    parser.add_argument("--fifo-wait", type=float, default=FIFO_WAIT_S, metavar="S",
-                        help="PATH is a FIFO: seconds to wait for a writer (default %(default)s)")
+    parser.add_argument(
+        "--fifo-wait",
+        type=float,
+        default=FIFO_WAIT_S,
+        metavar="S",
+        help="PATH is a FIFO: seconds to wait for a writer (default %(default)s)",
+    )
 
 
 def main(args, failure) -> int:
     from smlaunch.errors import DataError
 
     try:
-        inspect_path(args.path, args.format, fifo_wait_s=args.fifo_wait,
-                     out=lambda line: log.log(RESULT, line))
+        inspect_path(args.path, args.format, fifo_wait_s=args.fifo_wait, out=lambda line: log.log(RESULT, line))
     except OSError as exc:
         raise DataError(f"{args.path}: {exc.strerror or exc}") from None
     return 0
@@ -42,8 +46,9 @@ def inspect_path(path: str, format: str, show: int = 5, out=print, fifo_wait_s: 
     from smlaunch.pipelines.sources.fifo import open_fifo
 
     if stat.S_ISFIFO(os.stat(path).st_mode):  # a plain open would block until a writer comes, forever
-        with open_fifo(path, time.monotonic() + fifo_wait_s,
-                       f"{path}: no writer opened the FIFO within {fifo_wait_s:.0f} s") as stream:
+        with open_fifo(
+            path, time.monotonic() + fifo_wait_s, f"{path}: no writer opened the FIFO within {fifo_wait_s:.0f} s"
+        ) as stream:
             return _inspect(stream, path, format, show, out)
     return _inspect(path, path, format, show, out)
 

@@ -18,8 +18,14 @@ if TYPE_CHECKING:  # annotations only: --help must not import pydantic models or
 
 def add_config_arguments(parser) -> None:
     parser.add_argument("config", help="YAML job config, e.g. configs/hetero.yaml")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field by dotted path (repeatable), e.g. trainer.steps=50")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field by dotted path (repeatable), e.g. trainer.steps=50",
+    )
 
 
 @dataclass(frozen=True)
@@ -43,8 +49,8 @@ def load_job(args, failure, write_failure_locally: bool = True) -> Job:
         failure.at(base_dir(), keep_existing=True)
     cfg = load_config(args.config, args.overrides)
     if on_sagemaker:
-        from smlaunch.cluster.sagemaker_env import read_sagemaker_environment
         from smlaunch.cluster.sagemaker.plan import build_sagemaker_plan
+        from smlaunch.cluster.sagemaker_env import read_sagemaker_environment
 
         sm = read_sagemaker_environment()
         plan = build_sagemaker_plan(cfg, sm, detect_local_environment())

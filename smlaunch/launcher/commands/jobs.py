@@ -17,8 +17,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("job", help="training job name (as `sm-launch submit` printed it)")
     parser.add_argument("--region", help="AWS region (default: boto3's: AWS_REGION, ~/.aws/config)")
     if parser.prog.split()[-1] == "logs":
-        parser.add_argument("--follow", "-f", action="store_true",
-                            help="keep printing new lines until the job has ended")
+        parser.add_argument(
+            "--follow", "-f", action="store_true", help="keep printing new lines until the job has ended"
+        )
 
 
 def main(args, failure) -> int:
@@ -30,8 +31,11 @@ def main(args, failure) -> int:
             log.log(RESULT, line)
     elif args.command == "stop":
         d = job_client.stop(sagemaker, args.job)
-        log.log(RESULT, f"{args.job}: {d['TrainingJobStatus']}; SageMaker sends SIGTERM to every host, which stops "
-                        "at the next step boundary with a checkpoint (`sm-launch logs --follow` to watch)")
+        log.log(
+            RESULT,
+            f"{args.job}: {d['TrainingJobStatus']}; SageMaker sends SIGTERM to every host, which stops "
+            "at the next step boundary with a checkpoint (`sm-launch logs --follow` to watch)",
+        )
     else:
         status = job_client.follow_logs(sagemaker, logs, args.job, lambda line: print(line, flush=True), args.follow)
         log.info(f"{args.job}: {status}")

@@ -16,8 +16,7 @@ log = logging.getLogger("smlaunch")
 
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--image", help="the image every pod runs (Ray and smlaunch installed); "
-                                        "default: kuberay.image")
+    parser.add_argument("--image", help="the image every pod runs (Ray and smlaunch installed); default: kuberay.image")
 
 
 def main(args, failure) -> int:

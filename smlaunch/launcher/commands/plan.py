@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from smlaunch.launcher.commands.job import add_config_arguments, load_job
 from smlaunch.console import RESULT
+from smlaunch.launcher.commands.job import add_config_arguments, load_job
 from smlaunch.text import plural
 
 log = logging.getLogger("smlaunch")
@@ -17,11 +17,16 @@ log = logging.getLogger("smlaunch")
 
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--json", action="store_true",
-                        help="print the plan (and the resolved config) as one JSON object instead")
-    parser.add_argument("--rates-from", metavar="RUN", dest="rates_from",
-                        help="a run of this model and chain (its directory or report.json): add the advisor's "
-                             "prediction for this plan's cluster from its measured rates")
+    parser.add_argument(
+        "--json", action="store_true", help="print the plan (and the resolved config) as one JSON object instead"
+    )
+    parser.add_argument(
+        "--rates-from",
+        metavar="RUN",
+        dest="rates_from",
+        help="a run of this model and chain (its directory or report.json): add the advisor's "
+        "prediction for this plan's cluster from its measured rates",
+    )
 
 
 def main(args, failure) -> int:
@@ -46,20 +51,25 @@ def prediction_lines(cfg, plan, rates_from: str | None) -> list[str]:
     """The advisor's prediction for this plan's cluster (`advisor.advise_plan`), from the rates a
     run measured; without one, the line says how to get it."""
     if not rates_from:
-        return ["advisor: no prediction without measured rates: run this config briefly (e.g. --set "
-                "trainer.steps=300) and plan again with --rates-from RUN_DIR"]
+        return [
+            "advisor: no prediction without measured rates: run this config briefly (e.g. --set "
+            "trainer.steps=300) and plan again with --rates-from RUN_DIR"
+        ]
     import json
 
     from smlaunch.cluster.prices import PRICES_DATED, price_table
-    from smlaunch.launcher.report.advisor import advise_plan, plan_advice_lines
     from smlaunch.launcher.commands.report import find_report
+    from smlaunch.launcher.report.advisor import advise_plan, plan_advice_lines
 
     path = find_report(rates_from)
     measured = json.loads(path.read_text())
-    hosts = [{"subcluster": h.subcluster, "instance_type": h.instance_type, "vcpus": h.vcpus or h.num_cpus}
-             for h in plan.hosts]
-    advisor = advise_plan(hosts, plan.train_workers, measured, cfg.monitor.model_dump(),
-                          price_table(cfg.monitor.prices), PRICES_DATED)
+    hosts = [
+        {"subcluster": h.subcluster, "instance_type": h.instance_type, "vcpus": h.vcpus or h.num_cpus}
+        for h in plan.hosts
+    ]
+    advisor = advise_plan(
+        hosts, plan.train_workers, measured, cfg.monitor.model_dump(), price_table(cfg.monitor.prices), PRICES_DATED
+    )
     return plan_advice_lines(advisor, str(path))
 
 
@@ -76,11 +86,20 @@ def data_hosts_sizing(cfg, plan, config_name: str) -> dict | None:
     try:
         sizing = size_data_group(cfg, cfg.sagemaker.data_hosts, config_name=config_name)
     except UserError as exc:  # ConfigError too
-        return {"error": str(exc), "line": f"data hosts: {cfg.sagemaker.data_hosts}, but submit will refuse it: "
-                                           + str(exc).removeprefix("data hosts auto: ")}
-    return {"group": sizing.group, "instance_type": sizing.instance_type, "count": sizing.count,
-            "config_count": sizing.was, "report": str(sizing.report) if sizing.report else None,
-            "why": sizing.why, "line": sizing.line()}
+        return {
+            "error": str(exc),
+            "line": f"data hosts: {cfg.sagemaker.data_hosts}, but submit will refuse it: "
+            + str(exc).removeprefix("data hosts auto: "),
+        }
+    return {
+        "group": sizing.group,
+        "instance_type": sizing.instance_type,
+        "count": sizing.count,
+        "config_count": sizing.was,
+        "report": str(sizing.report) if sizing.report else None,
+        "why": sizing.why,
+        "line": sizing.line(),
+    }
 
 
 def plan_json(cfg, plan) -> dict:
@@ -92,42 +111,59 @@ def plan_json(cfg, plan) -> dict:
 def plan_lines(cfg, plan) -> list[str]:
     import yaml
 
-    lines = ["# resolved config", *yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).splitlines(),
-             "", "# plan"]
+    lines = [
+        "# resolved config",
+        *yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).splitlines(),
+        "",
+        "# plan",
+    ]
     if plan.mode == "sagemaker":
         me = plan.host(plan.current_host)
         lines.append(f"SageMaker job: this host is {me.name} ({me.role}, {me.group})")
-        lines.append(f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type}) "
-                     f"at {plan.head_address}")
+        lines.append(
+            f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type}) at {plan.head_address}"
+        )
     else:
         lines.append(f"head: {plan.head} ({plan.head_host.group}, {plan.head_host.instance_type})")
     t = cfg.trainer
-    lines.append(f"train workers: {plan.train_workers} ({'GPU, NCCL' if plan.use_gpu else 'CPU, gloo'}): "
-                 + workers_text(plan.workers))
+    lines.append(
+        f"train workers: {plan.train_workers} ({'GPU, NCCL' if plan.use_gpu else 'CPU, gloo'}): "
+        + workers_text(plan.workers)
+    )
     if not t.loop:  # your loop's batch and rate are its own
-        lines.append(f"global batch: {plan.global_batch} = {t.batch_size} x {plural(plan.train_workers, 'worker')} x "
-                     f"{t.grad_accum_steps} accumulation; learning rate {plan.learning_rate:g}"
-                     + (" (linear scaling)" if t.lr_scaling == "linear" else ""))
+        lines.append(
+            f"global batch: {plan.global_batch} = {t.batch_size} x {plural(plan.train_workers, 'worker')} x "
+            f"{t.grad_accum_steps} accumulation; learning rate {plan.learning_rate:g}"
+            + (" (linear scaling)" if t.lr_scaling == "linear" else "")
+        )
     if plan.worker_env:
         lines.append("train workers' environment: " + " ".join(f"{k}={v}" for k, v in plan.worker_env.items()))
-    lines.append(f"preprocessing selector: {plan.preprocess_selector}"
-                 + ("" if plan.data_selector else " (no CPU-only group: the train hosts' CPUs)"))
+    lines.append(
+        f"preprocessing selector: {plan.preprocess_selector}"
+        + ("" if plan.data_selector else " (no CPU-only group: the train hosts' CPUs)")
+    )
     lines.append("hosts:")
     for h in plan.hosts:
         labels = ",".join(f"{k}={v}" for k, v in h.labels.items())
-        lines.append(f"  {h.name:8} {h.role:6} group={h.group} type={h.instance_type} cpus={h.num_cpus or '?'} "
-                     f"gpus={h.num_gpus} object_store={_mib(h.object_store_bytes)} labels={labels}")
+        lines.append(
+            f"  {h.name:8} {h.role:6} group={h.group} type={h.instance_type} cpus={h.num_cpus or '?'} "
+            f"gpus={h.num_gpus} object_store={_mib(h.object_store_bytes)} labels={labels}"
+        )
     lines.append("channels:")
     for c in plan.channels:
-        extras = ([f"{c.file_system} file system, files split between the hosts"] if c.file_system
-                  else [c.distribution]) + ([c.s3_data_type] if c.s3_data_type != "S3Prefix" else []) + (
-            [f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else []) + (
-            [_fields(c)] if _custom_fields(c) else []) + (
-            [f"skip up to {c.max_corrupted_records} corrupt"] if c.max_corrupted_records else []) + (
-            [_order(cfg, c)] if c.input_mode != "Pipe" else [])
+        extras = (
+            ([f"{c.file_system} file system, files split between the hosts"] if c.file_system else [c.distribution])
+            + ([c.s3_data_type] if c.s3_data_type != "S3Prefix" else [])
+            + ([f"attributes {','.join(c.attribute_names)}"] if c.attribute_names else [])
+            + ([_fields(c)] if _custom_fields(c) else [])
+            + ([f"skip up to {c.max_corrupted_records} corrupt"] if c.max_corrupted_records else [])
+            + ([_order(cfg, c)] if c.input_mode != "Pipe" else [])
+        )
         where = f"/opt/ml/input/data/{c.name}" + ("_<epoch>" if c.input_mode == "Pipe" else "")
-        lines.append(f"  {c.name}: {c.input_mode} {c.record_format} ({', '.join(extras)}) from {c.source} -> "
-                     f"{where} on {', '.join(c.hosts)}")
+        lines.append(
+            f"  {c.name}: {c.input_mode} {c.record_format} ({', '.join(extras)}) from {c.source} -> "
+            f"{where} on {', '.join(c.hosts)}"
+        )
     if cfg.trainer.loop:
         lines.append(loop_line(cfg, plan))
     if cfg.model and cfg.model.factory:
@@ -136,8 +172,10 @@ def plan_lines(cfg, plan) -> list[str]:
         params = ", ".join(f"{k}={v!r}" for k, v in cfg.model.params.items())
         lines.append(f"model: {cfg.model.factory}({params}) on every rank, imported from {code_folder()}")
     if cfg.task is not None:
-        lines.append(f"task: loss {cfg.task.loss}" + (f", validation {cfg.task.evaluate or 'the mean loss'}"
-                                                      if cfg.validates else ""))
+        lines.append(
+            f"task: loss {cfg.task.loss}"
+            + (f", validation {cfg.task.evaluate or 'the mean loss'}" if cfg.validates else "")
+        )
     if not cfg.trainer.loop:
         lines.append(validation_line(cfg))
     from smlaunch.user_code import code_summary
@@ -146,8 +184,10 @@ def plan_lines(cfg, plan) -> list[str]:
     if code:
         lines.append(code)
     if cfg.model and cfg.model.pretrained:
-        lines.append(f"model: fine-tuning {cfg.model.label} from {cfg.model.pretrained} (loaded on rank 0, the "
-                     "classifier re-sized to the class count)")
+        lines.append(
+            f"model: fine-tuning {cfg.model.label} from {cfg.model.pretrained} (loaded on rank 0, the "
+            "classifier re-sized to the class count)"
+        )
     lines.append(f"run directory: {plan.run_dir}" + (" (on the head)" if plan.mode == "sagemaker" else ""))
     if plan.checkpoint_every_s and plan.stop_is_clean:  # an unsafe PID 1's line below says it
         lines.append(f"checkpoints: every {plan.checkpoint_every_s:g} s (trainer.checkpoint_every_s)")
@@ -166,8 +206,10 @@ def validation_line(cfg) -> str:
         return f"validation: channel 'validation', {when + ' and ' if when else ''}at the end of the run"
     others = [f"'{name}'" for name in cfg.channels if name != "train"]
     unread = f"; {', '.join(others)} {'is' if len(others) == 1 else 'are'} not read" if others else ""
-    return (f"validation: none (no channel named 'validation'{unread}): the model trains and is saved "
-            "without a held-out measurement")
+    return (
+        f"validation: none (no channel named 'validation'{unread}): the model trains and is saved "
+        "without a held-out measurement"
+    )
 
 
 def loop_line(cfg, plan) -> str:
@@ -175,9 +217,11 @@ def loop_line(cfg, plan) -> str:
     from smlaunch.user_code import code_folder
 
     names = ", ".join(f"'{c.name}'" for c in plan.channels)
-    return (f"loop: {cfg.trainer.loop}(config) on each of {plural(plan.train_workers, 'Ray Train worker')}, imported "
-            f"from {code_folder()}; ray.train.get_dataset_shard({names}) gives each rank an equal share (Ray "
-            "Train's split); the checkpoints it reports go to the checkpoint directory")
+    return (
+        f"loop: {cfg.trainer.loop}(config) on each of {plural(plan.train_workers, 'Ray Train worker')}, imported "
+        f"from {code_folder()}; ray.train.get_dataset_shard({names}) gives each rank an equal share (Ray "
+        "Train's split); the checkpoints it reports go to the checkpoint directory"
+    )
 
 
 def workers_text(workers) -> str:
@@ -196,9 +240,15 @@ def workers_text(workers) -> str:
 
 
 def _span(numbers: list[int]) -> str:
-    return str(numbers[0]) if len(numbers) == 1 else (
-        f"{numbers[0]}-{numbers[-1]}" if numbers == list(range(numbers[0], numbers[-1] + 1)) else
-        ",".join(map(str, numbers)))
+    return (
+        str(numbers[0])
+        if len(numbers) == 1
+        else (
+            f"{numbers[0]}-{numbers[-1]}"
+            if numbers == list(range(numbers[0], numbers[-1] + 1))
+            else ",".join(map(str, numbers))
+        )
+    )
 
 
 def summary(cfg, plan) -> list[str]:
@@ -207,18 +257,26 @@ def summary(cfg, plan) -> list[str]:
     length = plural(t.steps, "step") if t.steps else plural(t.epochs, "epoch")
     workers = plural(plan.train_workers, "train worker")
     device = "GPU" if plan.use_gpu else "CPU"
-    lines = [f"job {cfg.job}: your loop {t.loop} on {workers} ({device})" if t.loop else
-             f"job {cfg.job}: {length} of {cfg.model.label}, batch {t.batch_size} x {workers} ({device}), "
-             f"global batch {plan.global_batch}"]
-    hosts = "; ".join(f"{h.name} {h.subcluster}{' (head)' if h.role == 'head' else ''} {h.group} "
-                      f"{h.instance_type}, {plural(h.num_cpus, 'CPU')}" + (f", {plural(h.num_gpus, 'GPU')}"
-                                                                        if h.num_gpus else "")
-                      for h in plan.hosts)
+    lines = [
+        f"job {cfg.job}: your loop {t.loop} on {workers} ({device})"
+        if t.loop
+        else f"job {cfg.job}: {length} of {cfg.model.label}, batch {t.batch_size} x {workers} ({device}), "
+        f"global batch {plan.global_batch}"
+    ]
+    hosts = "; ".join(
+        f"{h.name} {h.subcluster}{' (head)' if h.role == 'head' else ''} {h.group} "
+        f"{h.instance_type}, {plural(h.num_cpus, 'CPU')}" + (f", {plural(h.num_gpus, 'GPU')}" if h.num_gpus else "")
+        for h in plan.hosts
+    )
     lines.append(f"hosts: {hosts}")
     if plan.train_workers > 1:
         lines.append(f"train workers: {workers_text(plan.workers)}")
-    lines.append("channels: " + "; ".join(f"{c.name} {c.input_mode} {c.record_format} from {c.source} -> "
-                                          f"{', '.join(c.hosts)}" for c in plan.channels))
+    lines.append(
+        "channels: "
+        + "; ".join(
+            f"{c.name} {c.input_mode} {c.record_format} from {c.source} -> {', '.join(c.hosts)}" for c in plan.channels
+        )
+    )
     if not cfg.validates and not t.loop:
         lines.append(validation_line(cfg))
     lines += [f"note: {note}" for note in plan.notes if not note.startswith("CPUs scaled")]
@@ -230,8 +288,11 @@ def _custom_fields(channel) -> bool:
     from smlaunch.pipelines.formats import CHANNEL_FORMATS
 
     default = CHANNEL_FORMATS[channel.record_format].fields
-    return default is not None and not channel.attribute_names and (
-        channel.fields != tuple(default.values()) or bool(channel.more))
+    return (
+        default is not None
+        and not channel.attribute_names
+        and (channel.fields != tuple(default.values()) or bool(channel.more))
+    )
 
 
 def _fields(channel) -> str:
@@ -239,8 +300,9 @@ def _fields(channel) -> str:
     if not channel.more and all(channel.fields[:2]):
         return f"fields {', '.join(f or '-' for f in channel.fields)}"
     named = {"image": channel.fields[0], "label": channel.fields[1], "id": channel.fields[2], **dict(channel.more)}
-    return "fields " + ", ".join(name if name == source else f"{name}<-{source}"
-                                 for name, source in named.items() if source)
+    return "fields " + ", ".join(
+        name if name == source else f"{name}<-{source}" for name, source in named.items() if source
+    )
 
 
 def _mib(size: int | None) -> str:
@@ -256,6 +318,8 @@ def _order(cfg, c) -> str:
     if c.name == "train" and buffer:
         from smlaunch.config.op_specs import CenterCrop, RandomResizedCrop
 
-        crop = next((op.size for op in reversed(cfg.pipeline.ops) if isinstance(op, (RandomResizedCrop, CenterCrop))), 0)
+        crop = next(
+            (op.size for op in reversed(cfg.pipeline.ops) if isinstance(op, (RandomResizedCrop, CenterCrop))), 0
+        )
         text += f", {buffer}-row shuffle buffer per train worker (~{buffer * 3 * crop * crop / 1e6:.0f} MB)"
     return text

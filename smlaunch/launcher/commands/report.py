@@ -13,20 +13,28 @@ import json
 import logging
 from pathlib import Path
 
-from smlaunch.errors import UserError
 from smlaunch.console import RESULT
+from smlaunch.errors import UserError
 
 log = logging.getLogger("smlaunch")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", nargs="?",
-                        help="a run directory, an output/data folder, a report.json, or a job's s3://.../output.tar.gz")
+    parser.add_argument(
+        "run_dir",
+        nargs="?",
+        help="a run directory, an output/data folder, a report.json, or a job's s3://.../output.tar.gz",
+    )
     parser.add_argument("--job", help="a submitted training job: read its report from its output in S3")
     parser.add_argument("--into", help="where a job's output is unpacked (default: ./<job>-output)")
     parser.add_argument("--region", help="AWS region for --job and s3:// (default: boto3's)")
-    parser.add_argument("--price", action="append", default=[], metavar="TYPE=USD",
-                        help="USD per instance-hour for an ml.* type, over the run's prices (repeatable)")
+    parser.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="TYPE=USD",
+        help="USD per instance-hour for an ml.* type, over the run's prices (repeatable)",
+    )
 
 
 def main(args, failure) -> int:
@@ -34,16 +42,19 @@ def main(args, failure) -> int:
 
     run_dir = args.run_dir
     if args.job and run_dir:
-        raise UserError(f"report: --job {args.job} reads the job's output from S3; give no RUN_DIR with it "
-                        "(--into says where it is unpacked)")
+        raise UserError(
+            f"report: --job {args.job} reads the job's output from S3; give no RUN_DIR with it "
+            "(--into says where it is unpacked)"
+        )
     if args.job or (run_dir or "").startswith("s3://"):
         run_dir = str(_download(args))
     elif not run_dir:
         raise UserError("report: give a run directory, a report.json, an s3:// output URI or --job NAME")
     path, report = rerender(run_dir, args.price)
     log_summary(report, log)
-    log.log(RESULT, f"report: {path} (summary.md, throughput.png, data_wait.png, utilisation.png, tensorboard/ "
-                    "beside it)")
+    log.log(
+        RESULT, f"report: {path} (summary.md, throughput.png, data_wait.png, utilisation.png, tensorboard/ beside it)"
+    )
     return 0
 
 
@@ -69,8 +80,9 @@ def find_report(path: str) -> Path:
     if not found:
         raise UserError(f"{path}: no report.json under it (a run writes one in the head's output/data)")
     if len(found) > 1:
-        raise UserError(f"{path}: {len(found)} report.json files under it; name one: "
-                        + ", ".join(str(f) for f in found[:5]))
+        raise UserError(
+            f"{path}: {len(found)} report.json files under it; name one: " + ", ".join(str(f) for f in found[:5])
+        )
     return found[0]
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from smlaunch.launcher.commands.job import add_config_arguments, load_job
 from smlaunch.console import RESULT
+from smlaunch.launcher.commands.job import add_config_arguments, load_job
 from smlaunch.text import plural
 
 log = logging.getLogger("smlaunch")
@@ -26,9 +26,12 @@ log = logging.getLogger("smlaunch")
 
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--address", help="a Ray cluster that is already running (default: RAY_ADDRESS): start "
-                                          "nothing, match its labelled nodes to the config's groups and run "
-                                          "there")
+    parser.add_argument(
+        "--address",
+        help="a Ray cluster that is already running (default: RAY_ADDRESS): start "
+        "nothing, match its labelled nodes to the config's groups and run "
+        "there",
+    )
 
 
 def main(args, failure) -> int:
@@ -75,8 +78,10 @@ def _attached(args, address: str, stop) -> int:
 
     attachable(cfg)
     attached = check_attached(cfg, address, log.info)
-    groups = "; ".join(f"{name}: {plural(len(nodes), 'node')} ({', '.join(n.short for n in nodes)})"
-                       for name, nodes in attached.groups.items())
+    groups = "; ".join(
+        f"{name}: {plural(len(nodes), 'node')} ({', '.join(n.short for n in nodes)})"
+        for name, nodes in attached.groups.items()
+    )
     workers = f"{attached.train_workers} train workers on {'GPUs' if attached.on_gpu else 'CPUs'}"
     log.log(RESULT, f"cluster at {address}: every group has its nodes and each ran a task; {groups}; {workers}")
     return 0
@@ -126,8 +131,8 @@ def _reported(report: dict) -> int:
 
 
 def _on_sagemaker(command: str, job, stop) -> int:
-    from smlaunch.errors import UserError
     from smlaunch import console
+    from smlaunch.errors import UserError
     from smlaunch.launcher.commands.plan import summary
     from smlaunch.launcher.sagemaker.run import run_host
 
@@ -135,6 +140,7 @@ def _on_sagemaker(command: str, job, stop) -> int:
     console.log_to_file(sm.path("output", "data", "smlaunch", "sm-launch.log"))
     if plan.stop:  # what a stop will do under this container's PID 1 (`cluster.plan.stop_protection`)
         log.log(logging.INFO if plan.stop_is_clean else logging.WARNING, plan.stop)
+
     def announce(final) -> None:
         """The head's summary once every host joined: the workers it names are the ones that train
         (the plan before the join placed them on the GPUs the instance types promise)."""

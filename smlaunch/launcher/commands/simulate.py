@@ -19,8 +19,13 @@ log = logging.getLogger("smlaunch")
 
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--command", dest="host_command", choices=("run", "check"), default="run",
-                        help="what every host runs: the job (default), or the cluster check")
+    parser.add_argument(
+        "--command",
+        dest="host_command",
+        choices=("run", "check"),
+        default="run",
+        help="what every host runs: the job (default), or the cluster check",
+    )
 
 
 def main(args, failure) -> int:

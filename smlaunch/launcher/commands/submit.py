@@ -9,24 +9,32 @@ from __future__ import annotations
 
 import logging
 
-from smlaunch.launcher.commands.job import add_config_arguments
 from smlaunch.console import RESULT
+from smlaunch.launcher.commands.job import add_config_arguments
 
 log = logging.getLogger("smlaunch")
 
 
 def add_arguments(parser) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the CreateTrainingJob request as JSON; upload and create nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the CreateTrainingJob request as JSON; upload and create nothing"
+    )
     parser.add_argument("--job-name", help="training job name (default: <job>-<UTC timestamp>)")
-    parser.add_argument("--data-hosts", type=data_hosts, metavar="auto|N",
-                        help="the data group's host count: auto sizes it from the advisor of the newest report of "
-                             "this config under run.dir; N forces N (default: sagemaker.data_hosts, else the "
-                             "group's instance_count)")
-    parser.add_argument("--from-report", metavar="PATH",
-                        help="size the data group from this report (a report.json or a run's directory) instead of "
-                             "the newest one of this config (implies --data-hosts auto)")
+    parser.add_argument(
+        "--data-hosts",
+        type=data_hosts,
+        metavar="auto|N",
+        help="the data group's host count: auto sizes it from the advisor of the newest report of "
+        "this config under run.dir; N forces N (default: sagemaker.data_hosts, else the "
+        "group's instance_count)",
+    )
+    parser.add_argument(
+        "--from-report",
+        metavar="PATH",
+        help="size the data group from this report (a report.json or a run's directory) instead of "
+        "the newest one of this config (implies --data-hosts auto)",
+    )
 
 
 def data_hosts(value: str):
@@ -59,7 +67,14 @@ def main(args, failure) -> int:
         elif not args.quiet:
             print(line, file=sys.stderr)
 
-    submit(cfg, dry_run=args.dry_run, job_name=args.job_name,
-           log=lambda line: log.log(RESULT if args.dry_run else logging.INFO, line),
-           data_hosts=args.data_hosts, from_report=args.from_report, note=note, config_name=args.config)
+    submit(
+        cfg,
+        dry_run=args.dry_run,
+        job_name=args.job_name,
+        log=lambda line: log.log(RESULT if args.dry_run else logging.INFO, line),
+        data_hosts=args.data_hosts,
+        from_report=args.from_report,
+        note=note,
+        config_name=args.config,
+    )
     return 0

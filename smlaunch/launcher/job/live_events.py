@@ -71,9 +71,12 @@ class LiveEvents:
 
     def _write_step(self, record: dict) -> None:
         loss = () if record.get("loop") else (("train/loss", record["loss"]),)  # a loop's loss is in its metrics
-        for tag, value in (*loss, ("train/images_per_s", record["images_per_s"]),
-                           ("train/data_wait_pct", wait_pct(record)),
-                           *((f"train/{name}", value) for name, value in (record.get("metrics") or {}).items())):
+        for tag, value in (
+            *loss,
+            ("train/images_per_s", record["images_per_s"]),
+            ("train/data_wait_pct", wait_pct(record)),
+            *((f"train/{name}", value) for name, value in (record.get("metrics") or {}).items()),
+        ):
             self.scalar(tag, value, record["step"], record.get("t"))
 
     def validation(self, result: dict) -> None:

@@ -13,16 +13,36 @@ from __future__ import annotations
 
 import time
 
-ORDER = ("cluster_up", "listed", "train_workers_up", "data_asked", "model_built", "first_batch", "first_step", "last_step",
-         "final_validation", "report", "teardown")
+ORDER = (
+    "cluster_up",
+    "listed",
+    "train_workers_up",
+    "data_asked",
+    "model_built",
+    "first_batch",
+    "first_step",
+    "last_step",
+    "final_validation",
+    "report",
+    "teardown",
+)
 """The marks in the order a run passes them; the driver sets `cluster_up`, `listed`, `report`
 (report.json written; its plots are drawn during the teardown) and `teardown`, rank 0 the others
 (`trainers.loop`)."""
 
-WORDS = {"cluster_up": "cluster up", "listed": "listed", "train_workers_up": "train workers up",
-         "data_asked": "data asked", "model_built": "model built", "first_batch": "first batch", "first_step": "first step",
-         "last_step": "last step", "final_validation": "final validation", "report": "report",
-         "teardown": "teardown"}
+WORDS = {
+    "cluster_up": "cluster up",
+    "listed": "listed",
+    "train_workers_up": "train workers up",
+    "data_asked": "data asked",
+    "model_built": "model built",
+    "first_batch": "first batch",
+    "first_step": "first step",
+    "last_step": "last step",
+    "final_validation": "final validation",
+    "report": "report",
+    "teardown": "teardown",
+}
 
 
 def command_started() -> float:

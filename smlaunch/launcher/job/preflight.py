@@ -48,16 +48,23 @@ def model_problems(cfg: LaunchConfig) -> list[str]:
         except ConfigError as exc:
             problems.append(str(exc))
     if cfg.task is not None:  # called as loss(model, batch) and evaluate(model, batch)
-        problems += [p for p in (check(cfg.task.loss, "task.loss", (None, None)),
-                                 cfg.task.evaluate and check(cfg.task.evaluate, "task.evaluate", (None, None))) if p]
+        problems += [
+            p
+            for p in (
+                check(cfg.task.loss, "task.loss", (None, None)),
+                cfg.task.evaluate and check(cfg.task.evaluate, "task.evaluate", (None, None)),
+            )
+            if p
+        ]
     weights = cfg.model.pretrained
     if weights and not weights.startswith("s3://"):
         path = Path(weights).expanduser()
         if not path.exists():
             problems.append(f"model.pretrained: {weights} does not exist")
         elif not path.is_file():
-            problems.append(f"model.pretrained: {weights} is not a file (a weights file: .safetensors, .pth, "
-                            ".pt or .bin)")
+            problems.append(
+                f"model.pretrained: {weights} is not a file (a weights file: .safetensors, .pth, .pt or .bin)"
+            )
         elif path.stat().st_size == 0:
             problems.append(f"model.pretrained: {weights} is empty")
     return problems
@@ -125,7 +132,9 @@ def folder_problems(field: str, path: Path, record_format: str) -> list[str]:
     spec = CHANNEL_FORMATS[record_format]
     if spec.layout == "images":
         return _image_folder_problems(field, path, files)
-    files = [f for f in files if spec.is_data(str(f.relative_to(path)))]  # as the listing counts data (Parquet: no _SUCCESS)
+    files = [
+        f for f in files if spec.is_data(str(f.relative_to(path)))
+    ]  # as the listing counts data (Parquet: no _SUCCESS)
     return _sniff(field, files, record_format)
 
 
@@ -138,8 +147,10 @@ def _sniff(field: str, files: list[Path], record_format: str) -> list[str]:
         except OSError as exc:
             return [f"{field}: {file}: {exc.strerror or exc}"]
         if head and not matches(head, record_format):  # an empty file is a file of no records
-            return [f"{field}: {file} is {describe(head)}, not a {record_format} file (channel record_format: "
-                    f"{record_format}){suggestion(head) or _hint(files[:SNIFF_FILES], file)}"]
+            return [
+                f"{field}: {file} is {describe(head)}, not a {record_format} file (channel record_format: "
+                f"{record_format}){suggestion(head) or _hint(files[:SNIFF_FILES], file)}"
+            ]
     return []
 
 
@@ -170,11 +181,15 @@ def _image_folder_problems(field: str, path: Path, files: list[Path]) -> list[st
     empty = [name for name in classes if not _holds_image(path / name)]
     if len(empty) == len(classes):
         head = read_head(files[0])
-        return [f"{field}: {path} holds no images in class folders (<class>/<image>.jpg, ...); {files[0]} is "
-                f"{describe(head)}{suggestion(head)}"]
+        return [
+            f"{field}: {path} holds no images in class folders (<class>/<image>.jpg, ...); {files[0]} is "
+            f"{describe(head)}{suggestion(head)}"
+        ]
     if empty:
-        return [f"{field}: class folder {', '.join(empty)} in {path} holds no image (torchvision's ImageFolder "
-                "refuses it too)"]
+        return [
+            f"{field}: class folder {', '.join(empty)} in {path} holds no image (torchvision's ImageFolder "
+            "refuses it too)"
+        ]
     return []
 
 

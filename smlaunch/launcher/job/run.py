@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import yaml
 
@@ -50,7 +51,7 @@ class ClusterUp:
             self.rendering.wait()
 
 
-def run_job(cfg: LaunchConfig, cluster: ContextManager[ClusterUp], stop=None) -> dict:
+def run_job(cfg: LaunchConfig, cluster: AbstractContextManager[ClusterUp], stop=None) -> dict:
     """Run the job on the cluster `cluster` brings up and return its report (also written under
     the head's output). `stop`: the run's `StopRequest` (SIGTERM or the toolkit's exit)."""
     from smlaunch.launcher.job.phases import command_started, mark, phases
@@ -91,10 +92,11 @@ def preload_driver_imports() -> threading.Thread:
     between the cluster being up and Ray Train starting (3.2 s on `--address`, where it was not
     preloaded before). Only modules that do not import ray: ray must load after the cluster's auth
     settings are in the environment (`LocalCluster.__enter__`)."""
+
     def load() -> None:
         try:
-            import torch  # noqa: F401
             import tensorboardX.event_file_writer  # noqa: F401
+            import torch  # noqa: F401
         except Exception as exc:  # a warm-up only: a run that fails at once exits while it imports, and says why itself
             log.debug("import warm-up: %s", exc)
 
@@ -127,12 +129,21 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
             log.info(f"resuming from checkpoint {found}")
     Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(plan.run_dir) / "resolved_config.yaml").write_text(
-        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    )
     return str(found) if found else None
 
 
-def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None, timings: dict,
-                     stop=None, listed=None, marks: dict | None = None, elastic=None) -> dict:
+def train_on_cluster(
+    cfg: LaunchConfig,
+    plan: LaunchPlan,
+    resume_from: str | None,
+    timings: dict,
+    stop=None,
+    listed=None,
+    marks: dict | None = None,
+    elastic=None,
+) -> dict:
     """Datasets, trainer, report, on the Ray cluster this process is connected to; `plan` is final
     (on SageMaker: after every host joined), and the workers' spec is built from it here. A `stop`
     the trainer has not honoured within its grace ends the fit (`stopping.overdue`). `listed`: the
@@ -145,10 +156,10 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     from smlaunch.launcher.attached.elastic import running
     from smlaunch.launcher.job.live_events import LiveEvents
     from smlaunch.launcher.job.phases import mark
-    from smlaunch.launcher.report.job_report import build_report
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
     from smlaunch.launcher.job.train_spec import builtin_rows, resumed_step, train_spec
+    from smlaunch.launcher.report.job_report import build_report
     from smlaunch.pipelines.dataset import build_datasets, list_channels
     from smlaunch.pipelines.warmup import warm_preprocess_workers
     from smlaunch.trainers.fit import fit, set_ray_train_environment
@@ -157,8 +168,13 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     listings = listed.result() if listed is not None else list_channels(plan)
     mark(marks, "listed")
     data_classes = _data_classes(listings.get("train"))
-    spec = train_spec(cfg, plan, resume_from, data_classes=data_classes,
-                      train_units=_unit_count(listings.get("train"), next(c for c in plan.channels if c.name == "train")))
+    spec = train_spec(
+        cfg,
+        plan,
+        resume_from,
+        data_classes=data_classes,
+        train_units=_unit_count(listings.get("train"), next(c for c in plan.channels if c.name == "train")),
+    )
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
     try:
@@ -171,9 +187,17 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
         except OSError as exc:
             log.warning(f"TensorBoard events off: {exc}")
             events = None
-        with running(elastic), TrainProgress(start_board(), spec.total_steps, resumed_step(resume_from),
-                                             cfg.trainer.log_every, events,
-                                             on_step=elastic.on_step if elastic else None) as progress:
+        with (
+            running(elastic),
+            TrainProgress(
+                start_board(),
+                spec.total_steps,
+                resumed_step(resume_from),
+                cfg.trainer.log_every,
+                events,
+                on_step=elastic.on_step if elastic else None,
+            ) as progress,
+        ):
             result = fit(spec, datasets, fatal=lambda: progress.posted_error() or overdue(stop))
     finally:
         samples = samplers.gather()
@@ -192,8 +216,9 @@ def train_on_cluster(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | Non
     marks.update(result.pop("marks", None) or {})  # rank 0's: workers up, model built, first batch, ...
     if isinstance(data_classes, list):
         result["classes"] = data_classes
-    return build_report(plan, result, cfg.trainer.batch_size, timings, samples,
-                        cfg.monitor.model_dump(), builtin_rows(cfg, "train"))
+    return build_report(
+        plan, result, cfg.trainer.batch_size, timings, samples, cfg.monitor.model_dump(), builtin_rows(cfg, "train")
+    )
 
 
 def _unit_count(listing, channel) -> int | None:

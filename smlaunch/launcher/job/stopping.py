@@ -39,7 +39,7 @@ class StopRequest:
         self.grace_s = STOP_GRACE_S
         """`trainer.stop_grace_s`, set once the config is loaded."""
 
-    def install(self, signals=(signal.SIGTERM,)) -> "StopRequest":
+    def install(self, signals=(signal.SIGTERM,)) -> StopRequest:
         for sig in signals:
             signal.signal(sig, self._handle)
         return self
@@ -73,10 +73,12 @@ def overdue(stop: StopRequest | None) -> dict | None:
     checkpoint; the next run resumes from the last complete one."""
     if stop is None or stop.at is None or time.monotonic() - stop.at < stop.grace_s:
         return None
-    return {"error": "UserError",
-            "text": f"the trainer did not stop within {stop.grace_s:g} s of {stop.signal_name} (trainer.stop_grace_s): "
-                    "no step boundary was reached, so no checkpoint was written on the stop; the next run resumes "
-                    "from the last complete one"}
+    return {
+        "error": "UserError",
+        "text": f"the trainer did not stop within {stop.grace_s:g} s of {stop.signal_name} (trainer.stop_grace_s): "
+        "no step boundary was reached, so no checkpoint was written on the stop; the next run resumes "
+        "from the last complete one",
+    }
 
 
 @contextmanager
@@ -138,8 +140,11 @@ def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5
         while not stop.event.wait(poll_s):
             if not is_alive(watched):
                 detach_dead_pipes()
-                stop.request("toolkit exit", f"the training toolkit (pid {pid}) that started sm-launch exited, "
-                             "as it does on SageMaker's SIGTERM, which it does not forward")
+                stop.request(
+                    "toolkit exit",
+                    f"the training toolkit (pid {pid}) that started sm-launch exited, "
+                    "as it does on SageMaker's SIGTERM, which it does not forward",
+                )
                 return
 
     thread = threading.Thread(target=watch, name="smlaunch-supervisor-watch", daemon=True)

@@ -46,7 +46,7 @@ def process_stat(pid: int) -> tuple[str, int, str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
     return fields[0], int(fields[1]), fields[19]
 
 
@@ -101,15 +101,15 @@ class Pid1:
         who = f"PID 1 is {self.name} ({self.command})"
         return {
             "launcher": "PID 1 is sm-launch itself (sagemaker.entry: container): a stop checkpoints at the next "
-                        "step boundary and exits 143",
+            "step boundary and exits 143",
             "reaping": f"{who}, which forwards SIGTERM to the toolkit and waits for every process: a stop "
-                       "checkpoints at the next step boundary and exits 143",
+            "checkpoints at the next step boundary and exits 143",
             "exits_with_child": f"{who}, which exits as soon as the toolkit does: a stop kills sm-launch with it, "
-                                "before any checkpoint",
+            "before any checkpoint",
             "no_handler": f"{who}, which has no SIGTERM handler: the kernel drops a stop's signal, nothing here "
-                          "learns of it, and SageMaker kills the job 120 s later without a checkpoint",
+            "learns of it, and SageMaker kills the job 120 s later without a checkpoint",
             "unknown": f"{who}, which handles SIGTERM: a stop checkpoints only if it forwards the signal to the "
-                       "toolkit and then waits until every other process has exited",
+            "toolkit and then waits until every other process has exited",
             "unreadable": "PID 1 cannot be read here (/proc/1): whether a stop reaches sm-launch is not known",
         }[self.kind]
 

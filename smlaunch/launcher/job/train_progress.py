@@ -35,12 +35,17 @@ def metric_line(record: dict) -> str:
     loop's (`trainer.loop`): `step=N` and what it reported, then the measured rate and data wait."""
     if record.get("loop"):
         wait = 100 * record["data_wait_s"] / record["step_time_s"] if record["step_time_s"] else 0
-        return (f"step={record['step']} " + "".join(f"{k}={v:.6g} " for k, v in record["metrics"].items())
-                + f"images_per_sec={record['images_per_s']:.1f} data_wait_pct={wait:.1f}")
+        return (
+            f"step={record['step']} "
+            + "".join(f"{k}={v:.6g} " for k, v in record["metrics"].items())
+            + f"images_per_sec={record['images_per_s']:.1f} data_wait_pct={wait:.1f}"
+        )
     extra = "".join(f" {name}={value:.6g}" for name, value in (record.get("metrics") or {}).items())
-    return (f"step={record['step']} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
-            f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}"
-            + extra)
+    return (
+        f"step={record['step']} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
+        f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}"
+        + extra
+    )
 
 
 NOT_METRICS = ("kind", "step", "epoch", "rows", "t")
@@ -52,8 +57,9 @@ def validation_metrics(result: dict) -> dict:
 
 
 def validation_line(result: dict) -> str:
-    return f"validation step={result['step']} epoch={result['epoch']} " + \
-        " ".join(f"{name}={value:.4f}" for name, value in validation_metrics(result).items())
+    return f"validation step={result['step']} epoch={result['epoch']} " + " ".join(
+        f"{name}={value:.4f}" for name, value in validation_metrics(result).items()
+    )
 
 
 class _TrainBar(Progress):
@@ -67,8 +73,10 @@ class _TrainBar(Progress):
         images = sum(r["images_per_s"] * r["step_time_s"] for r in self.recent)
         wait = sum(r["data_wait_s"] for r in self.recent)
         loss = f"loss {record['loss']:.3f}, " if not record.get("loop") or "loss" in record["metrics"] else ""
-        self.describe(f"{images / step_s if step_s else 0:.0f} images/s, data wait {100 * wait / step_s if step_s else 0:.0f} %, "
-                      f"{loss}epoch {record['epoch']}")
+        self.describe(
+            f"{images / step_s if step_s else 0:.0f} images/s, data wait {100 * wait / step_s if step_s else 0:.0f} %, "
+            f"{loss}epoch {record['epoch']}"
+        )
         self.update(record["step"] - self.n)
 
     def eta_s(self) -> float | None:
@@ -81,8 +89,7 @@ class _TrainBar(Progress):
 class TrainProgress:
     """Context manager around `fit`: drains the board on a thread until the body returns."""
 
-    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int, events=None,
-                 on_step=None):
+    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int, events=None, on_step=None):
         self.board, self.log_every, self.events, self.on_step = board, log_every, events, on_step
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
@@ -94,7 +101,7 @@ class TrainProgress:
         self._thread = threading.Thread(target=self._run, name="smlaunch-train-progress", daemon=True)
         self.last_step = initial_step
 
-    def __enter__(self) -> "TrainProgress":
+    def __enter__(self) -> TrainProgress:
         self._thread.start()
         return self
 

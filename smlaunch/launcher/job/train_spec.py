@@ -16,8 +16,13 @@ from smlaunch.config.schema import LaunchConfig
 from smlaunch.trainers.s3_store import is_s3, join
 
 
-def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = None,
-               data_classes: list[str] | tuple[str, ...] | int | None = None, train_units: int | None = None):
+def train_spec(
+    cfg: LaunchConfig,
+    plan: LaunchPlan,
+    resume_from: str | None = None,
+    data_classes: list[str] | tuple[str, ...] | int | None = None,
+    train_units: int | None = None,
+):
     """`data_classes`: what the train channel's data says of its classes: their names (image
     folders; label i is name i), a count (Parquet: the largest label + 1), or None (not read)."""
     from smlaunch.pipelines.sources.host_loss import fragile_channels
@@ -34,20 +39,37 @@ def train_spec(cfg: LaunchConfig, plan: LaunchPlan, resume_from: str | None = No
         num_classes, names = _classes(cfg, data_classes) if cfg.task is None else (cfg.model.num_classes, None)
     factory = cfg.model.factory if cfg.model else None
     return TrainSpec(
-        model=cfg.model.label if cfg.model else cfg.trainer.loop, num_classes=num_classes,
+        model=cfg.model.label if cfg.model else cfg.trainer.loop,
+        num_classes=num_classes,
         image_size=crops[-1] if crops else None,
-        model_factory=factory, model_params=dict(cfg.model.params) if factory else None,
-        task_loss=cfg.task.loss if cfg.task else None, task_evaluate=cfg.task.evaluate if cfg.task else None,
+        model_factory=factory,
+        model_params=dict(cfg.model.params) if factory else None,
+        task_loss=cfg.task.loss if cfg.task else None,
+        task_evaluate=cfg.task.evaluate if cfg.task else None,
         normalize_in_chain=bool(cfg.pipeline.ops) and cfg.pipeline.ops[-1].op == "normalize",
-        seed=cfg.seed, trainer=t, learning_rate=plan.learning_rate, total_steps=total, epoch_rows=rows,
-        workers=plan.workers, host_names=tuple(h.name for h in plan.hosts),
+        seed=cfg.seed,
+        trainer=t,
+        learning_rate=plan.learning_rate,
+        total_steps=total,
+        epoch_rows=rows,
+        workers=plan.workers,
+        host_names=tuple(h.name for h in plan.hosts),
         model_dir=_absolute(join(model_root(plan), "model")),
-        checkpoint_dir=checkpoint_dir(cfg, plan), config_sha256=config_hash(cfg), normalize=_normalize(cfg),
-        fragile_channels=tuple(fragile_channels(plan)), worker_selectors=tuple(plan.worker_selectors),
-        preprocess_selector=dict(plan.preprocess_selector), worker_env=dict(plan.worker_env), resume_from=resume_from,
-        pretrained=pretrained_weights(cfg), class_names=names,
-        shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows, train_units=train_units,
-        checkpoint_every_s=plan.checkpoint_every_s, validation=cfg.validates)
+        checkpoint_dir=checkpoint_dir(cfg, plan),
+        config_sha256=config_hash(cfg),
+        normalize=_normalize(cfg),
+        fragile_channels=tuple(fragile_channels(plan)),
+        worker_selectors=tuple(plan.worker_selectors),
+        preprocess_selector=dict(plan.preprocess_selector),
+        worker_env=dict(plan.worker_env),
+        resume_from=resume_from,
+        pretrained=pretrained_weights(cfg),
+        class_names=names,
+        shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows,
+        train_units=train_units,
+        checkpoint_every_s=plan.checkpoint_every_s,
+        validation=cfg.validates,
+    )
 
 
 def pretrained_weights(cfg: LaunchConfig) -> str | None:
@@ -73,18 +95,24 @@ def _classes(cfg: LaunchConfig, data_classes) -> tuple[int, tuple[str, ...] | No
     configured = cfg.model.num_classes
     if configured is not None:
         if names is not None and len(names) != configured:
-            raise ConfigError(f"model.num_classes: {configured}, but the train channel ({source}) has "
-                              f"{len(names)} class folders ({_preview(names)}); make them agree or leave "
-                              "model.num_classes unset to take the data's")
+            raise ConfigError(
+                f"model.num_classes: {configured}, but the train channel ({source}) has "
+                f"{len(names)} class folders ({_preview(names)}); make them agree or leave "
+                "model.num_classes unset to take the data's"
+            )
         if counted is not None and counted > configured:
-            raise ConfigError(f"model.num_classes: {configured}, but the train channel ({source}) holds labels up "
-                              f"to {counted - 1}; set model.num_classes to at least {counted} or leave it unset")
+            raise ConfigError(
+                f"model.num_classes: {configured}, but the train channel ({source}) holds labels up "
+                f"to {counted - 1}; set model.num_classes to at least {counted} or leave it unset"
+            )
         return configured, names
     if counted is not None:
         if counted < 2:
             shown = f" ({_preview(names)})" if names else ""
-            raise ConfigError(f"model.num_classes: the train channel ({source}) has {counted} "
-                              f"class{'' if counted == 1 else 'es'}{shown}; a classifier needs at least 2")
+            raise ConfigError(
+                f"model.num_classes: the train channel ({source}) has {counted} "
+                f"class{'' if counted == 1 else 'es'}{shown}; a classifier needs at least 2"
+            )
         return counted, names
     return _builtin_classes(cfg), None
 
@@ -127,8 +155,10 @@ def _builtin_classes(cfg: LaunchConfig) -> int:
     source = cfg.channels["train"].source
     manifest = builtin_manifest(source)
     if manifest is None:
-        raise ConfigError(f"model.num_classes: not set, and the class count of the train channel ({source}) "
-                          "was not read from its data; set model.num_classes")
+        raise ConfigError(
+            f"model.num_classes: not set, and the class count of the train channel ({source}) "
+            "was not read from its data; set model.num_classes"
+        )
     return manifest["classes"]
 
 

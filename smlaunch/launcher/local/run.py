@@ -74,8 +74,10 @@ def local_s3(cfg: LaunchConfig, plan: LaunchPlan):
     from smlaunch.pipelines.builtin import prepare_builtin
     from smlaunch.pipelines.sources.local_s3 import LocalS3
 
-    seeds = {uri: prepare_builtin(folder[len("builtin:"):]) if folder.startswith("builtin:") else Path(folder).expanduser()
-             for uri, folder in cfg.run.s3_seed.items()}
+    seeds = {
+        uri: prepare_builtin(folder[len("builtin:") :]) if folder.startswith("builtin:") else Path(folder).expanduser()
+        for uri, folder in cfg.run.s3_seed.items()
+    }
     saved = {key: os.environ.get(key) for key in LocalS3.environment()}
     with LocalS3(seeds) as server:
         log.info(f"local S3 server at {server.endpoint_url}" + (f", seeded: {', '.join(seeds)}" if seeds else ""))

@@ -1,1 +1,2 @@
-"""What a run reports: report.json and its summary (`job_report`), the plots (`render`), and the advisor's reading of them."""
+"""What a run reports: report.json and its summary (`job_report`), the plots (`render`), and the
+advisor's reading of them."""

@@ -14,8 +14,15 @@ from pathlib import Path
 from smlaunch.cluster.plan import LaunchPlan
 
 
-def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
-                 samples: dict | None = None, monitor: dict | None = None, epoch_images: int | None = None) -> dict:
+def build_report(
+    plan: LaunchPlan,
+    result: dict,
+    batch_size: int,
+    timings: dict,
+    samples: dict | None = None,
+    monitor: dict | None = None,
+    epoch_images: int | None = None,
+) -> dict:
     steps = result["steps"]
     series = step_log(result)
     steady = series.steady()
@@ -47,7 +54,8 @@ def build_report(plan: LaunchPlan, result: dict, batch_size: int, timings: dict,
             "ranks_in_sync": len({w["param_sha256"] for w in workers}) == 1 if workers else None,
             "stopped_at_step": result.get("stopped_at_step"),
             "stopped_by": (result.get("stopped_by") or "request (SIGTERM)")
-            if result.get("stopped_at_step") is not None else None,
+            if result.get("stopped_at_step") is not None
+            else None,
             "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
             "samples_duplicated": accounting.get("duplicated"),
             "samples_missing": accounting.get("missing"),
@@ -84,9 +92,12 @@ def checkpoint_cost(result: dict, every_s: float) -> dict:
     spent = sum(t["s"] for t in by_why.values())
     between = sum(t["s"] for why, t in by_why.items() if why in ("interval", "timer"))
     span = result.get("steps_span_s") or 0
-    return {"checkpoint_every_s": every_s, "checkpoints_written": {why: t["n"] for why, t in by_why.items()},
-            "checkpoint_s": round(spent, 3),
-            "checkpoint_pct": round(100 * between / span, 2) if span > 0 else None}
+    return {
+        "checkpoint_every_s": every_s,
+        "checkpoints_written": {why: t["n"] for why, t in by_why.items()},
+        "checkpoint_s": round(spent, 3),
+        "checkpoint_pct": round(100 * between / span, 2) if span > 0 else None,
+    }
 
 
 def step_log(report: dict):
@@ -120,22 +131,30 @@ def utilisation_summary(plan: dict, samples: dict, series) -> dict:
     roles = {h["name"]: h["subcluster"] for h in plan["hosts"]}
     per_host: dict[str, dict] = {}
     for host, series in samples.items():
-        window = [x for x in series.get("samples", [])
-                  if start is None or start <= x["t"] <= end] or series.get("samples", [])
+        window = [x for x in series.get("samples", []) if start is None or start <= x["t"] <= end] or series.get(
+            "samples", []
+        )
         if not window:
             continue
         gpu = [(g, x.get("n", 1)) for x in window for g in x.get("gpu_pct", []) if g is not None]
-        per_host[host] = {"cpu_pct": _mean((x["cpu_pct"], x.get("n", 1)) for x in window),
-                          "host_cpu_pct": _mean((x["host_cpu_pct"], x.get("n", 1)) for x in window),
-                          "iowait_pct": _mean((x["iowait_pct"], x.get("n", 1)) for x in window),
-                          "gpu_pct": _mean(gpu) if gpu else None, "samples": sum(x.get("n", 1) for x in window)}
+        per_host[host] = {
+            "cpu_pct": _mean((x["cpu_pct"], x.get("n", 1)) for x in window),
+            "host_cpu_pct": _mean((x["host_cpu_pct"], x.get("n", 1)) for x in window),
+            "iowait_pct": _mean((x["iowait_pct"], x.get("n", 1)) for x in window),
+            "gpu_pct": _mean(gpu) if gpu else None,
+            "samples": sum(x.get("n", 1) for x in window),
+        }
 
     def role_mean(role: str, key: str):
         values = [(v[key], 1) for h, v in per_host.items() if roles.get(h) == role and v[key] is not None]
         return _mean(values) if values else None
 
-    return {"hosts": per_host, "data_cpu_pct": role_mean("data", "cpu_pct"),
-            "train_cpu_pct": role_mean("train", "cpu_pct"), "train_gpu_pct": role_mean("train", "gpu_pct")}
+    return {
+        "hosts": per_host,
+        "data_cpu_pct": role_mean("data", "cpu_pct"),
+        "train_cpu_pct": role_mean("train", "cpu_pct"),
+        "train_gpu_pct": role_mean("train", "gpu_pct"),
+    }
 
 
 def _mean(pairs) -> float:
@@ -183,7 +202,9 @@ class Rendering:
     def wait(self) -> None:
         self._thread.join(self.DEADLINE_S)
         if self._thread.is_alive():
-            raise RuntimeError(f"the report's plots in {self.path.parent} were not drawn within {self.DEADLINE_S:.0f} s")
+            raise RuntimeError(
+                f"the report's plots in {self.path.parent} were not drawn within {self.DEADLINE_S:.0f} s"
+            )
         if self._error is not None:
             raise self._error
 
@@ -193,20 +214,40 @@ def summary_lines(report: dict) -> list[str]:
 
     s = report["summary"]
     acc = s["validation_accuracy"]
-    lines = [f"stopped early at step {s['stopped_at_step']} on {s.get('stopped_by') or 'request (SIGTERM)'}; "
-             "the last checkpoint holds the state"] if s.get("stopped_at_step") is not None else []
+    lines = (
+        [
+            f"stopped early at step {s['stopped_at_step']} on {s.get('stopped_by') or 'request (SIGTERM)'}; "
+            "the last checkpoint holds the state"
+        ]
+        if s.get("stopped_at_step") is not None
+        else []
+    )
     if s.get("resumed_at_step") is not None:
         lines.append(f"resumed at step {s['resumed_at_step']} from {s['resumed_from']}")
-    return lines + [
-        f"steps={s['steps']} epochs={epochs_text(s)} train_workers={s['train_workers']}",
-        f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
-        (f"validation_accuracy={acc if acc is not None else 'n/a'}" if report.get("validation") else
-         "validation=none") + f" final_loss={s['final_loss']}",
-        f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
-    ] + _checkpoint_lines(s) + _autoscale_lines(report) + _rank_lines(report) + [
-        f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
-         for name, c in report.get("corrupt_records", {}).items()] + _accounting_lines(report) + _analysis_lines(report) \
+    return (
+        lines
+        + [
+            f"steps={s['steps']} epochs={epochs_text(s)} train_workers={s['train_workers']}",
+            f"images_per_s={s['images_per_s']} data_wait_pct={s['data_wait_pct']}",
+            (
+                f"validation_accuracy={acc if acc is not None else 'n/a'}"
+                if report.get("validation")
+                else "validation=none"
+            )
+            + f" final_loss={s['final_loss']}",
+            f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
+        ]
+        + _checkpoint_lines(s)
+        + _autoscale_lines(report)
+        + _rank_lines(report)
+        + [
+            f"corrupt_records_skipped={c['skipped']} channel={name} (max_corrupted_records={c['limit']})"
+            for name, c in report.get("corrupt_records", {}).items()
+        ]
+        + _accounting_lines(report)
+        + _analysis_lines(report)
         + _phase_lines(s)
+    )
 
 
 def _checkpoint_lines(summary: dict) -> list[str]:
@@ -215,17 +256,25 @@ def _checkpoint_lines(summary: dict) -> list[str]:
         return []
     kinds = ",".join(f"{why}:{n}" for why, n in written.items())
     pct = summary.get("checkpoint_pct")
-    return [f"checkpoints={sum(written.values())} ({kinds}) checkpoint_s={summary['checkpoint_s']} "
-            f"checkpoint_pct={pct if pct is not None else 'n/a'} checkpoint_every_s={summary['checkpoint_every_s']:g}"]
+    return [
+        f"checkpoints={sum(written.values())} ({kinds}) checkpoint_s={summary['checkpoint_s']} "
+        f"checkpoint_pct={pct if pct is not None else 'n/a'} checkpoint_every_s={summary['checkpoint_every_s']:g}"
+    ]
 
 
 def _autoscale_lines(report: dict) -> list[str]:
     a = report.get("autoscale")
     if not a:
         return []
-    return [f"autoscale: data hosts {' -> '.join(map(str, a['sizes']))}, {a['added']} added, {a['released']} "
-            f"released, data_host_seconds={a['data_host_seconds']}"
-            + (f" usd_per_million_images={a['usd_per_million_images']}" if a.get("usd_per_million_images") is not None else "")]
+    return [
+        f"autoscale: data hosts {' -> '.join(map(str, a['sizes']))}, {a['added']} added, {a['released']} "
+        f"released, data_host_seconds={a['data_host_seconds']}"
+        + (
+            f" usd_per_million_images={a['usd_per_million_images']}"
+            if a.get("usd_per_million_images") is not None
+            else ""
+        )
+    ]
 
 
 def _phase_lines(summary: dict) -> list[str]:
@@ -252,8 +301,10 @@ def _rank_lines(report: dict) -> list[str]:
     where = ", ".join(f"{w['rank']}@{w['host']}" for w in workers)
     if len(digests) == 1:
         return [f"ranks {where}: final weights identical on every rank (sha256 {next(iter(digests))[:12]})"]
-    return [f"WARNING: ranks {where}: final weights differ between ranks ({len(digests)} different digests): "
-            "the ranks did not stay in sync"]
+    return [
+        f"WARNING: ranks {where}: final weights differ between ranks ({len(digests)} different digests): "
+        "the ranks did not stay in sync"
+    ]
 
 
 def _accounting_lines(report: dict) -> list[str]:

@@ -33,32 +33,49 @@ def _write_markdown(report: dict, path: Path) -> Path:
     from smlaunch.launcher.report.advisor import advice_lines
 
     s = report["summary"]
-    lines = [f"# Run report: {report['job']}", "",
-             f"- steps: {s['steps']} ({s['steps_this_run']} this run), epochs: {epochs_text(s)}, "
-             f"train workers: {s['train_workers']}",
-             f"- throughput: **{s['images_per_s']} images/s**, data wait **{s['data_wait_pct']} %** of step time",
-             f"- validation accuracy: {s['validation_accuracy']}, final loss: {s['final_loss']}",
-             f"- rows produced on data hosts: {100 * s['data_node_row_fraction']:.1f} %", ""]
+    lines = [
+        f"# Run report: {report['job']}",
+        "",
+        f"- steps: {s['steps']} ({s['steps_this_run']} this run), epochs: {epochs_text(s)}, "
+        f"train workers: {s['train_workers']}",
+        f"- throughput: **{s['images_per_s']} images/s**, data wait **{s['data_wait_pct']} %** of step time",
+        f"- validation accuracy: {s['validation_accuracy']}, final loss: {s['final_loss']}",
+        f"- rows produced on data hosts: {100 * s['data_node_row_fraction']:.1f} %",
+        "",
+    ]
     if "verdict" in report:
         v = report["verdict"]
         lines += [f"## Verdict: {v['verdict']}", "", *[f"- {e}" for e in v["evidence"]], f"- {v['advice']}", ""]
     util = report.get("utilisation", {}).get("hosts", {})
     if util:
-        lines += ["## Utilisation (mean over training)", "", "| host | role | CPU % of its slots | machine CPU % |"
-                  " IO wait % | GPU % |", "|---|---|---|---|---|---|"]
+        lines += [
+            "## Utilisation (mean over training)",
+            "",
+            "| host | role | CPU % of its slots | machine CPU % | IO wait % | GPU % |",
+            "|---|---|---|---|---|---|",
+        ]
         roles = {h["name"]: h["subcluster"] for h in report["plan"]["hosts"]}
         for host, u in util.items():
-            lines.append(f"| {host} | {roles.get(host, '?')} | {u['cpu_pct']} | {u['host_cpu_pct']} | "
-                         f"{u['iowait_pct']} | {u['gpu_pct'] if u['gpu_pct'] is not None else '-'} |")
+            lines.append(
+                f"| {host} | {roles.get(host, '?')} | {u['cpu_pct']} | {u['host_cpu_pct']} | "
+                f"{u['iowait_pct']} | {u['gpu_pct'] if u['gpu_pct'] is not None else '-'} |"
+            )
         lines.append("")
     advisor = report.get("advisor")
     if advisor:
         lines += ["## Advisor", "", *[f"- {line.removeprefix('advisor: ')}" for line in advice_lines(advisor)], ""]
         if "table" in advisor:
-            lines += [f"Predicted for k hosts of {advisor['table_instance_type']} (k = 0: the GPU host's own CPUs):",
-                      "", "| k | images/s | bound by | $/hour | $/epoch |", "|---|---|---|---|---|"]
-            lines += [f"| {o['hosts']} | {o['images_per_s']} | {o['bound']} | {_cost(o['cost_per_hour'])} | "
-                      f"{_cost(o['cost_per_epoch'])} |" for o in advisor["table"]]
+            lines += [
+                f"Predicted for k hosts of {advisor['table_instance_type']} (k = 0: the GPU host's own CPUs):",
+                "",
+                "| k | images/s | bound by | $/hour | $/epoch |",
+                "|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {o['hosts']} | {o['images_per_s']} | {o['bound']} | {_cost(o['cost_per_hour'])} | "
+                f"{_cost(o['cost_per_epoch'])} |"
+                for o in advisor["table"]
+            ]
             if advisor.get("unpriced"):
                 lines += ["", f"No price for: {', '.join(advisor['unpriced'])} (set monitor.prices)."]
             lines.append("")
@@ -66,18 +83,31 @@ def _write_markdown(report: dict, path: Path) -> Path:
     plots = PLOTS + (("autoscale.png",) if autoscale else ())
     if autoscale:
         per_m = autoscale.get("usd_per_million_images")
-        lines += ["## Elastic data hosts", "", f"- sizes: {' -> '.join(map(str, autoscale['sizes']))}; "
-                  f"{autoscale['data_host_seconds']:g} data-host-seconds; "
-                  + (f"${per_m:.2f} per million images, train and data hosts" if per_m is not None
-                     else "cost per image unknown (no price for the train or data hosts: monitor.prices)"), "",
-                  "| s | hosts | wanted | data wait % | images/s | data hosts $/h | $ per million images | why |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Elastic data hosts",
+            "",
+            f"- sizes: {' -> '.join(map(str, autoscale['sizes']))}; "
+            f"{autoscale['data_host_seconds']:g} data-host-seconds; "
+            + (
+                f"${per_m:.2f} per million images, train and data hosts"
+                if per_m is not None
+                else "cost per image unknown (no price for the train or data hosts: monitor.prices)"
+            ),
+            "",
+            "| s | hosts | wanted | data wait % | images/s | data hosts $/h | $ per million images | why |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         t0 = autoscale["timeline"][0]["t"] if autoscale["timeline"] else 0
-        lines += [f"| {e['t'] - t0:.0f} | {e['hosts']} | {e['wanted']} | {e['data_wait_pct']} | {e['images_per_s']} | "
-                  f"{_cost(e['usd_per_h'])} | {_cost(e.get('usd_per_million_images'), 2)} | {e['reason']} |"
-                  for e in autoscale["timeline"]]
+        lines += [
+            f"| {e['t'] - t0:.0f} | {e['hosts']} | {e['wanted']} | {e['data_wait_pct']} | {e['images_per_s']} | "
+            f"{_cost(e['usd_per_h'])} | {_cost(e.get('usd_per_million_images'), 2)} | {e['reason']} |"
+            for e in autoscale["timeline"]
+        ]
         lines.append("")
-    lines += ["Plots: " + ", ".join(f"[{p}]({p})" for p in plots) + "; TensorBoard: `tensorboard --logdir tensorboard`", ""]
+    lines += [
+        "Plots: " + ", ".join(f"[{p}]({p})" for p in plots) + "; TensorBoard: `tensorboard --logdir tensorboard`",
+        "",
+    ]
     path.write_text("\n".join(lines))
     return path
 
@@ -104,8 +134,15 @@ def _plots(report: dict, out_dir: Path) -> list[Path]:
     xs = [s["t"] - t0 for s in steps] if timed else [s["step"] for s in steps]
     ax.plot(xs, [s["images_per_s"] for s in steps], color="tab:blue", lw=1, label="images/s")
     if any(b["n"] > 1 for b in buckets):
-        ax.fill_between(xs, [b["min"]["images_per_s"] for b in buckets], [b["max"]["images_per_s"] for b in buckets],
-                        color="tab:blue", alpha=0.2, lw=0, label="min-max of the steps in a point")
+        ax.fill_between(
+            xs,
+            [b["min"]["images_per_s"] for b in buckets],
+            [b["max"]["images_per_s"] for b in buckets],
+            color="tab:blue",
+            alpha=0.2,
+            lw=0,
+            label="min-max of the steps in a point",
+        )
     ax.set_xlabel("seconds since the first step began" if timed else "step")
     ax.set_ylabel("images/s", color="tab:blue")
     twin = ax.twinx()
@@ -116,8 +153,13 @@ def _plots(report: dict, out_dir: Path) -> list[Path]:
     written.append(_save(fig, out_dir / "throughput.png"))
 
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.bar([b["first_step"] - 0.5 for b in buckets], [_bucket_wait_pct(b) for b in buckets],
-           width=[b["n"] for b in buckets], align="edge", color="tab:red")
+    ax.bar(
+        [b["first_step"] - 0.5 for b in buckets],
+        [_bucket_wait_pct(b) for b in buckets],
+        width=[b["n"] for b in buckets],
+        align="edge",
+        color="tab:red",
+    )
     ax.set_xlabel("step")
     ax.set_ylabel("data wait % of step time")
     ax.set_ylim(0, 100)
@@ -143,12 +185,25 @@ def _autoscale_plot(report: dict, path: Path, t0: float, xs: list, buckets: list
     if priced:
         _cost_panel(axes[1][0], a, times, xs, buckets)
     ax.step(times, [e["hosts"] for e in timeline], where="post", color="tab:green", lw=2, label="data hosts joined")
-    ax.step(times, [e["wanted"] for e in timeline], where="post", color="tab:green", lw=1, ls="--",
-            label="data hosts wanted")
-    for e, t in zip(timeline, times):
+    ax.step(
+        times,
+        [e["wanted"] for e in timeline],
+        where="post",
+        color="tab:green",
+        lw=1,
+        ls="--",
+        label="data hosts wanted",
+    )
+    for e, t in zip(timeline, times, strict=False):
         if e["change"]:
-            ax.annotate(f"{'+' if e['change'] > 0 else '-'}1" + (f"\n${e['usd_per_h']}/h" if e["usd_per_h"] else ""),
-                        (t, e["wanted"]), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
+            ax.annotate(
+                f"{'+' if e['change'] > 0 else '-'}1" + (f"\n${e['usd_per_h']}/h" if e["usd_per_h"] else ""),
+                (t, e["wanted"]),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=7,
+            )
     axes[-1][0].set_xlabel("seconds since the first step began")
     ax.set_ylabel("data hosts", color="tab:green")
     ax.set_ylim(0, max(e["wanted"] for e in timeline) + 1)
@@ -170,7 +225,7 @@ def _cost_panel(ax, a: dict, times: list, xs: list, buckets: list) -> None:
     from smlaunch.cluster.autoscale.policy import Prices
 
     prices, usd = Prices(a["train_price_h"], a["price_per_host_h"]), []
-    for x, b in zip(xs, buckets):
+    for x, b in zip(xs, buckets, strict=False):
         rate = b["sum"]["images"] / b["sum"]["step_time_s"] if b["sum"]["step_time_s"] else 0.0
         hosts = a["timeline"][max(bisect.bisect_right(times, x) - 1, 0)]["hosts"]
         usd.append(prices.per_million_images(hosts, rate))
@@ -178,8 +233,12 @@ def _cost_panel(ax, a: dict, times: list, xs: list, buckets: list) -> None:
     ax.set_ylabel("$ per million images", color="tab:purple")
     ax.set_ylim(bottom=0)
     whole = a.get("usd_per_million_images")
-    ax.set_title(f"cost per image, train and data hosts (${whole:.2f} per million over the run)" if whole is not None
-                 else "cost per image, train and data hosts", fontsize=9)
+    ax.set_title(
+        f"cost per image, train and data hosts (${whole:.2f} per million over the run)"
+        if whole is not None
+        else "cost per image, train and data hosts",
+        fontsize=9,
+    )
 
 
 def _heat_map(report: dict, path: Path, t0: float, plt) -> Path:
@@ -198,13 +257,31 @@ def _heat_map(report: dict, path: Path, t0: float, plt) -> Path:
         labels.append(f"{host} ({roles.get(host, '?')}) CPU")
         gpus = max((len(x.get("gpu_pct", [])) for x in data), default=0)
         for g in range(gpus):
-            rows.append(_binned([{**x, "g": x["gpu_pct"][g]} for x in data if len(x.get("gpu_pct", [])) > g
-                                 and x["gpu_pct"][g] is not None], "g", t0, end, bins))
+            rows.append(
+                _binned(
+                    [
+                        {**x, "g": x["gpu_pct"][g]}
+                        for x in data
+                        if len(x.get("gpu_pct", [])) > g and x["gpu_pct"][g] is not None
+                    ],
+                    "g",
+                    t0,
+                    end,
+                    bins,
+                )
+            )
             labels.append(f"{host} GPU{g}")
     fig, ax = plt.subplots(figsize=(10, 1 + 0.45 * max(len(rows), 1)))
     grid = np.array(rows, dtype=float) if rows else np.full((1, bins), np.nan)
-    image = ax.imshow(grid, aspect="auto", cmap="inferno", vmin=0, vmax=100, interpolation="nearest",
-                      extent=(0, end - t0, len(rows) - 0.5 if rows else 0.5, -0.5))
+    image = ax.imshow(
+        grid,
+        aspect="auto",
+        cmap="inferno",
+        vmin=0,
+        vmax=100,
+        interpolation="nearest",
+        extent=(0, end - t0, len(rows) - 0.5 if rows else 0.5, -0.5),
+    )
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("seconds since the first step began")
     ax.set_title("utilisation per host (%)" + ("" if rows else ": no samples"))
@@ -227,7 +304,7 @@ def _binned(data: list[dict], key: str, t0: float, end: float, bins: int) -> lis
         i = min(bins - 1, max(0, int((x["t"] - t0) / span * bins)))
         sums[i] += x[key]
         counts[i] += 1
-    return [s / c if c else math.nan for s, c in zip(sums, counts)]
+    return [s / c if c else math.nan for s, c in zip(sums, counts, strict=False)]
 
 
 def _t0(report: dict) -> float:

@@ -27,8 +27,16 @@ from typing import NamedTuple
 
 from smlaunch.errors import ConfigError, UserError
 
-RATE_FIELDS = ("job", "model.name", "pipeline.ops", "pipeline.batch_size", "trainer.batch_size",
-               "trainer.precision", "channels.train.record_format", "channels.train.input_mode")
+RATE_FIELDS = (
+    "job",
+    "model.name",
+    "pipeline.ops",
+    "pipeline.batch_size",
+    "trainer.batch_size",
+    "trainer.precision",
+    "channels.train.record_format",
+    "channels.train.input_mode",
+)
 """What makes two configs "the same" for sizing: the job name and what sets the trainer's and the
 chain's rates; plus every group's instance type (`rate_fingerprint`). Not the host counts (what is
 sized), the steps or epochs (a brief run is the point), the sources or the run directory."""
@@ -67,9 +75,11 @@ def data_group(cfg):
     train, _ = config_train_group(cfg)
     cpu = [g for g in cfg.cluster.instance_groups if g.name != train and not g.spec.gpus]
     if len(cpu) != 1:
-        raise ConfigError(f"sagemaker.data_hosts: sizing needs one CPU-only group besides the train group {train}, "
-                          f"and this config has {', '.join(g.name for g in cpu) or 'none'}"
-                          + ("; name the one to size in an autoscale: section (autoscale.group)" if cpu else ""))
+        raise ConfigError(
+            f"sagemaker.data_hosts: sizing needs one CPU-only group besides the train group {train}, "
+            f"and this config has {', '.join(g.name for g in cpu) or 'none'}"
+            + ("; name the one to size in an autoscale: section (autoscale.group)" if cpu else "")
+        )
     return cpu[0]
 
 
@@ -83,6 +93,7 @@ def bounds(cfg) -> tuple[int, int]:
 def rate_fingerprint(config: dict) -> dict:
     """The `RATE_FIELDS` of a config (as `model_dump(mode="json")` or a run's resolved_config.yaml
     has it), and `instance_types` by group; a missing field is None."""
+
     def at(path: str):
         value = config
         for part in path.split("."):
@@ -90,8 +101,10 @@ def rate_fingerprint(config: dict) -> dict:
         return value
 
     groups = (config.get("cluster") or {}).get("instance_groups") or []
-    return {**{path: at(path) for path in RATE_FIELDS},
-            "instance_types": {g.get("name"): g.get("instance_type") for g in groups}}
+    return {
+        **{path: at(path) for path in RATE_FIELDS},
+        "instance_types": {g.get("name"): g.get("instance_type") for g in groups},
+    }
 
 
 def differences(a: dict, b: dict) -> list[str]:
@@ -105,14 +118,23 @@ def forced(cfg, count: int) -> Sizing:
     if cfg.autoscale is not None:
         low, high = bounds(cfg)
         if not low <= count <= high:
-            raise ConfigError(f"--data-hosts {count}: outside autoscale.min_data_hosts..max_data_hosts ({low}..{high}) "
-                              f"for {group.name}; change the bounds or the count")
-    return Sizing(count, "as --data-hosts or sagemaker.data_hosts says", None, group.name, group.instance_type,
-                  group.instance_count)
+            raise ConfigError(
+                f"--data-hosts {count}: outside autoscale.min_data_hosts..max_data_hosts ({low}..{high}) "
+                f"for {group.name}; change the bounds or the count"
+            )
+    return Sizing(
+        count,
+        "as --data-hosts or sagemaker.data_hosts says",
+        None,
+        group.name,
+        group.instance_type,
+        group.instance_count,
+    )
 
 
-def size_from_report(cfg, report: dict, path: str | Path, when: float | None, prices: dict, dated: str,
-                     note: str = "") -> Sizing:
+def size_from_report(
+    cfg, report: dict, path: str | Path, when: float | None, prices: dict, dated: str, note: str = ""
+) -> Sizing:
     """The rule: the data group's count for `cfg` from a measured run's `report` (at `path`, written
     at `when`): the advisor's recommendation for this config's train hosts and the data group's
     instance type, at least 1, clamped to `bounds`. `note` is added to the why."""
@@ -124,14 +146,19 @@ def size_from_report(cfg, report: dict, path: str | Path, when: float | None, pr
     from smlaunch.cluster.plan import config_train_group
 
     train = next(g for g in cfg.cluster.instance_groups if g.name == config_train_group(cfg)[0])
-    hosts = ([{"subcluster": "train", "instance_type": train.instance_type, "vcpus": train.spec.vcpus}]
-             * train.instance_count
-             + [{"subcluster": "data", "instance_type": group.instance_type, "vcpus": group.spec.vcpus}]
-             * group.instance_count)
-    workers = len(place_workers([(f"h{i}", train.spec.gpus) for i in range(train.instance_count)],
-                                cfg.trainer.max_workers))
-    monitor = {**cfg.monitor.model_dump(mode="json"), "cpu_instance_types": [group.instance_type],
-               "max_data_hosts": max(cfg.monitor.max_data_hosts, high)}
+    hosts = [
+        {"subcluster": "train", "instance_type": train.instance_type, "vcpus": train.spec.vcpus}
+    ] * train.instance_count + [
+        {"subcluster": "data", "instance_type": group.instance_type, "vcpus": group.spec.vcpus}
+    ] * group.instance_count
+    workers = len(
+        place_workers([(f"h{i}", train.spec.gpus) for i in range(train.instance_count)], cfg.trainer.max_workers)
+    )
+    monitor = {
+        **cfg.monitor.model_dump(mode="json"),
+        "cpu_instance_types": [group.instance_type],
+        "max_data_hosts": max(cfg.monitor.max_data_hosts, high),
+    }
     advisor = advise_plan(hosts, workers, report, monitor, prices, dated)
     if "error" in advisor:
         raise UserError(f"data hosts: {path}: {advisor['error']}")
@@ -147,12 +174,16 @@ def size_from_report(cfg, report: dict, path: str | Path, when: float | None, pr
     if predicted["cost_per_epoch"] is not None:
         why += f", ${predicted['cost_per_epoch']:g}/epoch"
     if wanted != count:
-        limit = ("autoscale.min_data_hosts" if wanted < low else "autoscale.max_data_hosts") \
-            if cfg.autoscale is not None else ("a SageMaker group's minimum" if wanted < low else "monitor.max_data_hosts")
+        limit = (
+            ("autoscale.min_data_hosts" if wanted < low else "autoscale.max_data_hosts")
+            if cfg.autoscale is not None
+            else ("a SageMaker group's minimum" if wanted < low else "monitor.max_data_hosts")
+        )
         wish = "no CPU host (the GPU hosts' own CPUs keep up)" if wanted == 0 else str(wanted)
         why += f"; the advisor recommends {wish}, {limit} makes it {count}"
-    return Sizing(count, why + (f"; {note}" if note else ""), Path(path), group.name, group.instance_type,
-                  group.instance_count)
+    return Sizing(
+        count, why + (f"; {note}" if note else ""), Path(path), group.name, group.instance_type, group.instance_count
+    )
 
 
 def candidate_reports(run_dir: Path) -> list[tuple[Path, Path]]:
@@ -171,8 +202,10 @@ def find_report(cfg, config_name: str = "CONFIG") -> tuple[Path, dict, float]:
     import yaml
 
     run_dir = cfg.run.dir
-    how = (f"run the config briefly first (sm-launch {config_name} --set trainer.steps=300), or name a report with "
-           "--from-report PATH (e.g. a job's output fetched by sm-launch report --job NAME)")
+    how = (
+        f"run the config briefly first (sm-launch {config_name} --set trainer.steps=300), or name a report with "
+        "--from-report PATH (e.g. a job's output fetched by sm-launch report --job NAME)"
+    )
     if run_dir.startswith("s3://"):
         raise UserError(f"data hosts auto: run.dir {run_dir} is in S3, where submit does not look for reports; {how}")
     mine = rate_fingerprint(cfg.model_dump(mode="json"))
@@ -202,13 +235,17 @@ def find_report(cfg, config_name: str = "CONFIG") -> tuple[Path, dict, float]:
     seen = ""
     if others:
         _, path, fields = max(others)
-        seen = f"; {len(others)} report(s) of other configs ignored (the newest, {path}: its run's config differs in " \
+        seen = (
+            f"; {len(others)} report(s) of other configs ignored (the newest, {path}: its run's config differs in "
             f"{', '.join(fields)})"
+        )
     if unusable:
         seen += f"; {unusable} report(s) of this config without advisor figures"
-    raise UserError(f"data hosts auto: no report of this config (job {cfg.job}, model {mine['model.name']}, "
-                    f"{', '.join(f'{k} {v}' for k, v in mine['instance_types'].items())}) in the runs under "
-                    f"{run_dir}/ (each run's {' or '.join(REPORT_PATHS)}, beside its resolved_config.yaml){seen}; {how}")
+    raise UserError(
+        f"data hosts auto: no report of this config (job {cfg.job}, model {mine['model.name']}, "
+        f"{', '.join(f'{k} {v}' for k, v in mine['instance_types'].items())}) in the runs under "
+        f"{run_dir}/ (each run's {' or '.join(REPORT_PATHS)}, beside its resolved_config.yaml){seen}; {how}"
+    )
 
 
 def _normalised(raw: dict) -> dict:
@@ -231,8 +268,10 @@ def size_data_group(cfg, data_hosts, from_report: str | None = None, config_name
     from smlaunch.cluster.prices import PRICES_DATED, price_table
 
     if from_report is not None and data_hosts not in (None, "auto"):
-        raise ConfigError(f"--from-report sizes the data group from a report; it does not go with --data-hosts "
-                          f"{data_hosts} (a fixed count)")
+        raise ConfigError(
+            f"--from-report sizes the data group from a report; it does not go with --data-hosts "
+            f"{data_hosts} (a fixed count)"
+        )
     if data_hosts is None and from_report is None:
         return None
     if data_hosts not in (None, "auto"):
@@ -259,8 +298,9 @@ def _named_note(cfg, path: Path) -> str:
     is this config's, in the fields that matter."""
     import yaml
 
-    resolved = next((p / "resolved_config.yaml" for p in path.resolve().parents
-                     if (p / "resolved_config.yaml").is_file()), None)
+    resolved = next(
+        (p / "resolved_config.yaml" for p in path.resolve().parents if (p / "resolved_config.yaml").is_file()), None
+    )
     if resolved is None:
         return "named by --from-report (its run's config not found beside it, so not compared)"
     try:
@@ -268,15 +308,20 @@ def _named_note(cfg, path: Path) -> str:
     except (OSError, yaml.YAMLError):
         return "named by --from-report"
     fields = differences(rate_fingerprint(cfg.model_dump(mode="json")), theirs)
-    return (f"named by --from-report; WARNING: its run's config differs from this one in {', '.join(fields)}"
-            if fields else "named by --from-report")
+    return (
+        f"named by --from-report; WARNING: its run's config differs from this one in {', '.join(fields)}"
+        if fields
+        else "named by --from-report"
+    )
 
 
 def sized_config(cfg, sizing: Sizing):
     """`cfg` with the data group at `sizing.count` hosts and `sagemaker.data_hosts` at that number,
     so the request and the shipped config say the same."""
-    groups = [g.model_copy(update={"instance_count": sizing.count}) if g.name == sizing.group else g
-              for g in cfg.cluster.instance_groups]
+    groups = [
+        g.model_copy(update={"instance_count": sizing.count}) if g.name == sizing.group else g
+        for g in cfg.cluster.instance_groups
+    ]
     update = {"cluster": cfg.cluster.model_copy(update={"instance_groups": groups})}
     if cfg.sagemaker is not None:
         update["sagemaker"] = cfg.sagemaker.model_copy(update={"data_hosts": sizing.count})

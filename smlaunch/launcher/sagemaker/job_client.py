@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from smlaunch.errors import UserError
 
@@ -58,15 +58,30 @@ def status_lines(d: dict) -> list[str]:
     if transitions and transitions[-1].get("StatusMessage"):
         lines.append(f"  {transitions[-1]['Status']}: {transitions[-1]['StatusMessage']}")
     resources = d.get("ResourceConfig") or {}
-    groups = resources.get("InstanceGroups") or ([{"InstanceGroupName": "-", "InstanceType": resources.get("InstanceType"),
-                                                   "InstanceCount": resources.get("InstanceCount")}] if resources else [])
+    groups = resources.get("InstanceGroups") or (
+        [
+            {
+                "InstanceGroupName": "-",
+                "InstanceType": resources.get("InstanceType"),
+                "InstanceCount": resources.get("InstanceCount"),
+            }
+        ]
+        if resources
+        else []
+    )
     if groups:
-        lines.append("  hosts: " + ", ".join(f"{g['InstanceGroupName']} {g['InstanceCount']} x {g['InstanceType']}"
-                                             for g in groups))
+        lines.append(
+            "  hosts: "
+            + ", ".join(f"{g['InstanceGroupName']} {g['InstanceCount']} x {g['InstanceType']}" for g in groups)
+        )
     times = [(k, d[k]) for k in ("TrainingStartTime", "TrainingEndTime") if d.get(k)]
     if times:
-        lines.append("  " + ", ".join(f"{k.removeprefix('Training').removesuffix('Time').lower()} {v:%Y-%m-%d %H:%M:%S %Z}"
-                                      for k, v in times))
+        lines.append(
+            "  "
+            + ", ".join(
+                f"{k.removeprefix('Training').removesuffix('Time').lower()} {v:%Y-%m-%d %H:%M:%S %Z}" for k, v in times
+            )
+        )
     if d.get("BillableTimeInSeconds") is not None:
         lines.append(f"  billable: {d['BillableTimeInSeconds']} s of {d.get('TrainingTimeInSeconds', '?')} s")
     if d.get("FailureReason"):
@@ -115,8 +130,15 @@ def log_events(logs, job: str, start_ms: int = 0) -> list[dict]:
     return sorted(events, key=lambda e: (e["timestamp"], e.get("ingestionTime", 0), e.get("eventId", "")))
 
 
-def follow_logs(sagemaker, logs, job: str, emit: Callable[[str], None], follow: bool,
-                poll_s: float = FOLLOW_POLL_S, sleep=time.sleep) -> str:
+def follow_logs(
+    sagemaker,
+    logs,
+    job: str,
+    emit: Callable[[str], None],
+    follow: bool,
+    poll_s: float = FOLLOW_POLL_S,
+    sleep=time.sleep,
+) -> str:
     """Print every line once, labelled `[algo-N]`; with `follow`, until the job has ended. Returns its status.
 
     Each poll asks again from `LATE_S` before the newest line seen, since a slower host's lines

@@ -45,8 +45,9 @@ def validate_request(request: dict) -> list[str]:
 
     shape = _operation().input_shape
     report = ParamValidator().validate(request, shape)
-    errors = [line.strip() for line in report.generate_report().splitlines() if line.strip()] \
-        if report.has_errors() else []
+    errors = (
+        [line.strip() for line in report.generate_report().splitlines() if line.strip()] if report.has_errors() else []
+    )
     _walk(request, shape, "", errors)
     errors.extend(service_rule_errors(request))
     return errors
@@ -82,7 +83,7 @@ def _walk(value, shape, path: str, errors: list[str]) -> None:
         errors.append(f"{path}: {value} is above the service's maximum {meta['max']}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pattern(pattern: str):
     try:
         return re.compile(pattern, re.DOTALL)
@@ -123,16 +124,20 @@ def service_rule_errors(request: dict) -> list[str]:
             (routed if s3.get("InstanceGroupNames") else unrouted).append(name)
         for group in s3.get("InstanceGroupNames") or []:
             if group not in groups:
-                errors.append(f"InputDataConfig {name}: InstanceGroupNames names {group!r}, not a group of the "
-                              f"job ({', '.join(map(str, groups)) or 'no InstanceGroups'})")
+                errors.append(
+                    f"InputDataConfig {name}: InstanceGroupNames names {group!r}, not a group of the "
+                    f"job ({', '.join(map(str, groups)) or 'no InstanceGroups'})"
+                )
         mode = channel.get("InputMode") or (request.get("AlgorithmSpecification") or {}).get("TrainingInputMode")
         if mode == "FastFile" and s3.get("S3DataType", "S3Prefix") != "S3Prefix":
             errors.append(f"InputDataConfig {name}: FastFile needs S3DataType S3Prefix, not {s3.get('S3DataType')}")
         if s3.get("S3DataType") == "AugmentedManifestFile" and not s3.get("AttributeNames"):
             errors.append(f"InputDataConfig {name}: an AugmentedManifestFile needs AttributeNames")
     if routed and unrouted:
-        errors.append(f"InputDataConfig: InstanceGroupNames must be on every channel or none; channels "
-                      f"{', '.join(routed)} have them, {', '.join(unrouted)} do not")
+        errors.append(
+            f"InputDataConfig: InstanceGroupNames must be on every channel or none; channels "
+            f"{', '.join(routed)} have them, {', '.join(unrouted)} do not"
+        )
     stopping = request.get("StoppingCondition") or {}
     wait, run = stopping.get("MaxWaitTimeInSeconds"), stopping.get("MaxRuntimeInSeconds", 86400)
     if request.get("EnableManagedSpotTraining"):
@@ -155,8 +160,10 @@ def _file_system_errors(name: str, channel: dict, request: dict) -> list[str]:
     if mode != "File":
         errors.append(f"InputDataConfig {name}: a FileSystemDataSource needs InputMode File, not {mode}")
     if not request.get("VpcConfig"):
-        errors.append(f"InputDataConfig {name}: a FileSystemDataSource needs VpcConfig (the file system's subnets "
-                      "and security groups)")
+        errors.append(
+            f"InputDataConfig {name}: a FileSystemDataSource needs VpcConfig (the file system's subnets "
+            "and security groups)"
+        )
     return errors
 
 
@@ -165,8 +172,9 @@ def config_problems(cfg: LaunchConfig) -> list[str]:
     any upload. (Group count, routing, manifests and instance counts are already refused at load.)"""
     problems = []  # instance types: refused at load (config.instance_types)
     if len(cfg.cluster.instance_groups) > MAX_GROUPS:
-        problems.append(f"cluster.instance_groups: {len(cfg.cluster.instance_groups)} groups, a job may have at "
-                        f"most {MAX_GROUPS}")
+        problems.append(
+            f"cluster.instance_groups: {len(cfg.cluster.instance_groups)} groups, a job may have at most {MAX_GROUPS}"
+        )
     from smlaunch.launcher.sagemaker.training_job import CODE_CHANNEL, uses_code_channel
 
     code_channel = cfg.sagemaker is not None and uses_code_channel(cfg.sagemaker)
@@ -174,23 +182,30 @@ def config_problems(cfg: LaunchConfig) -> list[str]:
         if code_channel and name == CODE_CHANNEL:
             problems.append(f"channels.{name}: the name is taken by the channel that carries the source tarball")
         if ch.is_manifest and not ch.source.startswith("s3://"):
-            problems.append(f"channels.{name}.source: a local augmented manifest cannot be submitted (its -ref "
-                            "attributes must name S3 objects); upload it and give its s3:// URI")
+            problems.append(
+                f"channels.{name}.source: a local augmented manifest cannot be submitted (its -ref "
+                "attributes must name S3 objects); upload it and give its s3:// URI"
+            )
         if ch.is_manifest_file and not ch.source.startswith("s3://"):
             problems += manifest_file_problems(f"channels.{name}.source", Path(ch.source).expanduser())
         if ch.file_system is not None and (cfg.sagemaker is None or cfg.sagemaker.vpc is None):
-            problems.append(f"channels.{name}.file_system: SageMaker mounts {ch.file_system.type} "
-                            f"{ch.file_system.id} only inside a VPC; set sagemaker.vpc (subnets and "
-                            "security_group_ids that reach the file system)")
+            problems.append(
+                f"channels.{name}.file_system: SageMaker mounts {ch.file_system.type} "
+                f"{ch.file_system.id} only inside a VPC; set sagemaker.vpc (subnets and "
+                "security_group_ids that reach the file system)"
+            )
     weights = cfg.model.pretrained if cfg.model else False
     if weights is not False and not weights.startswith("s3://") and not Path(weights).expanduser().is_file():
         state = "is not a file" if Path(weights).expanduser().exists() else "does not exist"
-        problems.append(f"model.pretrained: {weights} {state}; submit uploads a local weights file (or give "
-                        "its s3:// URI)")
+        problems.append(
+            f"model.pretrained: {weights} {state}; submit uploads a local weights file (or give its s3:// URI)"
+        )
     problems += _account_problems(cfg)
     if len(cfg.channels) + code_channel > 20:
-        problems.append(f"channels: {len(cfg.channels)} channels, a job may have at most 20 "
-                        "(one is taken by the source tarball's channel)")
+        problems.append(
+            f"channels: {len(cfg.channels)} channels, a job may have at most 20 "
+            "(one is taken by the source tarball's channel)"
+        )
     return problems
 
 
@@ -202,14 +217,20 @@ def _account_problems(cfg: LaunchConfig) -> list[str]:
     if sm.volume_kms_key:
         from smlaunch.config.instance_types import has_local_storage
 
-        local = [f"{g.name} ({g.instance_type})" for g in cfg.cluster.instance_groups if has_local_storage(g.instance_type)]
+        local = [
+            f"{g.name} ({g.instance_type})" for g in cfg.cluster.instance_groups if has_local_storage(g.instance_type)
+        ]
         if local:
-            problems.append(f"sagemaker.volume_kms_key: {', '.join(local)} use local NVMe storage, which SageMaker "
-                            "encrypts in hardware and refuses a VolumeKmsKeyId for; remove the key or use types "
-                            "without instance storage")
+            problems.append(
+                f"sagemaker.volume_kms_key: {', '.join(local)} use local NVMe storage, which SageMaker "
+                "encrypts in hardware and refuses a VolumeKmsKeyId for; remove the key or use types "
+                "without instance storage"
+            )
     if sm.enable_network_isolation and cfg.model and cfg.model.pretrained is not False:
-        problems.append(f"model.pretrained: under sagemaker.enable_network_isolation the hosts cannot download "
-                        f"{cfg.model.pretrained} from S3; bake the weights into the image or turn isolation off")
+        problems.append(
+            f"model.pretrained: under sagemaker.enable_network_isolation the hosts cannot download "
+            f"{cfg.model.pretrained} from S3; bake the weights into the image or turn isolation off"
+        )
     return problems
 
 
@@ -223,17 +244,23 @@ def manifest_file_problems(field: str, path: Path) -> list[str]:
     except (OSError, UnicodeDecodeError) as exc:
         return [f"{field}: {path}: {getattr(exc, 'strerror', None) or exc}"]
     except ValueError as exc:
-        return [f"{field}: {path} is not JSON ({exc}); a ManifestFile is a JSON list "
-                '[{"prefix": "s3://bucket/prefix/"}, "key", ...]']
+        return [
+            f"{field}: {path} is not JSON ({exc}); a ManifestFile is a JSON list "
+            '[{"prefix": "s3://bucket/prefix/"}, "key", ...]'
+        ]
     head = manifest[0] if isinstance(manifest, list) and manifest else None
     prefix = head.get("prefix") if isinstance(head, dict) else None
     if not isinstance(prefix, str) or not all(isinstance(k, str) for k in manifest[1:]):
-        return [f'{field}: {path} is not a ManifestFile: expected a JSON list [{{"prefix": "s3://bucket/prefix/"}}, '
-                '"key", ...]']
+        return [
+            f'{field}: {path} is not a ManifestFile: expected a JSON list [{{"prefix": "s3://bucket/prefix/"}}, '
+            '"key", ...]'
+        ]
     if not re.match(r"s3://[^/]+", prefix):
-        return [f"{field}: {path} has prefix {prefix!r}, but a local manifest's objects must already be in S3 "
-                "(submit uploads only the manifest); give an s3:// prefix, or use the folder as an S3Prefix "
-                "source"]
+        return [
+            f"{field}: {path} has prefix {prefix!r}, but a local manifest's objects must already be in S3 "
+            "(submit uploads only the manifest); give an s3:// prefix, or use the folder as an S3Prefix "
+            "source"
+        ]
     if len(manifest) < 2:
         return [f"{field}: {path} lists no objects after its prefix"]
     return []

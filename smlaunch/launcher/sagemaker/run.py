@@ -53,17 +53,32 @@ def ray_environment(sm: SageMakerEnvironment, environ=os.environ) -> dict[str, s
     token = environ.get(TOKEN_ENV) or environ.get("RAY_AUTH_TOKEN")
     if not token:
         if len(sm.hosts) > 1:
-            raise UserError(f"multi-host job without a Ray token: set {TOKEN_ENV} (e.g. 64 random hex characters) "
-                            "in the training job's environment so every host shares it")
+            raise UserError(
+                f"multi-host job without a Ray token: set {TOKEN_ENV} (e.g. 64 random hex characters) "
+                "in the training job's environment so every host shares it"
+            )
         token = secrets.token_hex(32)
     if len(token) < 32:
         raise UserError(f"{TOKEN_ENV}: the Ray token must be at least 32 characters")
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+    return {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+    }
 
 
-def run_host(cfg: LaunchConfig, plan: LaunchPlan, sm: SageMakerEnvironment, stop: StopRequest,
-             check_only: bool = False, log=logging.getLogger("smlaunch").info, announce=None) -> HostOutcome:
+def run_host(
+    cfg: LaunchConfig,
+    plan: LaunchPlan,
+    sm: SageMakerEnvironment,
+    stop: StopRequest,
+    check_only: bool = False,
+    log=None,
+    announce=None,
+) -> HostOutcome:
+    log = log or logging.getLogger("smlaunch").info
     os.environ.update(ray_environment(sm))
     os.environ.pop("RAY_ADDRESS", None)
     from smlaunch.cluster.ray_auth import reload_ray_auth
@@ -81,10 +96,20 @@ def _node(plan: LaunchPlan, sm: SageMakerEnvironment, cfg: LaunchConfig, head_ad
 
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{plan.current_host}-")
     me = plan.host(plan.current_host)
-    args = start_args(me, head_address=head_address, node_ip=node_ip, port=cfg.cluster.port, temp_dir=temp_dir,
-                      object_store_bytes=me.object_store_bytes)
-    return RayNode(args, sm.path("output", "data", "smlaunch", "ray-node.log"),
-                   {**os.environ, **worker_pool_env(me.num_cpus)}, temp_dir)
+    args = start_args(
+        me,
+        head_address=head_address,
+        node_ip=node_ip,
+        port=cfg.cluster.port,
+        temp_dir=temp_dir,
+        object_store_bytes=me.object_store_bytes,
+    )
+    return RayNode(
+        args,
+        sm.path("output", "data", "smlaunch", "ray-node.log"),
+        {**os.environ, **worker_pool_env(me.num_cpus)},
+        temp_dir,
+    )
 
 
 def _run_head(cfg, plan, sm, stop, check_only, log, announce=None) -> HostOutcome:
@@ -121,15 +146,19 @@ def head_cluster(cfg, plan, sm, stop, log, announce=None):
     state = heartbeat = None
     failed = True
     try:
-        wait_for_port(ip, cfg.cluster.port, NODE_START_S, f"Ray head on {plan.head}",
-                      alive=lambda: node.exit_code() is None)
+        wait_for_port(
+            ip, cfg.cluster.port, NODE_START_S, f"Ray head on {plan.head}", alive=lambda: node.exit_code() is None
+        )
         state = JobState(address)
         heartbeat = Heartbeat(state).start()
         log(f"head {plan.head} at {address}; waiting for {len(plan.hosts)} hosts")
-        took = wait_for_hosts(lambda: _joined(state, stop, node), [h.name for h in plan.hosts],
-                              plan.join_timeout_s, log)
-        log(f"hosts_joined={len(plan.hosts)} hosts_joined_s={time.perf_counter() - started:.2f} "
-            f"(waited {took:.2f} s after the head was up)")
+        took = wait_for_hosts(
+            lambda: _joined(state, stop, node), [h.name for h in plan.hosts], plan.join_timeout_s, log
+        )
+        log(
+            f"hosts_joined={len(plan.hosts)} hosts_joined_s={time.perf_counter() - started:.2f} "
+            f"(waited {took:.2f} s after the head was up)"
+        )
         plan = with_joined_resources(plan, state.alive_nodes(), cfg)
         if announce is not None:  # the job's summary, with the workers placed on the GPUs the hosts reported
             announce(plan)
@@ -138,8 +167,11 @@ def head_cluster(cfg, plan, sm, stop, log, announce=None):
         from smlaunch import console
 
         console.quiet_ray()
-        ray.init(address=address, **console.ray_init_options(),
-                 runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"})
+        ray.init(
+            address=address,
+            **console.ray_init_options(),
+            runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"},
+        )
         up = ClusterUp(plan)
         with _hard_stop(stop):
             yield up
@@ -183,8 +215,10 @@ def _hard_stop(stop: StopRequest):
 
     def give_up() -> None:
         if stop.event.wait() and not finished.wait(stop.grace_s + HARD_STOP_AFTER_GRACE_S):
-            logging.getLogger("smlaunch").error(f"trainer did not stop within {stop.grace_s + HARD_STOP_AFTER_GRACE_S:g} s "
-                                                f"of {stop.signal_name}; shutting down")
+            logging.getLogger("smlaunch").error(
+                f"trainer did not stop within {stop.grace_s + HARD_STOP_AFTER_GRACE_S:g} s "
+                f"of {stop.signal_name}; shutting down"
+            )
             os._exit(143)  # the node child follows (PDEATHSIG); workers see the head vanish
 
     finished = threading.Event()
@@ -227,8 +261,10 @@ def _finish(state: JobState, outcome: bytes, plan: LaunchPlan, log) -> None:
         workers = [w for w in workers if w not in left]
         time.sleep(0.2)
     if workers:
-        log(f"note: {', '.join(workers)} did not confirm leaving within {LEAVE_WAIT_S:.0f} s; they exit on "
-            f"their own once the head is gone")
+        log(
+            f"note: {', '.join(workers)} did not confirm leaving within {LEAVE_WAIT_S:.0f} s; they exit on "
+            f"their own once the head is gone"
+        )
 
 
 def _shutdown(heartbeat, node, state, keep_temp: bool) -> None:
@@ -257,8 +293,9 @@ def _run_worker(cfg, plan, sm, stop, log) -> HostOutcome:
 
     head_ip = resolve_host(plan.head, plan.join_timeout_s)
     ip = interface_address(sm.network_interface_name)
-    wait_for_port(head_ip, cfg.cluster.port, plan.join_timeout_s, f"Ray head on {plan.head}",
-                  alive=lambda: not stop.is_set())
+    wait_for_port(
+        head_ip, cfg.cluster.port, plan.join_timeout_s, f"Ray head on {plan.head}", alive=lambda: not stop.is_set()
+    )
     address = f"{head_ip}:{cfg.cluster.port}"
     node = _node(plan, sm, cfg, address, ip).start()
     state = JobState(address)
@@ -299,11 +336,11 @@ def watch_head(state: JobState, node, head: str, stop: StopRequest, poll_s: floa
         except StoreUnavailable:
             pass
         if now - last_change > HEAD_LOST_S:
-            return HostOutcome(1, f"lost the head {head}: no heartbeat for {HEAD_LOST_S:.0f} s "
-                                  f"(host failed or was stopped)")
+            return HostOutcome(
+                1, f"lost the head {head}: no heartbeat for {HEAD_LOST_S:.0f} s (host failed or was stopped)"
+            )
         if stop.is_set():
             stop_seen = stop_seen or now
             if now - stop_seen > stop.grace_s + 2 * HARD_STOP_AFTER_GRACE_S:
                 return HostOutcome(143, f"{stop.signal_name} received and the head did not finish in time")
         time.sleep(poll_s)
-

@@ -53,15 +53,24 @@ class SimulatedHosts:
         self.procs: dict[str, subprocess.Popen] = {}
         self.exited: dict[str, float] = {}
 
-    def start(self, host: str, command: str = "run", argv: list[str] | None = None,
-              **overrides: str) -> subprocess.Popen:
+    def start(
+        self, host: str, command: str = "run", argv: list[str] | None = None, **overrides: str
+    ) -> subprocess.Popen:
         """Start `host`'s `sm-launch COMMAND` (or `argv`) with its own tree; `overrides` are
         environment variables. The host is no container: this machine's PID 1 is not its, so it
         reads none (`SMLAUNCH_SIMULATED_HOST`; a host started in a PID namespace of its own sets it
         empty)."""
-        env = {**os.environ, "SAGEMAKER_BASE_DIR": str(self.trees[host]), "SMLAUNCH_HOSTS_FILE": str(self.hosts_file),
-               "SMLAUNCH_RAY_TOKEN": self.token, "TRAINING_JOB_NAME": "simulated-job", "PYTHONUNBUFFERED": "1",
-               "TMPDIR": str(self.tmp), SIMULATED_HOST_ENV: "1", **overrides}
+        env = {
+            **os.environ,
+            "SAGEMAKER_BASE_DIR": str(self.trees[host]),
+            "SMLAUNCH_HOSTS_FILE": str(self.hosts_file),
+            "SMLAUNCH_RAY_TOKEN": self.token,
+            "TRAINING_JOB_NAME": "simulated-job",
+            "PYTHONUNBUFFERED": "1",
+            "TMPDIR": str(self.tmp),
+            SIMULATED_HOST_ENV: "1",
+            **overrides,
+        }
         env.pop("RAY_ADDRESS", None)
         (self.root / f"{host}.log").write_text("")
         # appended to, as a container's output stream is: a host's processes write it through
@@ -69,7 +78,11 @@ class SimulatedHosts:
         with open(self.root / f"{host}.log", "a") as out:
             self.procs[host] = subprocess.Popen(
                 argv or [sys.executable, "-m", "smlaunch.launcher.cli", command, str(self.config)],
-                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         return self.procs[host]
 
     def log(self, host: str) -> str:
@@ -128,13 +141,16 @@ def simulate(cfg, plan, command: str, stop) -> int:
     from smlaunch.text import plural
 
     with local_data(cfg, plan):
-        hosts = SimulatedHosts(Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts},
-                               cfg.model_dump(mode="json"))
+        hosts = SimulatedHosts(
+            Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts}, cfg.model_dump(mode="json")
+        )
         try:
             for host in plan.hosts:
                 hosts.start(host.name, command)
-            log.info(f"simulate: {plural(len(plan.hosts), 'host process', 'host processes')} started "
-                     f"(head {plan.head}); logs in {plan.run_dir}/<host>.log")
+            log.info(
+                f"simulate: {plural(len(plan.hosts), 'host process', 'host processes')} started "
+                f"(head {plan.head}); logs in {plan.run_dir}/<host>.log"
+            )
             stopped_at = None
             while None in hosts.wait(1.0).values():
                 if stop.is_set() and stopped_at is None:

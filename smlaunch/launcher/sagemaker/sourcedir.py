@@ -1,17 +1,18 @@
 """The source tarball of a submitted job: the package, its project file and the resolved config.
 
-`sourcedir.tar.gz` holds `smlaunch/` (Python files only), `pyproject.toml` and `README.md` (so
-`pip install` of the folder works), the entry script as `smlaunch_entry.py`, the job's config
-as `smlaunch-config.yaml`, and, when the config names functions of the user's (a model factory, a
-task, `map` or `user` ops), the folder sm-launch runs in under `user_code/`. The config shipped is the resolved one: overrides applied, local
-folder and manifest sources replaced by the S3 URIs they were uploaded to, and a local
-`model.pretrained` by the weights' S3 URI. A `builtin:` source stays as it is: hosts read every
-channel from `/opt/ml/input/data`, and the builtin name is what gives the class count and the
-rows per epoch (hence the LR schedule of an `epochs` job), so the job trains exactly as the same
-config does locally. A `file_system` channel keeps its `file_system` and its local stand-in
-`source` (the schema refuses an `s3://` one there; on SageMaker the hosts read the mount under
-`/opt/ml/input/data/<channel>` and never open `source`). The shipped config is validated as the
-hosts will load it, so a rewrite that breaks a schema rule fails at submit, not on every host.
+`sourcedir.tar.gz` holds `smlaunch/` (Python files only), `pyproject.toml` and `README.md` (so `pip
+install` of the folder works), the entry script as `smlaunch_entry.py`, the job's config as
+`smlaunch-config.yaml`, and, when the config names functions of the user's (a model factory, a
+task, `map` or `user` ops), the folder sm-launch runs in under `user_code/`. The config shipped is
+the resolved one: overrides applied, local folder and manifest sources replaced by the S3 URIs they
+were uploaded to, and a local `model.pretrained` by the weights' S3 URI. A `builtin:` source stays
+as it is: hosts read every channel from `/opt/ml/input/data`, and the builtin name is what gives
+the class count and the rows per epoch (hence the LR schedule of an `epochs` job), so the job
+trains exactly as the same config does locally. A `file_system` channel keeps its `file_system` and
+its local stand-in `source` (the schema refuses an `s3://` one there; on SageMaker the hosts read
+the mount under `/opt/ml/input/data/<channel>` and never open `source`). The shipped config is
+validated as the hosts will load it, so a rewrite that breaks a schema rule fails at submit, not on
+every host.
 The archive is deterministic (sorted, zero times and owners), so the same inputs give the same
 bytes.
 """
@@ -53,8 +54,10 @@ def resolved_config(cfg: LaunchConfig, uris: dict[str, str], pretrained: str | N
 def _members(project: Path) -> list[tuple[str, Path]]:
     missing = [f for f in PROJECT_FILES if not (project / f).is_file()]
     if missing:
-        raise UserError(f"submit ships the project from a checkout, but {', '.join(missing)} is missing beside "
-                        f"the smlaunch package in {project}; install smlaunch with pip install -e from a checkout")
+        raise UserError(
+            f"submit ships the project from a checkout, but {', '.join(missing)} is missing beside "
+            f"the smlaunch package in {project}; install smlaunch with pip install -e from a checkout"
+        )
     files = [(name, project / name) for name in PROJECT_FILES]
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
         if "__pycache__" not in path.parts:

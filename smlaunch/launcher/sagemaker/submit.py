@@ -16,22 +16,36 @@ from __future__ import annotations
 import json
 import secrets
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError, UserError
 from smlaunch.launcher.sagemaker.request_check import config_problems, validate_request
-from smlaunch.launcher.sagemaker.training_job import (CONFIG_NAME, build_training_job_request, channel_uris, default_job_name,
-                                            masked, pretrained_uri, sagemaker_section, sourcedir_uri)
+from smlaunch.launcher.sagemaker.training_job import (
+    CONFIG_NAME,
+    build_training_job_request,
+    channel_uris,
+    default_job_name,
+    masked,
+    pretrained_uri,
+    sagemaker_section,
+    sourcedir_uri,
+)
 
 JOB_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 
 
-def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None,
-           log: Callable[[str], None] | None = None, data_hosts: str | int | None = None,
-           from_report: str | None = None, note: Callable[[str], None] | None = None,
-           config_name: str = "CONFIG") -> dict:
+def submit(
+    cfg: LaunchConfig,
+    dry_run: bool = False,
+    job_name: str | None = None,
+    log: Callable[[str], None] | None = None,
+    data_hosts: str | int | None = None,
+    from_report: str | None = None,
+    note: Callable[[str], None] | None = None,
+    config_name: str = "CONFIG",
+) -> dict:
     """Submit `cfg` as a training job; returns the request as sent (token masked). `data_hosts`
     (over `sagemaker.data_hosts`) and `from_report` size the data group first
     (`launcher.report.sizing`), whose line goes to `note` (default: `log`)."""
@@ -41,8 +55,9 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     log = log or logging.getLogger("smlaunch").info
     sm = sagemaker_section(cfg)
     if job_name is not None and not re.fullmatch(JOB_NAME, job_name):
-        raise ConfigError(f"--job-name {job_name!r}: 1-63 letters, digits and hyphens, starting and ending "
-                          "with a letter or digit")
+        raise ConfigError(
+            f"--job-name {job_name!r}: 1-63 letters, digits and hyphens, starting and ending with a letter or digit"
+        )
     from smlaunch.launcher.report.sizing import size_data_group, sized_config
 
     sizing = size_data_group(cfg, data_hosts if data_hosts is not None else sm.data_hosts, from_report, config_name)
@@ -63,7 +78,6 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     if errors:
         raise UserError(f"the CreateTrainingJob request for {name} is invalid: " + "; ".join(errors))
     from smlaunch.launcher.sagemaker.sourcedir import pack_sourcedir, resolved_config
-
     from smlaunch.user_code import code_files, code_folder, data_folders, user_functions
 
     code = None
@@ -83,8 +97,10 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
     for channel, ch in cfg.channels.items():
         if ch.file_system is not None:
             fs = ch.file_system
-            log(f"submit: channel {channel}: mounted from {fs.type} {fs.id}:{fs.directory} ({fs.access_mode}), "
-                "nothing uploaded")
+            log(
+                f"submit: channel {channel}: mounted from {fs.type} {fs.id}:{fs.directory} ({fs.access_mode}), "
+                "nothing uploaded"
+            )
         elif ch.source.startswith("s3://"):
             continue
         elif ch.is_manifest_file:
@@ -102,13 +118,17 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
         _upload_file(s3, tarball, sourcedir_uri(cfg, name))
     log(f"submit: source tarball ({len(members)} files, config {CONFIG_NAME}) -> {sourcedir_uri(cfg, name)}")
     if sm.entry == "toolkit":
-        log("submit: note: under the toolkit a stop (StopTrainingJob, spot) checkpoints only if the image's PID 1 "
+        log(
+            "submit: note: under the toolkit a stop (StopTrainingJob, spot) checkpoints only if the image's PID 1 "
             "forwards SIGTERM and then waits for every process (smlaunch-init does; tini and AWS's framework "
             "images' bash entry scripts do not): otherwise the job resumes from its last timed checkpoint, every "
-            "300 s by default (trainer.checkpoint_every_s). sagemaker.entry: container stops cleanly")
+            "300 s by default (trainer.checkpoint_every_s). sagemaker.entry: container stops cleanly"
+        )
     if sm.vpc is not None and sm.install_package is not False:
-        log("submit: note: a host whose image lacks smlaunch's dependencies pip-installs them from PyPI, which a "
-            "VPC reaches only through a NAT gateway (an image that has them needs no network)")
+        log(
+            "submit: note: a host whose image lacks smlaunch's dependencies pip-installs them from PyPI, which a "
+            "VPC reaches only through a NAT gateway (an image that has them needs no network)"
+        )
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -117,8 +137,10 @@ def submit(cfg: LaunchConfig, dry_run: bool = False, job_name: str | None = None
         # a service message may quote the request back; the token must not reach the terminal
         reason = " ".join(str(exc).replace(token, "<SMLAUNCH_RAY_TOKEN>").split())
         raise UserError(f"CreateTrainingJob {name}: {reason}") from None
-    log(f"submit: created training job {name} ({answer.get('TrainingJobArn', 'no ARN returned')}), "
-        f"{sm.entry} entry, hosts run sm-launch {sm.command}")
+    log(
+        f"submit: created training job {name} ({answer.get('TrainingJobArn', 'no ARN returned')}), "
+        f"{sm.entry} entry, hosts run sm-launch {sm.command}"
+    )
     return shown
 
 

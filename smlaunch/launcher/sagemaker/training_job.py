@@ -45,9 +45,11 @@ TENSORBOARD_LOCAL_PATH = "/opt/ml/output/data/tensorboard"
 """Where the head writes live TensorBoard events (`launcher.job.live_events`), synced by TensorBoardOutputConfig."""
 TOKEN_ENV = "SMLAUNCH_RAY_TOKEN"  # = launcher.sagemaker.run.TOKEN_ENV, without importing it
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
-CONTAINER_SCRIPT = ('set -e; ml="${SAGEMAKER_BASE_DIR:-/opt/ml}"; mkdir -p "$ml/code"; '
-                    f'tar -xzf "$ml/input/data/{CODE_CHANNEL}/{TARBALL}" -C "$ml/code"; '
-                    f'exec python3 "$ml/code/{ENTRY_SCRIPT}"')
+CONTAINER_SCRIPT = (
+    'set -e; ml="${SAGEMAKER_BASE_DIR:-/opt/ml}"; mkdir -p "$ml/code"; '
+    f'tar -xzf "$ml/input/data/{CODE_CHANNEL}/{TARBALL}" -C "$ml/code"; '
+    f'exec python3 "$ml/code/{ENTRY_SCRIPT}"'
+)
 """Unpack the code channel's tarball into /opt/ml/code and exec the entry script (each exec keeps
 the PID, so sm-launch becomes PID 1). Honours SAGEMAKER_BASE_DIR like the rest of sm-launch, so
 tests run the very same line against a fake /opt/ml."""
@@ -66,15 +68,17 @@ METRIC_DEFINITIONS = [
 
 def sagemaker_section(cfg: LaunchConfig):
     if cfg.sagemaker is None:
-        raise ConfigError("sagemaker: section missing; submit needs sagemaker.image_uri, sagemaker.role_arn and "
-                          "sagemaker.bucket (see the example in configs/hetero.yaml)")
+        raise ConfigError(
+            "sagemaker: section missing; submit needs sagemaker.image_uri, sagemaker.role_arn and "
+            "sagemaker.bucket (see the example in configs/hetero.yaml)"
+        )
     return cfg.sagemaker
 
 
 def default_job_name(cfg: LaunchConfig, now: float | None = None) -> str:
     """`<job>-<YYYYmmdd-HHMMSS>`, within the 63 characters a training job name may have."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    return f"{cfg.job[:63 - len(stamp) - 1].rstrip('-')}-{stamp}"
+    return f"{cfg.job[: 63 - len(stamp) - 1].rstrip('-')}-{stamp}"
 
 
 def job_prefix(cfg: LaunchConfig, job_name: str) -> str:
@@ -127,9 +131,14 @@ def receiving_groups(cfg: LaunchConfig) -> dict[str, list[str]]:
     """Channel -> InstanceGroupNames, by the rule every host's plan applies (`cluster.topology`)."""
     from smlaunch.cluster.topology import receiving_groups as routes
 
-    return {name: list(groups) for name, groups in routes(
-        {name: ch.instance_groups for name, ch in cfg.channels.items()},
-        [g.name for g in cfg.cluster.instance_groups], train_group(cfg)).items()}
+    return {
+        name: list(groups)
+        for name, groups in routes(
+            {name: ch.instance_groups for name, ch in cfg.channels.items()},
+            [g.name for g in cfg.cluster.instance_groups],
+            train_group(cfg),
+        ).items()
+    }
 
 
 def data_channel(name: str, ch, routed: list[str], uri: str | None) -> dict:
@@ -137,11 +146,24 @@ def data_channel(name: str, ch, routed: list[str], uri: str | None) -> dict:
     S3 upload, no routing field in the API), else an S3DataSource routed to `routed`."""
     if ch.file_system is not None:
         fs = ch.file_system
-        return {"ChannelName": name, "InputMode": "File", "DataSource": {"FileSystemDataSource": {
-            "FileSystemId": fs.id, "FileSystemAccessMode": fs.access_mode, "FileSystemType": fs.type,
-            "DirectoryPath": fs.directory}}}
-    s3 = {"S3DataType": ch.s3_data_type, "S3Uri": uri, "S3DataDistributionType": ch.s3_distribution,
-          "InstanceGroupNames": list(routed)}
+        return {
+            "ChannelName": name,
+            "InputMode": "File",
+            "DataSource": {
+                "FileSystemDataSource": {
+                    "FileSystemId": fs.id,
+                    "FileSystemAccessMode": fs.access_mode,
+                    "FileSystemType": fs.type,
+                    "DirectoryPath": fs.directory,
+                }
+            },
+        }
+    s3 = {
+        "S3DataType": ch.s3_data_type,
+        "S3Uri": uri,
+        "S3DataDistributionType": ch.s3_distribution,
+        "InstanceGroupNames": list(routed),
+    }
     if ch.attribute_names:
         s3["AttributeNames"] = list(ch.attribute_names)
     channel = {"ChannelName": name, "DataSource": {"S3DataSource": s3}, "InputMode": ch.input_mode}
@@ -153,37 +175,63 @@ def data_channel(name: str, ch, routed: list[str], uri: str | None) -> dict:
     return channel
 
 
-def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
-                               region: str | None = None) -> dict:
+def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str, region: str | None = None) -> dict:
     """The CreateTrainingJob parameters (boto3 `create_training_job(**request)`) for `cfg`."""
     sm = sagemaker_section(cfg)
     prefix = job_prefix(cfg, job_name)
     groups = [g.name for g in cfg.cluster.instance_groups]
     uris = channel_uris(cfg, job_name)
-    inputs = [data_channel(name, cfg.channels[name], routed, uris.get(name))
-              for name, routed in receiving_groups(cfg).items()]
-    algorithm: dict = {"TrainingImage": sm.image_uri, "TrainingInputMode": "File",
-                       "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS]}
+    inputs = [
+        data_channel(name, cfg.channels[name], routed, uris.get(name)) for name, routed in receiving_groups(cfg).items()
+    ]
+    algorithm: dict = {
+        "TrainingImage": sm.image_uri,
+        "TrainingInputMode": "File",
+        "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS],
+    }
     hyperparameters: dict[str, str] = {}
     if uses_code_channel(sm):
         # The service wants InstanceGroupNames on every channel or none: the code goes to every group.
-        inputs.append({"ChannelName": CODE_CHANNEL, "InputMode": "File", "RecordWrapperType": "None",
-                       "DataSource": {"S3DataSource": {
-                           "S3DataType": "S3Prefix", "S3Uri": sourcedir_uri(cfg, job_name),
-                           "S3DataDistributionType": "FullyReplicated", "InstanceGroupNames": groups}}})
+        inputs.append(
+            {
+                "ChannelName": CODE_CHANNEL,
+                "InputMode": "File",
+                "RecordWrapperType": "None",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": sourcedir_uri(cfg, job_name),
+                        "S3DataDistributionType": "FullyReplicated",
+                        "InstanceGroupNames": groups,
+                    }
+                },
+            }
+        )
     if sm.entry == "container":
         algorithm["ContainerEntrypoint"] = ["/bin/sh", "-c", CONTAINER_SCRIPT]
     else:
-        submitted = (f"/opt/ml/input/data/{CODE_CHANNEL}/{TARBALL}" if sm.enable_network_isolation
-                     else sourcedir_uri(cfg, job_name))
-        toolkit = {"sagemaker_program": ENTRY_SCRIPT, "sagemaker_submit_directory": submitted,
-                   "sagemaker_container_log_level": 20, "sagemaker_job_name": job_name}
+        submitted = (
+            f"/opt/ml/input/data/{CODE_CHANNEL}/{TARBALL}"
+            if sm.enable_network_isolation
+            else sourcedir_uri(cfg, job_name)
+        )
+        toolkit = {
+            "sagemaker_program": ENTRY_SCRIPT,
+            "sagemaker_submit_directory": submitted,
+            "sagemaker_container_log_level": 20,
+            "sagemaker_job_name": job_name,
+        }
         if region:
             toolkit["sagemaker_region"] = region
         # JSON-encoded values, as the SageMaker Python SDK writes them and the toolkit decodes them
         hyperparameters = {k: json.dumps(v) for k, v in toolkit.items()}
-    environment = {**sm.environment, TOKEN_ENV: ray_token, "SMLAUNCH_COMMAND": sm.command,
-                   "SMLAUNCH_PIP_INSTALL": {"auto": "auto", True: "1", False: "0"}[sm.install_package], "PYTHONUNBUFFERED": "1"}
+    environment = {
+        **sm.environment,
+        TOKEN_ENV: ray_token,
+        "SMLAUNCH_COMMAND": sm.command,
+        "SMLAUNCH_PIP_INSTALL": {"auto": "auto", True: "1", False: "0"}[sm.install_package],
+        "PYTHONUNBUFFERED": "1",
+    }
     stopping = {"MaxRuntimeInSeconds": sm.max_run_s}
     if sm.wait_s is not None:
         stopping["MaxWaitTimeInSeconds"] = sm.wait_s
@@ -192,16 +240,22 @@ def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
         "RoleArn": sm.role_arn,
         "AlgorithmSpecification": algorithm,
         "InputDataConfig": inputs,
-        "OutputDataConfig": {"S3OutputPath": sm.output_s3_uri or "/".join(
-            p for p in (f"s3://{sm.bucket}", sm.prefix, "output/") if p)},
-        "ResourceConfig": {"InstanceGroups": [{"InstanceGroupName": g.name, "InstanceType": g.instance_type,
-                                               "InstanceCount": g.instance_count}
-                                              for g in cfg.cluster.instance_groups],
-                           "VolumeSizeInGB": sm.volume_size_gb},
+        "OutputDataConfig": {
+            "S3OutputPath": sm.output_s3_uri or "/".join(p for p in (f"s3://{sm.bucket}", sm.prefix, "output/") if p)
+        },
+        "ResourceConfig": {
+            "InstanceGroups": [
+                {"InstanceGroupName": g.name, "InstanceType": g.instance_type, "InstanceCount": g.instance_count}
+                for g in cfg.cluster.instance_groups
+            ],
+            "VolumeSizeInGB": sm.volume_size_gb,
+        },
         "StoppingCondition": stopping,
         "EnableManagedSpotTraining": sm.spot,
-        "CheckpointConfig": {"S3Uri": sm.checkpoint_s3_uri or f"{prefix}/checkpoints/",
-                             "LocalPath": CHECKPOINT_LOCAL_PATH},
+        "CheckpointConfig": {
+            "S3Uri": sm.checkpoint_s3_uri or f"{prefix}/checkpoints/",
+            "LocalPath": CHECKPOINT_LOCAL_PATH,
+        },
         "Environment": environment,
     }
     if hyperparameters:
@@ -236,8 +290,10 @@ def _account_settings(sm, request: dict) -> None:
     if sm.retry_strategy is not None:
         request["RetryStrategy"] = {"MaximumRetryAttempts": sm.retry_strategy.maximum_retry_attempts}
     if sm.tensorboard_s3_uri:
-        request["TensorBoardOutputConfig"] = {"S3OutputPath": sm.tensorboard_s3_uri,
-                                              "LocalPath": TENSORBOARD_LOCAL_PATH}
+        request["TensorBoardOutputConfig"] = {
+            "S3OutputPath": sm.tensorboard_s3_uri,
+            "LocalPath": TENSORBOARD_LOCAL_PATH,
+        }
 
 
 def masked(request: dict) -> dict:

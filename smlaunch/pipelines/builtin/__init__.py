@@ -28,7 +28,7 @@ def split_source(source: str) -> tuple[str, str] | None:
     """`builtin:<name>/<split>` -> (name, split); None for other sources."""
     if not source.startswith("builtin:"):
         return None
-    name, _, split = source[len("builtin:"):].partition("/")
+    name, _, split = source[len("builtin:") :].partition("/")
     return name, split
 
 

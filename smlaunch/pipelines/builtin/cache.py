@@ -14,8 +14,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def cache_root() -> Path:
@@ -52,4 +52,4 @@ def write_shards(out: Path, split: str, records: list[bytes], shards: int) -> No
     (out / split).mkdir(parents=True)
     per = -(-len(records) // shards)
     for n in range(shards):
-        write_records(out / split / f"part-{n:05d}.tfrecord", records[n * per:(n + 1) * per])
+        write_records(out / split / f"part-{n:05d}.tfrecord", records[n * per : (n + 1) * per])

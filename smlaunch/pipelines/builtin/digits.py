@@ -46,9 +46,11 @@ def write_splits(out: Path) -> dict:
                 image = Image.fromarray(pixels, mode="L").resize((SIZE, SIZE), Image.BICUBIC)
                 buf = io.BytesIO()
                 image.save(buf, format="JPEG", quality=90)
-                records.append(encode_example({"image/encoded": buf.getvalue(),
-                                               "image/class/label": int(digits.target[i]),
-                                               "id": int(i)}))
+                records.append(
+                    encode_example(
+                        {"image/encoded": buf.getvalue(), "image/class/label": int(digits.target[i]), "id": int(i)}
+                    )
+                )
             write_records(out / split / f"part-{n:05d}.tfrecord", records)
         manifest["splits"][split] = {"records": int(len(split_ids)), "shards": len(shards)}
     return manifest

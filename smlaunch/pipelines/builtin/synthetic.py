@@ -42,8 +42,7 @@ def write_splits(out: Path) -> dict:
             pixels = 128 + 90 * wave[..., None] * tint + rng.normal(0, 6, (SIZE, SIZE, 3))
             buf = io.BytesIO()
             Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=90)
-            records.append(encode_example({"image/encoded": buf.getvalue(), "image/class/label": label,
-                                           "id": next_id}))
+            records.append(encode_example({"image/encoded": buf.getvalue(), "image/class/label": label, "id": next_id}))
             next_id += 1
         write_shards(out, split, records, SHARDS[split])
         manifest["splits"][split] = {"records": rows, "shards": SHARDS[split]}

@@ -19,14 +19,17 @@ epoch seeks to instead of reading its consumed records again (`sources.file_read
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from smlaunch.pipelines.formats import image_folder, parquet, recordio, tfrecord, webdataset
 from smlaunch.pipelines.formats.spec import Format
 from smlaunch.pipelines.formats.tfrecord import RecordError
 
-CHANNEL_FORMATS: dict[str, Format] = {spec.name: spec for spec in (
-    tfrecord.FORMAT, recordio.FORMAT, image_folder.FORMAT, webdataset.FORMAT, parquet.FORMAT)}
+CHANNEL_FORMATS: dict[str, Format] = {
+    spec.name: spec
+    for spec in (tfrecord.FORMAT, recordio.FORMAT, image_folder.FORMAT, webdataset.FORMAT, parquet.FORMAT)
+}
 """A channel's `record_format` -> what it is (`spec.Format`): the one table of formats."""
 
 FORMATS = ("tfrecord", "recordio", "text", "whole")
@@ -35,9 +38,14 @@ FORMATS = ("tfrecord", "recordio", "text", "whole")
 __all__ = ["CHANNEL_FORMATS", "FORMATS", "Format", "PositionedRecords", "RecordError", "iter_records"]
 
 
-def iter_records(source: str | os.PathLike | BinaryIO, format: str, name: str | None = None, *,
-                 max_corrupted: int = 0, on_corrupt: Callable[[RecordError], bool] | None = None
-                 ) -> Iterator[bytes]:
+def iter_records(
+    source: str | os.PathLike | BinaryIO,
+    format: str,
+    name: str | None = None,
+    *,
+    max_corrupted: int = 0,
+    on_corrupt: Callable[[RecordError], bool] | None = None,
+) -> Iterator[bytes]:
     """Each record of a file path or an open binary stream (a FIFO works), in `format`.
 
     A damaged region (a bad CRC or magic, a part out of sequence, a truncated tail) raises its

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Union
 
 from smlaunch.errors import DataError
 
-Value = Union[list[bytes], list[float], list[int]]
+Value = list[bytes] | list[float] | list[int]
 
 
-def encode_example(features: dict[str, Union[bytes, int, float, Value]]) -> bytes:
+def encode_example(features: dict[str, bytes | int | float | Value]) -> bytes:
     entries = b""
     for key, value in features.items():
         values = value if isinstance(value, list) else [value]
@@ -126,15 +125,22 @@ def _example_class():
     message("BytesList", (1, "value", F.TYPE_BYTES, repeated, ""))
     message("FloatList", (1, "value", F.TYPE_FLOAT, repeated, ""))
     message("Int64List", (1, "value", F.TYPE_INT64, repeated, ""))
-    feature = message("Feature", (1, "bytes_list", F.TYPE_MESSAGE, optional, ".smlaunch.tf.BytesList"),
-                      (2, "float_list", F.TYPE_MESSAGE, optional, ".smlaunch.tf.FloatList"),
-                      (3, "int64_list", F.TYPE_MESSAGE, optional, ".smlaunch.tf.Int64List"))
+    feature = message(
+        "Feature",
+        (1, "bytes_list", F.TYPE_MESSAGE, optional, ".smlaunch.tf.BytesList"),
+        (2, "float_list", F.TYPE_MESSAGE, optional, ".smlaunch.tf.FloatList"),
+        (3, "int64_list", F.TYPE_MESSAGE, optional, ".smlaunch.tf.Int64List"),
+    )
     feature.oneof_decl.add(name="kind")
     for field in feature.field:
         field.oneof_index = 0
     features = message("Features", (1, "feature", F.TYPE_MESSAGE, repeated, ".smlaunch.tf.Features.FeatureEntry"))
-    entry = message("FeatureEntry", (1, "key", F.TYPE_STRING, optional, ""),
-                    (2, "value", F.TYPE_MESSAGE, optional, ".smlaunch.tf.Feature"), nested=(features,))
+    entry = message(
+        "FeatureEntry",
+        (1, "key", F.TYPE_STRING, optional, ""),
+        (2, "value", F.TYPE_MESSAGE, optional, ".smlaunch.tf.Feature"),
+        nested=(features,),
+    )
     entry.options.map_entry = True
     message("Example", (1, "features", F.TYPE_MESSAGE, optional, ".smlaunch.tf.Features"))
     pool = descriptor_pool.DescriptorPool()
@@ -217,7 +223,7 @@ def _fields(data: bytes):
             length, pos = _read_varint(data, pos)
             if pos + length > len(data):
                 raise ValueError("field runs past the end")
-            yield number, data[pos:pos + length]
+            yield number, data[pos : pos + length]
             pos += length
         elif wire == 0:
             value, pos = _read_varint(data, pos)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import io
 import os
-from typing import BinaryIO, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import BinaryIO
 
 from smlaunch.errors import DataError
 
@@ -62,7 +63,7 @@ def _readinto(stream: BinaryIO) -> Callable[[memoryview], int | None]:
 
     def readinto(view: memoryview) -> int:
         data = read(len(view))
-        view[:len(data)] = data
+        view[: len(data)] = data
         return len(data)
 
     return readinto
@@ -120,10 +121,10 @@ class Chunks:
         if have >= n:
             return have
         if self.pos:  # move the unread tail to the front: the read gets all the room
-            self.view[:have] = self.view[self.pos:self.end]
+            self.view[:have] = self.view[self.pos : self.end]
             self.base, self.pos, self.end = self.base + self.pos, 0, have
         while self.end - self.pos < n:
-            got = self.readinto(self.view[self.end:])
+            got = self.readinto(self.view[self.end :])
             if not got:
                 break
             self.end += got
@@ -135,10 +136,10 @@ class Chunks:
         what arrives."""
         have = self.fill(min(n, len(self.buf)))
         if have >= n:
-            data = self.view[self.pos:self.pos + n].tobytes()
+            data = self.view[self.pos : self.pos + n].tobytes()
             self.pos += n
             return data
-        data = self.view[self.pos:self.end].tobytes() + read_exact(self.stream, n - have)
+        data = self.view[self.pos : self.end].tobytes() + read_exact(self.stream, n - have)
         self.base, self.pos, self.end = self.base + self.pos + len(data), 0, 0
         return data
 

@@ -35,10 +35,18 @@ def data_names(prefix: str, names: list[str]) -> list[str]:
     return [name for name in names if name.lower().endswith(IMAGE_EXTENSIONS)] if prefix else []
 
 
-FORMAT = Format("image_folder", "images", "images in class folders", matches, fields=None,
-                pipe_problem="the FIFO carries the objects' bytes without their paths, and the class folders in "
-                             "the paths are the labels",
-                classes_from_data=True, place="{rel}", data_names=data_names)
+FORMAT = Format(
+    "image_folder",
+    "images",
+    "images in class folders",
+    matches,
+    fields=None,
+    pipe_problem="the FIFO carries the objects' bytes without their paths, and the class folders in "
+    "the paths are the labels",
+    classes_from_data=True,
+    place="{rel}",
+    data_names=data_names,
+)
 
 
 def image_class(rel: str) -> str | None:

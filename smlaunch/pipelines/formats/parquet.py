@@ -12,7 +12,8 @@ cannot be read here and is an error naming the file and row.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, BinaryIO
 
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats.spec import Format
@@ -30,10 +31,18 @@ def data_names(prefix: str, names: list[str]) -> list[str]:
     return [name for name in names if not name.startswith("_")]
 
 
-FORMAT = Format("parquet", "row_groups", "Parquet files", matches,
-                fields={"image": "image", "label": "label", "id": None}, field_kind="columns",
-                pipe_problem="a Parquet file is read from its footer, which a stream reaches last",
-                classes_from_data=True, place="{rel} row {member}", data_names=data_names)
+FORMAT = Format(
+    "parquet",
+    "row_groups",
+    "Parquet files",
+    matches,
+    fields={"image": "image", "label": "label", "id": None},
+    field_kind="columns",
+    pipe_problem="a Parquet file is read from its footer, which a stream reaches last",
+    classes_from_data=True,
+    place="{rel} row {member}",
+    data_names=data_names,
+)
 
 
 def open_parquet(stream: BinaryIO | str, source: str):
@@ -65,8 +74,9 @@ def describe(stream: BinaryIO | str, source: str, label: str | None) -> tuple[in
     return groups, largest
 
 
-def iter_groups(stream: BinaryIO | str, source: str, row_groups: list[int] | None,
-                fields: dict[str, str | None]) -> Iterator[tuple[int, pa.Table]]:
+def iter_groups(
+    stream: BinaryIO | str, source: str, row_groups: list[int] | None, fields: dict[str, str | None]
+) -> Iterator[tuple[int, pa.Table]]:
     """(row number in the file of its first row, table) of each chosen row group, holding only
     the columns `fields` names (batch name -> column; None: not read), the image as binary."""
     import pyarrow as pa
@@ -77,10 +87,12 @@ def iter_groups(stream: BinaryIO | str, source: str, row_groups: list[int] | Non
     missing = [name for name in wanted if name not in schema.names]
     if missing:
         shown = ", ".join(f"{k}: {v}" for k, v in fields.items() if v)
-        raise DataError(f"{source}: no column {', '.join(missing)} (columns: {', '.join(schema.names)}); set the "
-                        f"channel's fields (now {{{shown}}})")
+        raise DataError(
+            f"{source}: no column {', '.join(missing)} (columns: {', '.join(schema.names)}); set the "
+            f"channel's fields (now {{{shown}}})"
+        )
     starts = _group_starts(file.metadata)
-    for group in (range(file.metadata.num_row_groups) if row_groups is None else row_groups):
+    for group in range(file.metadata.num_row_groups) if row_groups is None else row_groups:
         try:  # one thread: a pass already runs one read task per CPU, and Arrow's pool only competed with them
             table = file.read_row_group(group, columns=wanted, use_threads=False)
         except (pa.ArrowInvalid, OSError) as exc:
@@ -91,14 +103,15 @@ def iter_groups(stream: BinaryIO | str, source: str, row_groups: list[int] | Non
         yield starts[group], table
 
 
-def group_rows(table: pa.Table, start: int, fields: dict[str, str | None]
-               ) -> Iterator[tuple[int, bytes, object, object]]:
+def group_rows(
+    table: pa.Table, start: int, fields: dict[str, str | None]
+) -> Iterator[tuple[int, bytes, object, object]]:
     """(row number in the file, image bytes, label, id or None) of one row group, row by row:
     the slow path, taken to name the row a column-wise check found wrong."""
     images = table.column(fields["image"]).to_pylist()
     labels = table.column(fields["label"]).to_pylist()
     ids = table.column(fields["id"]).to_pylist() if fields.get("id") else [None] * len(labels)
-    for n, (image, label, sample) in enumerate(zip(images, labels, ids)):
+    for n, (image, label, sample) in enumerate(zip(images, labels, ids, strict=False)):
         yield start + n, image, label, sample
 
 
@@ -120,6 +133,7 @@ def _image_bytes(column: pa.ChunkedArray, source: str) -> pa.ChunkedArray:
         column = pa.chunked_array([chunk.field("bytes") for chunk in column.chunks], kind.field("bytes").type)
         kind = column.type
     if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
-        raise DataError(f"{source}: the image column holds {kind}, not encoded image bytes (binary, or a struct "
-                        "with a bytes field)")
+        raise DataError(
+            f"{source}: the image column holds {kind}, not encoded image bytes (binary, or a struct with a bytes field)"
+        )
     return column

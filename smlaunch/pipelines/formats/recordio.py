@@ -19,13 +19,26 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
 from smlaunch.pipelines.formats.spec import Format
 
-__all__ = ["FIRST", "LAST", "MAGIC", "MIDDLE", "Reader", "RecordError", "WHOLE", "encode_record", "read_file",
-           "read_records", "records", "write_records"]
+__all__ = [
+    "FIRST",
+    "LAST",
+    "MAGIC",
+    "MIDDLE",
+    "Reader",
+    "RecordError",
+    "WHOLE",
+    "encode_record",
+    "read_file",
+    "read_records",
+    "records",
+    "write_records",
+]
 
 MAGIC = 0xCED7230A
 
@@ -35,9 +48,14 @@ def matches(head: bytes) -> bool:
     return len(head) >= 8 and struct.unpack("<I", head[:4])[0] == MAGIC
 
 
-FORMAT = Format("recordio", "records", "files", matches,
-                fields={"image": "image/encoded", "label": "image/class/label", "id": "id"},
-                sagemaker_wrapper="RecordIO")
+FORMAT = Format(
+    "recordio",
+    "records",
+    "files",
+    matches,
+    fields={"image": "image/encoded", "label": "image/class/label", "id": "id"},
+    sagemaker_wrapper="RecordIO",
+)
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _HEADER = struct.Struct("<II")
 _LENGTH_MASK = (1 << 29) - 1
@@ -53,7 +71,7 @@ def _part(cflag: int, data: bytes | memoryview) -> bytes:
 
 def encode_record(data: bytes) -> bytes:
     """One logical record, split into parts at each 4-byte-aligned magic in `data` (dmlc's rule)."""
-    cuts = [i for i in range(0, len(data) - 3, 4) if data[i:i + 4] == _MAGIC_BYTES]
+    cuts = [i for i in range(0, len(data) - 3, 4) if data[i : i + 4] == _MAGIC_BYTES]
     if not cuts:
         return _part(WHOLE, data)
     pieces, start = [], 0
@@ -62,22 +80,21 @@ def encode_record(data: bytes) -> bytes:
         start = cut + 4
     pieces.append(data[start:])
     flags = [FIRST] + [MIDDLE] * (len(pieces) - 2) + [LAST]
-    return b"".join(_part(flag, piece) for flag, piece in zip(flags, pieces))
+    return b"".join(_part(flag, piece) for flag, piece in zip(flags, pieces, strict=False))
 
 
 def write_records(path: str | os.PathLike, records) -> int:
     return write_encoded(path, records, encode_record)
 
 
-def read_records(stream: BinaryIO, source: str = "<stream>",
-                 on_corrupt: OnCorrupt | None = None) -> Iterator[bytes]:
+def read_records(stream: BinaryIO, source: str = "<stream>", on_corrupt: OnCorrupt | None = None) -> Iterator[bytes]:
     """Yield each logical record of `stream`, multipart records joined with their magic restored.
     `on_corrupt(error)` returning true skips a damaged region (one call per region) instead of
     raising."""
     return records(Reader(stream, source, on_corrupt))
 
 
-def records(reader: "Reader") -> Iterator[bytes]:
+def records(reader: Reader) -> Iterator[bytes]:
     """`read_records` over a reader the caller holds: while a record is yielded, `reader.offset`
     is the stream offset just past it (past its last part's padding)."""
     buf, view, header = reader.buf, reader.view, _HEADER.unpack_from
@@ -93,7 +110,7 @@ def records(reader: "Reader") -> Iterator[bytes]:
                 after = stop + (-lrecord & 3)
                 if magic != MAGIC or lrecord > _LENGTH_MASK or after > end:
                     break
-                data = view[pos + 8:stop].tobytes()
+                data = view[pos + 8 : stop].tobytes()
                 reader.pos = pos = after
                 yield data
         reader.pos = pos
@@ -121,14 +138,12 @@ class Reader(Chunks):
             return END
         magic, lrecord = _HEADER.unpack_from(self.buf, self.pos)
         if magic != MAGIC:
-            self.corrupt(f"byte {offset} does not start with the RecordIO magic 0x{MAGIC:08X} "
-                         f"(found 0x{magic:08X})")
+            self.corrupt(f"byte {offset} does not start with the RecordIO magic 0x{MAGIC:08X} (found 0x{magic:08X})")
             return self.resync(4)
         cflag, length = lrecord >> 29, lrecord & _LENGTH_MASK
         if (cflag in (WHOLE, FIRST)) == (self.pending is not None):
             if cflag in (WHOLE, FIRST):  # this part is sound: the damage is the record left pending
-                self.corrupt(f"part at byte {offset} starts a record before the one at byte "
-                             f"{self.record_start} ended")
+                self.corrupt(f"part at byte {offset} starts a record before the one at byte {self.record_start} ended")
                 self.pending = None
                 return None
             self.corrupt(f"{'middle' if cflag == MIDDLE else 'last'} part at byte {offset} without a first part")

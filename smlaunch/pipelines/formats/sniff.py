@@ -46,7 +46,7 @@ def describe(head: bytes) -> str:
     if not head:
         return "empty"
     for offset, signature, name in _SIGNATURES:
-        if head[offset:offset + len(signature)] == signature:
+        if head[offset : offset + len(signature)] == signature:
             return name
     for spec in CHANNEL_FORMATS.values():
         if spec.layout == "records" and spec.matches(head):

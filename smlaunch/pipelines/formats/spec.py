@@ -11,8 +11,8 @@ derived id's place reads). Adding a format is a module with its `FORMAT`, its re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 LAYOUTS = ("records", "tar", "row_groups", "images")
 """How a format's files hold samples, which picks its reader (`rows.unit_samples`):

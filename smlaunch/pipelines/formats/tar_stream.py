@@ -24,7 +24,8 @@ data as headers), a sparse member, an archive that ends inside a header or a mem
 from __future__ import annotations
 
 import zlib
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from smlaunch.pipelines.formats.tfrecord import RecordError
 
@@ -55,12 +56,13 @@ def iter_members(stream: BinaryIO, source: str, at: int = 0) -> Iterator[tuple[i
         if pos + BLOCK > len(buf):
             buf, pos, base = _refill(stream, buf, pos, base, BLOCK)
         offset = base + pos
-        header = buf[pos:pos + BLOCK]
+        header = buf[pos : pos + BLOCK]
         if len(header) < BLOCK:
             if not header.strip(b"\0"):
                 return  # the end, or end-of-archive padding cut short: nothing of a member is lost
-            raise RecordError(f"{source}: the tar archive ends inside a header at byte {offset} "
-                              f"({len(header)} of {BLOCK} bytes)")
+            raise RecordError(
+                f"{source}: the tar archive ends inside a header at byte {offset} ({len(header)} of {BLOCK} bytes)"
+            )
         pos += BLOCK
         if header == ZERO:
             continue
@@ -74,7 +76,7 @@ def iter_members(stream: BinaryIO, source: str, at: int = 0) -> Iterator[tuple[i
         padded = size + (-size % BLOCK)
         if pos + padded > len(buf):
             buf, pos, base = _refill(stream, buf, pos, base, padded)
-        data = buf[pos:pos + size]
+        data = buf[pos : pos + size]
         if len(data) < size:
             raise RecordError(f"{source}: member {name} at byte {start} is cut short ({len(data)} of {size} bytes)")
         pos = min(pos + padded, len(buf))  # the last member's padding may be missing, as tarfile allows
@@ -85,8 +87,10 @@ def iter_members(stream: BinaryIO, source: str, at: int = 0) -> Iterator[tuple[i
         elif kind == G_GLOBAL:
             start = None  # describes the archive, not the next member
         elif kind == S_SPARSE or extra.get("sparse"):
-            raise RecordError(f"{source}: member {name} at byte {start} is a GNU sparse file, which a shard "
-                              "cannot hold; write the shard without --sparse")
+            raise RecordError(
+                f"{source}: member {name} at byte {start} is a GNU sparse file, which a shard "
+                "cannot hold; write the shard without --sparse"
+            )
         elif kind not in NEXT_MEMBER:
             first, start, extra = start, None, {}
             if kind in REGULAR:
@@ -124,8 +128,9 @@ def _parse_header(header: bytes, source: str, offset: int) -> tuple[int, str, in
         computed = sum(header) - field + 8 * 32
         signed = computed - 256 * sum(1 for b in header[:148] + header[156:] if b > 127)
         if stored != signed:
-            raise RecordError(f"{source}: bad tar header checksum at byte {offset} (stored {stored}, "
-                              f"computed {computed})")
+            raise RecordError(
+                f"{source}: bad tar header checksum at byte {offset} (stored {stored}, computed {computed})"
+            )
     name = header[:100].split(b"\0", 1)[0]
     if header[257:265] == USTAR and header[345] != 0:
         name = header[345:500].split(b"\0", 1)[0] + b"/" + name
@@ -153,7 +158,7 @@ def _pax_records(data: bytes, source: str, offset: int) -> dict[str, str | int |
             length = int(data[pos:space])
             if length <= space - pos or pos + length > len(data):
                 raise ValueError
-            key, _, value = data[space + 1:pos + length - 1].partition(b"=")
+            key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
             if key == b"path":
                 found["path"] = value.decode("utf-8", "replace")
             elif key == b"size":

@@ -21,15 +21,24 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import google_crc32c
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
 from smlaunch.pipelines.formats.spec import Format
 
-__all__ = ["RecordError", "Reader", "encode_record", "masked_crc", "read_file", "read_records", "records",
-           "write_records"]
+__all__ = [
+    "RecordError",
+    "Reader",
+    "encode_record",
+    "masked_crc",
+    "read_file",
+    "read_records",
+    "records",
+    "write_records",
+]
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -39,8 +48,9 @@ def matches(head: bytes) -> bool:
     return len(head) >= 12 and masked_crc(head[:8]) == struct.unpack("<I", head[8:12])[0]
 
 
-FORMAT = Format("tfrecord", "records", "files", matches,
-                fields={"image": "image/encoded", "label": "image/class/label", "id": "id"})
+FORMAT = Format(
+    "tfrecord", "records", "files", matches, fields={"image": "image/encoded", "label": "image/class/label", "id": "id"}
+)
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 
@@ -60,14 +70,13 @@ def write_records(path: str | os.PathLike, records) -> int:
     return write_encoded(path, records, encode_record)
 
 
-def read_records(stream: BinaryIO, source: str = "<stream>",
-                 on_corrupt: OnCorrupt | None = None) -> Iterator[bytes]:
+def read_records(stream: BinaryIO, source: str = "<stream>", on_corrupt: OnCorrupt | None = None) -> Iterator[bytes]:
     """Yield each record's data from `stream`, verifying both CRCs. `on_corrupt(error)` returning
     true skips a damaged region (one call per region) instead of raising."""
     return records(Reader(stream, source, on_corrupt))
 
 
-def records(reader: "Reader") -> Iterator[bytes]:
+def records(reader: Reader) -> Iterator[bytes]:
     """`read_records` over a reader the caller holds: while a record is yielded, `reader.offset`
     is the stream offset just past it (where a resumed read seeks to: `formats.PositionedRecords`)."""
     buf, view = reader.buf, reader.view
@@ -89,7 +98,7 @@ def records(reader: "Reader") -> Iterator[bytes]:
                 if (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != length_crc:
                     break
                 known_length, known_crc = length, length_crc
-            data = view[pos + 12:stop].tobytes()
+            data = view[pos + 12 : stop].tobytes()
             c = crc(data)
             if (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != footer(buf, stop)[0]:
                 break
@@ -140,8 +149,7 @@ class Reader(Chunks):
         while True:
             for i in range(start, self.end - 11):
                 length, length_crc = _HEADER.unpack_from(self.buf, i)
-                if (length <= self.left(self.base + i + 16)
-                        and masked_crc(length.to_bytes(8, "little")) == length_crc):
+                if length <= self.left(self.base + i + 16) and masked_crc(length.to_bytes(8, "little")) == length_crc:
                     self.pos = i
                     return True
             self.pos = max(start, self.end - 11)  # the offsets not tried yet: keep them, read on

@@ -15,7 +15,8 @@ or ends the stream (Pipe).
 
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from smlaunch.pipelines.formats.spec import Format
 from smlaunch.pipelines.formats.tar_stream import iter_members
@@ -28,9 +29,15 @@ def matches(head: bytes) -> bool:
     return head[257:262] == b"ustar"
 
 
-FORMAT = Format("webdataset", "tar", "tar shards", matches,
-                fields={"image": "jpg;jpeg;png;webp", "label": "cls", "id": None}, field_kind="extensions",
-                place="{rel} sample at byte {member}")
+FORMAT = Format(
+    "webdataset",
+    "tar",
+    "tar shards",
+    matches,
+    fields={"image": "jpg;jpeg;png;webp", "label": "cls", "id": None},
+    field_kind="extensions",
+    place="{rel} sample at byte {member}",
+)
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -73,4 +80,3 @@ def pick(sample: Sample, names: str) -> bytes | None:
         if value is not None:
             return value
     return None
-

@@ -15,15 +15,14 @@ the reflected border is the same) for a fraction of the work. Tests check the eq
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from smlaunch.cluster.plan import this_host
-from smlaunch.errors import DataError
 from smlaunch.config import op_specs as specs
+from smlaunch.errors import DataError
 from smlaunch.pipelines.ops.transforms import OPS, UndecodableImage, blur_image, center_crop
-
 
 _PROCESS_WARM = False
 """Whether this worker process has run a batch already (its imports are done)."""
@@ -88,19 +87,24 @@ class MapStage:
         try:
             out = self.function(fields, rng, train, **self.spec.params)
         except Exception as exc:  # the same on every try: the job ends in one line
-            raise failed_on_data_host(exc, f"{self.field} map op {self.spec.function}", self.spec.function,
-                                      this_host()) from None
+            raise failed_on_data_host(
+                exc, f"{self.field} map op {self.spec.function}", self.spec.function, this_host()
+            ) from None
         if not isinstance(out, dict):
-            raise DataError(f"map op {self.spec.function} returned {type(out).__name__}; return the batch as a dict "
-                            "of arrays, one row each")
+            raise DataError(
+                f"map op {self.spec.function} returned {type(out).__name__}; return the batch as a dict "
+                "of arrays, one row each"
+            )
         fields = {}
         for name, values in out.items():
             if name in ("id", "pos", "seek", "host", "prep_s"):
                 continue  # the reader's bookkeeping is the chain's to carry
             values = values if isinstance(values, np.ndarray) else np.asarray(values)
             if len(values) != rows:
-                raise DataError(f"map op {self.spec.function}: field {name!r} has {len(values)} rows, the batch "
-                                f"{rows}; a map op may change fields, not rows")
+                raise DataError(
+                    f"map op {self.spec.function}: field {name!r} has {len(values)} rows, the batch "
+                    f"{rows}; a map op may change fields, not rows"
+                )
             fields[name] = values
         return fields
 
@@ -108,7 +112,7 @@ class MapStage:
 def _rows(values, keep: np.ndarray):
     """The rows of one field that `keep` marks (a list, or an array)."""
     if isinstance(values, list):
-        return [v for v, k in zip(values, keep) if k]
+        return [v for v, k in zip(values, keep, strict=False) if k]
     return np.asarray(values)[keep]
 
 
@@ -116,15 +120,18 @@ def _single(spec) -> Callable:
     function = OPS[spec.op]
     field, masks = spec.field, getattr(spec, "masks", ())
     if not masks:
+
         def step(fields: dict, rng, train: bool) -> dict:
             fields[field] = function(_listed(fields[field]), spec, rng, train)
             return fields
+
         return step
 
     def joint(fields: dict, rng, train: bool) -> dict:  # the masks move with the image's own draws
         fields[field], moved = function(_listed(fields[field]), spec, rng, train, [_listed(fields[m]) for m in masks])
-        fields.update(zip(masks, moved))
+        fields.update(zip(masks, moved, strict=False))
         return fields
+
     return joint
 
 
@@ -138,8 +145,9 @@ def _blur_then_crop(blurs: tuple, crop: specs.CenterCrop) -> Callable:
     widest = max(b.kernel_size // 2 for b in blurs)
 
     def step(fields: dict, rng, train: bool) -> dict:
-        fields[crop.field] = [_blur_then_crop_one(img, blurs, crop, reach, widest)
-                              for img in _listed(fields[crop.field])]
+        fields[crop.field] = [
+            _blur_then_crop_one(img, blurs, crop, reach, widest) for img in _listed(fields[crop.field])
+        ]
         return fields
 
     return step
@@ -154,10 +162,10 @@ def _blur_then_crop_one(img: np.ndarray, blurs, crop: specs.CenterCrop, reach: i
         return center_crop([img], crop, None, True)[0]
     top, left = (h - size) // 2, (w - size) // 2
     t0, l0 = max(0, top - reach), max(0, left - reach)
-    window = img[t0:min(h, top + size + reach), l0:min(w, left + size + reach)]
+    window = img[t0 : min(h, top + size + reach), l0 : min(w, left + size + reach)]
     for blur in blurs:
         window = blur_image(window, blur)
-    return np.ascontiguousarray(window[top - t0:top - t0 + size, left - l0:left - l0 + size])
+    return np.ascontiguousarray(window[top - t0 : top - t0 + size, left - l0 : left - l0 + size])
 
 
 class Chain:
@@ -168,8 +176,15 @@ class Chain:
     (`cluster.plan.host_label`), so the trainer can count where every row was produced.
     """
 
-    def __init__(self, ops: list, host_names: list[str], train: bool = True, seed: int | None = None,
-                 channel: str | None = None, max_corrupted_records: int = 0):
+    def __init__(
+        self,
+        ops: list,
+        host_names: list[str],
+        train: bool = True,
+        seed: int | None = None,
+        channel: str | None = None,
+        max_corrupted_records: int = 0,
+    ):
         self.channel = channel
         self.max_corrupted_records = max_corrupted_records
         self.ops = list(ops)
@@ -206,8 +221,13 @@ class Chain:
         global _PROCESS_WARM
         seconds = (time.perf_counter() - started) / max(len(ids), 1) if _PROCESS_WARM else -1.0
         _PROCESS_WARM = True
-        out.update({"id": ids, "host": np.full(len(ids), self._host_index(), dtype=np.int16),
-                    "prep_s": np.full(len(ids), seconds, dtype=np.float32)})
+        out.update(
+            {
+                "id": ids,
+                "host": np.full(len(ids), self._host_index(), dtype=np.int16),
+                "prep_s": np.full(len(ids), seconds, dtype=np.float32),
+            }
+        )
         out.update(kept)
         return out
 
@@ -219,16 +239,23 @@ class Chain:
                 fields = stage(fields, rng, self.train, len(ids))
                 continue
             if not len(ids):  # every image of the batch was skipped
-                fields.update({field: np.empty((0, *self._out_shape(field)), np.uint8)
-                               for field in self._image_fields()})
+                fields.update(
+                    {field: np.empty((0, *self._out_shape(field)), np.uint8) for field in self._image_fields()}
+                )
                 continue
             for step in stage:
                 fields = step(fields, rng, self.train)
         return fields
 
     def _image_fields(self) -> list[str]:
-        return list(dict.fromkeys(f for spec in self.ops if spec.op != "map" for f in
-                                  (getattr(spec, "field", "image"), *getattr(spec, "masks", ()))))
+        return list(
+            dict.fromkeys(
+                f
+                for spec in self.ops
+                if spec.op != "map"
+                for f in (getattr(spec, "field", "image"), *getattr(spec, "masks", ()))
+            )
+        )
 
     def _undecodable(self, sample_id: int, reason: str) -> None:
         """Skip the sample under the channel's `max_corrupted_records` (counted with its damaged
@@ -241,8 +268,11 @@ class Chain:
 
     def _out_shape(self, field: str = "image") -> tuple[int, int, int]:
         """(channels, height, width) of `field` out of the chain: the last crop's size that moved it."""
-        size = next(spec.size for spec in reversed(self.ops) if spec.op in ("random_resized_crop", "center_crop")
-                    and field in (spec.field, *spec.masks))
+        size = next(
+            spec.size
+            for spec in reversed(self.ops)
+            if spec.op in ("random_resized_crop", "center_crop") and field in (spec.field, *spec.masks)
+        )
         mode = next(spec.mode for spec in self.ops if spec.op == "decode_image" and spec.field == field)
         return (1 if mode == "L" else 3), size, size
 

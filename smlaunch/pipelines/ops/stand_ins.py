@@ -21,8 +21,14 @@ _read: dict[str, tuple[float, float]] = {}
 """File -> (when read, ms per image it held)."""
 
 
-def fixed_cost(images: list, rng, train: bool, ms_per_image: float = 10.0, ms_per_image_file: str | None = None,
-               validation: bool = False) -> list:
+def fixed_cost(
+    images: list,
+    rng,
+    train: bool,
+    ms_per_image: float = 10.0,
+    ms_per_image_file: str | None = None,
+    validation: bool = False,
+) -> list:
     """The images unchanged, after `ms_per_image` per image (training batches only unless `validation`)."""
     if train or validation:
         time.sleep(len(images) * _cost_ms(ms_per_image, ms_per_image_file) / 1000)

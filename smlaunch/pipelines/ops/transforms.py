@@ -12,12 +12,12 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from smlaunch.errors import DataError
 from smlaunch.config import op_specs as specs
+from smlaunch.errors import DataError
 
 Images = list[np.ndarray]  # HWC uint8, sizes may differ until a resize
 
@@ -59,8 +59,9 @@ def _decode_pil(data: bytes, mode: str, row: int) -> np.ndarray:
             return np.asarray(img.convert(mode)).reshape(img.height, img.width, -1)
     except Exception as exc:  # PIL raises several types for bad bytes
         reason = re.sub(r" <_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))
-        raise UndecodableImage(row, f"undecodable image ({reason}; {len(data)} bytes starting {bytes(data[:8])!r})") \
-            from None
+        raise UndecodableImage(
+            row, f"undecodable image ({reason}; {len(data)} bytes starting {bytes(data[:8])!r})"
+        ) from None
 
 
 class UndecodableImage(DataError):
@@ -84,17 +85,19 @@ def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, trai
             return center_crop(resize(images, size, rng, train), crop, rng, train)
         return center_crop(*resize(images, size, rng, train, masks), crop, rng, train)
     boxes = [_crop_box(*img.shape[:2], spec, rng) if train else (0, 0, *img.shape[:2]) for img in images]
-    out = [_crop_resized(img, box, spec.size, "bilinear") for img, box in zip(images, boxes)]
+    out = [_crop_resized(img, box, spec.size, "bilinear") for img, box in zip(images, boxes, strict=False)]
     if not masks:
         return out
-    return out, [[_crop_resized(m, box, spec.size, "nearest") for m, box in zip(field, boxes)] for field in masks]
+    return out, [
+        [_crop_resized(m, box, spec.size, "nearest") for m, box in zip(field, boxes, strict=False)] for field in masks
+    ]
 
 
 def _crop_resized(img: np.ndarray, box: tuple[int, int, int, int], size: int, how: str) -> np.ndarray:
     from PIL import Image
 
     top, left, ch, cw = box
-    crop = np.ascontiguousarray(img[top:top + ch, left:left + cw])
+    crop = np.ascontiguousarray(img[top : top + ch, left : left + cw])
     pil = Image.fromarray(crop.squeeze(-1) if crop.shape[-1] == 1 else crop)
     resized = np.asarray(pil.resize((size, size), Image.BILINEAR if how == "bilinear" else Image.NEAREST))
     return resized.reshape(size, size, -1)
@@ -135,8 +138,9 @@ def _resized(img: np.ndarray, side: int, how: str) -> np.ndarray:
     scale = side / min(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
     pil = Image.fromarray(img.squeeze(-1) if img.shape[-1] == 1 else img)
-    return np.asarray(pil.resize(size, Image.BILINEAR if how == "bilinear" else Image.NEAREST)).reshape(size[1],
-                                                                                                      size[0], -1)
+    return np.asarray(pil.resize(size, Image.BILINEAR if how == "bilinear" else Image.NEAREST)).reshape(
+        size[1], size[0], -1
+    )
 
 
 def center_crop(images: Images, spec: specs.CenterCrop, rng, train: bool, masks=()):
@@ -154,7 +158,7 @@ def _centre(img: np.ndarray, size: int) -> np.ndarray:
         img = np.pad(img, ((pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
         h, w = img.shape[:2]
     top, left = (h - size) // 2, (w - size) // 2
-    return np.ascontiguousarray(img[top:top + size, left:left + size])
+    return np.ascontiguousarray(img[top : top + size, left : left + size])
 
 
 def color_jitter(images: Images, spec: specs.ColorJitter, rng, train: bool) -> Images:
@@ -187,8 +191,9 @@ def user(images: Images, spec: specs.UserOp, rng, train: bool) -> Images:
         from smlaunch.user_code import failed_on_data_host
 
         raise failed_on_data_host(exc, f"pipeline user op {spec.function}", spec.function, this_host()) from None
-    if not isinstance(out, list) or any(not isinstance(i, np.ndarray) or i.dtype != np.uint8 or i.ndim != 3
-                                        for i in out):
+    if not isinstance(out, list) or any(
+        not isinstance(i, np.ndarray) or i.dtype != np.uint8 or i.ndim != 3 for i in out
+    ):
         raise DataError(f"user op {spec.function} must return a list of HWC uint8 arrays")
     return out
 
@@ -205,10 +210,10 @@ def horizontal_flip(images: Images, spec: specs.HorizontalFlip, rng, train: bool
     if not train:
         return images if not masks else (images, [list(field) for field in masks])
     flips = rng.random(len(images)) < spec.p
-    out = [img[:, ::-1] if flip else img for img, flip in zip(images, flips)]
+    out = [img[:, ::-1] if flip else img for img, flip in zip(images, flips, strict=False)]
     if not masks:
         return out
-    return out, [[m[:, ::-1] if flip else m for m, flip in zip(field, flips)] for field in masks]
+    return out, [[m[:, ::-1] if flip else m for m, flip in zip(field, flips, strict=False)] for field in masks]
 
 
 def gaussian_blur(images: Images, spec: specs.GaussianBlur, rng, train: bool) -> Images:
@@ -250,8 +255,9 @@ def _convolve_axis(img: np.ndarray, kernel: np.ndarray, axis: int) -> np.ndarray
 def to_uint8_chw(images: Images, spec: specs.ToUint8CHW, rng, train: bool) -> np.ndarray:
     shapes = {img.shape for img in images}
     if len(shapes) > 1:
-        raise DataError(f"images of different sizes {sorted(shapes)} reach to_uint8_chw; add a "
-                        "random_resized_crop before it")
+        raise DataError(
+            f"images of different sizes {sorted(shapes)} reach to_uint8_chw; add a random_resized_crop before it"
+        )
     return np.stack([np.ascontiguousarray(img.transpose(2, 0, 1)) for img in images]).astype(np.uint8)
 
 

@@ -92,8 +92,8 @@ LOCAL_READER_WAIT_S = 24 * 3600.0
 
 def start_pipe_agents(plan: LaunchPlan, seed: int, s3_endpoint: str | None = None) -> list:
     """Play SageMaker's part for each Pipe-mode channel: an agent per receiving host feeding its FIFOs."""
-    from smlaunch.pipelines.sources.pipe_agent import PipeAgent
     from smlaunch.pipelines.sources.manifest import manifest_objects
+    from smlaunch.pipelines.sources.pipe_agent import PipeAgent
 
     agents = []
     for channel in plan.channels:
@@ -108,9 +108,16 @@ def start_pipe_agents(plan: LaunchPlan, seed: int, s3_endpoint: str | None = Non
             raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
         for i, host in enumerate(channel.hosts):
             mine = objects_for_host(objects, channel.distribution, i, len(channel.hosts))
-            agents.append(PipeAgent(channel_dir(plan.host(host).opt_ml, channel.name).parent, channel.name, mine,
-                                    epochs=PIPE_EPOCHS_LIMIT, seed=seed + i,
-                                    reader_wait_s=LOCAL_READER_WAIT_S).start())
+            agents.append(
+                PipeAgent(
+                    channel_dir(plan.host(host).opt_ml, channel.name).parent,
+                    channel.name,
+                    mine,
+                    epochs=PIPE_EPOCHS_LIMIT,
+                    seed=seed + i,
+                    reader_wait_s=LOCAL_READER_WAIT_S,
+                ).start()
+            )
     return agents
 
 
@@ -129,8 +136,12 @@ def deliver_channels(plan: LaunchPlan, s3_endpoint: str | None = None) -> None:
         if channel.file_system is not None:
             mount_file_system(channel, [channel_dir(plan.host(h).opt_ml, channel.name) for h in channel.hosts])
             continue
-        if (channel.input_mode == "File" and channel.distribution == "FullyReplicated"
-                and channel.s3_data_type == "S3Prefix" and not channel.source.startswith("s3://")):
+        if (
+            channel.input_mode == "File"
+            and channel.distribution == "FullyReplicated"
+            and channel.s3_data_type == "S3Prefix"
+            and not channel.source.startswith("s3://")
+        ):
             folder = Path(channel_source(channel).uri).expanduser().resolve()
             if not _holds_a_file(folder):
                 raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
@@ -154,8 +165,10 @@ def mount_file_system(channel: ChannelPlan, targets: list[Path]) -> None:
     folder itself (a symbolic link, nothing copied), as every host of a job mounts one file system."""
     folder = Path(channel.source).expanduser().resolve()
     if not folder.is_dir():
-        raise DataError(f"channel '{channel.name}': source {channel.source} (the local stand-in for "
-                        f"{channel.file_system}) is not a directory")
+        raise DataError(
+            f"channel '{channel.name}': source {channel.source} (the local stand-in for "
+            f"{channel.file_system}) is not a directory"
+        )
     for target in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_symlink() or target.exists():
@@ -174,7 +187,7 @@ def link_folder(folder: Path, target: Path) -> None:
 
 def _holds_a_file(folder: Path) -> bool:
     """Whether `folder` holds a file that is not hidden, at any depth (stops at the first)."""
-    for root, dirs, names in os.walk(folder):
+    for _, dirs, names in os.walk(folder):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         if any(not name.startswith(".") for name in names):
             return True

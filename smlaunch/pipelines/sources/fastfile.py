@@ -93,7 +93,7 @@ class LazyObject(io.RawIOBase):
             return 0
         data = self.source.read_range(self.key, self.position, want)
         self.window = min(self.window * 2, BLOCK)
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         self.position += len(data)
         self.fetches += 1
         self.bytes_fetched += len(data)

@@ -16,9 +16,10 @@ import os
 import select
 import stat
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from smlaunch.errors import DataError
 
@@ -33,22 +34,25 @@ def fifo_path(data_dir: str | os.PathLike, channel: str, epoch: int) -> Path:
 
 
 @contextmanager
-def open_epoch(data_dir: str | os.PathLike, channel: str, epoch: int,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[BinaryIO]:
+def open_epoch(
+    data_dir: str | os.PathLike, channel: str, epoch: int, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Iterator[BinaryIO]:
     """The epoch's FIFO opened for reading, once a writer is connected; closed on exit."""
     path = fifo_path(data_dir, channel, epoch)
     deadline = time.monotonic() + timeout_s
     pause = POLL_FIRST_S
     while not path.exists():
         if time.monotonic() >= deadline:
-            raise DataError(f"channel '{channel}': Pipe-mode FIFO {path} for epoch {epoch} did not appear "
-                            f"within {timeout_s:.0f} s")
+            raise DataError(
+                f"channel '{channel}': Pipe-mode FIFO {path} for epoch {epoch} did not appear within {timeout_s:.0f} s"
+            )
         time.sleep(pause)
         pause = min(pause * 2, POLL_MAX_S)
     if not stat.S_ISFIFO(path.stat().st_mode):
         raise DataError(f"channel '{channel}': {path} is not a FIFO; is the channel in File mode rather than Pipe?")
-    with open_fifo(path, deadline, f"channel '{channel}': no writer connected to {path} (epoch {epoch}) within "
-                                   f"{timeout_s:.0f} s") as stream:
+    with open_fifo(
+        path, deadline, f"channel '{channel}': no writer connected to {path} (epoch {epoch}) within {timeout_s:.0f} s"
+    ) as stream:
         yield stream
 
 
@@ -84,8 +88,9 @@ def _grow_pipe(fd: int) -> None:
 class PipeEpochs:
     """Epoch after epoch of one channel on this host: epoch N+1 opens only after N closed."""
 
-    def __init__(self, data_dir: str | os.PathLike, channel: str, first_epoch: int = 0,
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(
+        self, data_dir: str | os.PathLike, channel: str, first_epoch: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S
+    ):
         self.data_dir = data_dir
         self.channel = channel
         self.next_epoch = first_epoch

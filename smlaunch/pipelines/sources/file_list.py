@@ -11,8 +11,7 @@ Paths are joined with their end offsets kept, not a separator: an S3 key may hol
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 
 class FileList(Sequence):
@@ -23,7 +22,7 @@ class FileList(Sequence):
         self.paths, self.ends, self.sizes = paths, ends, sizes
 
     @classmethod
-    def of(cls, rels: Sequence[str], sizes: Iterable[int] | int = 0) -> "FileList":
+    def of(cls, rels: Sequence[str], sizes: Iterable[int] | int = 0) -> FileList:
         """Pack `rels` with their `sizes` (one int: the same size for every file)."""
         import numpy as np
 
@@ -35,12 +34,12 @@ class FileList(Sequence):
         return cls("".join(rels), ends, packed)
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str, int]]) -> "FileList":
+    def from_pairs(cls, pairs: Iterable[tuple[str, int]]) -> FileList:
         pairs = list(pairs)
         return cls.of([rel for rel, _ in pairs], [size for _, size in pairs])
 
     @classmethod
-    def concat(cls, lists: list["FileList"]) -> "FileList":
+    def concat(cls, lists: list[FileList]) -> FileList:
         """The files of `lists` (each a `FileList` or pairs), one after another."""
         import numpy as np
 
@@ -50,8 +49,11 @@ class FileList(Sequence):
         if not lists:
             return cls.of([])
         offsets = np.cumsum([0] + [len(f.paths) for f in lists[:-1]])
-        return cls("".join(f.paths for f in lists), np.concatenate([f.ends + o for f, o in zip(lists, offsets)]),
-                   np.concatenate([f.sizes for f in lists]))
+        return cls(
+            "".join(f.paths for f in lists),
+            np.concatenate([f.ends + o for f, o in zip(lists, offsets, strict=False)]),
+            np.concatenate([f.sizes for f in lists]),
+        )
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -64,7 +66,7 @@ class FileList(Sequence):
             start = end
 
     def __iter__(self) -> Iterator[tuple[str, int]]:
-        return zip(self.rels(), self.sizes.tolist())
+        return zip(self.rels(), self.sizes.tolist(), strict=False)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -79,17 +81,21 @@ class FileList(Sequence):
         return self._rel(i), int(self.sizes[i])
 
     def _rel(self, i: int) -> str:
-        return self.paths[int(self.ends[i - 1]) if i > 0 else 0:int(self.ends[i])]
+        return self.paths[int(self.ends[i - 1]) if i > 0 else 0 : int(self.ends[i])]
 
     def total_size(self) -> int:
         return int(self.sizes.sum())
 
     def __eq__(self, other) -> bool:
         if isinstance(other, FileList):
-            return (self.paths == other.paths and len(self) == len(other) and bool((self.ends == other.ends).all())
-                    and bool((self.sizes == other.sizes).all()))
+            return (
+                self.paths == other.paths
+                and len(self) == len(other)
+                and bool((self.ends == other.ends).all())
+                and bool((self.sizes == other.sizes).all())
+            )
         if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other))
+            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other, strict=False))
         return NotImplemented
 
     __hash__ = None

@@ -42,16 +42,23 @@ from ray.data.datasource import Datasource, ReadTask
 from smlaunch.cluster.plan import ChannelPlan, host_selector, this_host
 from smlaunch.errors import DataError
 from smlaunch.pipelines.budget import budget_from_first_step
+from smlaunch.pipelines.formats import CHANNEL_FORMATS
+from smlaunch.pipelines.order import PIECE_ROWS
+from smlaunch.pipelines.rows import folder_tables, row_blocks, unit_samples
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fastfile import open_channel_file, view_source
 from smlaunch.pipelines.sources.host_loss import host_alive, sharded_lost_error
-from smlaunch.pipelines.formats import CHANNEL_FORMATS
-from smlaunch.pipelines.rows import folder_tables, row_blocks, unit_samples
-from smlaunch.pipelines.order import PIECE_ROWS
-from smlaunch.pipelines.sources.units import (HEAD_BATCHES, LazyUnits, PackedUnits, Units, balanced_blocks, read_runs,
-                                              units_per_task)
 from smlaunch.pipelines.sources.listing import ChannelListing
 from smlaunch.pipelines.sources.read_priority import behind_the_chain
+from smlaunch.pipelines.sources.units import (
+    HEAD_BATCHES,
+    LazyUnits,
+    PackedUnits,
+    Units,
+    balanced_blocks,
+    read_runs,
+    units_per_task,
+)
 
 Unit = tuple[str, int, int | None]
 """(relative path, bytes, row group or None): what a read task reads; a Parquet file is split into
@@ -74,9 +81,19 @@ class ChannelDatasource(Datasource):
     a lost host's retry would redo whole. The tasks take no CPU of Ray's (`dataset.read_channel`)
     and run one per CPU at a time (`read_slots`)."""
 
-    def __init__(self, channel: ChannelPlan, listing: ChannelListing, roots: dict[str, str | None],
-                 num_classes: int | None = None, cpus: dict[str, int] | None = None, ranks: int | None = None,
-                 seed: int = 0, chain_slots: int = 0, block_units: int = 0, head_rows: int = 0):
+    def __init__(
+        self,
+        channel: ChannelPlan,
+        listing: ChannelListing,
+        roots: dict[str, str | None],
+        num_classes: int | None = None,
+        cpus: dict[str, int] | None = None,
+        ranks: int | None = None,
+        seed: int = 0,
+        chain_slots: int = 0,
+        block_units: int = 0,
+        head_rows: int = 0,
+    ):
         self.channel = channel
         self.head_rows = head_rows
         """Rows the ranks' iterators hold before their first batch (all ranks; see `units.headed_runs`)."""
@@ -113,7 +130,7 @@ class ChannelDatasource(Datasource):
             self._listing = ray.get(self._listing)
         return self._listing
 
-    def share_listing(self) -> "ChannelDatasource":
+    def share_listing(self) -> ChannelDatasource:
         """Ship the listing by reference from now on: Ray Data pickles the datasource with the
         Dataset, which travels from the driver to Ray Train's controller and on to its split
         coordinator; 1.28M files' listing (53 MiB) took each hop about half a second, where the
@@ -137,7 +154,7 @@ class ChannelDatasource(Datasource):
             self._size = sum(units.total_size() for units in self.shares().values())
         return self._size
 
-    def shares(self) -> dict[str | None, "Units"]:
+    def shares(self) -> dict[str | None, Units]:
         """Units to read once, by the host that must read them (None: any receiving host), in the
         listing's order; each pass reads them in its epoch's order (`pipelines.order`)."""
         if self._shares is None:
@@ -165,9 +182,14 @@ class ChannelDatasource(Datasource):
         tasks = sum(self._task_count(host, units, sys.maxsize) for host, units in self.shares().items() if units)
         target = _block_bytes()
         units = sum(len(u) for u in self.shares().values())
-        return balanced_blocks(tasks, self.estimate_inmemory_data_size(), target,
-                               max(sum(self.cpus.values()), self.chain_slots), self.ranks,
-                               at_least=-(-units // self.block_units) if self.block_units else 0)
+        return balanced_blocks(
+            tasks,
+            self.estimate_inmemory_data_size(),
+            target,
+            max(sum(self.cpus.values()), self.chain_slots),
+            self.ranks,
+            at_least=-(-units // self.block_units) if self.block_units else 0,
+        )
 
     def read_slots(self) -> int:
         """Read tasks of a pass that run at once: one per CPU of the reading hosts (`_readers`;
@@ -176,7 +198,7 @@ class ChannelDatasource(Datasource):
         parallelism = sys.maxsize if self.cpus is not None else int(ray.cluster_resources().get("CPU", 1))
         return max(1, sum(self._readers(host, units, parallelism) for host, units in self.shares().items() if units))
 
-    def _readers(self, holder: str | None, units: "Units", parallelism: int) -> int:
+    def _readers(self, holder: str | None, units: Units, parallelism: int) -> int:
         """Read tasks of the share of `holder` (None: any receiving host) that run at once: one per
         CPU of the host (of all of them for a shared share) when the CPUs are known, else Ray's
         parallelism spread over the shares; never more than its units. The pass's `open_units`
@@ -187,14 +209,17 @@ class ChannelDatasource(Datasource):
             bound = max(1, self.cpus.get(holder, 1) if holder is not None else sum(self.cpus.values()))
         return max(1, min(bound, len(units)))
 
-    def _task_count(self, holder: str | None, units: "Units", parallelism: int) -> int:
+    def _task_count(self, holder: str | None, units: Units, parallelism: int) -> int:
         return len(self._runs(holder, units, parallelism))
 
-    def _runs(self, holder: str | None, units: "Units", parallelism: int) -> list[range]:
+    def _runs(self, holder: str | None, units: Units, parallelism: int) -> list[range]:
         """The share's read tasks as runs of its epoch's order (`units.read_runs`; short first ones
         for an image folder). `block_count` counts with these too."""
-        head = HEAD_BATCHES * self.channel.block_rows if CHANNEL_FORMATS[self.channel.record_format].layout == "images" \
+        head = (
+            HEAD_BATCHES * self.channel.block_rows
+            if CHANNEL_FORMATS[self.channel.record_format].layout == "images"
             else 0
+        )
         return read_runs(units, self._readers(holder, units, parallelism), head, self.head_rows)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
@@ -225,10 +250,12 @@ class ChannelDatasource(Datasource):
             order = epoch_order(len(units), self.channel.name, self.seed, epoch if self.channel.shuffle else None)
             sizes = np.concatenate([[0], np.cumsum(units.sizes[order])])
             for run in self._runs(host, units, parallelism):
-                meta = BlockMetadata(num_rows=None, size_bytes=int(sizes[run.stop] - sizes[run.start]),
-                                     exec_stats=None, input_files=None)
-                tasks.append(ReadTask(partial(_estimate_only, self.channel.name), meta,
-                                      per_task_row_limit=per_task_row_limit))
+                meta = BlockMetadata(
+                    num_rows=None, size_bytes=int(sizes[run.stop] - sizes[run.start]), exec_stats=None, input_files=None
+                )
+                tasks.append(
+                    ReadTask(partial(_estimate_only, self.channel.name), meta, per_task_row_limit=per_task_row_limit)
+                )
         return tasks
 
     def _epoch(self, data_context) -> tuple[int, dict | None]:
@@ -243,8 +270,9 @@ class ChannelDatasource(Datasource):
             return self._last_epoch
         from smlaunch.cluster.board import order_state
 
-        base, resume = order_state(self.channel.name) if self.channel.shuffle or self.channel.name == "train" \
-            else (0, None)
+        base, resume = (
+            order_state(self.channel.name) if self.channel.shuffle or self.channel.name == "train" else (0, None)
+        )
         epoch = base + data_context._execution_idx + 1
         resume = resume if resume is not None and resume.get("epoch") == epoch else None
         self._last_epoch = (epoch, resume)
@@ -261,8 +289,7 @@ class ChannelDatasource(Datasource):
             done, drawn, seeks = position.is_done, position.drawn_ordinals(), position.seeks
         tasks, offset = [], 0
         for host, units in self.shares().items():
-            order = epoch_order(len(units), self.channel.name, self.seed,
-                                epoch if self.channel.shuffle else None)
+            order = epoch_order(len(units), self.channel.name, self.seed, epoch if self.channel.shuffle else None)
             runs = self._runs(host, units, parallelism)
             open_units = units_per_task(self.channel, self._readers(host, units, parallelism))
             for run in runs:
@@ -275,14 +302,18 @@ class ChannelDatasource(Datasource):
                 own = {u: drawn[u] for u in unit_ids.tolist() if u in drawn} if drawn else {}
                 picked, own_seeks = order[places], {u: seeks[u] for u in own if u in seeks} if seeks else None
                 # A short task (`units.headed_runs`) is packed here: cheap, and it starts without the arrays.
-                packed = LazyUnits(self._share_refs[host], picked, unit_ids, own, open_units, own_seeks) \
-                    if host in self._share_refs and len(picked) > SHORT_TASK_UNITS \
+                packed = (
+                    LazyUnits(self._share_refs[host], picked, unit_ids, own, open_units, own_seeks)
+                    if host in self._share_refs and len(picked) > SHORT_TASK_UNITS
                     else units.packed(picked, unit_ids, own, open_units, own_seeks)
+                )
                 # No `input_files`: every file of a task there was 48 MB of pickle per task at 1.28M files.
-                meta = BlockMetadata(num_rows=None, size_bytes=int(units.sizes[picked].sum()), exec_stats=None,
-                                     input_files=None)
-                read = partial(_read_units, self.channel, host, packed, self.roots, self.listing.classes,
-                               self.num_classes)
+                meta = BlockMetadata(
+                    num_rows=None, size_bytes=int(units.sizes[picked].sum()), exec_stats=None, input_files=None
+                )
+                read = partial(
+                    _read_units, self.channel, host, packed, self.roots, self.listing.classes, self.num_classes
+                )
                 read.__name__ = f"read_{self.channel.name}"  # Ray's warning for a read task over 1 MiB needs one
                 tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
             offset += len(units)
@@ -296,6 +327,8 @@ SHORT_TASK_UNITS = 1024
 """A read task of at most this many units carries them packed even where the listing is shared."""
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 """Ray Data's target block size when the context sets none."""
+
+
 def _block_bytes() -> int:
     """The job's target block size, from the context Ray Data plans and reads in (`use_block_size`)."""
     return ray.data.DataContext.get_current().target_max_block_size or DEFAULT_BLOCK_BYTES
@@ -306,12 +339,20 @@ def _read_nothing():
 
 
 def _estimate_only(channel: str):
-    raise RuntimeError(f"channel '{channel}': a planning estimate's read task was run; Ray Data's planning "
-                       "changed (ChannelDatasource._estimates)")
+    raise RuntimeError(
+        f"channel '{channel}': a planning estimate's read task was run; Ray Data's planning "
+        "changed (ChannelDatasource._estimates)"
+    )
 
 
-def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits | LazyUnits,
-                roots: dict[str, str | None], classes, num_classes):
+def _read_units(
+    channel: ChannelPlan,
+    holder: str | None,
+    units: PackedUnits | LazyUnits,
+    roots: dict[str, str | None],
+    classes,
+    num_classes,
+):
     units = units.resolve() if isinstance(units, LazyUnits) else units
     host = this_host()
     # Ray Data sets the job's context in this task, not in a task it starts: the block size goes on as an argument.
@@ -322,13 +363,18 @@ def _read_units(channel: ChannelPlan, holder: str | None, units: PackedUnits | L
         # retried (`max_retries=0`) because this task, retried by Ray Data, starts it again.
         if not host_alive(holder):
             raise sharded_lost_error(channel.name, holder, roots.get(holder), _files(units))
-        stream = ray.remote(_read_here).options(num_returns="streaming", num_cpus=0, max_retries=0,
-                                                label_selector=host_selector(holder))
+        stream = ray.remote(_read_here).options(
+            num_returns="streaming", num_cpus=0, max_retries=0, label_selector=host_selector(holder)
+        )
         try:
             for ref in stream.remote(channel, holder, units, roots, classes, num_classes, block_bytes):
                 yield ray.get(ref)
-        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.NodeDiedError):
+        except (
+            ray.exceptions.RayActorError,
+            ray.exceptions.ObjectLostError,
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.NodeDiedError,
+        ):
             if not host_alive(holder):
                 raise sharded_lost_error(channel.name, holder, roots.get(holder), _files(units)) from None
             raise
@@ -340,8 +386,9 @@ def _files(units) -> list[str]:
     return list(dict.fromkeys(rel for rel, _, _ in units))
 
 
-def _read_here(channel: ChannelPlan, host: str, units, roots: dict[str, str | None], classes, num_classes,
-               block_bytes: int):
+def _read_here(
+    channel: ChannelPlan, host: str, units, roots: dict[str, str | None], classes, num_classes, block_bytes: int
+):
     """`units`' rows in Arrow tables of about `block_bytes` (Ray Data's target block size, which
     its output buffer would merge the rows into anyway: `rows.row_blocks`), each row with its
     position (`pipelines.order`); in a resumed epoch, without the rows drawn before: a record
@@ -349,13 +396,23 @@ def _read_here(channel: ChannelPlan, host: str, units, roots: dict[str, str | No
     rows drawn after it are dropped before they are decoded. The files are read at a lower CPU
     priority than the chain's (`read_priority`)."""
     if host not in roots:
-        raise DataError(f"channel '{channel.name}': read task landed on host {host}, which does not "
-                        f"receive the channel (hosts: {sorted(roots)})")
+        raise DataError(
+            f"channel '{channel.name}': read task landed on host {host}, which does not "
+            f"receive the channel (hosts: {sorted(roots)})"
+        )
     directory = channel_dir(roots[host], channel.name)
     samples = _samples(channel, directory, host, units, classes, num_classes, block_bytes)
     seeks = getattr(units, "seeks", None) or {}
-    blocks = behind_the_chain(row_blocks(channel, samples, num_classes, block_bytes, positions=True,
-                                         starts={unit: first for unit, (first, _) in seeks.items()}))
+    blocks = behind_the_chain(
+        row_blocks(
+            channel,
+            samples,
+            num_classes,
+            block_bytes,
+            positions=True,
+            starts={unit: first for unit, (first, _) in seeks.items()},
+        )
+    )
     drawn = getattr(units, "drawn", None)
     if not drawn:
         yield from blocks
@@ -411,8 +468,11 @@ def _samples(channel: ChannelPlan, directory, host: str, units, classes, num_cla
     places = itertools.count() if places is None else places.tolist()
     spec = CHANNEL_FORMATS[channel.record_format]
     source = view_source(directory)  # a FastFile view's source only: the task's files and sizes are in `units`
-    view = None if source is None else (
-        source, None if spec.layout == "row_groups" else {rel: size for rel, _, size in units})
+    view = (
+        None
+        if source is None
+        else (source, None if spec.layout == "row_groups" else {rel: size for rel, _, size in units})
+    )
 
     def unreadable(rel: str, exc: OSError) -> DataError:
         return DataError(f"channel '{channel.name}': cannot open {directory}/{rel} on {host}: {exc.strerror or exc}")
@@ -424,20 +484,35 @@ def _samples(channel: ChannelPlan, directory, host: str, units, classes, num_cla
             raise unreadable(rel, exc) from None
 
     if spec.layout == "images":
-        sizes = ((rel, size, place) for (rel, _, size), place in zip(units, places))
+        sizes = ((rel, size, place) for (rel, _, size), place in zip(units, places, strict=False))
         files = _folder_images(directory, sizes, classes, opened if view is not None else None, unreadable)
         yield from folder_tables(files, num_classes, block_bytes, f"{directory}/", positions=True)
         return
     open_units = getattr(units, "open_units", 1)
     piece = PIECE_ROWS if open_units > 1 else None
     seeks = getattr(units, "seeks", None) or {}
-    yield from interleave((_unit_samples(channel, opened, f"{directory}/{rel}", rel, group, place, num_classes, piece,
-                                         seeks.get(place))
-                           for (rel, group, _), place in zip(units, places)), open_units)
+    yield from interleave(
+        (
+            _unit_samples(
+                channel, opened, f"{directory}/{rel}", rel, group, place, num_classes, piece, seeks.get(place)
+            )
+            for (rel, group, _), place in zip(units, places, strict=False)
+        ),
+        open_units,
+    )
 
 
-def _unit_samples(channel: ChannelPlan, opened, source: str, rel: str, group, place: int, num_classes, piece,
-                  seek: tuple[int, int] | None = None):
+def _unit_samples(
+    channel: ChannelPlan,
+    opened,
+    source: str,
+    rel: str,
+    group,
+    place: int,
+    num_classes,
+    piece,
+    seek: tuple[int, int] | None = None,
+):
     """One unit's samples (a file, or a Parquet row group), tagged `(place, last)`, a record
     file's `(place, last, end, sample)` (`blocks.UnitPositions`); checked tables cut into `piece`
     rows when units are interleaved. `seek`: (first ordinal, `order.seek_point`) where a resumed
@@ -480,7 +555,7 @@ def _folder_images(directory, units, classes, opened, unreadable):
     if opened is not None:
         for rel, _, place in units:
             with opened(rel) as stream:
-                yield rel, stream.read(), label[rel[:rel.index("/")]], place
+                yield rel, stream.read(), label[rel[: rel.index("/")]], place
         return
     with folder_files(directory) as read:
         for rel, size, place in units:
@@ -488,4 +563,4 @@ def _folder_images(directory, units, classes, opened, unreadable):
                 data = read(rel, size)
             except OSError as exc:
                 raise unreadable(rel, exc) from None
-            yield rel, data, label[rel[:rel.index("/")]], place
+            yield rel, data, label[rel[: rel.index("/")]], place

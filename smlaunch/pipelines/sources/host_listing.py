@@ -69,8 +69,11 @@ def _view_files(objects: FileList, record_format: str, answer: dict) -> FileList
     folders and the ones holding data noted."""
     spec = CHANNEL_FORMATS[record_format]
     keep = [i for i, rel in enumerate(objects.rels()) if spec.is_data(rel)]
-    picked = objects if len(keep) == len(objects) else FileList.of(
-        [objects[i][0] for i in keep], objects.sizes[keep].tolist())
+    picked = (
+        objects
+        if len(keep) == len(objects)
+        else FileList.of([objects[i][0] for i in keep], objects.sizes[keep].tolist())
+    )
     if spec.layout == "images":
         answer["folders"] = sorted({rel.split("/")[0] for rel in objects.rels() if "/" in rel})
         answer["imaged"] = sorted({rel.split("/")[0] for rel in picked.rels()})
@@ -102,7 +105,7 @@ def _walk(directory: Path, record_format: str, rels: list[str], answer: dict):
         names.sort()
         names = data_names(prefix, names)
         if classes and names:
-            imaged.add(prefix[:prefix.index("/")])
+            imaged.add(prefix[: prefix.index("/")])
         rels.extend([prefix + n for n in names])
         folders.sort(reverse=True)
         stack.extend((prefix + f + "/", f"{path}/{f}") for f in folders)

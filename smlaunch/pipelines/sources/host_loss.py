@@ -48,23 +48,34 @@ def host_alive(host: str) -> bool:
 
 def fragile_channels(plan) -> list[dict]:
     """The plan's channels a lost host cannot be recovered from, as plain data for the workers."""
-    return [{"name": c.name, "hosts": list(c.hosts), "roots": {h: plan.host(h).opt_ml for h in c.hosts},
-             "pipe": c.input_mode == "Pipe"}
-            for c in plan.channels if c.input_mode == "Pipe" or c.distribution == "ShardedByS3Key"]
+    return [
+        {
+            "name": c.name,
+            "hosts": list(c.hosts),
+            "roots": {h: plan.host(h).opt_ml for h in c.hosts},
+            "pipe": c.input_mode == "Pipe",
+        }
+        for c in plan.channels
+        if c.input_mode == "Pipe" or c.distribution == "ShardedByS3Key"
+    ]
 
 
 def sharded_lost_error(channel: str, host: str, opt_ml: str | None, files=()) -> HostLost:
     where = f"{opt_ml}/input/data/{channel}" if opt_ml else f"/opt/ml/input/data/{channel}"
     named = f" ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" if files else ""
-    return HostLost(f"channel '{channel}': host {host} was lost, and with it the ShardedByS3Key files under "
-                    f"{where}{named} that no other host holds, so this epoch cannot finish with every sample once: "
-                    "run the job again with trainer.resume=true to continue from the last complete checkpoint")
+    return HostLost(
+        f"channel '{channel}': host {host} was lost, and with it the ShardedByS3Key files under "
+        f"{where}{named} that no other host holds, so this epoch cannot finish with every sample once: "
+        "run the job again with trainer.resume=true to continue from the last complete checkpoint"
+    )
 
 
 def train_host_lost_error(host: str) -> HostLost:
-    return HostLost(f"train host {host} was lost, and with it its train workers: the group cannot go on without "
-                    "them; run the job again with trainer.resume=true to continue from the last complete "
-                    "checkpoint (trainer.max_workers can shrink the group to the GPUs left)")
+    return HostLost(
+        f"train host {host} was lost, and with it its train workers: the group cannot go on without "
+        "them; run the job again with trainer.resume=true to continue from the last complete "
+        "checkpoint (trainer.max_workers can shrink the group to the GPUs left)"
+    )
 
 
 class LostHostGuard:
@@ -115,11 +126,16 @@ def lost_error(channel: str, hosts, host: str, opt_ml, epoch: int | None = None)
     the one the channel's other hosts are reading (every host reads the same epoch)."""
     if epoch is None:
         epoch = _sibling_epoch(channel, hosts, host)
-    fifo = fifo_path(channel_dir(opt_ml, channel).parent if opt_ml else "/opt/ml/input/data",
-                     channel, "<epoch>" if epoch is None else epoch)
-    return PipeHostLost(f"channel '{channel}': host {host} was lost while streaming Pipe-mode FIFO {fifo}; "
-                        "Pipe mode cannot replay a stream, so this epoch cannot finish with every sample once: "
-                        "run the job again with trainer.resume=true to continue from the last complete checkpoint")
+    fifo = fifo_path(
+        channel_dir(opt_ml, channel).parent if opt_ml else "/opt/ml/input/data",
+        channel,
+        "<epoch>" if epoch is None else epoch,
+    )
+    return PipeHostLost(
+        f"channel '{channel}': host {host} was lost while streaming Pipe-mode FIFO {fifo}; "
+        "Pipe mode cannot replay a stream, so this epoch cannot finish with every sample once: "
+        "run the job again with trainer.resume=true to continue from the last complete checkpoint"
+    )
 
 
 def _sibling_epoch(channel: str, hosts, lost: str) -> int | None:

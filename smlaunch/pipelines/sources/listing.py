@@ -17,8 +17,8 @@ reports progress while it lists, and a listing fails only when a host makes none
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from smlaunch.cluster.plan import host_selector
 from smlaunch.errors import DataError
@@ -95,9 +95,11 @@ def _collect(channel: str, streams, stall_s: float) -> dict:
                 for host in seen:
                     if host not in answers and now - seen[host][1] > stall_s:
                         count = max(seen[host][0], 0)
-                        raise DataError(f"channel '{channel}': listing on host {host} made no progress for "
-                                        f"{stall_s:g} s ({count:,} files seen); is its channel directory on a "
-                                        "mount that stopped answering, or is the host gone?")
+                        raise DataError(
+                            f"channel '{channel}': listing on host {host} made no progress for "
+                            f"{stall_s:g} s ({count:,} files seen); is its channel directory on a "
+                            "mount that stopped answering, or is the host gone?"
+                        )
         finally:
             streams.cancel()
     return answers
@@ -112,14 +114,20 @@ class _RayStreams:
         self.pending = {stream: host for host, stream in streams.items()}
 
     @classmethod
-    def start(cls, args: dict[str, tuple]) -> "_RayStreams":
+    def start(cls, args: dict[str, tuple]) -> _RayStreams:
         import ray
 
         from smlaunch.pipelines.sources.host_listing import list_on_host
 
         lister = ray.remote(list_on_host)
-        return cls({h: lister.options(num_returns="streaming", num_cpus=0, max_retries=0,
-                                      label_selector=host_selector(h)).remote(*a) for h, a in args.items()})
+        return cls(
+            {
+                h: lister.options(
+                    num_returns="streaming", num_cpus=0, max_retries=0, label_selector=host_selector(h)
+                ).remote(*a)
+                for h, a in args.items()
+            }
+        )
 
     def events(self, channel: str, timeout_s: float) -> list[tuple[str, tuple]]:
         """The next `(host, (kind, value))` items, waiting at most `timeout_s` for one."""
@@ -204,8 +212,9 @@ def _failed(channel: str, host: str, cause: BaseException) -> DataError:
         text = str(cause)
         return DataError(text if host in text else f"{text} (host {host})")
     lines = str(cause).strip().splitlines()
-    return DataError(f"channel '{channel}': listing on host {host} failed: {type(cause).__name__}: "
-                     f"{lines[-1] if lines else ''}")
+    return DataError(
+        f"channel '{channel}': listing on host {host} failed: {type(cause).__name__}: {lines[-1] if lines else ''}"
+    )
 
 
 def _classes(channel: str, answers: dict) -> list[str]:
@@ -214,7 +223,9 @@ def _classes(channel: str, answers: dict) -> list[str]:
     folders = {name for answer in answers.values() for name in answer["folders"]}
     empty = sorted(folders - imaged)
     if empty:
-        raise DataError(f"channel '{channel}': class folder {', '.join(empty)} holds no image (extensions: jpg, "
-                        "jpeg, png, ppm, bmp, pgm, tif, tiff, webp); torchvision's ImageFolder refuses it too, as it "
-                        "would shift every label after it")
+        raise DataError(
+            f"channel '{channel}': class folder {', '.join(empty)} holds no image (extensions: jpg, "
+            "jpeg, png, ppm, bmp, pgm, tif, tiff, webp); torchvision's ImageFolder refuses it too, as it "
+            "would shift every label after it"
+        )
     return sorted(imaged)

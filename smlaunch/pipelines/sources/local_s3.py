@@ -20,8 +20,12 @@ from smlaunch.cluster.rendezvous import free_port
 from smlaunch.errors import UserError
 
 START_TIMEOUT_S = 30.0
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "smlaunch-local", "AWS_SECRET_ACCESS_KEY": "smlaunch-local",
-               "AWS_SESSION_TOKEN": None, "AWS_DEFAULT_REGION": "us-east-1"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "smlaunch-local",
+    "AWS_SECRET_ACCESS_KEY": "smlaunch-local",
+    "AWS_SESSION_TOKEN": None,
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 class LocalS3:
@@ -38,11 +42,14 @@ class LocalS3:
         """Variables for processes that talk to this server (None: unset)."""
         return dict(CREDENTIALS)
 
-    def __enter__(self) -> "LocalS3":
+    def __enter__(self) -> LocalS3:
         port = free_port()
-        self._server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        preexec_fn=die_with_parent)
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
@@ -51,8 +58,10 @@ class LocalS3:
             except OSError:
                 if self._server.poll() is not None or time.monotonic() > deadline:
                     self.__exit__(None, None, None)
-                    raise UserError(f"the local S3 server (moto) did not start on 127.0.0.1:{port} within "
-                                    f"{START_TIMEOUT_S:.0f} s; is moto[server] installed?") from None
+                    raise UserError(
+                        f"the local S3 server (moto) did not start on 127.0.0.1:{port} within "
+                        f"{START_TIMEOUT_S:.0f} s; is moto[server] installed?"
+                    ) from None
                 time.sleep(0.1)
         self.endpoint_url = f"http://127.0.0.1:{port}"
         try:
@@ -66,9 +75,11 @@ class LocalS3:
     def client(self):
         import boto3
 
-        session = boto3.session.Session(aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                                        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                                        region_name=CREDENTIALS["AWS_DEFAULT_REGION"])
+        session = boto3.session.Session(
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
+        )
         return session.client("s3", endpoint_url=self.endpoint_url)
 
     def upload(self, folder: str | Path, uri: str) -> int:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats.recordio import encode_record
@@ -77,8 +77,9 @@ def manifest_objects(source: ObjectSource, names: Iterable[str]) -> list[Channel
         missing = [n for n in names if not isinstance(entry, dict) or n not in entry]
         if missing:
             raise DataError(f"{where}: no attribute {', '.join(missing)} (AttributeNames: {', '.join(names)})")
-        objects.append(ChannelObject(f"line-{number}", len(line),
-                                     functools.partial(_line_records, source, names, entry, where)))
+        objects.append(
+            ChannelObject(f"line-{number}", len(line), functools.partial(_line_records, source, names, entry, where))
+        )
     if not objects:
         raise DataError(f"manifest {source.uri} has no lines")
     return objects
@@ -95,5 +96,7 @@ def group_attributes(records: Iterable[bytes], count: int, source: str) -> Itera
             group = []
             rows += 1
     if group:
-        raise DataError(f"{source}: the stream ended inside row {rows} after {len(group)} of {count} attributes; "
-                        "do the channel's attribute_names match the job's AttributeNames?")
+        raise DataError(
+            f"{source}: the stream ended inside row {rows} after {len(group)} of {count} attributes; "
+            "do the channel's attribute_names match the job's AttributeNames?"
+        )

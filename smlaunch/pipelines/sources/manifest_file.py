@@ -30,10 +30,16 @@ def read_manifest_file(uri: str, endpoint_url: str | None = None) -> tuple[str, 
     try:
         entries = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"manifest file {uri}: not JSON ({exc}); a ManifestFile is "
-                        '[{"prefix": "s3://bucket/prefix/"}, "key-1", ...]') from None
-    if (not isinstance(entries, list) or not entries or not isinstance(entries[0], dict)
-            or not isinstance(entries[0].get("prefix"), str)):
+        raise DataError(
+            f"manifest file {uri}: not JSON ({exc}); a ManifestFile is "
+            '[{"prefix": "s3://bucket/prefix/"}, "key-1", ...]'
+        ) from None
+    if (
+        not isinstance(entries, list)
+        or not entries
+        or not isinstance(entries[0], dict)
+        or not isinstance(entries[0].get("prefix"), str)
+    ):
         raise DataError(f'manifest file {uri}: the first element must be {{"prefix": "s3://bucket/prefix/"}}')
     keys = entries[1:]
     bad = [k for k in keys if not isinstance(k, str) or not k]
@@ -49,7 +55,7 @@ def manifest_file_objects(uri: str, endpoint_url: str | None = None) -> tuple[Ob
     manifest's order. Relative paths are under the prefix's last `/`, as S3Prefix channels'."""
     prefix, keys = read_manifest_file(uri, endpoint_url)
     base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix.removeprefix("s3://") else prefix
-    stem = prefix[len(base):]
+    stem = prefix[len(base) :]
     source = ObjectSource(base.rstrip("/") if not base.startswith("s3://") else base, endpoint_url)
     sizes = dict(source.list())
     objects, missing = [], []

@@ -46,9 +46,12 @@ def node_trees(plan: LaunchPlan, s3_endpoint: str | None, log=None):
     nodes = list(dict.fromkeys(h for c in plan.channels for h in c.hosts))
     task = ray.remote(_make_tree)
     run = Path(plan.run_dir).name
-    refs = {node: task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(
-        run, node, [(c, *listed.get(c.name, (None, None))) for c in plan.channels if node in c.hosts])
-        for node in nodes}
+    refs = {
+        node: task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(
+            run, node, [(c, *listed.get(c.name, (None, None))) for c in plan.channels if node in c.hosts]
+        )
+        for node in nodes
+    }
     trees = {}
     try:
         for node, ref in refs.items():
@@ -71,8 +74,9 @@ def _cause(exc) -> Exception:
     if isinstance(cause, DataError):
         return cause
     text = str(cause if cause is not None else exc).strip().splitlines()
-    return DataError(f"channel trees: making a node's tree failed: {type(cause or exc).__name__}: "
-                     f"{text[-1] if text else ''}")
+    return DataError(
+        f"channel trees: making a node's tree failed: {type(cause or exc).__name__}: {text[-1] if text else ''}"
+    )
 
 
 def _remove(run: str, nodes: list[str], log) -> None:
@@ -81,14 +85,17 @@ def _remove(run: str, nodes: list[str], log) -> None:
     if not nodes:
         return
     task = ray.remote(_remove_tree)
-    refs = [task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(run, node)
-            for node in nodes]
+    refs = [
+        task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(run, node) for node in nodes
+    ]
     try:
         ray.get(refs, timeout=60)
     except Exception as exc:  # a node lost mid-run: its tree went with it, or stays in its temp dir
         if log:
-            log(f"warning: channel trees not all removed ({type(exc).__name__}); they are under the nodes' "
-                f"temporary directories, named smlaunch-*")
+            log(
+                f"warning: channel trees not all removed ({type(exc).__name__}); they are under the nodes' "
+                f"temporary directories, named smlaunch-*"
+            )
 
 
 def _make_tree(run: str, node: str, channels: list) -> str:
@@ -121,8 +128,10 @@ def _expose(opt_ml: Path, node: str, channel, source, objects) -> None:
     try:
         folder = Path(channel_source(channel).uri).resolve()
     except DataError as exc:
-        raise DataError(f"{exc} on node {node[:8]} ({_address()}); a path channel must be on every "
-                        "receiving node (a shared file system)") from None
+        raise DataError(
+            f"{exc} on node {node[:8]} ({_address()}); a path channel must be on every "
+            "receiving node (a shared file system)"
+        ) from None
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.is_symlink():
         target.unlink()

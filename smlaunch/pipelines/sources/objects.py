@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from smlaunch.errors import DataError
 
@@ -52,8 +52,11 @@ class ObjectSource:
             root = Path(self.uri).expanduser()
             if not root.is_dir():
                 raise DataError(f"source {self.uri} is not a directory")
-            return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*")
-                          if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+            return sorted(
+                (str(p.relative_to(root)), p.stat().st_size)
+                for p in root.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            )
         bucket, prefix = self._bucket_prefix()
         strip = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
         found = []
@@ -62,11 +65,12 @@ class ObjectSource:
         # A page is 1,000 keys: a prefix of 1.28M objects is 1,281 requests, so the count is shown as it grows.
         with Progress(f"listing {self.uri}", unit="object", leave=False) as bar:
             try:
-                for page in s3_client(self.endpoint_url).get_paginator("list_objects_v2").paginate(
-                        Bucket=bucket, Prefix=prefix):
+                for page in (
+                    s3_client(self.endpoint_url).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                ):
                     for item in page.get("Contents", []):
                         if not item["Key"].endswith("/"):
-                            found.append((item["Key"][len(strip):], item["Size"]))
+                            found.append((item["Key"][len(strip) :], item["Size"]))
                     bar.update(len(page.get("Contents", [])))
             except Exception as exc:  # botocore's errors: no such bucket, no credentials, endpoint down
                 raise DataError(f"cannot list {self.uri}: {exc}") from None
@@ -91,8 +95,9 @@ class ObjectSource:
         if not self.is_s3:
             return os.stat(Path(self.uri).expanduser() / rel).st_size
         try:
-            return s3_client(self.endpoint_url).head_object(Bucket=self._bucket_prefix()[0],
-                                                            Key=self._key(rel))["ContentLength"]
+            return s3_client(self.endpoint_url).head_object(Bucket=self._bucket_prefix()[0], Key=self._key(rel))[
+                "ContentLength"
+            ]
         except Exception as exc:  # botocore's ClientError (404) and endpoint errors
             raise FileNotFoundError(f"{self.uri.rstrip('/')}/{rel}: {exc}") from None
 
@@ -105,8 +110,9 @@ class ObjectSource:
                 f.seek(start)
                 return f.read(length)
         bucket = self._bucket_prefix()[0]
-        response = s3_client(self.endpoint_url).get_object(Bucket=bucket, Key=self._key(rel),
-                                                           Range=f"bytes={start}-{start + length - 1}")
+        response = s3_client(self.endpoint_url).get_object(
+            Bucket=bucket, Key=self._key(rel), Range=f"bytes={start}-{start + length - 1}"
+        )
         return response["Body"].read()
 
     def objects(self) -> list[ChannelObject]:
@@ -118,8 +124,9 @@ def s3_client(endpoint_url: str | None = None):
     """One boto3 S3 client per endpoint and process (clients are thread-safe; creating one costs ~50 ms)."""
     import boto3
 
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3")
-                                          or os.environ.get("AWS_ENDPOINT_URL"))
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    )
 
 
 def local_objects(folder: str | os.PathLike) -> list[ChannelObject]:

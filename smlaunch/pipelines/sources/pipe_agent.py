@@ -22,8 +22,8 @@ from pathlib import Path
 
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats.recordio import encode_record
-from smlaunch.pipelines.sources.objects import ChannelObject
 from smlaunch.pipelines.sources.fifo import POLL_FIRST_S, POLL_MAX_S, fifo_path
+from smlaunch.pipelines.sources.objects import ChannelObject
 
 READER_WAIT_S = 120.0
 
@@ -31,8 +31,16 @@ READER_WAIT_S = 120.0
 class PipeAgent:
     """Feeds `epochs` FIFOs of one channel; run it in a thread (`start`) or in the foreground (`run`)."""
 
-    def __init__(self, data_dir: str | os.PathLike, channel: str, objects: list[ChannelObject], epochs: int,
-                 seed: int | None = None, record_wrapper: str = "None", reader_wait_s: float = READER_WAIT_S):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        channel: str,
+        objects: list[ChannelObject],
+        epochs: int,
+        seed: int | None = None,
+        record_wrapper: str = "None",
+        reader_wait_s: float = READER_WAIT_S,
+    ):
         self.data_dir = Path(data_dir)
         self.channel = channel
         self.objects = objects
@@ -75,7 +83,7 @@ class PipeAgent:
                 for chunk in payload:
                     view = memoryview(chunk)
                     while view:
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                     self.bytes_written += len(chunk)
                     if self._stop.is_set():
                         return
@@ -97,13 +105,15 @@ class PipeAgent:
                 if exc.errno != errno.ENXIO:
                     raise
             if time.monotonic() >= deadline:
-                raise DataError(f"agent: no reader opened {path} (channel '{self.channel}', epoch {epoch}) within "
-                                f"{self.reader_wait_s:.0f} s")
+                raise DataError(
+                    f"agent: no reader opened {path} (channel '{self.channel}', epoch {epoch}) within "
+                    f"{self.reader_wait_s:.0f} s"
+                )
             time.sleep(pause)
             pause = min(pause * 2, POLL_MAX_S)
         return None
 
-    def start(self) -> "PipeAgent":
+    def start(self) -> PipeAgent:
         def target():
             try:
                 self.run()

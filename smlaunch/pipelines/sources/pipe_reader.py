@@ -32,11 +32,11 @@ from ray.data.datasource import Datasource, ReadTask
 from smlaunch.cluster.plan import ChannelPlan, host_selector
 from smlaunch.errors import DataError
 from smlaunch.pipelines.budget import budget_from_first_step
-from smlaunch.pipelines.sources.channels import channel_dir
-from smlaunch.pipelines.sources.host_loss import host_alive, lost_error, reader_name
-from smlaunch.pipelines.sources.fifo import DEFAULT_TIMEOUT_S, PipeEpochs
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.rows import channel_records, record_samples, row_blocks, webdataset_samples
+from smlaunch.pipelines.sources.channels import channel_dir
+from smlaunch.pipelines.sources.fifo import DEFAULT_TIMEOUT_S, PipeEpochs
+from smlaunch.pipelines.sources.host_loss import host_alive, lost_error, reader_name
 
 START_MARGIN_S = 60.0
 """Beyond the FIFO's own timeout, how long a read waits for its host's reader to start (scheduling)."""
@@ -46,8 +46,14 @@ START_MARGIN_S = 60.0
 class PipeHostReader:
     """This host's side of one Pipe channel: the epoch counter and the open FIFO."""
 
-    def __init__(self, channel: ChannelPlan, opt_ml: str | None, keep: tuple[int, int] | None, timeout_s: float,
-                 num_classes: int | None = None):
+    def __init__(
+        self,
+        channel: ChannelPlan,
+        opt_ml: str | None,
+        keep: tuple[int, int] | None,
+        timeout_s: float,
+        num_classes: int | None = None,
+    ):
         self.channel = channel
         self.num_classes = num_classes
         self.keep = keep
@@ -66,9 +72,11 @@ class PipeHostReader:
         blocks it had taken are gone and the next FIFO is another epoch, so it fails instead of
         quietly mixing epochs."""
         if task is not None and task in self._tasks:
-            raise DataError(f"channel '{self.channel.name}': Ray ran the read of Pipe-mode FIFO "
-                            f"{self.channel.name}_{self.epochs.next_epoch - (self._context is None)} again after it "
-                            "died or lost a block; Pipe mode cannot replay a stream: run again with trainer.resume=true")
+            raise DataError(
+                f"channel '{self.channel.name}': Ray ran the read of Pipe-mode FIFO "
+                f"{self.channel.name}_{self.epochs.next_epoch - (self._context is None)} again after it "
+                "died or lost a block; Pipe mode cannot replay a stream: run again with trainer.resume=true"
+            )
         self._tasks.append(task)
         self._close()
         epoch = self.epochs.next_epoch
@@ -122,8 +130,13 @@ def _mine(data: bytes, index: int, count: int) -> bool:
 
 
 class PipeChannelDatasource(Datasource):
-    def __init__(self, channel: ChannelPlan, roots: dict[str, str | None], timeout_s: float = DEFAULT_TIMEOUT_S,
-                 num_classes: int | None = None):
+    def __init__(
+        self,
+        channel: ChannelPlan,
+        roots: dict[str, str | None],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        num_classes: int | None = None,
+    ):
         self.channel = channel
         self.num_classes = num_classes
         self.roots = roots  # host -> its /opt/ml (None: the host's own)
@@ -157,9 +170,13 @@ class PipeChannelDatasource(Datasource):
             replicated = self.channel.distribution == "FullyReplicated" and len(hosts) > 1
             keep = (i, len(hosts)) if replicated else None
             meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
-            tasks.append(ReadTask(partial(_read_host, self.channel, host, self.roots[host], keep, self.timeout_s,
-                                          self.num_classes),
-                                  meta, per_task_row_limit=per_task_row_limit))
+            tasks.append(
+                ReadTask(
+                    partial(_read_host, self.channel, host, self.roots[host], keep, self.timeout_s, self.num_classes),
+                    meta,
+                    per_task_row_limit=per_task_row_limit,
+                )
+            )
         return tasks
 
 
@@ -167,8 +184,12 @@ def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s, num_classes=
     if not host_alive(host):  # a retry, or a lost block being rebuilt, after the host died
         raise lost_error(channel.name, channel.hosts, host, opt_ml, None)
     reader = PipeHostReader.options(
-        name=reader_name(channel.name, host), namespace="smlaunch", get_if_exists=True, lifetime="detached",
-        label_selector=host_selector(host)).remote(channel, opt_ml, keep, timeout_s, num_classes)
+        name=reader_name(channel.name, host),
+        namespace="smlaunch",
+        get_if_exists=True,
+        lifetime="detached",
+        label_selector=host_selector(host),
+    ).remote(channel, opt_ml, keep, timeout_s, num_classes)
     epoch = None
     try:
         task = ray.get_runtime_context().get_task_id()
@@ -185,5 +206,7 @@ def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s, num_classes=
     except ray.exceptions.GetTimeoutError:
         if not host_alive(host):
             raise lost_error(channel.name, channel.hosts, host, opt_ml, epoch) from None
-        raise DataError(f"channel '{channel.name}': the Pipe-mode reader on host {host} did not start within "
-                        f"{timeout_s + START_MARGIN_S:.0f} s") from None
+        raise DataError(
+            f"channel '{channel.name}': the Pipe-mode reader on host {host} did not start within "
+            f"{timeout_s + START_MARGIN_S:.0f} s"
+        ) from None

@@ -22,7 +22,7 @@ import os
 import queue
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 READ_NICE = 10
 """How much lower the reads' priority is. Ray starts its workers at nice 15 (`RAY_worker_niceness`),

@@ -17,7 +17,6 @@ import numpy as np
 
 from smlaunch.cluster.plan import ChannelPlan
 
-
 MAX_OPEN_PER_TASK = 1024
 """Files one read task holds open at most: a descriptor and an 8 KiB buffer each (Ray raises its
 workers' descriptor limit to the hard limit, 20,000 and more on the hosts we know)."""
@@ -46,7 +45,7 @@ HEAD_BATCHES = 2
 (`headed_runs`)."""
 
 
-def read_runs(units: "Units", readers: int, head: int = 0, head_rows: int = 0) -> list[range]:
+def read_runs(units: Units, readers: int, head: int = 0, head_rows: int = 0) -> list[range]:
     """A share's read tasks as runs of its epoch's order: at least one per reader, enough that none
     reads more than `TASK_UNITS` units or `TASK_BYTES`, the first ones cut short (`headed_runs`)."""
     from smlaunch.pipelines.order import task_runs
@@ -73,13 +72,12 @@ def headed_runs(runs: list[range], readers: int, head: int, heads: int) -> list[
         return runs
     cut = runs[:heads]
     heads_ = [range(run.start, min(run.start + head, run.stop)) for run in cut]
-    rests = [range(h.stop, run.stop) for h, run in zip(heads_, cut) if h.stop < run.stop]
-    return heads_ + rests + runs[len(cut):]
+    rests = [range(h.stop, run.stop) for h, run in zip(heads_, cut, strict=False) if h.stop < run.stop]
+    return heads_ + rests + runs[len(cut) :]
 
 
 BLOCKS_PER_RANK_BALANCED = 64
 """From this many blocks per rank on, a rank at most one block ahead is within 1.6 % of the others."""
-
 
 
 def balanced_blocks(tasks: int, size: int, target: int, cpus: int, ranks: int, at_least: int = 0) -> int:
@@ -158,10 +156,16 @@ class Units:
         if not self.files.paths.isascii():
             return None
         ends = self.files.ends
-        return {"chars": np.frombuffer(self.files.paths.encode("ascii"), np.uint8), "starts": ends - np.diff(ends, prepend=0),
-                "ends": ends, "sizes": self.sizes, "file_of": self.file_of, "group": self.group}
+        return {
+            "chars": np.frombuffer(self.files.paths.encode("ascii"), np.uint8),
+            "starts": ends - np.diff(ends, prepend=0),
+            "ends": ends,
+            "sizes": self.sizes,
+            "file_of": self.file_of,
+            "group": self.group,
+        }
 
-    def packed(self, picked: np.ndarray, places, drawn, open_units: int, seeks: dict | None = None) -> "PackedUnits":
+    def packed(self, picked: np.ndarray, places, drawn, open_units: int, seeks: dict | None = None) -> PackedUnits:
         """The units `picked` (indices, in reading order) as a read task's argument."""
         if self._arrays is None:  # once per share, not per task: a pass over 1.28M files has hundreds of tasks
             self._arrays = self.arrays() or {}
@@ -171,8 +175,15 @@ class Units:
         groups, sizes = None if self.group is None else self.group[picked], self.sizes[picked]
         ends = self.files.ends
         starts = ends - np.diff(ends, prepend=0)
-        return PackedUnits.of([self.files.paths[a:b] for a, b in zip(starts[files].tolist(), ends[files].tolist())],
-                              groups, sizes, places, drawn, open_units, seeks)
+        return PackedUnits.of(
+            [self.files.paths[a:b] for a, b in zip(starts[files].tolist(), ends[files].tolist(), strict=False)],
+            groups,
+            sizes,
+            places,
+            drawn,
+            open_units,
+            seeks,
+        )
 
 
 def packed_from(arrays: dict, picked: np.ndarray, places, drawn, open_units: int, seeks: dict | None = None):
@@ -203,12 +214,13 @@ class LazyUnits:
         self.picked = picked.astype(np.int32) if len(picked) and picked.max() < 2**31 else picked
         self._packed = None
 
-    def resolve(self) -> "PackedUnits":
+    def resolve(self) -> PackedUnits:
         if self._packed is None:
             import ray
 
-            self._packed = packed_from(ray.get(self.share), self.picked, self.places, self.drawn, self.open_units,
-                                       self.seeks)
+            self._packed = packed_from(
+                ray.get(self.share), self.picked, self.places, self.drawn, self.open_units, self.seeks
+            )
         return self._packed
 
     def __getstate__(self):
@@ -244,12 +256,28 @@ class PackedUnits:
 
     def __init__(self, units, places=None, drawn: dict | None = None, open_units: int = 1, seeks: dict | None = None):
         groups = [-1 if group is None else group for _, group, _ in units]
-        self._fill([rel for rel, _, _ in units], None if all(g < 0 for g in groups) else np.array(groups, np.int64),
-                   np.array([size for _, _, size in units], np.int64), places, drawn, open_units, seeks)
+        self._fill(
+            [rel for rel, _, _ in units],
+            None if all(g < 0 for g in groups) else np.array(groups, np.int64),
+            np.array([size for _, _, size in units], np.int64),
+            places,
+            drawn,
+            open_units,
+            seeks,
+        )
 
     @classmethod
-    def of(cls, rels: list[str] | str, groups, sizes, places=None, drawn: dict | None = None, open_units: int = 1,
-           seeks: dict | None = None, lengths=None):
+    def of(
+        cls,
+        rels: list[str] | str,
+        groups,
+        sizes,
+        places=None,
+        drawn: dict | None = None,
+        open_units: int = 1,
+        seeks: dict | None = None,
+        lengths=None,
+    ):
         """`rels`: the paths, or (with their `lengths`) the paths already joined."""
         out = cls.__new__(cls)
         out._fill(rels, groups, sizes, places, drawn, open_units, seeks, lengths)
@@ -266,8 +294,9 @@ class PackedUnits:
         """Of those, the ones a read can enter past their drawn head: unit -> (first ordinal to
         read, its `order.seek_point`)."""
         self.paths = rels if lengths is not None else "".join(rels)
-        self.lengths = np.asarray(lengths, np.int64) if lengths is not None else \
-            np.fromiter(map(len, rels), np.int64, len(rels))
+        self.lengths = (
+            np.asarray(lengths, np.int64) if lengths is not None else np.fromiter(map(len, rels), np.int64, len(rels))
+        )
         self.groups = None if groups is None else np.asarray(groups, np.int64)
         self.sizes = np.asarray(sizes, np.int64)
 
@@ -276,8 +305,12 @@ class PackedUnits:
         ends = np.cumsum(self.lengths).tolist()
         groups = self.groups.tolist() if self.groups is not None else itertools.repeat(-1)
         paths = self.paths
-        return ((paths[start:end], None if group < 0 else group, size)
-                for start, end, group, size in zip(itertools.chain((0,), ends), ends, groups, self.sizes.tolist()))
+        return (
+            (paths[start:end], None if group < 0 else group, size)
+            for start, end, group, size in zip(
+                itertools.chain((0,), ends), ends, groups, self.sizes.tolist(), strict=False
+            )
+        )
 
     def __len__(self) -> int:
         return len(self.sizes)

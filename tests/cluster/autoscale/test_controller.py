@@ -19,8 +19,7 @@ class ModelCluster:
         self.per_host, self.trainer = per_host, trainer
 
     def access(self) -> DataHostsAccess:
-        return DataHostsAccess(joined=lambda: list(self.joined), want=self.want, drain=self.drain,
-                               cpu_busy=self.busy)
+        return DataHostsAccess(joined=lambda: list(self.joined), want=self.want, drain=self.drain, cpu_busy=self.busy)
 
     def want(self, n: int) -> None:
         self.wanted = n
@@ -44,8 +43,15 @@ class ModelCluster:
         step_s = images / rate
         wait_s = step_s - images / self.trainer
         for _ in range(steps):  # the chain's clock: 2 slots a host, each 2 / per_host s an image
-            loop.on_step({"step_time_s": step_s, "data_wait_s": wait_s, "images_per_s": rate,
-                          "chain_s": images * 2 / self.per_host, "chain_rows": images})
+            loop.on_step(
+                {
+                    "step_time_s": step_s,
+                    "data_wait_s": wait_s,
+                    "images_per_s": rate,
+                    "chain_s": images * 2 / self.per_host,
+                    "chain_rows": images,
+                }
+            )
 
 
 def run(cluster: ModelCluster, loop: ElasticDataHosts, clock: list, ticks: int, period_s: float = 10.0) -> list:
@@ -67,7 +73,7 @@ def test_from_too_few_hosts_the_loop_adds_them_one_per_cooldown_then_gives_back_
     assert sizes[-1] == 4 and sizes == sorted(sizes)
     changes = [e for e in loop.timeline if e["change"]]
     assert [e["hosts"] for e in changes] == [1, 2, 3]
-    assert all(b["t"] >= a["t"] for a, b in zip(changes, changes[1:]))
+    assert all(b["t"] >= a["t"] for a, b in zip(changes, changes[1:], strict=False))
     assert lines[0].startswith("autoscale: +1 data host (1 -> 2): data wait 69.7 %, 100 images/s, $0.41/h")
     assert changes[0]["usd_per_h"] == 0.408 and changes[0]["data_wait_pct"] == 69.7
 
@@ -91,14 +97,16 @@ def test_holds_enter_the_timeline_once_a_minute_and_a_failed_decision_only_logs(
     def broken():
         raise RuntimeError("GCS unreachable")
 
-    failing = ElasticDataHosts(CFG, DataHostsAccess(joined=broken, want=print, drain=print), None, lines.append,
-                               period_s=0.05).start()
+    failing = ElasticDataHosts(
+        CFG, DataHostsAccess(joined=broken, want=print, drain=print), None, lines.append, period_s=0.05
+    ).start()
     import time
 
     time.sleep(0.3)
     failing.stop()
-    assert lines and lines[0] == ("autoscale: this decision failed, the hosts stay as they are: RuntimeError: "
-                                  "GCS unreachable")
+    assert lines and lines[0] == (
+        "autoscale: this decision failed, the hosts stay as they are: RuntimeError: GCS unreachable"
+    )
 
 
 def test_a_capacity_model_that_reads_high_flips_a_few_times_then_holds_the_size_that_feeds():
@@ -110,10 +118,10 @@ def test_a_capacity_model_that_reads_high_flips_a_few_times_then_holds_the_size_
     cluster.busy = lambda: 0.2  # reads low: the model's capacity per host is 5x what the chain makes
     loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0])
     sizes = run(cluster, loop, clock, ticks=120)  # 20 minutes
-    flips = sum(1 for a, b in zip(sizes, sizes[1:]) if a != b)
-    releases = [i for i, (a, b) in enumerate(zip(sizes, sizes[1:])) if b < a]
+    flips = sum(1 for a, b in zip(sizes, sizes[1:], strict=False) if a != b)
+    releases = [i for i, (a, b) in enumerate(zip(sizes, sizes[1:], strict=False)) if b < a]
     assert 2 <= len(releases) <= 4, sizes
-    gaps = [b - a for a, b in zip(releases, releases[1:])]
+    gaps = [b - a for a, b in zip(releases, releases[1:], strict=False)]
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0], (releases, sizes)  # each later than the last
     assert flips <= 2 * len(releases) + 1 and sizes[-1] == 2, sizes  # +1: the release before the first tick
     assert any("starved the trainer after the last release" in e["reason"] for e in loop.timeline)
@@ -125,11 +133,18 @@ def test_an_epochs_first_step_is_left_out_of_the_window_a_pass_starting_over_is_
     loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0])
     steps = iter(range(10_000))
     for _ in range(12):  # short epochs: every 4th step waits 2 s for the pass to start over
-        for i in range(10):
+        for _ in range(10):
             step = next(steps)
             start = step % 4 == 0
-            loop.on_step({"step": step, "epoch": step // 4, "step_time_s": 2.2 if start else 0.2,
-                          "data_wait_s": 2.0 if start else 0.002, "images_per_s": 150.0})
+            loop.on_step(
+                {
+                    "step": step,
+                    "epoch": step // 4,
+                    "step_time_s": 2.2 if start else 0.2,
+                    "data_wait_s": 2.0 if start else 0.002,
+                    "images_per_s": 150.0,
+                }
+            )
         clock[0] += 10.0
         loop.tick()
     assert cluster.wanted == 2 and not lines, lines  # counted in, each window would wait ~77 %
@@ -205,8 +220,9 @@ def test_a_wait_a_little_over_the_target_adds_a_host_only_when_the_next_window_i
     assert lines and lines[0].startswith("autoscale: +1 data host (2 -> 3): data wait 9.1 %"), lines
     far = ModelCluster(hosts=1, per_host=100.0, trainer=330.0)
     lines.clear()
-    loop = ElasticDataHosts(CFG, far.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0],
-                            slots_per_host=2)
+    loop = ElasticDataHosts(
+        CFG, far.access(), price_per_host_h=None, log=lines.append, clock=lambda: clock[0], slots_per_host=2
+    )
     run(far, loop, clock, ticks=1)  # the chain's clock confirms the shortage in the first window
     assert lines and lines[0].startswith("autoscale: +1 data host (1 -> 2): data wait 69.7 %"), lines
 
@@ -224,15 +240,30 @@ def test_in_the_first_windows_a_wait_adds_a_host_only_where_the_chains_clock_con
     assert lines and lines[0].startswith("autoscale: +1 data host (1 -> 2): data wait 69.7 %"), lines
     lines.clear()
     fed = ModelCluster(hosts=1, per_host=100.0, trainer=90.0)
-    loop = ElasticDataHosts(CFG, fed.access(), price_per_host_h=0.204, train_price_h=1.408, log=lines.append,
-                            clock=lambda: clock[0], slots_per_host=2)
+    loop = ElasticDataHosts(
+        CFG,
+        fed.access(),
+        price_per_host_h=0.204,
+        train_price_h=1.408,
+        log=lines.append,
+        clock=lambda: clock[0],
+        slots_per_host=2,
+    )
     for epoch in range(3):  # each epoch's first windows wait 40 % (the workers start); one host feeds it
         for i in range(4):
             slow = i < 2
             rate = 54.0 if slow else 90.0
             for _ in range(10):
-                loop.on_step({"epoch": epoch, "step_time_s": 256 / rate, "data_wait_s": 256 / rate - 256 / 90.0,
-                              "images_per_s": rate, "chain_s": 256 * 2 / 100.0, "chain_rows": 256})
+                loop.on_step(
+                    {
+                        "epoch": epoch,
+                        "step_time_s": 256 / rate,
+                        "data_wait_s": 256 / rate - 256 / 90.0,
+                        "images_per_s": rate,
+                        "chain_s": 256 * 2 / 100.0,
+                        "chain_rows": 256,
+                    }
+                )
             clock[0] += 10.0
             loop.tick()
     assert not lines and loop.summary()["sizes"] == [1], lines

@@ -24,8 +24,9 @@ def window(rate_per_host: float, hosts: int, trainer: float, busy: float | None 
     wait_pct = 100 * (1 - rate / trainer)
     if busy is None and supply > 0:
         busy = rate / supply
-    return Window(steps=20, data_wait_pct=wait_pct, images_per_s=rate, gpu_bound_images_per_s=trainer,
-                  data_cpu_busy=busy)
+    return Window(
+        steps=20, data_wait_pct=wait_pct, images_per_s=rate, gpu_bound_images_per_s=trainer, data_cpu_busy=busy
+    )
 
 
 def test_a_window_of_step_records_gives_the_wait_the_rate_and_the_trainers_own_rate():
@@ -71,23 +72,29 @@ def test_hosts_the_trainer_does_not_need_are_given_back_one_at_a_time_down_to_th
     assert slow.change == 0 and "could make only 160 images/s of the 300" in slow.reason
 
 
-@pytest.mark.parametrize("w, hosts, since, pending, why", [
-    (window(100.0, 1, 330.0), 1, 30.0, 0, "cooling down (30 of 60 s"),
-    (window(100.0, 1, 330.0), 1, 1e9, 1, "waiting for 1 requested host to join"),
-    (window(100.0, 4, 415.0), 4, 1e9, 0, "within the 5 % target"),  # 3.6 % wait: the band, no change
-    (window(100.0, 4, 600.0), 4, 1e9, 0, "at autoscale.max_data_hosts (4)"),
-    (Window(0, 0.0, 0.0, 0.0), 2, 1e9, 0, "measuring: 0 of autoscale.window_steps (20)"),
-    (Window(19, 50.0, 100.0, 200.0, 1.0), 2, 1e9, 0, "measuring: 19 of"),  # a decision reads a whole window
-    (Window(20, 1.0, 300.0, 300.0, None), 3, 1e9, 0, "CPU use is not known"),
-])
+@pytest.mark.parametrize(
+    "w, hosts, since, pending, why",
+    [
+        (window(100.0, 1, 330.0), 1, 30.0, 0, "cooling down (30 of 60 s"),
+        (window(100.0, 1, 330.0), 1, 1e9, 1, "waiting for 1 requested host to join"),
+        (window(100.0, 4, 415.0), 4, 1e9, 0, "within the 5 % target"),  # 3.6 % wait: the band, no change
+        (window(100.0, 4, 600.0), 4, 1e9, 0, "at autoscale.max_data_hosts (4)"),
+        (Window(0, 0.0, 0.0, 0.0), 2, 1e9, 0, "measuring: 0 of autoscale.window_steps (20)"),
+        (Window(19, 50.0, 100.0, 200.0, 1.0), 2, 1e9, 0, "measuring: 19 of"),  # a decision reads a whole window
+        (Window(20, 1.0, 300.0, 300.0, None), 3, 1e9, 0, "CPU use is not known"),
+    ],
+)
 def test_nothing_changes_in_the_band_in_the_cooldown_while_a_host_joins_at_the_cap_or_without_evidence(
-        w, hosts, since, pending, why):
+    w, hosts, since, pending, why
+):
     d = decide(w, hosts, CFG, since, pending)
     assert d.change == 0 and d.hosts == hosts and why in d.reason, d.reason
 
 
 def test_the_bounds_hold_before_anything_else_and_a_decision_is_one_line_with_the_price():
-    assert decide(window(100.0, 0, 300.0, busy=None), 0, CFG, 0.0) == Decision(1, 1, "below autoscale.min_data_hosts (1)")
+    assert decide(window(100.0, 0, 300.0, busy=None), 0, CFG, 0.0) == Decision(
+        1, 1, "below autoscale.min_data_hosts (1)"
+    )
     assert decide(window(100.0, 6, 300.0), 6, CFG, 0.0).hosts == 4
     w = window(100.0, 2, trainer=330.0)
     d = decide(w, 2, CFG, 1e9)
@@ -104,13 +111,16 @@ def test_a_release_that_starved_the_trainer_is_not_made_again_while_it_stabilise
     w = window(100.0, 3, 150.0)  # the chain has room to spare on 3 hosts: 2 would do by the model
     assert decide(w, 3, CFG, 1e9).change == -1
     d = decide(w, 3, CFG, 1e9, too_few={2: 40.0})
-    assert d.change == 0 and "2 hosts starved the trainer after the last release (no release to 2 for 40 s more)" \
-        in d.reason, d.reason
+    assert (
+        d.change == 0
+        and "2 hosts starved the trainer after the last release (no release to 2 for 40 s more)" in d.reason
+    ), d.reason
 
 
 def test_the_chains_own_clock_not_the_busy_share_says_what_a_host_can_make():
-    records = [{"step_time_s": 1.0, "data_wait_s": 0.0, "images_per_s": 120.0, "chain_s": 32 * 0.030,
-                "chain_rows": 32}] * 20  # 30 ms an image by the chain's clock: 2 slots make 67 images/s
+    records = [
+        {"step_time_s": 1.0, "data_wait_s": 0.0, "images_per_s": 120.0, "chain_s": 32 * 0.030, "chain_rows": 32}
+    ] * 20  # 30 ms an image by the chain's clock: 2 slots make 67 images/s
     busy_only = Window.of(records, data_cpu_busy=0.2)  # 4 hosts "could make" 150 images/s each
     assert decide(busy_only, 4, CFG, 1e9).change == -1
     both = Window.of(records, data_cpu_busy=0.2, slots_per_host=2)
@@ -130,9 +140,18 @@ def test_no_host_is_added_where_the_chains_clock_says_the_hosts_already_make_eno
     """A wait while the chain's clock reads the hosts well over what the trainer takes is not the
     chain's (a joined host's first seconds, the read): no host, and the line says so. Where the
     clock reads them short, the wait is the chain's and a host is added."""
+
     def records(chain_ms: float) -> list[dict]:  # 32 images a step; the trainer waits a third of each
-        return [{"step_time_s": 0.6, "data_wait_s": 0.2, "images_per_s": 32 / 0.6, "chain_s": 32 * chain_ms / 1000,
-                 "chain_rows": 32}] * 20
+        return [
+            {
+                "step_time_s": 0.6,
+                "data_wait_s": 0.2,
+                "images_per_s": 32 / 0.6,
+                "chain_s": 32 * chain_ms / 1000,
+                "chain_rows": 32,
+            }
+        ] * 20
+
     enough = Window.of(records(28.0), slots_per_host=2)  # 71 images/s a host by the clock; the trainer takes 80
     d = decide(enough, 2, CFG, 1e9)
     assert d.change == 0 and "by the chain's own clock 2 hosts make 143 images/s" in d.reason, d.reason
@@ -155,16 +174,31 @@ def test_in_the_band_a_host_goes_back_only_where_the_chains_clock_says_the_wait_
     go back down to the size that clock says still feeds it twice over (test_elastic.py beside a
     busy core held 2 hosts on a 1 ms chain for 4 minutes at 3-8 % wait). Where the clock reads them
     close to the trainer, or is not timed, the band still changes nothing."""
+
     def band(chain_ms: float, hosts: int, clocked: bool = True) -> Window:  # 4 % wait, 80 images/s taken
-        return Window.of([{"step_time_s": 0.4, "data_wait_s": 0.016, "images_per_s": 32 / 0.4,
-                           "chain_s": 32 * chain_ms / 1000, "chain_rows": 32}] * 20,
-                         data_cpu_busy=0.1, slots_per_host=2 if clocked else None)
+        return Window.of(
+            [
+                {
+                    "step_time_s": 0.4,
+                    "data_wait_s": 0.016,
+                    "images_per_s": 32 / 0.4,
+                    "chain_s": 32 * chain_ms / 1000,
+                    "chain_rows": 32,
+                }
+            ]
+            * 20,
+            data_cpu_busy=0.1,
+            slots_per_host=2 if clocked else None,
+        )
+
     light = band(2.0, 2)  # 1,000 images/s a host by the clock; the trainer takes 83 (its compute time)
     assert 2.5 < light.data_wait_pct < 5
     d = decide(light, 2, CFG, 1e9, prices=PRICES)
     assert d.change == -1 and d.hosts == 1, d.reason
-    assert ("within the 5 % target, and by the chain's own clock 1 hosts can make 1000 images/s, over 2x the 83 "
-            "the trainer takes: the wait is not the chain's; $") in d.reason, d.reason
+    assert (
+        "within the 5 % target, and by the chain's own clock 1 hosts can make 1000 images/s, over 2x the 83 "
+        "the trainer takes: the wait is not the chain's; $"
+    ) in d.reason, d.reason
     # at the size it went down to, the same wait adds nothing back (the minimum; over it, the clock refuses)
     assert decide(light, 1, CFG, 1e9).change == 0
     assert decide(band(2.0, 3), 3, CFG, 1e9, trainer_peak=300.0).hosts == 2  # 2 hosts: 2,000 >= 2 x 300
@@ -189,8 +223,13 @@ PRICES = Prices(train_h=1.408, data_host_h=0.204)  # ml.g5.xlarge, ml.c5.xlarge 
 
 def blip_window(chain_ms: float, wait_pct: float = BLIP["wait_pct"], rate: float = BLIP["images_per_s"]) -> Window:
     step_s = BLIP["images"] / rate
-    record = {"step_time_s": step_s, "data_wait_s": step_s * wait_pct / 100, "images_per_s": rate,
-              "chain_s": BLIP["images"] * chain_ms / 1000, "chain_rows": BLIP["images"]}
+    record = {
+        "step_time_s": step_s,
+        "data_wait_s": step_s * wait_pct / 100,
+        "images_per_s": rate,
+        "chain_s": BLIP["images"] * chain_ms / 1000,
+        "chain_rows": BLIP["images"],
+    }
     return Window.of([record] * 10, slots_per_host=2)
 
 
@@ -204,8 +243,9 @@ def test_a_start_up_blip_adds_no_host_while_the_chains_workers_warm(chain_ms):
         assert before.change == 1 and "2 hosts should make 71 images/s (+83%" in before.reason, before.reason
     d = decide(w, 1, cfg, 1e9, sustained=False, warming=True, prices=PRICES)
     assert d.change == 0, d.reason
-    assert ("less than 7% more" in d.reason and "by the chain's own clock (1 hosts make" in d.reason) or \
-        "the job would pay more per image" in d.reason, d.reason
+    assert (
+        "less than 7% more" in d.reason and "by the chain's own clock (1 hosts make" in d.reason
+    ) or "the job would pay more per image" in d.reason, d.reason
     # nor with no price known: the clock alone tells, where it reads the host within 7 % of the trainer
     if chain_ms < 30:
         assert decide(w, 1, cfg, 1e9, sustained=False, warming=True).change == 0
@@ -232,8 +272,9 @@ def test_a_host_is_added_only_where_the_rate_it_adds_pays_for_it():
     assert d.change == 1 and "; $1.94 -> $1.87 per million images" in d.reason, d.reason
     dear = Prices(train_h=1.408, data_host_h=2.0)
     d = decide(w, 2, CFG, 1e9, prices=dear)
-    assert d.change == 0 and "the job would pay more per image" in d.reason and "against $5.78 now" in d.reason, \
+    assert d.change == 0 and "the job would pay more per image" in d.reason and "against $5.78 now" in d.reason, (
         d.reason
+    )
     assert decide(w, 2, CFG, 1e9, prices=Prices(train_h=None, data_host_h=2.0)).change == 1  # unknown: the rate decides
 
 
@@ -243,10 +284,17 @@ def test_a_trainer_slowed_for_a_while_keeps_the_hosts_it_needs_once_it_recovers(
     as 1.5x that, and the loop gave the host back, to add it again a cooldown later. A release must
     feed the trainer's best of its recent windows."""
     cfg = AutoscaleConfig(min_data_hosts=1, max_data_hosts=4, target_data_wait_pct=5, cooldown_s=10, window_steps=10)
-    record = {"step_time_s": 32 / 24.0, "data_wait_s": 0.0027, "images_per_s": 24.0, "chain_s": 32 * 2 / 36.0,
-              "chain_rows": 32}
+    record = {
+        "step_time_s": 32 / 24.0,
+        "data_wait_s": 0.0027,
+        "images_per_s": 24.0,
+        "chain_s": 32 * 2 / 36.0,
+        "chain_rows": 32,
+    }
     slowed = Window.of([record] * 10, slots_per_host=2)
     assert decide(slowed, 2, cfg, 1e9, prices=PRICES).change == -1  # the latest window alone
     d = decide(slowed, 2, cfg, 1e9, prices=PRICES, trainer_peak=60.0)
-    assert d.change == 0 and "1 hosts could make only 36 images/s of the 24 the trainer takes (its best lately: 60)" \
-        in d.reason, d.reason
+    assert (
+        d.change == 0
+        and "1 hosts could make only 36 images/s of the 24 the trainer takes (its best lately: 60)" in d.reason
+    ), d.reason

@@ -74,11 +74,19 @@ settle(0)
 
 @pytest.mark.ray
 def test_data_hosts_asked_by_label_join_outlive_ray_datas_own_requests_and_a_busy_one_is_drained_away(tmp_path):
-    cluster = AutoscalingCluster({"data": {"resources": {"CPU": 1}, "labels": LABELS, "max_workers": 2}},
-                                 head_labels={"ray-subcluster": "train"}, idle_timeout_s=5).start()
+    cluster = AutoscalingCluster(
+        {"data": {"resources": {"CPU": 1}, "labels": LABELS, "max_workers": 2}},
+        head_labels={"ray-subcluster": "train"},
+        idle_timeout_s=5,
+    ).start()
     try:
-        done = subprocess.run([sys.executable, "-c", DRIVER.format(labels=LABELS), cluster.address], env=cluster.env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", DRIVER.format(labels=LABELS), cluster.address],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         cluster.stop()
     lines = [line for line in done.stdout.splitlines() if "data nodes" in line]

@@ -14,20 +14,34 @@ AUTOSCALE = "autoscale={min_data_hosts: 1, max_data_hosts: 4, cooldown_s: 30}"
 
 
 def node(i: int, labels: dict, cpus: float = 2) -> dict:
-    return {"NodeID": f"{i:02d}" * 28, "Alive": True, "NodeManagerAddress": "127.0.0.1", "Labels": labels,
-            "Resources": {"CPU": cpus}}
+    return {
+        "NodeID": f"{i:02d}" * 28,
+        "Alive": True,
+        "NodeManagerAddress": "127.0.0.1",
+        "Labels": labels,
+        "Resources": {"CPU": cpus},
+    }
 
 
 def test_the_local_plan_notes_that_its_groups_are_fixed(configs):
     plan = build_plan(load_config(configs / "hetero.yaml", [AUTOSCALE]), LocalEnvironment(cpus=2, gpus=0, started="t"))
-    assert any(n.startswith("autoscale: off in the local simulation, whose hosts are fixed for the run: data_group "
-                            "keeps its 1 (sm-launch submit --data-hosts auto sizes it") for n in plan.notes), plan.notes
+    assert any(
+        n.startswith(
+            "autoscale: off in the local simulation, whose hosts are fixed for the run: data_group "
+            "keeps its 1 (sm-launch submit --data-hosts auto sizes it"
+        )
+        for n in plan.notes
+    ), plan.notes
     assert plan.elastic is None
 
 
-@pytest.mark.parametrize("group, error", [
-    ("train_group", "autoscale.group: train_group is the train group; only data (CPU-only) groups scale"),
-    ("nope", "autoscale.group: no instance group 'nope'; groups: ['data_group', 'train_group']")])
+@pytest.mark.parametrize(
+    "group, error",
+    [
+        ("train_group", "autoscale.group: train_group is the train group; only data (CPU-only) groups scale"),
+        ("nope", "autoscale.group: no instance group 'nope'; groups: ['data_group', 'train_group']"),
+    ],
+)
 def test_a_group_that_cannot_scale_is_refused_at_plan_time(configs, group, error):
     cfg = load_config(configs / "hetero.yaml", [AUTOSCALE, f"autoscale.group={group}"])
     with pytest.raises(ConfigError) as exc:
@@ -42,14 +56,23 @@ def test_min_above_max_is_refused_at_load(configs):
 
 def test_on_a_running_cluster_the_data_selector_is_the_label_new_hosts_carry(configs, tmp_path):
     cfg = load_config(configs / "hetero.yaml", [AUTOSCALE, f"run.dir={tmp_path}"])
-    nodes = [node(1, {"ray-subcluster": "train", "sm-group": "train_group"}, 4),
-             node(2, {"ray-subcluster": "data", "sm-group": "data_group"})]
+    nodes = [
+        node(1, {"ray-subcluster": "train", "sm-group": "train_group"}, 4),
+        node(2, {"ray-subcluster": "data", "sm-group": "data_group"}),
+    ]
     plan = attached_plan(cfg, match_groups(cfg, nodes, "127.0.0.1:6379"), "t")
     assert plan.data_selector == {"ray-subcluster": "data"}
     e = plan.elastic
-    assert (e.group, e.labels, e.cpus_per_host, e.min_hosts, e.max_hosts) == \
-        ("data_group", {"sm-group": "data_group"}, 2, 1, 4)
-    assert plan.preprocess_slots == 8  # the chain's pool sized for the largest group; Ray Data's budget follows the nodes
+    assert (e.group, e.labels, e.cpus_per_host, e.min_hosts, e.max_hosts) == (
+        "data_group",
+        {"sm-group": "data_group"},
+        2,
+        1,
+        4,
+    )
+    assert (
+        plan.preprocess_slots == 8
+    )  # the chain's pool sized for the largest group; Ray Data's budget follows the nodes
     # the chain runs under Ray Data's own object store budget, as a fixed job's: a budget of the
     # elastic job's own made Ray Data's scheduling loop spin on the train host (issue 57)
     spec = train_spec(cfg, plan)
@@ -61,6 +84,7 @@ def test_on_a_running_cluster_the_data_selector_is_the_label_new_hosts_carry(con
     assert any("hosts added while training run the chain and go first" in n for n in plan.notes)
     # a data node without the subcluster label: new hosts could not be put to work by label
     nodes[1]["Labels"] = {"sm-group": "data_group"}
-    with pytest.raises(UserError, match="autoscale needs every data node, and only those, to carry the label "
-                                        "ray-subcluster=data"):
+    with pytest.raises(
+        UserError, match="autoscale needs every data node, and only those, to carry the label ray-subcluster=data"
+    ):
         attached_plan(cfg, match_groups(cfg, nodes, "127.0.0.1:6379"), "t")

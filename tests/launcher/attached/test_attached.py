@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from smlaunch.pipelines.sources.local_s3 import LocalS3
-
 from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,15 +40,33 @@ def cluster(tmp_path_factory):
     env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="t" * 32)
     env.update({k: v for k, v in LocalS3.environment().items() if v is not None})
     common = ["--num-cpus=1", "--disable-usage-stats", "--block", "--object-store-memory=100000000"]
-    nodes = [["--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-              f"--temp-dir={ray_tmp}", "--labels=ray-subcluster=train,sm-group=train_group"]]
+    nodes = [
+        [
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--temp-dir={ray_tmp}",
+            "--labels=ray-subcluster=train,sm-group=train_group",
+        ]
+    ]
     nodes += [[f"--address=127.0.0.1:{port}", "--labels=ray-subcluster=data,sm-group=data_group"]] * 2
     procs = []
     try:
         for i, args in enumerate(nodes):
             log = tmp / f"node-{i}.log"
-            procs.append((subprocess.Popen([RAY, "start", *args, *common], env=env, stdout=log.open("wb"),
-                                           stderr=subprocess.STDOUT, start_new_session=True), log))
+            procs.append(
+                (
+                    subprocess.Popen(
+                        [RAY, "start", *args, *common],
+                        env=env,
+                        stdout=log.open("wb"),
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    ),
+                    log,
+                )
+            )
             deadline = time.monotonic() + 90
             while "Ray runtime started" not in log.read_text(errors="replace"):
                 assert time.monotonic() < deadline and procs[-1][0].poll() is None, log.read_text()[-2000:]
@@ -71,13 +88,16 @@ def cluster(tmp_path_factory):
 
 
 def sm_launch(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "smlaunch", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "smlaunch", *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def alive_nodes(address: str, env: dict) -> list[dict]:
-    code = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-            "print(json.dumps([n['Labels'] for n in ray.nodes() if n['Alive']]))") % address
+    code = (
+        f"import json, ray; ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False); "
+        "print(json.dumps([n['Labels'] for n in ray.nodes() if n['Alive']]))"
+    )
     ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]
     import json
@@ -90,8 +110,9 @@ def test_check_matches_the_labelled_nodes_runs_a_task_on_each_and_leaves_the_clu
     ran = sm_launch(env, "check", HETERO, "--address", address)
     assert ran.returncode == 0, ran.stderr[-3000:]
     lines = ran.stdout.strip().splitlines()
-    assert lines[-1].startswith(f"cluster at {address}: every group has its nodes and each ran a task; "
-                                "train_group: 1 node (")
+    assert lines[-1].startswith(
+        f"cluster at {address}: every group has its nodes and each ran a task; train_group: 1 node ("
+    )
     assert "data_group: 2 nodes (" in lines[-1] and lines[-1].endswith("1 train workers on CPUs")
     assert "note: train_group: no GPU on its nodes; 1 CPU workers (gloo) stand in" in ran.stdout
     # RAY_ADDRESS says the same as --address
@@ -102,18 +123,22 @@ def test_check_matches_the_labelled_nodes_runs_a_task_on_each_and_leaves_the_clu
 
 def test_a_missing_group_label_and_a_run_are_refused_in_one_line_before_any_work(cluster):
     address, env = cluster
-    ran = sm_launch(env, "check", HETERO, "--address", address, "--set", "cluster.node_labels={data_group: {pool: cpu}}")
+    ran = sm_launch(
+        env, "check", HETERO, "--address", address, "--set", "cluster.node_labels={data_group: {pool: cpu}}"
+    )
     assert ran.returncode == 1
     assert ran.stderr.strip().splitlines() == [
         f"sm-launch: error: cluster at {address}: no node for instance group data_group (labels pool=cpu); the "
         "cluster's 3 nodes carry ray-subcluster=data, ray-subcluster=train, sm-group=data_group, "
-        "sm-group=train_group (cluster.node_labels maps a group to other labels)"]
+        "sm-group=train_group (cluster.node_labels maps a group to other labels)"
+    ]
     ran = sm_launch({**env, "RAY_ADDRESS": address}, HETERO, "--set", "channels.train.input_mode=Pipe")
     assert ran.returncode == 2  # a config error
     assert ran.stderr.strip().splitlines() == [
         "sm-launch: error: channels.train.input_mode: Pipe exists only on a SageMaker job (its agent feeds the "
         "FIFOs); on a running Ray cluster use FastFile (an s3:// prefix read on demand) or File (a path every "
-        "node mounts)"]
+        "node mounts)"
+    ]
 
 
 def test_an_address_where_nothing_listens_fails_within_seconds():
@@ -127,12 +152,20 @@ def job_config(tmp_path: Path, s3_endpoint: str) -> str:
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     cfg["cluster"]["instance_groups"] = [
         {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
-        {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2}]
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2},
+    ]
     cfg["channels"] = {
-        "train": {"source": str(tmp_path / "train"), "record_format": "image_folder",
-                  "s3_distribution": "ShardedByS3Key"},
-        "validation": {"source": "s3://team-data/digits/validation/", "record_format": "parquet",
-                       "input_mode": "FastFile"}}
+        "train": {
+            "source": str(tmp_path / "train"),
+            "record_format": "image_folder",
+            "s3_distribution": "ShardedByS3Key",
+        },
+        "validation": {
+            "source": "s3://team-data/digits/validation/",
+            "record_format": "parquet",
+            "input_mode": "FastFile",
+        },
+    }
     cfg["trainer"].update(steps=60, checkpoint_interval=30)
     cfg["run"] = {"dir": str(tmp_path / "runs"), "name": "attached", "s3_endpoint": s3_endpoint}
     path = tmp_path / "job.yaml"
@@ -160,8 +193,7 @@ print(json.dumps({{"nodes": [n["Labels"] for n in ray.nodes() if n["Alive"]],
 
 
 @pytest.mark.ray
-def test_run_trains_on_the_labelled_nodes_reads_channels_where_they_are_and_leaves_the_cluster_clean(
-        cluster, tmp_path):
+def test_run_trains_on_the_labelled_nodes_reads_channels_where_they_are_and_leaves_the_cluster_clean(cluster, tmp_path):
     import json
 
     from support.user_layouts import CLASSES, digits, write_image_folder, write_parquet
@@ -200,7 +232,7 @@ def s3_tree(s3, uri: str) -> dict[str, int]:
     """Keys under `uri` (relative) and their sizes."""
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
-    return {o["Key"][len(prefix.rstrip("/")) + 1:]: o["Size"] for page in pages for o in page.get("Contents", [])}
+    return {o["Key"][len(prefix.rstrip("/")) + 1 :]: o["Size"] for page in pages for o in page.get("Contents", [])}
 
 
 @pytest.mark.ray
@@ -226,19 +258,34 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "env")], check=True, timeout=60)
     (folder / "__pycache__").mkdir(exist_ok=True)
     (folder / "__pycache__" / "big.pyc").write_bytes(b"\0" * (120 << 20))  # over the limit, were it shipped
-    groups = [{"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
-              {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2}]
+    groups = [
+        {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2},
+    ]
     cfg = segmentation_config(folder, tmp_path / "runs", "segmentation", groups)
     (folder / "segmentation.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     project_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    planned = subprocess.run([sys.executable, "-m", "smlaunch", "plan", "segmentation.yaml"], env=project_env,
-                             capture_output=True, text=True, timeout=120, cwd=folder)
+    planned = subprocess.run(
+        [sys.executable, "-m", "smlaunch", "plan", "segmentation.yaml"],
+        env=project_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=folder,
+    )
     assert planned.returncode == 0, planned.stderr[-2000:]
     code = next(line for line in planned.stdout.splitlines() if line.startswith("code: "))
-    assert code.startswith(f"code: {folder} (") and code.endswith("ships with the job for segmentation:fcn, "
-                                                                  "segmentation:pixel_loss, segmentation:iou"), code
-    ran = subprocess.run([sys.executable, "-m", "smlaunch", "run", "segmentation.yaml", "--address", address],
-                         env=project_env, capture_output=True, text=True, timeout=600, cwd=folder)
+    assert code.startswith(f"code: {folder} (") and code.endswith(
+        "ships with the job for segmentation:fcn, segmentation:pixel_loss, segmentation:iou"
+    ), code
+    ran = subprocess.run(
+        [sys.executable, "-m", "smlaunch", "run", "segmentation.yaml", "--address", address],
+        env=project_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=folder,
+    )
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
     report = json.loads((tmp_path / "runs/segmentation/output/data/report.json").read_text())
     final = report["validation"][-1]
@@ -248,15 +295,22 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
     assert report["summary"]["data_node_row_fraction"] == 1.0
     # A code folder past the limit is refused in one line naming its largest entries, before any upload.
     (folder / "data" / "big.bin").write_bytes(b"\0" * (101 << 20))
-    refused = subprocess.run([sys.executable, "-m", "smlaunch", "run", "segmentation.yaml", "--address", address],
-                             env=project_env, capture_output=True, text=True, timeout=120, cwd=folder)
+    refused = subprocess.run(
+        [sys.executable, "-m", "smlaunch", "run", "segmentation.yaml", "--address", address],
+        env=project_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=folder,
+    )
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert f"the code folder {folder} holds over 100 MiB (data (101." in refused.stderr
 
 
 @pytest.mark.ray
 def test_the_smallest_config_runs_two_epochs_and_a_bug_in_its_loss_ends_the_job_at_its_first_occurrence(
-        cluster, tmp_path):
+    cluster, tmp_path
+):
     """The smallest config a user writes (no validation channel, no ops, no checkpoint or run
     settings: `support.byo.smallest_config`), from the project's folder, on a cluster started
     elsewhere: two whole epochs, each ending without a validation pass (issue 76: every pass
@@ -272,13 +326,21 @@ def test_the_smallest_config_runs_two_epochs_and_a_bug_in_its_loss_ends_the_job_
     address, env = cluster
     folder = copy_project(tmp_path)
     write_frames(folder, project_module(folder, "regression"), {"train": (1600, 2)})
-    (folder / "smallest.yaml").write_text(yaml.safe_dump(smallest_config(folder, ("train_group", "data_group"), epochs=2), sort_keys=False))
+    (folder / "smallest.yaml").write_text(
+        yaml.safe_dump(smallest_config(folder, ("train_group", "data_group"), epochs=2), sort_keys=False)
+    )
     project_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
 
     def run(*sets: str) -> subprocess.CompletedProcess:
         args = [x for item in sets for x in ("--set", item)]
-        return subprocess.run([sys.executable, "-m", "smlaunch", "run", "smallest.yaml", "--address", address, *args],
-                              env=project_env, capture_output=True, text=True, timeout=300, cwd=folder)
+        return subprocess.run(
+            [sys.executable, "-m", "smlaunch", "run", "smallest.yaml", "--address", address, *args],
+            env=project_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=folder,
+        )
 
     ran = run("run.name=smallest")
     out = ran.stdout + ran.stderr
@@ -297,9 +359,13 @@ def test_the_smallest_config_runs_two_epochs_and_a_bug_in_its_loss_ends_the_job_
     took = time.monotonic() - started
     errors = [line for line in failed.stderr.splitlines() if line.startswith("sm-launch:")]
     assert failed.returncode == 1 and len(errors) == 1, failed.stderr[-4000:]
-    assert errors[0].startswith("sm-launch: error: task.loss regression:mse_with_a_bug_at_step_5 failed on rank 0 at "
-                                "step 5, at regression.py:") and \
-        " in mse_with_a_bug_at_step_5: ValueError: batch of 64 rows has no column 'x5' (traceback in " in errors[0]
+    assert (
+        errors[0].startswith(
+            "sm-launch: error: task.loss regression:mse_with_a_bug_at_step_5 failed on rank 0 at "
+            "step 5, at regression.py:"
+        )
+        and " in mse_with_a_bug_at_step_5: ValueError: batch of 64 rows has no column 'x5' (traceback in " in errors[0]
+    )
     assert "Traceback" not in failed.stdout + failed.stderr
     log = Path(folder, errors[0].rsplit("(traceback in ", 1)[1].rstrip(")"))
     assert "ValueError: batch of 64 rows has no column 'x5'" in log.read_text()
@@ -314,7 +380,8 @@ def test_the_smallest_config_runs_two_epochs_and_a_bug_in_its_loss_ends_the_job_
 
 @pytest.mark.ray
 def test_z_an_s3_run_dir_gets_everything_the_next_run_resumes_from_s3_and_a_drain_makes_it_checkpoint_and_end(
-        cluster, tmp_path):
+    cluster, tmp_path
+):
     """No disk shared between the driver and the nodes: everything the run keeps goes to S3, and a
     second run finds the first one's checkpoint there (rank 0 downloads it and checks its hash).
 
@@ -335,35 +402,78 @@ def test_z_an_s3_run_dir_gets_everything_the_next_run_resumes_from_s3_and_a_drai
     write_parquet(tmp_path / "validation", digits("validation"), files=1, row_group_size=120)
     staged_before = set(Path(tempfile.gettempdir()).glob("smlaunch-staging-*"))
     head = next(n["ray.io/node-id"] for n in alive_nodes(address, env) if n["sm-group"] == "train_group")
-    with LocalS3({"s3://team-data/digits/validation/": tmp_path / "validation",
-                  "s3://team-runs/keep/": tmp_path / "validation"}) as s3:
+    with LocalS3(
+        {"s3://team-data/digits/validation/": tmp_path / "validation", "s3://team-runs/keep/": tmp_path / "validation"}
+    ) as s3:
         config = job_config(tmp_path, s3.endpoint_url)
         missing = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://no-such-bucket/runs")
         assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
             "sm-launch: error: run.dir: cannot write to s3://no-such-bucket/runs/attached (NoSuchBucket); create "
-            "the bucket or grant s3:PutObject and s3:DeleteObject on it"]
-        first = sm_launch(env, "run", config, "--address", address, "--set", "run.dir=s3://team-runs/jobs",
-                          "--set", "trainer.steps=16", "--set", "trainer.checkpoint_interval=8", timeout=600)
+            "the bucket or grant s3:PutObject and s3:DeleteObject on it"
+        ]
+        first = sm_launch(
+            env,
+            "run",
+            config,
+            "--address",
+            address,
+            "--set",
+            "run.dir=s3://team-runs/jobs",
+            "--set",
+            "trainer.steps=16",
+            "--set",
+            "trainer.checkpoint_interval=8",
+            timeout=600,
+        )
         assert first.returncode == 0, first.stderr[-4000:]
         after_first = s3_tree(s3, "s3://team-runs/jobs/attached")
         # The second run resumes at 16 and trains on until the drain (logged every 10 steps: at step 20).
         # The loop asks for the notice once a second, about 40 steps here, so the stop often comes at
         # the epoch's end (step 44), where the epoch's validation pass could not start on the draining
         # node (its dataset's coordinator actor is pinned there): the loop asks again before it.
-        second = subprocess.Popen([sys.executable, "-m", "smlaunch", "run", config, "--address", address, "--set",
-                                   "run.dir=s3://team-runs/jobs", "--set", "trainer.steps=2000", "--set",
-                                   "trainer.checkpoint_interval=8"],
-                                  env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        second = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "smlaunch",
+                "run",
+                config,
+                "--address",
+                address,
+                "--set",
+                "run.dir=s3://team-runs/jobs",
+                "--set",
+                "trainer.steps=2000",
+                "--set",
+                "trainer.checkpoint_interval=8",
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         lines, drained = [], False
         deadline = time.monotonic() + 420
         try:
             for line in second.stdout:
                 lines.append(line)
                 if not drained and line.startswith("step=20 "):
-                    drain = subprocess.run([RAY, "drain-node", f"--address={address}", f"--node-id={head}",
-                                            "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot reclaim",
-                                            "--deadline-remaining-seconds=60"], env=env, capture_output=True,
-                                           text=True, timeout=60)
+                    drain = subprocess.run(
+                        [
+                            RAY,
+                            "drain-node",
+                            f"--address={address}",
+                            f"--node-id={head}",
+                            "--reason=DRAIN_NODE_REASON_PREEMPTION",
+                            "--reason-message=spot reclaim",
+                            "--deadline-remaining-seconds=60",
+                        ],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                    )
                     assert drain.returncode == 0, drain.stderr[-2000:]
                     drained = True
                 assert time.monotonic() < deadline, "".join(lines[-40:])
@@ -373,12 +483,21 @@ def test_z_an_s3_run_dir_gets_everything_the_next_run_resumes_from_s3_and_a_drai
             if second.poll() is None:
                 second.kill()
         keys = s3_tree(s3, "s3://team-runs/jobs/attached")
-        report = json.loads(s3.client().get_object(Bucket="team-runs", Key="jobs/attached/output/data/report.json")
-                            ["Body"].read())
-    for name in ("model/model.pt", "model/model.json", "model/classes.json", "resolved_config.yaml",
-                 "logs/sm-launch.log", "output/data/report.json"):
+        report = json.loads(
+            s3.client().get_object(Bucket="team-runs", Key="jobs/attached/output/data/report.json")["Body"].read()
+        )
+    for name in (
+        "model/model.pt",
+        "model/model.json",
+        "model/classes.json",
+        "resolved_config.yaml",
+        "logs/sm-launch.log",
+        "output/data/report.json",
+    ):
         assert after_first.get(name), (name, sorted(after_first))
-    steps = sorted(m.group(1) for k in after_first if (m := re.fullmatch(r"checkpoints/run-[^/]+/(step-\d+)/state.pt", k)))
+    steps = sorted(
+        m.group(1) for k in after_first if (m := re.fullmatch(r"checkpoints/run-[^/]+/(step-\d+)/state.pt", k))
+    )
     assert steps == ["step-00000008", "step-00000016"], sorted(after_first)
     assert any(k.startswith("output/data/tensorboard/") for k in after_first)
     assert report["summary"]["resumed_at_step"] == 16, report["summary"]

@@ -54,21 +54,40 @@ def job_config(tmp_path: Path, cost_file: Path) -> Path:
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     cfg["cluster"]["instance_groups"] = [
         {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
-        {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1}]
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+    ]
     # A shuffle buffer of 1024 rows (the default) would hold back up to 71 % of this 1437-row epoch, to
     # leave at its end without a wait. 64 keeps the wait per step, as on a real channel.
-    cfg["channels"] = {"train": {"source": str(tmp_path / "train"), "record_format": "image_folder",
-                                 "instance_groups": ["data_group"], "shuffle": {"buffer_rows": 64}}}
+    cfg["channels"] = {
+        "train": {
+            "source": str(tmp_path / "train"),
+            "record_format": "image_folder",
+            "instance_groups": ["data_group"],
+            "shuffle": {"buffer_rows": 64},
+        }
+    }
     cfg["pipeline"]["ops"] = [
-        {"op": "decode_image"}, {"op": "random_resized_crop", "size": 128, "scale": [0.7, 1.0]},
-        {"op": "user", "function": "smlaunch.pipelines.ops.stand_ins:fixed_cost",
-         "params": {"ms_per_image": LIGHT_MS, "ms_per_image_file": str(cost_file)}},
-        {"op": "to_uint8_chw"}]
+        {"op": "decode_image"},
+        {"op": "random_resized_crop", "size": 128, "scale": [0.7, 1.0]},
+        {
+            "op": "user",
+            "function": "smlaunch.pipelines.ops.stand_ins:fixed_cost",
+            "params": {"ms_per_image": LIGHT_MS, "ms_per_image_file": str(cost_file)},
+        },
+        {"op": "to_uint8_chw"},
+    ]
     # 128 px: one batch per block (`pipelines.dataset.block_bytes`' 1 MiB floor would otherwise hold a
     # whole epoch of 16 px images in one block, and the trainer would wait only at epoch starts)
-    cfg["trainer"].update(steps=100000, checkpoint_interval=0, log_every=5, validation_every_epochs=0, checkpoint_every_s=0)
-    cfg["autoscale"] = {"min_data_hosts": 1, "max_data_hosts": 4, "target_data_wait_pct": 5,
-                        "cooldown_s": 6, "window_steps": 10}
+    cfg["trainer"].update(
+        steps=100000, checkpoint_interval=0, log_every=5, validation_every_epochs=0, checkpoint_every_s=0
+    )
+    cfg["autoscale"] = {
+        "min_data_hosts": 1,
+        "max_data_hosts": 4,
+        "target_data_wait_pct": 5,
+        "cooldown_s": 6,
+        "window_steps": 10,
+    }
     cfg["run"] = {"dir": str(tmp_path / "runs"), "name": "elastic"}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -106,9 +125,13 @@ def waits(lines: list[str]) -> list[float]:
 
 def rates(lines: list[str], from_step: int) -> list[float]:
     """images_per_sec of the logged steps from `from_step` on whose wait is under the target."""
-    return [float(m.group(2)) for line in lines
-            if (m := re.search(r"step=(\d+) .*images_per_sec=([\d.]+) data_wait_pct=([\d.]+)", line))
-            and int(m.group(1)) >= from_step and float(m.group(3)) < 5]
+    return [
+        float(m.group(2))
+        for line in lines
+        if (m := re.search(r"step=(\d+) .*images_per_sec=([\d.]+) data_wait_pct=([\d.]+)", line))
+        and int(m.group(1)) >= from_step
+        and float(m.group(3)) < 5
+    ]
 
 
 def last_step(lines: list[str]) -> int:
@@ -116,8 +139,11 @@ def last_step(lines: list[str]) -> int:
 
 
 def changes(lines: list[str]) -> list[tuple[int, int]]:
-    return [(int(m.group(1)), int(m.group(2))) for line in lines
-            if (m := re.search(r"autoscale: [+-]1 data host \((\d+) -> (\d+)\)", line))]
+    return [
+        (int(m.group(1)), int(m.group(2)))
+        for line in lines
+        if (m := re.search(r"autoscale: [+-]1 data host \((\d+) -> (\d+)\)", line))
+    ]
 
 
 @pytest.mark.ray
@@ -129,41 +155,70 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
     cost = tmp_path / "cost_ms"
     cost.write_text(str(LIGHT_MS))
     config = job_config(tmp_path, cost)
-    cluster = AutoscalingCluster({"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": 1, "max_workers": 4}},
-                                 head_labels={"ray-subcluster": "train", "sm-group": "train_group"}, head_cpus=2,
-                                 idle_timeout_s=6).start()
+    cluster = AutoscalingCluster(
+        {"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": 1, "max_workers": 4}},
+        head_labels={"ray-subcluster": "train", "sm-group": "train_group"},
+        head_cpus=2,
+        idle_timeout_s=6,
+    ).start()
     try:
         env = {**cluster.env, "PYTHONPATH": str(ROOT)}
         for key in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER"):
             env.pop(key, None)
-        proc = subprocess.Popen([sys.executable, "-m", "smlaunch", "run", str(config), "--address", cluster.address],
-                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "smlaunch", "run", str(config), "--address", cluster.address],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         out = Output(proc)
         try:
             # 0. The trainer's own rate, fed by a light chain (one host, nothing to add), sets the heavy cost:
             # one host's 2 slots make ONE_HOST_SHARE of it, whatever this machine's speed.
-            out.wait_for(lambda ls: len(rates(ls, PROBE_FROM_STEP)) >= PROBE_LOGS, 240,
-                         f"{PROBE_LOGS} fed steps to time the trainer", proc)
+            out.wait_for(
+                lambda ls: len(rates(ls, PROBE_FROM_STEP)) >= PROBE_LOGS,
+                240,
+                f"{PROBE_LOGS} fed steps to time the trainer",
+                proc,
+            )
             trainer_rate = statistics.median(rates(out.lines, PROBE_FROM_STEP)[:PROBE_LOGS])
             heavy_ms = 2 * 1000 / (ONE_HOST_SHARE * trainer_rate)
             cost.write_text(str(heavy_ms))
-            print(f"step {last_step(out.lines)}: trainer {trainer_rate:.0f} images/s fed, chain now {heavy_ms:.0f} ms an image")
+            print(
+                f"step {last_step(out.lines)}: trainer {trainer_rate:.0f} images/s fed, chain now {heavy_ms:.0f} ms "
+                "an image"
+            )
             probed_at = len(out.lines)
             assert not changes(out.lines), out.tail()
+
             # 1. Too slow on one host: hosts are added, one at a time, until the wait is under the target:
             # more than one host now, and since the latest change FED_LOGS logged windows in a row under 5 %.
             # (A trainer slowed by a busy machine may be fed by fewer hosts for a while, and the loop rightly
             # gives the others back: then the test waits for a size it can release from.)
             def fed(ls):
                 moved = [i for i, x in enumerate(ls) if re.search(r"autoscale: [+-]1 data host", x)]
-                after = waits(ls[moved[-1]:]) if moved else []
-                return (changes(ls) or [(1, 1)])[-1][1] >= 2 and len(after) >= FED_LOGS and all(
-                    w < 5 for w in after[-FED_LOGS:])
-            out.wait_for(fed, 300, f"data hosts added (trainer {trainer_rate:.0f} images/s, chain {heavy_ms:.0f} ms "
-                         f"per image), then {FED_LOGS} logged windows waiting under 5 %", proc)
+                after = waits(ls[moved[-1] :]) if moved else []
+                return (
+                    (changes(ls) or [(1, 1)])[-1][1] >= 2
+                    and len(after) >= FED_LOGS
+                    and all(w < 5 for w in after[-FED_LOGS:])
+                )
+
+            out.wait_for(
+                fed,
+                300,
+                f"data hosts added (trainer {trainer_rate:.0f} images/s, chain {heavy_ms:.0f} ms "
+                f"per image), then {FED_LOGS} logged windows waiting under 5 %",
+                proc,
+            )
             # the first host was added for the heavy chain's wait (the logged steps, one in 5, may all miss it)
-            added = [float(m.group(1)) for x in out.lines[probed_at:]
-                     if (m := re.search(r"autoscale: \+1 data host \(1 -> 2\): data wait ([\d.]+) %", x))]
+            added = [
+                float(m.group(1))
+                for x in out.lines[probed_at:]
+                if (m := re.search(r"autoscale: \+1 data host \(1 -> 2\): data wait ([\d.]+) %", x))
+            ]
             assert added and added[0] > 5, out.tail()
             # 2. A lighter chain: hosts are given back.
             cost.write_text(str(LIGHT_MS))
@@ -188,8 +243,11 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
         assert steps[0] == (1, 2), steps
         a = report["autoscale"]
         assert a["sizes"][0] == 1 and max(a["sizes"]) <= 4, a["sizes"]
-        assert all(abs(b - a_) == 1 for a_, b in zip(a["sizes"], a["sizes"][1:])), \
-            (a["sizes"], steps, f"the autoscaler's log: {tmp_path / 'ray-logs'}")
+        assert all(abs(b - a_) == 1 for a_, b in zip(a["sizes"], a["sizes"][1:], strict=False)), (
+            a["sizes"],
+            steps,
+            f"the autoscaler's log: {tmp_path / 'ray-logs'}",
+        )
         assert a["added"] >= 1 and a["released"] >= 1 and a["sizes"][1:] == [b for _, b in steps], (a, steps)
         assert a["data_host_seconds"] > 0
         # the cost per image, the GPU host counted, is what a decision judges by (issue 57): in its
@@ -216,4 +274,3 @@ def test_hosts_are_added_while_the_chain_starves_the_trainer_given_back_when_it_
         assert n == 1
     finally:
         cluster.stop(keep_logs=tmp_path / "ray-logs")  # which nodes the autoscaler started and ended, why
-

@@ -27,8 +27,11 @@ def closed(schema):
     """The schema with every object that lists its properties closed to others."""
     if isinstance(schema, dict):
         schema = {k: closed(v) for k, v in schema.items()}
-        if ("properties" in schema and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             schema["additionalProperties"] = False
         return schema
     if isinstance(schema, list):
@@ -64,8 +67,9 @@ def test_the_main_config_becomes_a_rayjob_that_passes_the_crd_schema(validator, 
     assert cluster["authOptions"] == {"mode": "token"}
     head = cluster["headGroupSpec"]
     assert head["rayStartParams"] == {"num-cpus": "0", "num-gpus": "0"}  # no work lands on the head
-    assert head["template"]["spec"]["volumes"] == [{"name": "smlaunch-config",
-                                                    "configMap": {"name": "hetero-digits-config"}}]
+    assert head["template"]["spec"]["volumes"] == [
+        {"name": "smlaunch-config", "configMap": {"name": "hetero-digits-config"}}
+    ]
     groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
     assert sorted(groups) == ["data-group", "train-group"]
     train, data = groups["train-group"], groups["data-group"]
@@ -74,8 +78,11 @@ def test_the_main_config_becomes_a_rayjob_that_passes_the_crd_schema(validator, 
     assert (train["replicas"], train["minReplicas"], train["maxReplicas"]) == (1, 1, 1)
     train_pod, data_pod = train["template"]["spec"], data["template"]["spec"]
     # ml.g5.xlarge: 4 vCPUs, 1 GPU, 16 GiB; ml.c5.4xlarge: 16 vCPUs, 32 GiB (one vCPU and 15 % left to the node)
-    assert train_pod["containers"][0]["resources"]["requests"] == {"cpu": "3", "memory": "13926Mi",
-                                                                  "nvidia.com/gpu": "1"}
+    assert train_pod["containers"][0]["resources"]["requests"] == {
+        "cpu": "3",
+        "memory": "13926Mi",
+        "nvidia.com/gpu": "1",
+    }
     assert train["rayStartParams"] == {"num-cpus": "3", "num-gpus": "1"}
     assert data_pod["containers"][0]["resources"]["requests"] == {"cpu": "15", "memory": "27852Mi"}
     # each raylet keeps the idle workers of its chain and read tasks, as on SageMaker and locally
@@ -84,8 +91,9 @@ def test_the_main_config_becomes_a_rayjob_that_passes_the_crd_schema(validator, 
     assert "nvidia.com/gpu" not in data_pod["containers"][0]["resources"]["limits"]
     assert train_pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.xlarge"}
     assert data_pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "c5.4xlarge"}
-    assert [c["image"] for g in (head, train, data) for c in g["template"]["spec"]["containers"]] == \
-        ["ghcr.io/acme/smlaunch:1.0"] * 3
+    assert [c["image"] for g in (head, train, data) for c in g["template"]["spec"]["containers"]] == [
+        "ghcr.io/acme/smlaunch:1.0"
+    ] * 3
 
     # the ConfigMap carries the config itself: it loads back to the same tree
     assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == "hetero-digits-config"
@@ -106,10 +114,18 @@ def test_a_misspelt_field_fails_the_closed_schema(validator, capsys):
 
 def test_the_head_can_be_a_host_of_the_train_group_and_settings_reach_the_manifest(validator, capsys):
     code, (config_map, job), err = kuberay(
-        capsys, HETERO, "--set", "cluster.instance_groups.0.instance_type=ml.p4d.24xlarge",
-        "--set", "cluster.instance_groups.0.instance_count=3", "--set", "cluster.instance_groups.1.instance_count=4",
-        "--set", "kuberay={image: reg/smlaunch:2, head_group: train_group, namespace: vision, node_selector: none, "
-                 "service_account: s3-reader, max_run_s: 600}")
+        capsys,
+        HETERO,
+        "--set",
+        "cluster.instance_groups.0.instance_type=ml.p4d.24xlarge",
+        "--set",
+        "cluster.instance_groups.0.instance_count=3",
+        "--set",
+        "cluster.instance_groups.1.instance_count=4",
+        "--set",
+        "kuberay={image: reg/smlaunch:2, head_group: train_group, namespace: vision, node_selector: none, "
+        "service_account: s3-reader, max_run_s: 600}",
+    )
     assert code == 0, err
     assert problems(validator, job) == []
     assert job["metadata"]["namespace"] == config_map["metadata"]["namespace"] == "vision"
@@ -124,12 +140,18 @@ def test_the_head_can_be_a_host_of_the_train_group_and_settings_reach_the_manife
     assert job["spec"]["activeDeadlineSeconds"] == 600
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    ([], "kuberay.image: no image; give --image IMAGE or kuberay.image"),
-    (["kuberay={image: x, head_group: gpus}"], "kuberay.head_group: no instance group 'gpus'"),
-    (["kuberay={image: x, namespace: Vision_Team}"], "kuberay.namespace: String should match pattern"),
-    (["kuberay={image: x, replicas: 2}"], "kuberay.replicas: unknown key; valid keys: image, namespace, head_group"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ([], "kuberay.image: no image; give --image IMAGE or kuberay.image"),
+        (["kuberay={image: x, head_group: gpus}"], "kuberay.head_group: no instance group 'gpus'"),
+        (["kuberay={image: x, namespace: Vision_Team}"], "kuberay.namespace: String should match pattern"),
+        (
+            ["kuberay={image: x, replicas: 2}"],
+            "kuberay.replicas: unknown key; valid keys: image, namespace, head_group",
+        ),
+    ],
+)
 def test_a_bad_kuberay_section_is_refused_in_one_line(capsys, overrides, expected):
     code, _, err = kuberay(capsys, HETERO, *[x for o in overrides for x in ("--set", o)])
     assert code == 2
@@ -138,8 +160,16 @@ def test_a_bad_kuberay_section_is_refused_in_one_line(capsys, overrides, expecte
 
 
 def test_outputs_on_a_shared_volume_claim_every_pod_mounts_and_a_warning_without_one(validator, capsys):
-    code, docs, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "kuberay.shared_volume_claim=team-efs",
-                              "--set", "run.dir=/mnt/shared/runs")
+    code, docs, err = kuberay(
+        capsys,
+        HETERO,
+        "--image",
+        "i:1",
+        "--set",
+        "kuberay.shared_volume_claim=team-efs",
+        "--set",
+        "run.dir=/mnt/shared/runs",
+    )
     assert code == 0 and err == ""
     job = docs[1]
     assert problems(validator, job) == []
@@ -152,10 +182,13 @@ def test_outputs_on_a_shared_volume_claim_every_pod_mounts_and_a_warning_without
     code, _, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "kuberay.shared_volume_claim=team-efs")
     assert code == 2 and err.strip().splitlines() == [
         "sm-launch: error: run.dir: runs is not under kuberay.shared_mount (/mnt/shared); the pods keep nothing "
-        "else: set run.dir=/mnt/shared/runs (or an s3:// URI)"]
+        "else: set run.dir=/mnt/shared/runs (or an s3:// URI)"
+    ]
     # without a volume the manifest still prints (stdout stays YAML for kubectl), with a warning on stderr
     code, docs, err = kuberay(capsys, HETERO, "--image", "i:1")
-    assert code == 0 and len(docs) == 2 and err.startswith("sm-launch: warning: run.dir: runs is on the pods' own disks")
+    assert (
+        code == 0 and len(docs) == 2 and err.startswith("sm-launch: warning: run.dir: runs is on the pods' own disks")
+    )
     # an s3:// run.dir needs no volume: the outputs are uploaded (configs/hetero.yaml's channels are S3 too)
     code, docs, err = kuberay(capsys, HETERO, "--image", "i:1", "--set", "run.dir=s3://team-runs/jobs")
     assert code == 0 and len(docs) == 2 and err == ""
@@ -168,15 +201,19 @@ def test_autoscale_makes_the_data_group_elastic_under_kuberays_autoscaler_and_no
     """With `autoscale:` the manifest is the fixed one plus KubeRay's autoscaler (Ray's v2) and the
     scaled group's bounds: the closed schema accepts it, and undoing those fields gives back the
     fixed manifest exactly, so the train group, the head and the job's lifecycle are untouched."""
-    code, (config_map, job), err = kuberay(capsys, HETERO, *AUTOSCALE,
-                                           "--set", "autoscale={min_data_hosts: 2, max_data_hosts: 6}")
+    code, (config_map, job), err = kuberay(
+        capsys, HETERO, *AUTOSCALE, "--set", "autoscale={min_data_hosts: 2, max_data_hosts: 6}"
+    )
     assert code == 0, err
     assert problems(validator, job) == []
     cluster = job["spec"]["rayClusterSpec"]
     assert cluster["enableInTreeAutoscaling"] is True
     assert cluster["autoscalerOptions"] == {
-        "version": "v2", "upscalingMode": "Default", "idleTimeoutSeconds": 60,
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}}
+        "version": "v2",
+        "upscalingMode": "Default",
+        "idleTimeoutSeconds": 60,
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}},
+    }
     groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
     data, train = groups["data-group"], groups["train-group"]
     assert (data["replicas"], data["minReplicas"], data["maxReplicas"]) == (2, 2, 6)  # starts at the minimum
@@ -198,27 +235,39 @@ def test_autoscale_makes_the_data_group_elastic_under_kuberays_autoscaler_and_no
 
 def test_the_named_group_scales_and_the_other_cpu_group_stays_fixed(validator, capsys, tmp_path):
     config = yaml.safe_load(Path(HETERO).read_text())
-    config["cluster"]["instance_groups"].append({"name": "prep_group", "instance_type": "ml.c5.2xlarge",
-                                                 "instance_count": 2})
+    config["cluster"]["instance_groups"].append(
+        {"name": "prep_group", "instance_type": "ml.c5.2xlarge", "instance_count": 2}
+    )
     three = tmp_path / "three.yaml"
     three.write_text(yaml.safe_dump(config))
-    code, (_, job), err = kuberay(capsys, str(three), *AUTOSCALE,
-                                  "--set", "autoscale={max_data_hosts: 5, group: prep_group}")
+    code, (_, job), err = kuberay(
+        capsys, str(three), *AUTOSCALE, "--set", "autoscale={max_data_hosts: 5, group: prep_group}"
+    )
     assert code == 0, err
     assert problems(validator, job) == []
-    counts = {g["groupName"]: (g["replicas"], g["minReplicas"], g["maxReplicas"])
-              for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+    counts = {
+        g["groupName"]: (g["replicas"], g["minReplicas"], g["maxReplicas"])
+        for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    }
     assert counts == {"train-group": (1, 1, 1), "data-group": (1, 1, 1), "prep-group": (1, 1, 5)}
     # two CPU groups and none named: the rule that picks the group refuses, in one line
     code, _, err = kuberay(capsys, str(three), *AUTOSCALE, "--set", "autoscale={max_data_hosts: 5}")
     assert code == 2 and err.strip().splitlines() == [
         "sm-launch: error: autoscale.group: more than one CPU-only group besides the train group train_group "
-        "(data_group, prep_group); name the one to scale"]
+        "(data_group, prep_group); name the one to scale"
+    ]
 
 
 def test_a_head_of_the_scaled_group_counts_as_one_of_its_hosts(validator, capsys):
-    code, (_, job), err = kuberay(capsys, HETERO, *AUTOSCALE, "--set", "kuberay.head_group=data_group",
-                                  "--set", "autoscale={min_data_hosts: 2, max_data_hosts: 5}")
+    code, (_, job), err = kuberay(
+        capsys,
+        HETERO,
+        *AUTOSCALE,
+        "--set",
+        "kuberay.head_group=data_group",
+        "--set",
+        "autoscale={min_data_hosts: 2, max_data_hosts: 5}",
+    )
     assert code == 0, err
     assert problems(validator, job) == []
     cluster = job["spec"]["rayClusterSpec"]
@@ -227,36 +276,53 @@ def test_a_head_of_the_scaled_group_counts_as_one_of_its_hosts(validator, capsys
     assert (data["replicas"], data["minReplicas"], data["maxReplicas"]) == (1, 1, 4)
 
 
-@pytest.mark.parametrize("autoscale, expected", [
-    ("{max_data_hosts: 3, group: train_group}", "autoscale.group: train_group is the train group"),
-    ("{max_data_hosts: 3, group: gpus}", "autoscale.group: no instance group 'gpus'"),
-])
+@pytest.mark.parametrize(
+    "autoscale, expected",
+    [
+        ("{max_data_hosts: 3, group: train_group}", "autoscale.group: train_group is the train group"),
+        ("{max_data_hosts: 3, group: gpus}", "autoscale.group: no instance group 'gpus'"),
+    ],
+)
 def test_a_bad_autoscale_group_is_refused_in_one_line(capsys, autoscale, expected):
     code, _, err = kuberay(capsys, HETERO, *AUTOSCALE, "--set", f"autoscale={autoscale}")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and expected in lines[0], err
 
 
-def test_a_user_s_functions_must_be_in_the_image_and_the_note_names_their_files(validator, capsys, tmp_path,
-                                                                                 monkeypatch):
+def test_a_user_s_functions_must_be_in_the_image_and_the_note_names_their_files(
+    validator, capsys, tmp_path, monkeypatch
+):
     """The project's functions resolve here (a missing one fails in one line, as at `plan`), and
     stderr says which files the image's working directory must hold."""
     from support.byo import copy_project
 
     monkeypatch.chdir(copy_project(tmp_path))
-    user = ["--set", "model={factory: 'regression:mlp', params: {inputs: 4}}",
-            "--set", "task={loss: 'regression:mse'}"]
+    user = ["--set", "model={factory: 'regression:mlp', params: {inputs: 4}}", "--set", "task={loss: 'regression:mse'}"]
     code, documents, err = kuberay(capsys, HETERO, "--image", "img:1", *user)
     assert code == 0, err
     assert problems(validator, documents[1]) == []
-    assert ("sm-launch: note: the job imports regression:mlp, regression:mse: the image's working directory must "
-            "hold regression.py as this folder does") in err
+    assert (
+        "sm-launch: note: the job imports regression:mlp, regression:mse: the image's working directory must "
+        "hold regression.py as this folder does"
+    ) in err
     code, _, err = kuberay(capsys, HETERO, "--image", "img:1", *user[:2], "--set", "task={loss: 'regression:nope'}")
     assert code == 2 and "task.loss: regression has no function nope" in err
     # your own Ray Train loop (issue 55): the same rule, and the manifest passes the schema
-    code, documents, err = kuberay(capsys, HETERO, "--image", "img:1", "--set", "model=null", "--set", "task=null",
-                                   "--set", "trainer.loop=ray_loop:train_func")
+    code, documents, err = kuberay(
+        capsys,
+        HETERO,
+        "--image",
+        "img:1",
+        "--set",
+        "model=null",
+        "--set",
+        "task=null",
+        "--set",
+        "trainer.loop=ray_loop:train_func",
+    )
     assert code == 0, err
     assert problems(validator, documents[1]) == []
-    assert ("sm-launch: note: the job imports ray_loop:train_func: the image's working directory must hold "
-            "ray_loop.py as this folder does") in err
+    assert (
+        "sm-launch: note: the job imports ray_loop:train_func: the image's working directory must hold "
+        "ray_loop.py as this folder does"
+    ) in err

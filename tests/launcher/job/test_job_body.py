@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from support.constructed_runs import constructed_report
 from smlaunch.launcher.job import run as body
 from smlaunch.launcher.job.run import ClusterUp, run_job
 from smlaunch.launcher.job.stopping import StopRequest
+from support.constructed_runs import constructed_report
 
 
 class RecordingStop(StopRequest):
@@ -34,8 +34,13 @@ def fake_training(configs, tmp_path, monkeypatch):
     report, plan = constructed_report(configs, tmp_path, compute_s=0.1, wait_s=0.0, chain_s_per_row=0.001, steps=4)
 
     def train(cfg, plan, resume_from, timings, stop, listed, marks, elastic=None):
-        seen.update(plan=plan, timings=dict(timings), stop=stop, listed=listed,
-                    resolved=(Path(plan.run_dir) / "resolved_config.yaml").exists())
+        seen.update(
+            plan=plan,
+            timings=dict(timings),
+            stop=stop,
+            listed=listed,
+            resolved=(Path(plan.run_dir) / "resolved_config.yaml").exists(),
+        )
         seen.setdefault("events", []).append("trained")
         if seen.get("fail"):
             raise RuntimeError("a rank failed")
@@ -60,11 +65,13 @@ def cluster(plan, events, listed=None):
         # report.json is on disk when the cluster goes down; its plots are drawn meanwhile (`Rendering`)
         written = Path(handed.report["path"])
         assert written.exists() and handed.rendering is not None and handed.rendering.path == written
+
     return up()
 
 
 def test_the_body_installs_the_stop_once_the_cluster_is_up_and_hands_the_report_back_before_teardown(
-        fake_training, tmp_path):
+    fake_training, tmp_path
+):
     seen, plan = fake_training
     from smlaunch.config import load_config
 

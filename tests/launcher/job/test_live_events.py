@@ -9,10 +9,9 @@ from pathlib import Path
 from tensorboardX.proto.event_pb2 import Event
 
 from smlaunch.launcher.job.live_events import LIVE_SUFFIX, LiveEvents
-from smlaunch.launcher.report.job_report import write_report
 from smlaunch.launcher.job.train_progress import TrainProgress
+from smlaunch.launcher.report.job_report import write_report
 from smlaunch.pipelines.formats import iter_records
-
 from support.constructed_runs import constructed_report
 
 
@@ -28,14 +27,21 @@ def scalars(directory: Path) -> Counter:
 
 
 def step(n: int) -> dict:
-    return {"kind": "step", "step": n, "t": 1_700_000_000.0 + n, "epoch": 1, "loss": 2.0 / n,
-            "step_time_s": 0.1, "data_wait_s": 0.01, "images_per_s": 320.0}
+    return {
+        "kind": "step",
+        "step": n,
+        "t": 1_700_000_000.0 + n,
+        "epoch": 1,
+        "loss": 2.0 / n,
+        "step_time_s": 0.1,
+        "data_wait_s": 0.01,
+        "images_per_s": 320.0,
+    }
 
 
 def test_steps_are_on_disk_while_training_goes_on_and_the_report_adds_only_the_hosts(configs, tmp_path):
     directory = tmp_path / "output" / "data" / "tensorboard"
-    progress = TrainProgress(board=None, total_steps=100, initial_step=0, log_every=50,
-                             events=LiveEvents(directory))
+    progress = TrainProgress(board=None, total_steps=100, initial_step=0, log_every=50, events=LiveEvents(directory))
     for n in range(1, 11):
         progress.handle(step(n))
     progress.handle({"kind": "validation", "step": 10, "epoch": 1, "accuracy": 0.5, "loss": 1.2})
@@ -90,7 +96,7 @@ def test_a_long_run_writes_a_bounded_number_of_points_each_the_mean_of_its_steps
         with open(path, "rb") as f:
             for record in iter_records(f, "tfrecord", str(path)):
                 event = Event.FromString(record)
-                points.update({event.step: v.simple_value for v in event.summary.value if v.tag == "train/loss"})
+                points.update((event.step, v.simple_value) for v in event.summary.value if v.tag == "train/loss")
     # 8 steps one by one, then 4 more points per doubling of the steps seen, and the last partial stride
     assert len(points) <= 8 + 4 * math.ceil(math.log2(1000 / 8)) + 1 and max(points) == 1000
     first = 0

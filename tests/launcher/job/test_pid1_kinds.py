@@ -5,15 +5,20 @@ PID 1 the image's init or entry script, `train` (the real `sagemaker-training` t
 the entry script and sm-launch under `train`. SageMaker's stop is `docker stop`'s: SIGTERM to each
 namespace's PID 1, sent from outside; SIGKILL 120 s later. What each kind gives:
 
-| PID 1 | a stop |
-|---|---|
-| tini (or `docker --init`, dumb-init): forwards, then exits with its child | `train` dies, tini returns, the kernel kills every process of the namespace: no checkpoint, no exit status inside; the next job resumes from the last timed checkpoint |
-| bash running the entry as a child (AWS's framework images) | no handler, so the kernel drops the signal: training goes on until the SIGKILL; the next job resumes from the last periodic checkpoint |
-| smlaunch-init (`launcher/reaping_init.py`): forwards, then waits for every process | `train` dies, sm-launch sees it, checkpoints and exits 143 (the init reports it): tests/launcher/job/test_stopping.py, with sm-launch as PID 1 (container entry) beside it |
+- tini (or `docker --init`, dumb-init) forwards, then exits with its child: `train` dies, tini
+  returns, the kernel kills every process of the namespace: no checkpoint, no exit status inside;
+  the next job resumes from the last timed checkpoint.
+- bash running the entry as a child (AWS's framework images) has no handler, so the kernel drops
+  the signal: training goes on until the SIGKILL; the next job resumes from the last periodic
+  checkpoint.
+- smlaunch-init (`launcher/reaping_init.py`) forwards, then waits for every process: `train` dies,
+  sm-launch sees it, checkpoints and exits 143 (the init reports it): tests/launcher/job/
+  test_stopping.py, with sm-launch as PID 1 (container entry) beside it.
 
 The inits meet a stand-in workload first (no Ray, a second each); then bash and tini meet a real
-two-host job in turn, the second job resuming the first's checkpoints. Where tini is not installed its stand-in (`support/tini_standin.py`) takes its
-place, checked against tini here wherever both exist.
+two-host job in turn, the second job resuming the first's checkpoints. Where tini is not
+installed its stand-in (`support/tini_standin.py`) takes its place, checked against tini here
+wherever both exist.
 """
 
 import json
@@ -35,8 +40,10 @@ from support.sagemaker_job import FakeJob
 
 ROOT = Path(__file__).resolve().parents[3]
 TINI = [shutil.which("tini"), "--"] if shutil.which("tini") else STAND_IN
-TWO_HOSTS = [{"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
-             {"instance_group_name": "train_group", "instance_type": "ml.g5.xlarge", "hosts": ["algo-2"]}]
+TWO_HOSTS = [
+    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+    {"instance_group_name": "train_group", "instance_type": "ml.g5.xlarge", "hosts": ["algo-2"]},
+]
 pytestmark = needs_pid_namespaces
 
 
@@ -66,20 +73,27 @@ launcher.wait()
 """
 
 
-@pytest.mark.parametrize("init, comm, checkpointed", [
-    pytest.param(STAND_IN, "tini", False, id="tini-stand-in"),
-    *([pytest.param([shutil.which("tini"), "--"], "tini", False, id="tini")] if shutil.which("tini") else []),
-    pytest.param(REAPING, "smlaunch-init", True, id="smlaunch-init"),
-    pytest.param(["bash", "-m", "-c", '"$@"; exit $?', "entry"], "bash", None, id="bash"),
-])
+@pytest.mark.parametrize(
+    "init, comm, checkpointed",
+    [
+        pytest.param(STAND_IN, "tini", False, id="tini-stand-in"),
+        *([pytest.param([shutil.which("tini"), "--"], "tini", False, id="tini")] if shutil.which("tini") else []),
+        pytest.param(REAPING, "smlaunch-init", True, id="smlaunch-init"),
+        pytest.param(["bash", "-m", "-c", '"$@"; exit $?', "entry"], "bash", None, id="bash"),
+    ],
+)
 def test_each_pid1_meets_a_stop_as_its_kind_says_in_a_real_namespace(tmp_path, init, comm, checkpointed):
     """tini and its stand-in: PID 1 exits with `train` (143) and the kernel kills the launcher before its
     checkpoint. smlaunch-init: the launcher checkpoints and its 143 is reported from inside. bash: the
     signal is dropped and nothing moves until the SIGKILL."""
     (tmp_path / "workload.py").write_text(WORKLOAD)
     out = tmp_path / "mark"
-    unshare = subprocess.Popen(["unshare", "-pf", "--mount-proc", *init, sys.executable, str(tmp_path / "workload.py"),
-                                str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    unshare = subprocess.Popen(
+        ["unshare", "-pf", "--mount-proc", *init, sys.executable, str(tmp_path / "workload.py"), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         pid1 = pid1_of(unshare)
         deadline = time.monotonic() + 20
@@ -113,9 +127,18 @@ def test_smlaunch_init_under_another_init_still_waits_for_the_launcher_and_reset
     handled by default, not ignored as Python leaves it."""
     (tmp_path / "workload.py").write_text(WORKLOAD)
     out = tmp_path / "mark"
-    init = subprocess.Popen([*REAPING, "sh", "-c", f'grep SigIgn /proc/self/status > {tmp_path}/sigign; '
-                             f'exec {sys.executable} {tmp_path / "workload.py"} {out}'],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    init = subprocess.Popen(
+        [
+            *REAPING,
+            "sh",
+            "-c",
+            f"grep SigIgn /proc/self/status > {tmp_path}/sigign; "
+            f"exec {sys.executable} {tmp_path / 'workload.py'} {out}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while not Path(f"{out}.pid").exists():
@@ -135,17 +158,32 @@ def test_smlaunch_init_under_another_init_still_waits_for_the_launcher_and_reset
 CLASSIFY = "from smlaunch.launcher.job.supervisor import read_pid1; p = read_pid1(); print(p.kind, p.name)"
 
 
-@pytest.mark.parametrize("init, kind", [
-    (TINI, "exits_with_child tini"),
-    (REAPING, "reaping smlaunch-init"),
-    (["bash", "-m", "-c", '"$@"; exit $?', "entry"], "no_handler bash"),
-    ([sys.executable, "-c", "import signal, subprocess, sys; signal.signal(signal.SIGTERM, lambda *a: None); "
-                            "sys.exit(subprocess.call(sys.argv[1:]))"], None),
-    ([], "launcher sm-launch"),
-])
+@pytest.mark.parametrize(
+    "init, kind",
+    [
+        (TINI, "exits_with_child tini"),
+        (REAPING, "reaping smlaunch-init"),
+        (["bash", "-m", "-c", '"$@"; exit $?', "entry"], "no_handler bash"),
+        (
+            [
+                sys.executable,
+                "-c",
+                "import signal, subprocess, sys; signal.signal(signal.SIGTERM, lambda *a: None); "
+                "sys.exit(subprocess.call(sys.argv[1:]))",
+            ],
+            None,
+        ),
+        ([], "launcher sm-launch"),
+    ],
+)
 def test_read_pid1_tells_each_kind_apart_from_inside_its_namespace(init, kind):
-    done = subprocess.run(["unshare", "-pf", "--mount-proc", *init, sys.executable, "-c", CLASSIFY], cwd=ROOT,
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["unshare", "-pf", "--mount-proc", *init, sys.executable, "-c", CLASSIFY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     name = Path(sys.executable).name[:15]
     assert done.stdout.split("\n")[0] == (kind or f"unknown {name}")
@@ -184,7 +222,8 @@ def _next_job(job, **trainer) -> None:
 
 @pytest.mark.ray
 def test_a_stop_under_bash_is_dropped_under_tini_kills_every_launcher_and_each_next_job_resumes_its_last_checkpoint(
-        tmp_path):
+    tmp_path,
+):
     """Two jobs on the same checkpoints, each ended by a SageMaker stop (SIGTERM to both PID 1s), as
     each kind of PID 1 meets it. (Two jobs, not three: the first's next job is the second.)
 
@@ -209,8 +248,9 @@ def test_a_stop_under_bash_is_dropped_under_tini_kills_every_launcher_and_each_n
         assert len(launchers) == 2
         for host in job.trees:
             assert "PID 1 is bash" in job.log(host) and "the kernel drops a stop's signal" in job.log(host)
-            assert ("checkpointing every 300 s instead (trainer.checkpoint_every_s default under this PID 1)"
-                    in job.log(host))
+            assert "checkpointing every 300 s instead (trainer.checkpoint_every_s default under this PID 1)" in job.log(
+                host
+            )
         for unshare in unshares.values():
             os.kill(pid1_of(unshare), signal.SIGTERM)
         steps = _steps_logged(job)
@@ -229,8 +269,9 @@ def test_a_stop_under_bash_is_dropped_under_tini_kills_every_launcher_and_each_n
         unshares = {h: job.start_under_toolkit(h, pid1=TINI) for h in job.trees}
         job.wait_for_text("algo-2", f"step={resumes_at + 4} ", 300)
         head = job.log("algo-2")
-        assert any("resumed from" in line and f"at step {resumes_at}, epoch" in line for line in head.splitlines()), \
+        assert any("resumed from" in line and f"at step {resumes_at}, epoch" in line for line in head.splitlines()), (
             head[-3000:]
+        )
         deadline = time.monotonic() + 60
         while (_complete_step(job) or 0) <= resumes_at:  # the first timed checkpoint of this job
             assert time.monotonic() < deadline, job.log("algo-2")[-3000:]

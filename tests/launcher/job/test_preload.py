@@ -12,7 +12,8 @@ thread = preload_driver_imports()
 thread.join(120)
 assert not thread.is_alive(), "preloading took over 120 s"
 loaded = set(sys.modules)
-assert {"torch", "tensorboardX.event_file_writer"} <= loaded, sorted(m for m in loaded if m.startswith(("torch", "tensorboardX")))[:5]
+preloaded = sorted(m for m in loaded if m.startswith(("torch", "tensorboardX")))
+assert {"torch", "tensorboardX.event_file_writer"} <= loaded, preloaded[:5]
 ray = sorted(m for m in loaded if m == "ray" or m.startswith("ray."))
 assert not ray, ray[:5]
 print("ok")

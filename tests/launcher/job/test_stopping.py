@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.namespaces import REAPING, launcher_pids, needs_pid_namespaces, pid1_of, pid_inside
-from support.sagemaker_job import HOSTS, FakeJob
 from smlaunch.launcher.job.supervisor import process_stat
 from smlaunch.trainers.checkpoints import latest_complete
+from support.namespaces import REAPING, launcher_pids, needs_pid_namespaces, pid1_of, pid_inside
+from support.sagemaker_job import HOSTS, FakeJob
 
 CHILD = """
 import sys
@@ -86,7 +86,8 @@ def test_a_process_that_is_not_watched_is_not_stopped():
 @pytest.mark.ray
 @needs_pid_namespaces
 def test_a_stop_under_smlaunch_init_and_as_pid_1_checkpoints_every_launcher_exits_143_and_the_next_job_resumes(
-        tmp_path):
+    tmp_path,
+):
     """One 3-host job, each host in a PID namespace of its own as a container is, SageMaker's SIGTERM sent
     to each namespace's PID 1 from outside (docker stop). algo-1 is the container entry: sm-launch is PID 1
     and gets the signal itself. The head (algo-2) and algo-3 run the toolkit's real `train` under
@@ -98,9 +99,22 @@ def test_a_stop_under_smlaunch_init_and_as_pid_1_checkpoints_every_launcher_exit
     pytest.importorskip("sagemaker_training")
     job = FakeJob(tmp_path, steps=400)
     try:
-        unshares = {"algo-1": job.start("algo-1", argv=["unshare", "-pf", "--mount-proc", sys.executable, "-m",
-                                                        "smlaunch.launcher.cli", "run", str(job.config)],
-                                        SMLAUNCH_SIMULATED_HOST="")}
+        unshares = {
+            "algo-1": job.start(
+                "algo-1",
+                argv=[
+                    "unshare",
+                    "-pf",
+                    "--mount-proc",
+                    sys.executable,
+                    "-m",
+                    "smlaunch.launcher.cli",
+                    "run",
+                    str(job.config),
+                ],
+                SMLAUNCH_SIMULATED_HOST="",
+            )
+        }
         unshares |= {h: job.start_under_toolkit(h, pid1=REAPING, capture_error=True) for h in ("algo-2", "algo-3")}
         job.wait_for_text("algo-2", "step=4 ", 300)
         launchers = launcher_pids({h: unshares[h] for h in ("algo-2", "algo-3")})
@@ -114,8 +128,9 @@ def test_a_stop_under_smlaunch_init_and_as_pid_1_checkpoints_every_launcher_exit
         assert job.wait(60) == {h: 143 for h in HOSTS}, {h: job.log(h)[-2000:] for h in HOSTS}
         assert time.monotonic() - signalled < 60
         for host, pid in inside.items():  # the launcher's own status, as the namespace's init reaped it
-            assert f"smlaunch-init: pid {pid} ({Path(sys.executable).name[:15]}) exited 143" in job.log(host), \
-                job.log(host)[-3000:]
+            assert f"smlaunch-init: pid {pid} ({Path(sys.executable).name[:15]}) exited 143" in job.log(host), job.log(
+                host
+            )[-3000:]
 
         head = job.log("algo-2")
         assert "the training toolkit (pid" in head

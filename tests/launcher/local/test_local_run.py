@@ -45,9 +45,16 @@ except Exception as exc:
 def test_a_local_run_lists_its_channels_while_the_cluster_starts_without_loading_ray(tmp_path):
     """The simulated hosts' channel directories are on this machine: a thread lists them before
     any cluster exists (ray is not loaded), with the listing's own errors where it is used."""
-    done = subprocess.run([sys.executable, "-c", LIST_AHEAD, str(tmp_path / "images"), str(tmp_path / "runs")],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", LIST_AHEAD, str(tmp_path / "images"), str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "DataError channel 'train': class folder class-3 holds no image (extensions: jpg, " \
-        "jpeg, png, ppm, bmp, pgm, tif, tiff, webp); torchvision's ImageFolder refuses it too, as it would shift every " \
-        "label after it", done.stdout
+    assert (
+        done.stdout.strip() == "DataError channel 'train': class folder class-3 holds no image (extensions: jpg, "
+        "jpeg, png, ppm, bmp, pgm, tif, tiff, webp); torchvision's ImageFolder refuses it too, as it would shift every "
+        "label after it"
+    ), done.stdout

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.constructed_runs import constructed_report as _run
-
 from smlaunch.config import load_config
+from support.constructed_runs import constructed_report as _run
 
 
 def test_slow_chain_is_input_bound_and_more_hosts_are_predicted_faster(configs, tmp_path):
@@ -78,8 +77,16 @@ def test_prices_come_from_the_config_and_unpriced_types_are_named(configs, tmp_p
 
 def test_an_epoch_overhead_is_measured_and_paid_once_per_epoch_whatever_the_host_count(configs, tmp_path):
     # Input-bound at 200 images/s within epochs of 20 steps (640 images), plus 2 s at each epoch start.
-    report, _ = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01, steps=100,
-                     steps_per_epoch=20, epoch_stall_s=2.0)
+    report, _ = _run(
+        configs,
+        tmp_path,
+        compute_s=0.02,
+        wait_s=0.14,
+        chain_s_per_row=0.01,
+        steps=100,
+        steps_per_epoch=20,
+        epoch_stall_s=2.0,
+    )
     advisor = report["advisor"]
     assert advisor["rates"]["images_per_epoch"] == pytest.approx(640)
     assert advisor["rates"]["epoch_s"] == pytest.approx(20 * 0.16 + 2.0)
@@ -94,8 +101,15 @@ def test_an_epoch_overhead_is_measured_and_paid_once_per_epoch_whatever_the_host
 def test_several_train_workers_are_rated_per_worker_and_hosts_are_recommended_per_gpu_host(configs, tmp_path):
     # Two GPU hosts of two GPUs: 4 workers take 128 images per step in 0.04 s of compute (3200/s,
     # 800/s each); two 1-CPU data hosts make 2 x 100/s.
-    report, plan = _run(configs, tmp_path, compute_s=0.04, wait_s=0.6, chain_s_per_row=0.01, images=128,
-                        sets=("cluster.instance_groups.0.instance_count=2", "cluster.instance_groups.0.gpus=2"))
+    report, plan = _run(
+        configs,
+        tmp_path,
+        compute_s=0.04,
+        wait_s=0.6,
+        chain_s_per_row=0.01,
+        images=128,
+        sets=("cluster.instance_groups.0.instance_count=2", "cluster.instance_groups.0.gpus=2"),
+    )
     assert plan.train_workers == 4
     advisor = report["advisor"]
     assert advisor["train_workers"] == 4 and advisor["gpu_hosts"] == 2
@@ -110,7 +124,9 @@ def test_several_train_workers_are_rated_per_worker_and_hosts_are_recommended_pe
     assert best["hosts_per_gpu_host"] == best["hosts"] / 2 and same["hosts_per_gpu_host"] == same["hosts"] / 2
     lines = advice_lines(advisor)
     assert "GPU-bound 3200.0 images/s (4 train workers x 800.0)" in lines[0]
-    assert f"recommend {best['hosts']} x {best['instance_type']} ({best['hosts_per_gpu_host']:g} per GPU host)" in lines[1]
+    assert (
+        f"recommend {best['hosts']} x {best['instance_type']} ({best['hosts_per_gpu_host']:g} per GPU host)" in lines[1]
+    )
     assert f"{same['hosts']} hosts ({same['hosts_per_gpu_host']:g} per GPU host)" in lines[2]
 
 
@@ -127,11 +143,15 @@ def test_plan_predicts_for_its_cluster_from_a_measured_run(configs, tmp_path, ca
     assert "advisor: no prediction without measured rates" in capsys.readouterr().out
     assert main(["plan", str(configs / "imagenet.yaml"), "--rates-from", str(tmp_path)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("advisor:")]
-    assert lines[0].startswith(f"advisor: rates of {tmp_path / 'report.json'}: GPU-bound 1600.0 images/s per train "
-                               "worker (x 16 here = 25600.0), one chain slot 100.0 images/s"), lines
+    assert lines[0].startswith(
+        f"advisor: rates of {tmp_path / 'report.json'}: GPU-bound 1600.0 images/s per train "
+        "worker (x 16 here = 25600.0), one chain slot 100.0 images/s"
+    ), lines
     # 4 x 72 slots x 100/s = 28,800/s: the 16 workers' 25,600/s bound it.
-    assert lines[1] == "advisor: this plan, 4 x ml.c5.18xlarge: predicted 25600.0 images/s, bound by the trainer, " \
-        "$0.0014/epoch", lines
+    assert (
+        lines[1] == "advisor: this plan, 4 x ml.c5.18xlarge: predicted 25600.0 images/s, bound by the trainer, "
+        "$0.0014/epoch"
+    ), lines
     assert lines[2].startswith("advisor: recommend "), lines
 
 
@@ -139,8 +159,10 @@ def test_plan_prediction_is_pipeline_bound_with_fewer_data_hosts(configs, tmp_pa
     from smlaunch.launcher.report.advisor import advise_plan
 
     report, _ = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)
-    hosts = [{"subcluster": "train", "instance_type": "ml.p4d.24xlarge", "vcpus": 96},
-             {"subcluster": "data", "instance_type": "ml.c5.18xlarge", "vcpus": 72}]
+    hosts = [
+        {"subcluster": "train", "instance_type": "ml.p4d.24xlarge", "vcpus": 96},
+        {"subcluster": "data", "instance_type": "ml.c5.18xlarge", "vcpus": 72},
+    ]
     advisor = advise_plan(hosts, 8, report, {"max_data_hosts": 8}, {}, "dated")
     assert advisor["planned"]["hosts"] == 1 and advisor["planned"]["bound"] == "pipeline"
     assert advisor["planned"]["images_per_s"] == pytest.approx(7200)  # 72 slots x 100/s < 8 x 1600/s

@@ -10,7 +10,6 @@ import pytest
 from smlaunch.launcher.cli import main
 from smlaunch.launcher.report.job_report import write_report
 from smlaunch.pipelines.formats import iter_records
-
 from support.constructed_runs import constructed_report as _run
 
 
@@ -51,7 +50,9 @@ def test_report_command_rerenders_with_other_prices(configs, tmp_path, capsys):
     assert main(["report", str(tmp_path / "nowhere")]) == 1
     assert main(["report", str(out), "--price", "ml.c5.xlarge=cheap"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == "sm-launch: error: --price ml.c5.xlarge=cheap: expected TYPE=USD_PER_HOUR, e.g. ml.c5.4xlarge=0.816"
+    assert (
+        err[-1] == "sm-launch: error: --price ml.c5.xlarge=cheap: expected TYPE=USD_PER_HOUR, e.g. ml.c5.4xlarge=0.816"
+    )
 
 
 def test_a_long_run_stays_bounded_and_its_summary_still_covers_every_step(configs, tmp_path):
@@ -92,15 +93,34 @@ def test_elastic_runs_show_the_cost_per_image_in_the_table_and_under_the_hosts_p
     the train hosts counted; with no price known the plot keeps one panel and the line says why."""
     report, _ = _run(configs, tmp_path, compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)
     t0 = report["steps"][0]["t"]
-    entry = {"hosts": 1, "wanted": 2, "data_wait_pct": 41.0, "images_per_s": 78.0, "usd_per_h": 0.408,
-             "usd_per_million_images": 5.74, "change": 1, "reason": "over the 5 % target"}
-    autoscale = {"sizes": [1, 2], "changes": 1, "added": 1, "released": 0, "data_host_seconds": 12.5,
-                 "price_per_host_h": 0.204, "train_price_h": 1.408, "usd_per_million_images": 6.12,
-                 "target_data_wait_pct": 5.0, "epoch_start_steps_left_out": 1,
-                 "timeline": [dict(entry, t=t0 + 0.5), dict(entry, t=t0 + 2.0, hosts=2, change=0, reason="within")]}
+    entry = {
+        "hosts": 1,
+        "wanted": 2,
+        "data_wait_pct": 41.0,
+        "images_per_s": 78.0,
+        "usd_per_h": 0.408,
+        "usd_per_million_images": 5.74,
+        "change": 1,
+        "reason": "over the 5 % target",
+    }
+    autoscale = {
+        "sizes": [1, 2],
+        "changes": 1,
+        "added": 1,
+        "released": 0,
+        "data_host_seconds": 12.5,
+        "price_per_host_h": 0.204,
+        "train_price_h": 1.408,
+        "usd_per_million_images": 6.12,
+        "target_data_wait_pct": 5.0,
+        "epoch_start_steps_left_out": 1,
+        "timeline": [dict(entry, t=t0 + 0.5), dict(entry, t=t0 + 2.0, hosts=2, change=0, reason="within")],
+    }
     heights = {}
-    for name, section in {"priced": autoscale,
-                          "unpriced": dict(autoscale, train_price_h=None, usd_per_million_images=None)}.items():
+    for name, section in {
+        "priced": autoscale,
+        "unpriced": dict(autoscale, train_price_h=None, usd_per_million_images=None),
+    }.items():
         out = tmp_path / name
         write_report(dict(report, autoscale=section), out)
         summary = (out / "summary.md").read_text()

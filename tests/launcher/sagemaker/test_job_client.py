@@ -16,13 +16,11 @@ import boto3
 import pytest
 import requests
 
-from smlaunch.launcher.sagemaker import job_client
 from smlaunch.launcher.cli import main
+from smlaunch.launcher.sagemaker import job_client
 from smlaunch.pipelines.sources.local_s3 import LocalS3
-
-from support.ports import free_port
-
 from support.constructed_runs import constructed_report
+from support.ports import free_port
 
 JOB = "hetero-1"
 
@@ -49,10 +47,13 @@ def cloud(monkeypatch):
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     sagemaker = boto3.client("sagemaker")
     sagemaker.create_training_job(
-        TrainingJobName=JOB, AlgorithmSpecification={"TrainingImage": "image", "TrainingInputMode": "File"},
-        RoleArn="arn:aws:iam::123456789012:role/sm", OutputDataConfig={"S3OutputPath": "s3://out-bucket/jobs/"},
+        TrainingJobName=JOB,
+        AlgorithmSpecification={"TrainingImage": "image", "TrainingInputMode": "File"},
+        RoleArn="arn:aws:iam::123456789012:role/sm",
+        OutputDataConfig={"S3OutputPath": "s3://out-bucket/jobs/"},
         ResourceConfig={"InstanceCount": 2, "InstanceType": "ml.g5.xlarge", "VolumeSizeInGB": 30},
-        StoppingCondition={"MaxRuntimeInSeconds": 3600})
+        StoppingCondition={"MaxRuntimeInSeconds": 3600},
+    )
     from moto.sagemaker.models import sagemaker_backends
 
     job = sagemaker_backends["123456789012"]["us-east-1"].training_jobs[JOB]
@@ -70,8 +71,11 @@ NOW_MS = int(time.time() * 1000)  # CloudWatch refuses events older than 14 days
 
 def put(logs, host: str, *events: tuple[int, str]) -> None:
     """Events at NOW_MS + t milliseconds."""
-    logs.put_log_events(logGroupName=job_client.LOG_GROUP, logStreamName=f"{JOB}/{host}-1763900000",
-                        logEvents=[{"timestamp": NOW_MS + t, "message": m} for t, m in events])
+    logs.put_log_events(
+        logGroupName=job_client.LOG_GROUP,
+        logStreamName=f"{JOB}/{host}-1763900000",
+        logEvents=[{"timestamp": NOW_MS + t, "message": m} for t, m in events],
+    )
 
 
 def test_status_and_stop_name_the_job_and_a_second_stop_is_one_line(cloud, capsys):
@@ -84,7 +88,8 @@ def test_status_and_stop_name_the_job_and_a_second_stop_is_one_line(cloud, capsy
     assert f"{JOB}: Stopping; SageMaker sends SIGTERM to every host" in capsys.readouterr().out
     assert main(["stop", JOB]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"sm-launch: error: StopTrainingJob {JOB}: the job is already Stopping"]
+        f"sm-launch: error: StopTrainingJob {JOB}: the job is already Stopping"
+    ]
     assert main(["status", "no-such-job"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "DescribeTrainingJob no-such-job: ValidationException" in err[0]
@@ -96,7 +101,10 @@ def test_logs_merge_every_hosts_stream_in_time_order_and_follow_ends_with_the_jo
     put(logs, "algo-1", (2_000, "algo-1 joining head algo-2"))
     assert main(["logs", JOB]) == 0
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")] == [
-        "[algo-2] head up", "[algo-1] algo-1 joining head algo-2", "[algo-2] step=1 loss=2.3"]
+        "[algo-2] head up",
+        "[algo-1] algo-1 joining head algo-2",
+        "[algo-2] step=1 loss=2.3",
+    ]
 
     lines, polls = [], []
 
@@ -112,8 +120,13 @@ def test_logs_merge_every_hosts_stream_in_time_order_and_follow_ends_with_the_jo
 
     sagemaker, logs_client, _ = clients(None)
     assert follow_logs(sagemaker, logs_client, JOB, lines.append, follow=True, sleep=next_poll) == "Completed"
-    assert lines == ["[algo-2] head up", "[algo-1] algo-1 joining head algo-2", "[algo-2] step=1 loss=2.3",
-                     "[algo-2] step=2 loss=2.1", "[algo-1] algo-1: head algo-2 finished the job"]  # each once
+    assert lines == [
+        "[algo-2] head up",
+        "[algo-1] algo-1 joining head algo-2",
+        "[algo-2] step=1 loss=2.3",
+        "[algo-2] step=2 loss=2.1",
+        "[algo-1] algo-1: head algo-2 finished the job",
+    ]  # each once
 
 
 def test_report_reads_a_jobs_output_from_s3(cloud, configs, tmp_path, capsys):

@@ -10,18 +10,25 @@ from types import SimpleNamespace
 import pytest
 
 from smlaunch.cluster.job_state import HEARTBEAT, OUTCOME, StoreUnavailable
-from smlaunch.launcher.sagemaker import run as sagemaker_run
-from smlaunch.launcher.job.stopping import StopRequest
-
 from smlaunch.cluster.sagemaker_env import SageMakerEnvironment
 from smlaunch.errors import UserError
+from smlaunch.launcher.job.stopping import StopRequest
+from smlaunch.launcher.sagemaker import run as sagemaker_run
 from smlaunch.launcher.sagemaker.run import ray_environment
 
 
 def env(*hosts):
-    return SageMakerEnvironment(base_dir="/opt/ml", current_host=hosts[0], hosts=hosts, current_instance_type="x",
-                                current_group="g", current_group_hosts=hosts, groups={},
-                                network_interface_name="eth0", channels={})
+    return SageMakerEnvironment(
+        base_dir="/opt/ml",
+        current_host=hosts[0],
+        hosts=hosts,
+        current_instance_type="x",
+        current_group="g",
+        current_group_hosts=hosts,
+        groups={},
+        network_interface_name="eth0",
+        channels={},
+    )
 
 
 def test_multi_host_job_needs_the_job_token_and_uses_it():
@@ -79,20 +86,27 @@ def quick(monkeypatch):
     monkeypatch.setattr(sagemaker_run, "LEAVE_WAIT_S", 0.3)
 
 
-@pytest.mark.parametrize("published, code, says", [
-    (b"ok", 0, "head algo-1 finished the job"),
-    (b"stopped by SIGTERM", 143, "head algo-1 stopped by SIGTERM"),
-    (b"failed: channel 'train': part-3.tfrecord: bad data CRC", 1,
-     "job failed on head algo-1: channel 'train': part-3.tfrecord: bad data CRC"),
-])
+@pytest.mark.parametrize(
+    "published, code, says",
+    [
+        (b"ok", 0, "head algo-1 finished the job"),
+        (b"stopped by SIGTERM", 143, "head algo-1 stopped by SIGTERM"),
+        (
+            b"failed: channel 'train': part-3.tfrecord: bad data CRC",
+            1,
+            "job failed on head algo-1: channel 'train': part-3.tfrecord: bad data CRC",
+        ),
+    ],
+)
 def test_a_worker_ends_as_the_head_s_outcome_says(quick, published, code, says):
     outcome = sagemaker_run.watch_head(FakeStore({OUTCOME: published}), node(), "algo-1", StopRequest(), poll_s=0.01)
     assert (outcome.exit_code, outcome.message) == (code, says)
 
 
 def test_a_worker_whose_ray_node_died_fails_with_the_node_s_log(quick):
-    outcome = sagemaker_run.watch_head(FakeStore({OUTCOME: b"ok"}), node(exit_code=-9), "algo-1", StopRequest(),
-                                       poll_s=0.01)
+    outcome = sagemaker_run.watch_head(
+        FakeStore({OUTCOME: b"ok"}), node(exit_code=-9), "algo-1", StopRequest(), poll_s=0.01
+    )
     assert outcome.exit_code == 1 and "exited with status -9: raylet: out of memory" in outcome.message
 
 
@@ -140,8 +154,9 @@ def test_the_head_names_workers_that_did_not_confirm_leaving_and_does_not_wait_p
     store, lines = FakeStore({b"left/algo-2": b"1"}), []
     sagemaker_run._finish(store, b"failed: boom", plan("algo-2", "algo-3", "algo-4"), lines.append)
     assert store.values[OUTCOME] == b"failed: boom"
-    assert lines == ["note: algo-3, algo-4 did not confirm leaving within 0 s; they exit on their own once the head "
-                     "is gone"]
+    assert lines == [
+        "note: algo-3, algo-4 did not confirm leaving within 0 s; they exit on their own once the head is gone"
+    ]
 
 
 def test_the_head_does_not_wait_on_a_store_that_went_away(quick):

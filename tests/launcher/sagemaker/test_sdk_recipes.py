@@ -20,9 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-from support.sm_hosts import fake_host, host_env, run_toolkit
 from smlaunch.launcher.cli import main
+from support.sm_hosts import fake_host, host_env, run_toolkit
 
 ROOT = Path(__file__).resolve().parents[3]
 BUCKET = "amzn-s3-demo-bucket"  # the recipes' placeholder, a bucket on the moto server here
@@ -32,8 +31,8 @@ SDK_MANAGED = {"code", "sm_drivers"}  # channels v3 adds for its own driver
 def readme_blocks() -> dict[str, str]:
     """The staging command and the two recipes, as the README has them."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("### With the SageMaker Python SDK"):]
-    section = section[:section.index("\n### ", 5)]
+    section = text[text.index("### With the SageMaker Python SDK") :]
+    section = section[: section.index("\n### ", 5)]
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
     found = {"stage": next(code for lang, code in blocks if lang == "bash" and "git archive" in code)}
     for major in ("v2", "v3"):
@@ -61,18 +60,33 @@ def run_recipe(aws, tmp_path: Path, major: str) -> dict:
     sdk_config = tmp_path / "sdk-config.yaml"
     sdk_config.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # moto's endpoint and throwaway keys
-    env.update(SAGEMAKER_USER_CONFIG_OVERRIDE=str(sdk_config), SAGEMAKER_VALIDATE_ROLE="false",
-               SAGEMAKER_SUPPRESS_V2_WARNING="1")
-    ran = subprocess.run([str(python), "-c", blocks[major]], cwd=clone, env=env, capture_output=True, text=True,
-                         timeout=300)
+    env.update(
+        SAGEMAKER_USER_CONFIG_OVERRIDE=str(sdk_config),
+        SAGEMAKER_VALIDATE_ROLE="false",
+        SAGEMAKER_SUPPRESS_V2_WARNING="1",
+    )
+    ran = subprocess.run(
+        [str(python), "-c", blocks[major]], cwd=clone, env=env, capture_output=True, text=True, timeout=300
+    )
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     (request,) = aws.create_requests()
     return request
 
 
 def dry_run(capsys) -> dict:
-    code = main(["submit", str(ROOT / "configs" / "hetero.yaml"), "--dry-run", "--job-name", "dry-sdk",
-                 "--set", "sagemaker.entry=toolkit", "--set", f"sagemaker.bucket={BUCKET}"])
+    code = main(
+        [
+            "submit",
+            str(ROOT / "configs" / "hetero.yaml"),
+            "--dry-run",
+            "--job-name",
+            "dry-sdk",
+            "--set",
+            "sagemaker.entry=toolkit",
+            "--set",
+            f"sagemaker.bucket={BUCKET}",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     return json.loads(out)
@@ -86,25 +100,35 @@ def job_shape(request: dict) -> dict:
         if c["ChannelName"] in SDK_MANAGED:
             continue
         s3 = c["DataSource"]["S3DataSource"]
-        channels[c["ChannelName"]] = (c.get("InputMode", algorithm["TrainingInputMode"]), s3["S3DataType"],
-                                      s3["S3DataDistributionType"], s3.get("InstanceGroupNames"))
+        channels[c["ChannelName"]] = (
+            c.get("InputMode", algorithm["TrainingInputMode"]),
+            s3["S3DataType"],
+            s3["S3DataDistributionType"],
+            s3.get("InstanceGroupNames"),
+        )
     environment = dict(request["Environment"])
     token = environment.pop("SMLAUNCH_RAY_TOKEN")
     for key, default in (("SMLAUNCH_COMMAND", "run"), ("SMLAUNCH_PIP_INSTALL", "auto")):  # the entry's defaults
         if environment.get(key) == default:
             del environment[key]
     return {
-        "image": algorithm["TrainingImage"], "input_mode": algorithm["TrainingInputMode"],
+        "image": algorithm["TrainingImage"],
+        "input_mode": algorithm["TrainingInputMode"],
         "metrics": sorted((m["Name"], m["Regex"]) for m in algorithm["MetricDefinitions"]),
-        "groups": sorted((g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"])
-                         for g in request["ResourceConfig"]["InstanceGroups"]),
+        "groups": sorted(
+            (g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"])
+            for g in request["ResourceConfig"]["InstanceGroups"]
+        ),
         "volume_gb": request["ResourceConfig"]["VolumeSizeInGB"],
-        "channels": channels, "role": request["RoleArn"],
-        "stopping": request["StoppingCondition"], "spot": request.get("EnableManagedSpotTraining", False),
+        "channels": channels,
+        "role": request["RoleArn"],
+        "stopping": request["StoppingCondition"],
+        "spot": request.get("EnableManagedSpotTraining", False),
         "checkpoint_local": request["CheckpointConfig"]["LocalPath"],
         "checkpoint_bucket": request["CheckpointConfig"]["S3Uri"].split("/")[2],
         "output_bucket": request["OutputDataConfig"]["S3OutputPath"].split("/")[2],
-        "environment": environment, "token_chars": 43 if token == "<generated, 43 chars>" else len(token),
+        "environment": environment,
+        "token_chars": 43 if token == "<generated, 43 chars>" else len(token),
         "config_hyperparameter": request["HyperParameters"].get("config"),
     }
 
@@ -116,8 +140,9 @@ def test_the_v2_recipe_builds_the_submitted_job_and_its_code_plans_under_the_too
     assert shape.pop("config_hyperparameter") == json.dumps("configs/hetero.yaml")  # JSON-encoded by v2
     expected.pop("config_hyperparameter")
     assert shape == expected
-    assert [m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]] == \
-        [m["Name"] for m in ours["AlgorithmSpecification"]["MetricDefinitions"]]
+    assert [m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]] == [
+        m["Name"] for m in ours["AlgorithmSpecification"]["MetricDefinitions"]
+    ]
     hp = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
     assert hp["sagemaker_program"] == "smlaunch/launcher/sm_entry.py"
     assert hp["sagemaker_submit_directory"].startswith(f"s3://{BUCKET}/smlaunch/code/")
@@ -141,8 +166,11 @@ def test_the_v3_recipe_builds_the_submitted_job_and_its_code_plans_under_the_sdk
     expected.pop("config_hyperparameter")
     assert shape == expected
     groups = ["train_group", "data_group"]
-    managed = {c["ChannelName"]: c["DataSource"]["S3DataSource"] for c in request["InputDataConfig"]
-               if c["ChannelName"] in SDK_MANAGED}
+    managed = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"]
+        for c in request["InputDataConfig"]
+        if c["ChannelName"] in SDK_MANAGED
+    }
     assert {name: s3["InstanceGroupNames"] for name, s3 in managed.items()} == {"code": groups, "sm_drivers": groups}
     assert request["AlgorithmSpecification"]["ContainerEntrypoint"] == ["/bin/bash"]
 
@@ -150,19 +178,31 @@ def test_the_v3_recipe_builds_the_submitted_job_and_its_code_plans_under_the_sdk
     tree, group = fake_host(tmp_path / "hosts", request, "algo-2")
     assert group == "data_group"
     for name, s3 in managed.items():
-        bucket, prefix = s3["S3Uri"][len("s3://"):].split("/", 1)
+        bucket, prefix = s3["S3Uri"][len("s3://") :].split("/", 1)
         for key in aws.keys(prefix, bucket=bucket):
-            target = tree / "input" / "data" / name / key[len(prefix):].lstrip("/")
+            target = tree / "input" / "data" / name / key[len(prefix) :].lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             aws.s3.download_file(bucket, key, str(target))
     drivers, code = tree / "input" / "data" / "sm_drivers", tree / "input" / "data" / "code"
     entry = json.loads((drivers / "sourcecode.json").read_text())["entry_script"]
     assert (code / entry).is_file() and (code / "configs" / "hetero.yaml").is_file()
     # environment.py exports these two from sourcecode.json and hyperparameters.json; the driver reads no others
-    env = host_env(request, tree, SM_ENTRY_SCRIPT=entry, SM_HPS=json.dumps(request["HyperParameters"]),
-                   SMLAUNCH_COMMAND="plan", TRAINING_JOB_NAME=request["TrainingJobName"])
-    ran = subprocess.run([sys.executable, str(drivers / "distributed_drivers" / "basic_script_driver.py")], cwd=code,
-                         env=env, capture_output=True, text=True, timeout=120)
+    env = host_env(
+        request,
+        tree,
+        SM_ENTRY_SCRIPT=entry,
+        SM_HPS=json.dumps(request["HyperParameters"]),
+        SMLAUNCH_COMMAND="plan",
+        TRAINING_JOB_NAME=request["TrainingJobName"],
+    )
+    ran = subprocess.run(
+        [sys.executable, str(drivers / "distributed_drivers" / "basic_script_driver.py")],
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = ran.stdout + ran.stderr
     assert ran.returncode == 0, out[-3000:]
     assert "every dependency is installed; the shipped code goes on PYTHONPATH" in out

@@ -13,9 +13,25 @@ import pytest
 @pytest.mark.ray
 def test_simulate_runs_each_host_of_the_config_as_its_own_sm_launch_and_the_head_trains(tmp_path, configs):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "SAGEMAKER_BASE_DIR")}
-    done = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "simulate", str(configs / "tiny.yaml"),
-                           "--set", f"run.dir={tmp_path}", "--set", "run.name=sim", "--set", "trainer.steps=4"],
-                          capture_output=True, text=True, timeout=400, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smlaunch.launcher.cli",
+            "simulate",
+            str(configs / "tiny.yaml"),
+            "--set",
+            f"run.dir={tmp_path}",
+            "--set",
+            "run.name=sim",
+            "--set",
+            "trainer.steps=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+    )
     run = tmp_path / "sim"
     logs = {h: (run / f"{h}.log").read_text() for h in ("algo-1", "algo-2", "algo-3")}
     assert done.returncode == 0, (done.stderr[-2000:], {h: text[-1500:] for h, text in logs.items()})
@@ -41,8 +57,13 @@ def test_simulate_refuses_on_a_sagemaker_host(tmp_path, configs):
     (tree / "input" / "config").mkdir(parents=True)
     (tree / "input" / "config" / "resourceconfig.json").write_text("{}")
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(tree)}
-    done = subprocess.run([sys.executable, "-m", "smlaunch.launcher.cli", "simulate", str(configs / "tiny.yaml")],
-                          capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", "simulate", str(configs / "tiny.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode != 0
     assert "simulate: this is a SageMaker host already" in done.stderr
     assert not Path(tmp_path / "runs").exists()

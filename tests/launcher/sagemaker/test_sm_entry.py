@@ -19,7 +19,9 @@ def test_this_checkouts_dependencies_are_all_installed_in_its_environment():
 def test_absent_out_of_range_and_extras_dependencies_are_named(tmp_path):
     assert missing_requirements(project(tmp_path, "pyyaml>=5", "numpy")) == []
     assert missing_requirements(project(tmp_path, "pyyaml>=99", "no-such-distribution-here>=1", "numpy")) == [
-        "pyyaml>=99", "no-such-distribution-here>=1"]
+        "pyyaml>=99",
+        "no-such-distribution-here>=1",
+    ]
     assert missing_requirements(project(tmp_path, "ray[data]>=2.60")) == []  # pyarrow, pandas, ... are there
     assert missing_requirements(project(tmp_path, "ray[data]>=9")) == ["ray[data]>=9"]
 
@@ -37,5 +39,6 @@ def test_an_unknown_install_mode_is_refused_in_one_line_with_the_failure_file(tm
     monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path))
     assert main(["--config", "configs/tiny.yaml"]) == 1
     assert capsys.readouterr().err.strip() == (
-        "sm-launch: error: SMLAUNCH_PIP_INSTALL='yes': expected auto, 1 or 0 (sagemaker.install_package)")
+        "sm-launch: error: SMLAUNCH_PIP_INSTALL='yes': expected auto, 1 or 0 (sagemaker.install_package)"
+    )
     assert (tmp_path / "output" / "failure").read_text().startswith("SMLAUNCH_PIP_INSTALL='yes'")

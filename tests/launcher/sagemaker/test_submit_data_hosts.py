@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from support.constructed_runs import constructed_report, write_run
-
 from smlaunch.config import load_config
 from smlaunch.launcher.cli import main
 from smlaunch.launcher.sagemaker.request_check import validate_request
+from support.constructed_runs import constructed_report, write_run
 
 ROOT = Path(__file__).resolve().parents[3]
 HETERO = str(ROOT / "configs" / "hetero.yaml")
@@ -49,14 +48,16 @@ def test_dry_run_request_has_the_advised_count_and_the_line_says_why(capsys, run
     assert validate_request(request) == []
     report = runs / "hetero-digits-brief" / "hosts/algo-1/opt/ml/output/data/report.json"
     (line,) = err.splitlines()  # stdout stays the request's JSON alone
-    assert line.startswith(f"submit: data hosts: 8 x ml.c5.4xlarge for data_group (its instance_count: 1) from the "
-                           f"advisor of {report} (")
+    assert line.startswith(
+        f"submit: data hosts: 8 x ml.c5.4xlarge for data_group (its instance_count: 1) from the advisor of {report} ("
+    )
     assert "predicted 1280 images/s, data wait 20 %, bound by the pipeline" in line
 
 
 def test_the_config_asks_with_sagemaker_data_hosts_and_the_flag_overrides_it(capsys, runs):
-    code, request, err = dry_run(capsys, runs, "--set", "sagemaker.data_hosts=auto",
-                                 "--set", "autoscale={max_data_hosts: 4}")
+    code, request, err = dry_run(
+        capsys, runs, "--set", "sagemaker.data_hosts=auto", "--set", "autoscale={max_data_hosts: 4}"
+    )
     assert code == 0, err
     assert counts(request)["data_group"] == 4 and "autoscale.max_data_hosts makes it 4" in err
     code, request, err = dry_run(capsys, runs, "--set", "sagemaker.data_hosts=auto", "--data-hosts", "2")
@@ -81,9 +82,11 @@ def test_no_report_is_one_line_and_a_non_zero_exit(capsys, tmp_path):
     code, out, err = dry_run(capsys, tmp_path / "empty", "--data-hosts", "auto")
     assert code == 1 and out == ""  # no request printed: the old count is never used silently
     (line,) = err.splitlines()
-    assert line.startswith("sm-launch: error: data hosts auto: no report of this config (job hetero-digits, model "
-                           f"resnet10t, train_group ml.g5.xlarge, data_group ml.c5.4xlarge) in the runs under "
-                           f"{tmp_path / 'empty'}/ ")
+    assert line.startswith(
+        "sm-launch: error: data hosts auto: no report of this config (job hetero-digits, model "
+        f"resnet10t, train_group ml.g5.xlarge, data_group ml.c5.4xlarge) in the runs under "
+        f"{tmp_path / 'empty'}/ "
+    )
     assert f"run the config briefly first (sm-launch {HETERO} --set trainer.steps=300)" in line
 
 
@@ -100,14 +103,16 @@ def test_plan_says_which_report_and_why(capsys, runs):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data hosts:")]
     report = runs / "hetero-digits-brief" / "hosts/algo-1/opt/ml/output/data/report.json"
     assert len(lines) == 1 and lines[0].startswith(
-        f"data hosts: 8 x ml.c5.4xlarge for data_group (its instance_count: 1) from the advisor of {report} (")
+        f"data hosts: 8 x ml.c5.4xlarge for data_group (its instance_count: 1) from the advisor of {report} ("
+    )
     assert main(["plan", "--json", HETERO, "--set", f"run.dir={runs}", "--set", "sagemaker.data_hosts=auto"]) == 0
     sizing = json.loads(capsys.readouterr().out)["data_hosts"]
     assert (sizing["count"], sizing["group"], sizing["report"]) == (8, "data_group", str(report))
     # Without a report the plan still succeeds (the config runs), and says submit will refuse.
     assert main(["plan", HETERO, "--set", f"run.dir={runs}-none", "--set", "sagemaker.data_hosts=auto"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data hosts:")]
-    assert len(lines) == 1 and lines[0].startswith("data hosts: auto, but submit will refuse it: no report of this "
-                                                   "config (job hetero-digits")
+    assert len(lines) == 1 and lines[0].startswith(
+        "data hosts: auto, but submit will refuse it: no report of this config (job hetero-digits"
+    )
     assert main(["plan", HETERO, "--set", f"run.dir={runs}"]) == 0  # not asked: no line
     assert "data hosts:" not in capsys.readouterr().out

@@ -8,8 +8,7 @@ from smlaunch.pipelines.formats.tfrecord import read_file
 def test_digits_are_prepared_once_as_jpeg_tfrecords(tmp_path):
     root = prepare_digits(tmp_path)
     manifest = json.loads((root / "manifest.json").read_text())
-    assert manifest["splits"] == {"train": {"records": 1437, "shards": 4},
-                                  "validation": {"records": 360, "shards": 2}}
+    assert manifest["splits"] == {"train": {"records": 1437, "shards": 4}, "validation": {"records": 360, "shards": 2}}
     rows = [decode_example(r) for f in sorted((root / "validation").iterdir()) for r in read_file(f)]
     assert len(rows) == 360
     assert rows[0]["image/encoded"][0][:2] == b"\xff\xd8"  # JPEG

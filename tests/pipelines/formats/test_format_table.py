@@ -64,7 +64,11 @@ def test_which_files_are_data_is_the_format_s_rule():
 def test_no_branch_on_a_format_s_name_outside_the_formats_package():
     names = "|".join(CHANNEL_FORMATS)
     branch = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
-    found = [f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
-             for path in PACKAGE.rglob("*.py") if "formats" not in path.parts
-             for n, line in enumerate(path.read_text().splitlines(), 1) if branch.search(line)]
+    found = [
+        f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+        for path in PACKAGE.rglob("*.py")
+        if "formats" not in path.parts
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if branch.search(line)
+    ]
     assert found == []

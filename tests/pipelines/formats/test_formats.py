@@ -23,7 +23,8 @@ def test_reads_what_the_tfrecord_package_writes(tmp_path):
     writer.write({"image/encoded": (b"\xff\xd8jpeg", "byte"), "label": (7, "int"), "f": ([0.5, 2.0], "float")})
     writer.close()
     assert [decode_example(r) for r in read_file(tmp_path / "ref.tfrecord")] == [
-        {"image/encoded": [b"\xff\xd8jpeg"], "label": [7], "f": [0.5, 2.0]}]
+        {"image/encoded": [b"\xff\xd8jpeg"], "label": [7], "f": [0.5, 2.0]}
+    ]
 
 
 def test_tfrecord_package_reads_what_we_write(tmp_path):
@@ -35,7 +36,7 @@ def test_tfrecord_package_reads_what_we_write(tmp_path):
 
 
 def _corrupt(data: bytes, position: int) -> bytes:
-    return data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1:]
+    return data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1 :]
 
 
 def test_bad_length_crc_names_the_offset():
@@ -72,11 +73,23 @@ def test_huge_length_is_refused_without_allocating(tmp_path):
 
 
 def test_example_round_trip_and_negative_ints():
-    features = {"image/encoded": b"\xff\xd8jpeg", "image/class/label": 7, "id": 123456789012,
-                "neg": -5, "floats": [0.5, -1.25], "many": [b"a", b"b"]}
+    features = {
+        "image/encoded": b"\xff\xd8jpeg",
+        "image/class/label": 7,
+        "id": 123456789012,
+        "neg": -5,
+        "floats": [0.5, -1.25],
+        "many": [b"a", b"b"],
+    }
     decoded = decode_example(encode_example(features))
-    assert decoded == {"image/encoded": [b"\xff\xd8jpeg"], "image/class/label": [7], "id": [123456789012],
-                       "neg": [-5], "floats": [0.5, -1.25], "many": [b"a", b"b"]}
+    assert decoded == {
+        "image/encoded": [b"\xff\xd8jpeg"],
+        "image/class/label": [7],
+        "id": [123456789012],
+        "neg": [-5],
+        "floats": [0.5, -1.25],
+        "many": [b"a", b"b"],
+    }
 
 
 def test_example_decodes_unpacked_ints():
@@ -96,17 +109,25 @@ def test_example_values_take_the_first_of_each_named_feature(tmp_path, monkeypat
     if parser == "pure Python":
         monkeypatch.setattr(example, "_example_class", lambda: None)
     writer = TFRecordWriter(str(tmp_path / "ref.tfrecord"))
-    writer.write({"img": (b"\xff\xd8jpeg", "byte"), "cls": ([7, 8], "int"), "f": ([0.5, 2.0], "float"),
-                  "none": ([], "int")})
+    writer.write(
+        {"img": (b"\xff\xd8jpeg", "byte"), "cls": ([7, 8], "int"), "f": ([0.5, 2.0], "float"), "none": ([], "int")}
+    )
     writer.close()
     (record,) = read_file(tmp_path / "ref.tfrecord")
-    assert example_values(record, ("img", "cls", "f", "none", "absent", None)) == (b"\xff\xd8jpeg", 7, 0.5, None,
-                                                                                  None, None)
+    assert example_values(record, ("img", "cls", "f", "none", "absent", None)) == (
+        b"\xff\xd8jpeg",
+        7,
+        0.5,
+        None,
+        None,
+        None,
+    )
     with pytest.raises(Exception, match="^not a tf.train.Example"):
         example_values(record[:-3], ("img",))
 
 
 # Skipping damage: `on_corrupt` sees one error per damaged region, good records come back in order.
+
 
 class Skips:
     """An `on_corrupt` that skips everything and keeps the messages."""
@@ -177,7 +198,7 @@ def test_bad_length_crc_resynchronises_on_the_next_header(tmp_path, chunk, where
 def test_garbage_between_records_is_one_region(tmp_path, chunk):
     records = _records(6, seed=3)
     data, offsets = _framed(records)
-    damaged = data[:offsets[3]] + os.urandom(3000) + data[offsets[3]:]
+    damaged = data[: offsets[3]] + os.urandom(3000) + data[offsets[3] :]
     (tmp_path / "g").write_bytes(damaged)
     skips = Skips()
     assert list(read_file(tmp_path / "g", on_corrupt=skips)) == records
@@ -187,7 +208,7 @@ def test_garbage_between_records_is_one_region(tmp_path, chunk):
 def test_damage_running_to_the_end_ends_the_stream(tmp_path, chunk):
     records = _records(5, seed=4)
     data, offsets = _framed(records)
-    (tmp_path / "e").write_bytes(data[:offsets[3] + 1] + b"\xff" * 40)  # no header verifies after it
+    (tmp_path / "e").write_bytes(data[: offsets[3] + 1] + b"\xff" * 40)  # no header verifies after it
     skips = Skips()
     assert list(read_file(tmp_path / "e", on_corrupt=skips)) == records[:3]
     assert len(skips.messages) == 1 and f"bad length CRC in record at byte {offsets[3]}" in skips.messages[0]
@@ -197,7 +218,7 @@ def test_damage_running_to_the_end_ends_the_stream(tmp_path, chunk):
 def test_a_truncated_tail_is_reported_once_then_the_stream_ends(tmp_path, chunk, cut, message):
     records = [b"a" * 100, b"b" * 100, b"c" * 100]
     data, offsets = _framed(records)
-    (tmp_path / "t").write_bytes(data[:offsets[2] + cut] if cut > 0 else data[:cut])
+    (tmp_path / "t").write_bytes(data[: offsets[2] + cut] if cut > 0 else data[:cut])
     skips = Skips()
     assert list(read_file(tmp_path / "t", on_corrupt=skips)) == records[:2]
     assert len(skips.messages) == 1

@@ -58,7 +58,7 @@ def feed_fifo_slowly(path, data: bytes, piece: int = 1000):
     def write():
         with open(path, "wb", buffering=0) as f:
             for start in range(0, len(data), piece):
-                f.write(data[start:start + piece])
+                f.write(data[start : start + piece])
 
     thread = threading.Thread(target=write, daemon=True)
     thread.start()
@@ -89,10 +89,14 @@ def flipped(old: bytes) -> bytes:
 
 
 RECORDS = [os.urandom(n) for n in (10, 0, 3000, 100, 70_000, 5, 200, 9)]
-BAD_LENGTH_CRC = {"tfrecord": lambda at: (at + 9, at + 10, flipped),  # a byte of the length CRC
-                  "recordio": lambda at: (at, at + 4, b"XXXX")}  # the magic
-BAD_DATA = {"tfrecord": lambda at: (at + 12, at + 13, flipped),  # a data byte
-            "recordio": lambda at: (at + 4, at + 8, struct.pack("<I", 3 << 29 | 4))}  # a last part, orphaned
+BAD_LENGTH_CRC = {
+    "tfrecord": lambda at: (at + 9, at + 10, flipped),  # a byte of the length CRC
+    "recordio": lambda at: (at, at + 4, b"XXXX"),
+}  # the magic
+BAD_DATA = {
+    "tfrecord": lambda at: (at + 12, at + 13, flipped),  # a data byte
+    "recordio": lambda at: (at + 4, at + 8, struct.pack("<I", 3 << 29 | 4)),
+}  # a last part, orphaned
 
 
 @pytest.mark.parametrize("module,format", [(tfrecord, "tfrecord"), (recordio, "recordio")])
@@ -112,8 +116,9 @@ def test_damage_in_a_fifo_is_skipped_and_every_good_record_comes_back(tmp_path, 
 def test_max_corrupted_skips_that_many_regions_then_raises(tmp_path, module, format):
     data, hit = damaged_stream(module, RECORDS, {1: BAD_LENGTH_CRC[format], 5: BAD_DATA[format]})
     (tmp_path / "f").write_bytes(data)
-    assert list(iter_records(tmp_path / "f", format, max_corrupted=2)) == [r for i, r in enumerate(RECORDS)
-                                                                           if i not in (1, 5)]
+    assert list(iter_records(tmp_path / "f", format, max_corrupted=2)) == [
+        r for i, r in enumerate(RECORDS) if i not in (1, 5)
+    ]
     records = iter_records(tmp_path / "f", format, max_corrupted=1)
     assert [next(records) for _ in range(4)] == [RECORDS[0]] + RECORDS[2:5]
     with pytest.raises(RecordError, match=rf"/f: .*\bbyte {hit[1]}\b"):
@@ -177,12 +182,12 @@ def test_random_damage_never_hangs_or_escapes_on_corrupt(tmp_path, monkeypatch, 
                 elif kind == 1:
                     data[at:at] = rng.randbytes(rng.randint(1, 20))
                 elif kind == 2:
-                    del data[at:at + rng.randint(1, 20)]
+                    del data[at : at + rng.randint(1, 20)]
                 else:
                     del data[at:]
             (tmp_path / "f").write_bytes(bytes(data))
             calls = []
-            got = list(iter_records(tmp_path / "f", format, on_corrupt=lambda e: calls.append(e) or True))
+            got = list(iter_records(tmp_path / "f", format, on_corrupt=lambda e, calls=calls: calls.append(e) or True))
             if format == "tfrecord":
                 rest, length_fields = iter(records), {len(r).to_bytes(8, "little") for r in records}
                 # an in-order subsequence, but for that frame (checked first: `in rest` consumes)

@@ -69,7 +69,9 @@ def test_corruption_names_the_offset():
 
 def test_a_huge_length_is_refused_before_allocating():
     claim = struct.pack("<II", MAGIC, (2**29 - 1))  # 512 MiB claimed, 4 bytes present
-    with pytest.raises(RecordError, match=r"record at byte 0 claims 536870911 bytes \(536870912 with padding\), more than the 4 left"):
+    with pytest.raises(
+        RecordError, match=r"record at byte 0 claims 536870911 bytes \(536870912 with padding\), more than the 4 left"
+    ):
         list(read_records(io.BytesIO(claim + b"abcd")))
 
 
@@ -116,9 +118,9 @@ def test_round_trip_whatever_the_buffer_size(tmp_path, chunk):
 def test_bad_magic_skips_to_the_next_record(tmp_path, chunk, damaged):
     data, offsets = framed(RECORDS)
     at = offsets[damaged]
-    bad = data[:at] + b"\0\0\0\0" + data[at + 4:]
+    bad = data[:at] + b"\0\0\0\0" + data[at + 4 :]
     records, messages = read_skipping(bad, tmp_path)
-    assert records == RECORDS[:damaged] + RECORDS[damaged + 1:]
+    assert records == RECORDS[:damaged] + RECORDS[damaged + 1 :]
     assert len(messages) == 1 and f"byte {at} does not start with the RecordIO magic" in messages[0]
     with pytest.raises(RecordError, match=f"byte {at} does not start with the RecordIO magic"):
         list(read_records(io.BytesIO(bad)))
@@ -140,7 +142,7 @@ def test_garbage_between_records_is_one_region(tmp_path, chunk):
 def test_a_multipart_record_missing_its_first_part(tmp_path, chunk):
     data, offsets = framed(RECORDS)
     first_part = 8 + 4  # header + b"head"
-    bad = data[:offsets[2]] + data[offsets[2] + first_part:]
+    bad = data[: offsets[2]] + data[offsets[2] + first_part :]
     records, messages = read_skipping(bad, tmp_path)
     assert records == RECORDS[:2] + RECORDS[3:]
     assert messages == [f"{tmp_path / 'damaged.rec'}: middle part at byte {offsets[2]} without a first part"]
@@ -151,20 +153,29 @@ def test_a_multipart_record_missing_its_first_part(tmp_path, chunk):
 def test_a_multipart_record_missing_its_last_part(tmp_path, chunk):
     data, offsets = framed(RECORDS)
     last_part = 8 + 4  # header + b"tail"
-    bad = data[:offsets[3] - last_part] + data[offsets[3]:]
+    bad = data[: offsets[3] - last_part] + data[offsets[3] :]
     records, messages = read_skipping(bad, tmp_path)
     assert records == RECORDS[:2] + RECORDS[3:]  # the record at the damage offset is kept
-    assert messages == [f"{tmp_path / 'damaged.rec'}: part at byte {offsets[3] - last_part} starts a record "
-                        f"before the one at byte {offsets[2]} ended"]
-    records, messages = read_skipping(data[:offsets[3] - last_part], tmp_path)
+    assert messages == [
+        f"{tmp_path / 'damaged.rec'}: part at byte {offsets[3] - last_part} starts a record "
+        f"before the one at byte {offsets[2]} ended"
+    ]
+    records, messages = read_skipping(data[: offsets[3] - last_part], tmp_path)
     assert records == RECORDS[:2] and messages == [
-        f"{tmp_path / 'damaged.rec'}: multipart record at byte {offsets[2]} has no last part"]
+        f"{tmp_path / 'damaged.rec'}: multipart record at byte {offsets[2]} has no last part"
+    ]
 
 
-@pytest.mark.parametrize("cut,message", [(3, "truncated record header"), (10, "claims 1001 bytes"),
-                                         (1008, "claims 1001 bytes (1004 with padding), more than the 1000 left")])
+@pytest.mark.parametrize(
+    "cut,message",
+    [
+        (3, "truncated record header"),
+        (10, "claims 1001 bytes"),
+        (1008, "claims 1001 bytes (1004 with padding), more than the 1000 left"),
+    ],
+)
 def test_a_truncated_tail_is_reported_once_then_the_stream_ends(tmp_path, chunk, cut, message):
     data, offsets = framed(RECORDS)
-    records, messages = read_skipping(data[:offsets[1] + cut], tmp_path)
+    records, messages = read_skipping(data[: offsets[1] + cut], tmp_path)
     assert records == RECORDS[:1]
     assert len(messages) == 1 and message in messages[0] and f"at byte {offsets[1]}" in messages[0]

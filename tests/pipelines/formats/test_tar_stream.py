@@ -98,7 +98,7 @@ def test_concatenated_shards_through_a_pipe_with_short_reads():
     def write():
         with os.fdopen(write_end, "wb", buffering=0) as sink:
             for start in range(0, len(stream), 777):
-                sink.write(stream[start:start + 777])
+                sink.write(stream[start : start + 777])
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -119,8 +119,9 @@ def test_webdataset_tarwriter_samples_and_their_offsets(tmp_path):
         samples = list(iter_samples(stream, "s.tar"))
     firsts = {m.name: m.offset for m in tarfile.open(tmp_path / "s.tar") if m.name.endswith(".cls")}
     assert [s["__key__"] for _, s in samples] == [f"dir/k{n}".encode() for n in range(5)]
-    assert [(s["jpg"], s["cls"], s["seg.png"]) for _, s in samples] == [(bytes([n]) * 600, str(n).encode(), b"m")
-                                                                     for n in range(5)]
+    assert [(s["jpg"], s["cls"], s["seg.png"]) for _, s in samples] == [
+        (bytes([n]) * 600, str(n).encode(), b"m") for n in range(5)
+    ]
     assert [offset for offset, _ in samples] == [firsts[f"dir/k{n}.cls"] for n in range(5)]  # .cls sorts first
 
 
@@ -142,13 +143,13 @@ def test_a_base256_size_is_read():
 def test_damage_is_named_with_the_source_and_the_byte_offset():
     data = tarfile_archive(tarfile.USTAR_FORMAT, {"a.jpg": b"a" * 600, "b.jpg": b"b" * 600}, others=False)
     second = 512 + 1024  # a.jpg's header and its data padded to 1024
-    flipped = data[:second + 10] + bytes([data[second + 10] ^ 0x01]) + data[second + 11:]
+    flipped = data[: second + 10] + bytes([data[second + 10] ^ 0x01]) + data[second + 11 :]
     with pytest.raises(RecordError, match=rf"^shard.tar: bad tar header checksum at byte {second} "):
         ours(flipped)
     with pytest.raises(RecordError, match=r"^shard.tar: member b.jpg at byte 1536 is cut short \(100 of 600 bytes\)$"):
-        ours(data[:second + 512 + 100])
+        ours(data[: second + 512 + 100])
     with pytest.raises(RecordError, match=r"^shard.tar: the tar archive ends inside a header at byte 1536 \("):
-        ours(data[:second + 100])
+        ours(data[: second + 100])
     assert ours(data[:second]) == [(0, "a.jpg", b"a" * 600)]  # a whole member, then the end: no error
     with pytest.raises(RecordError, match=r"^shard.tar: not a tar header at byte 0 "):
         ours(b"PK\x03\x04" + b"\xff" * 508)  # not an archive at all
@@ -195,14 +196,25 @@ def test_what_other_writers_put_around_members():
     assert [data for _, _, data in ours(bytes(signed))] == [b"x"] == [d for _, _, d in tarfile_members(bytes(signed))]
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda: _header("x", tarfile.XHDTYPE, b"garbage") + _header("a.jpg", tarfile.REGTYPE, b"a"),
-     r"bad pax extended header at byte 0"),
-    (lambda: _pax(GNU_sparse_major=1, GNU_sparse_minor=0) + _header("a.jpg", tarfile.REGTYPE, b"a"),
-     r"member a.jpg at byte 0 is a GNU sparse file"),
-    (lambda: _header("a.jpg", tarfile.REGTYPE, b"a")[:148] + bytes(8) + _header("a.jpg", tarfile.REGTYPE, b"a")[156:],
-     r"not a tar header at byte 0"),  # no checksum at all
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda: _header("x", tarfile.XHDTYPE, b"garbage") + _header("a.jpg", tarfile.REGTYPE, b"a"),
+            r"bad pax extended header at byte 0",
+        ),
+        (
+            lambda: _pax(GNU_sparse_major=1, GNU_sparse_minor=0) + _header("a.jpg", tarfile.REGTYPE, b"a"),
+            r"member a.jpg at byte 0 is a GNU sparse file",
+        ),
+        (
+            lambda: (
+                _header("a.jpg", tarfile.REGTYPE, b"a")[:148] + bytes(8) + _header("a.jpg", tarfile.REGTYPE, b"a")[156:]
+            ),
+            r"not a tar header at byte 0",
+        ),  # no checksum at all
+    ],
+)
 def test_damaged_headers_are_named_not_looped_on(damage, message):
     with pytest.raises(RecordError, match=message):
         ours(damage())

@@ -1,5 +1,4 @@
 import io
-
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +18,11 @@ def _jpeg(h: int, w: int, seed: int) -> bytes:
 
 
 def _batch(n: int = 8) -> dict:
-    return {"image": np.array([_jpeg(40 + i, 30 + 2 * i, i) for i in range(n)], dtype=object),
-            "label": np.arange(n) % 10, "id": np.arange(100, 100 + n)}
+    return {
+        "image": np.array([_jpeg(40 + i, 30 + 2 * i, i) for i in range(n)], dtype=object),
+        "label": np.arange(n) % 10,
+        "id": np.arange(100, 100 + n),
+    }
 
 
 def _ops(configs, *overrides):
@@ -64,8 +66,11 @@ def test_undecodable_image_is_a_data_error(configs):
     batch = _batch(3)
     batch["image"][1] = b"not an image"
     sample = int(batch["id"][1])
-    with pytest.raises(DataError, match=rf"^channel 'train': sample id {sample}: undecodable image \(cannot "
-                                        r"identify image file; 12 bytes starting b'not an i'\)$"):
+    with pytest.raises(
+        DataError,
+        match=rf"^channel 'train': sample id {sample}: undecodable image \(cannot "
+        r"identify image file; 12 bytes starting b'not an i'\)$",
+    ):
         Chain(_ops(configs), [], seed=0, channel="train")(batch)
 
 
@@ -81,10 +86,16 @@ def test_undecodable_images_the_counter_lets_pass_leave_the_batch(configs, monke
     chain = Chain(_ops(configs), [], seed=0, channel="train", max_corrupted_records=2)
     out = chain(batch)
     assert [a[:3] for a in asked] == [("train", 2, int(batch["id"][1])), ("train", 2, int(batch["id"][3]))]
-    assert out["id"].tolist() == batch["id"][[0, 2]].tolist() and out["label"].tolist() == batch["label"][[0, 2]].tolist()
+    assert (
+        out["id"].tolist() == batch["id"][[0, 2]].tolist() and out["label"].tolist() == batch["label"][[0, 2]].tolist()
+    )
     assert out["image"].shape == (2, 3, 32, 32) and len(out["host"]) == len(out["prep_s"]) == 2
-    assert chain({"image": [b"x", b"y"], "label": np.array([1, 2]), "id": np.array([5, 6])})["image"].shape == \
-        (0, 3, 32, 32)
+    assert chain({"image": [b"x", b"y"], "label": np.array([1, 2]), "id": np.array([5, 6])})["image"].shape == (
+        0,
+        3,
+        32,
+        32,
+    )
 
 
 def test_random_resized_crop_with_validation_resize_evaluates_as_resize_then_center_crop():
@@ -95,13 +106,19 @@ def test_random_resized_crop_with_validation_resize_evaluates_as_resize_then_cen
     rng = np.random.default_rng(0)
     images = [np.random.default_rng(1).integers(0, 255, (30, 45, 3), dtype=np.uint8)]
     spec = specs.RandomResizedCrop(op="random_resized_crop", size=14, validation_resize=16)
-    expected = center_crop(resize(images, specs.Resize(op="resize", size=16), rng, False),
-                           specs.CenterCrop(op="center_crop", size=14), rng, False)
+    expected = center_crop(
+        resize(images, specs.Resize(op="resize", size=16), rng, False),
+        specs.CenterCrop(op="center_crop", size=14),
+        rng,
+        False,
+    )
     got = random_resized_crop(images, spec, rng, False)
     assert got[0].shape == (14, 14, 3) and np.array_equal(got[0], expected[0])
     plain = specs.RandomResizedCrop(op="random_resized_crop", size=14)
-    assert np.array_equal(random_resized_crop(images, spec, np.random.default_rng(2), True)[0],
-                          random_resized_crop(images, plain, np.random.default_rng(2), True)[0])
+    assert np.array_equal(
+        random_resized_crop(images, spec, np.random.default_rng(2), True)[0],
+        random_resized_crop(images, plain, np.random.default_rng(2), True)[0],
+    )
     with pytest.raises(ValueError, match="validation_resize"):
         specs.RandomResizedCrop(op="random_resized_crop", size=14, validation_resize=12)
 
@@ -134,8 +151,11 @@ def test_a_user_op_by_module_path_and_its_errors(configs, monkeypatch):
     ops = _ops(configs, "pipeline.ops.3={op: user, function: 'sample_user_ops:invert', params: {amount: 200}}")
     assert ops[3].op == "user" and ops[3].params == {"amount": 200}
     plain = Chain(_ops(configs, "pipeline.ops.2.p=0", "pipeline.ops.3.repeat=0"), ["h"], seed=1)(_batch())
-    ops = _ops(configs, "pipeline.ops.2.p=0",
-               "pipeline.ops.3={op: user, function: 'sample_user_ops:invert', params: {amount: 200}}")
+    ops = _ops(
+        configs,
+        "pipeline.ops.2.p=0",
+        "pipeline.ops.3={op: user, function: 'sample_user_ops:invert', params: {amount: 200}}",
+    )
     inverted = Chain(ops, ["h"], seed=1)(_batch())
     assert np.array_equal(inverted["image"], (200 - plain["image"].astype(np.int16)).clip(0, 255).astype(np.uint8))
     with pytest.raises(ConfigError, match="cannot import no_such_module"):
@@ -157,20 +177,25 @@ def test_a_user_op_or_map_op_that_raises_is_one_line_naming_the_op_and_the_user_
     raising = _ops(configs, "pipeline.ops.3={op: user, function: 'sample_user_ops:raising'}")
     with pytest.raises(UserCodeError) as caught:
         Chain(raising, ["h"], seed=1)(_batch())
-    assert str(caught.value) == ("pipeline user op sample_user_ops:raising failed on a data host, at "
-                                 "sample_user_ops.py:19 in _check: ValueError: an image of 32 rows")
+    assert str(caught.value) == (
+        "pipeline user op sample_user_ops:raising failed on a data host, at "
+        "sample_user_ops.py:19 in _check: ValueError: an image of 32 rows"
+    )
     mapped = _ops(configs, "pipeline.ops.3={op: map, function: 'sample_user_ops:raising_map'}")
     with pytest.raises(UserCodeError) as caught:
         Chain(mapped, ["h"], seed=1)(_batch())
-    assert str(caught.value) == ("pipeline.ops.3 map op sample_user_ops:raising_map failed on a data host, at "
-                                 "sample_user_ops.py:23 in raising_map: KeyError: 'x1'")
+    assert str(caught.value) == (
+        "pipeline.ops.3 map op sample_user_ops:raising_map failed on a data host, at "
+        "sample_user_ops.py:23 in raising_map: KeyError: 'x1'"
+    )
 
 
 def test_unknown_op_and_misplaced_normalize_list_what_is_valid(configs):
     from smlaunch.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown op 'warp'; ops: decode_image, resize, random_resized_crop, "
-                                          "center_crop"):
+    with pytest.raises(
+        ConfigError, match="unknown op 'warp'; ops: decode_image, resize, random_resized_crop, center_crop"
+    ):
         _ops(configs, "pipeline.ops.1.op=warp")
     with pytest.raises(ConfigError, match="normalize may only come last"):
         _ops(configs, "pipeline.ops.2={op: normalize}")
@@ -190,8 +215,10 @@ def test_blur_then_center_crop_is_fused_and_gives_the_same_bytes():
     from smlaunch.pipelines.ops.chain import plan_steps
     from smlaunch.pipelines.ops.transforms import OPS
 
-    blurs = [specs.GaussianBlur(op="gaussian_blur", kernel_size=11, sigma=2.0, repeat=3),
-             specs.GaussianBlur(op="gaussian_blur", kernel_size=5, sigma=1.0, repeat=2)]
+    blurs = [
+        specs.GaussianBlur(op="gaussian_blur", kernel_size=11, sigma=2.0, repeat=3),
+        specs.GaussianBlur(op="gaussian_blur", kernel_size=5, sigma=1.0, repeat=2),
+    ]
     rng = np.random.default_rng(7)
     # off-centre crops, crops touching one edge, images smaller than the crop (padded), tiny crops
     shapes = [(64, 48), (41, 40), (40, 40), (30, 50), (120, 37), (20, 20)]
@@ -204,7 +231,7 @@ def test_blur_then_center_crop_is_fused_and_gives_the_same_bytes():
         for spec in [*blurs, crop]:
             plain = OPS[spec.op](plain, spec, None, True)
         out = fused[0]({"image": images}, None, True)["image"]
-        for a, b in zip(out, plain):
+        for a, b in zip(out, plain, strict=False):
             assert a.shape == b.shape and np.array_equal(a, b)
     assert len(plan_steps([blurs[0], specs.HorizontalFlip(op="horizontal_flip"), crop])) == 3  # not adjacent
 
@@ -220,7 +247,8 @@ def test_fused_blur_crop_is_cheaper():
     try:
         blur = specs.GaussianBlur(op="gaussian_blur", kernel_size=5, sigma=1.0, repeat=2)
         chain.plan_steps([blur, specs.CenterCrop(op="center_crop", size=32)])[0](
-            {"image": [np.zeros((256, 256, 3), np.uint8)]}, None, True)
+            {"image": [np.zeros((256, 256, 3), np.uint8)]}, None, True
+        )
     finally:
         chain.blur_image = original
     assert seen == [(40, 40)]  # 32 + 2 x (2 passes x radius 2)
@@ -256,10 +284,8 @@ def test_masks_move_with_their_image_through_crops_resizes_and_flips_and_keep_cl
     pattern): after the chain, the mask must still be the image thresholded, pixel for pixel but
     at the resampled edges, and hold class ids only (nearest-neighbour). The same chain with the
     flip not moving the mask breaks that, so the check can fail."""
-    from smlaunch.config.op_specs import (CenterCrop, DecodeImage, HorizontalFlip, RandomResizedCrop, Resize,
-                                          ToUint8CHW)
+    from smlaunch.config.op_specs import CenterCrop, DecodeImage, HorizontalFlip, RandomResizedCrop, Resize, ToUint8CHW
 
-    rng = np.random.default_rng(0)
     images, masks = [], []
     for i in range(16):
         h, w = 40 + i, 56 - i
@@ -268,16 +294,19 @@ def test_masks_move_with_their_image_through_crops_resizes_and_flips_and_keep_cl
         image = np.where(inside[..., None], 220, 30).astype(np.uint8).repeat(3, axis=2)
         images.append(_png(image))
         masks.append(_png(inside.astype(np.uint8) * 3))  # class 3 inside, 0 outside
-    batch = {"image": np.array(images, dtype=object), "mask": np.array(masks, dtype=object),
-             "id": np.arange(16)}
+    batch = {"image": np.array(images, dtype=object), "mask": np.array(masks, dtype=object), "id": np.arange(16)}
 
     def agreement(flip_masks: tuple) -> float:
-        ops = [DecodeImage(op="decode_image"), DecodeImage(op="decode_image", field="mask", mode="L"),
-               Resize(op="resize", size=36, masks=("mask",)),
-               RandomResizedCrop(op="random_resized_crop", size=24, scale=(0.4, 1.0), masks=("mask",)),
-               HorizontalFlip(op="horizontal_flip", p=0.5, masks=flip_masks),
-               CenterCrop(op="center_crop", size=20, masks=("mask",)),
-               ToUint8CHW(op="to_uint8_chw"), ToUint8CHW(op="to_uint8_chw", field="mask")]
+        ops = [
+            DecodeImage(op="decode_image"),
+            DecodeImage(op="decode_image", field="mask", mode="L"),
+            Resize(op="resize", size=36, masks=("mask",)),
+            RandomResizedCrop(op="random_resized_crop", size=24, scale=(0.4, 1.0), masks=("mask",)),
+            HorizontalFlip(op="horizontal_flip", p=0.5, masks=flip_masks),
+            CenterCrop(op="center_crop", size=20, masks=("mask",)),
+            ToUint8CHW(op="to_uint8_chw"),
+            ToUint8CHW(op="to_uint8_chw", field="mask"),
+        ]
         out = Chain(ops, ["h"], seed=5)(dict(batch))
         assert out["image"].shape == (16, 3, 20, 20) and out["mask"].shape == (16, 1, 20, 20)
         assert set(np.unique(out["mask"]).tolist()) <= {0, 3}  # never a blend of two classes

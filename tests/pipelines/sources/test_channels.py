@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def plan_for(tmp_path, **channel):
     overrides = [f"run.dir={tmp_path}", "run.name=r", "model.num_classes=10"] + [
-        f"channels.train.{k}={v}" for k, v in channel.items()]
+        f"channels.train.{k}={v}" for k, v in channel.items()
+    ]
     cfg = load_config(ROOT / "configs" / "tiny.yaml", overrides)
     return build_plan(cfg, LocalEnvironment(cpus=2, gpus=0, started="t"))
 

@@ -6,13 +6,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_file_reader import HOSTS, deliver
 
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.pipelines.order import LAST, labels_per_batch
 from smlaunch.pipelines.sources.objects import ObjectSource
 from smlaunch.trainers.position import EpochPosition
-
-from test_file_reader import HOSTS, deliver
 
 SHARDS, PER_SHARD = 10, 30
 
@@ -26,12 +25,23 @@ def class_sorted_channel(tmp_path, open_units: int):
     src = tmp_path / "src"
     src.mkdir()
     for shard in range(SHARDS):
-        tfrecord.write_records(src / f"part-{shard}.tfrecord",
-                               [encode_example({"image/encoded": b"jpeg-%d" % i, "image/class/label": shard, "id": i})
-                                for i in range(shard * PER_SHARD, (shard + 1) * PER_SHARD)])
+        tfrecord.write_records(
+            src / f"part-{shard}.tfrecord",
+            [
+                encode_example({"image/encoded": b"jpeg-%d" % i, "image/class/label": shard, "id": i})
+                for i in range(shard * PER_SHARD, (shard + 1) * PER_SHARD)
+            ],
+        )
     roots = deliver(tmp_path, ObjectSource(str(src)).list(), "FullyReplicated")
-    channel = ChannelPlan(name="train", input_mode="File", record_format="tfrecord", source="", hosts=HOSTS,
-                          shuffle=True, open_units=open_units)
+    channel = ChannelPlan(
+        name="train",
+        input_mode="File",
+        record_format="tfrecord",
+        source="",
+        hosts=HOSTS,
+        shuffle=True,
+        open_units=open_units,
+    )
     return channel, list_channel(channel, roots), roots
 
 
@@ -59,8 +69,9 @@ def test_each_epoch_reads_a_new_mixed_order_and_a_retry_the_same(data_cluster, t
     # where read shard after shard they would be one class.
     for task in first:
         assert labels_per_batch(np.array([label for _, label, _ in task]), 8) >= 4, task
-    sequential = ChannelDatasource(ChannelPlan(**{**channel.__dict__, "open_units": 1}), listing, roots,
-                                   seed=3, cpus={h: 1 for h in HOSTS})
+    sequential = ChannelDatasource(
+        ChannelPlan(**{**channel.__dict__, "open_units": 1}), listing, roots, seed=3, cpus={h: 1 for h in HOSTS}
+    )
     for task in read_pass(data_cluster, sequential, 1):
         assert labels_per_batch(np.array([label for _, label, _ in task]), 8) < 1.5
 
@@ -109,9 +120,10 @@ def write_unlabelled_ids_channel(tmp_path, fmt: str):
     for shard in range(SHARDS):
         images = [b"jpeg-%d-%d" % (shard, i) * (1 + i % 3) for i in range(PER_SHARD)]
         if fmt == "tfrecord":
-            tfrecord.write_records(src / f"part-{shard}.tfrecord",
-                                   [encode_example({"image/encoded": image, "image/class/label": shard})
-                                    for image in images])
+            tfrecord.write_records(
+                src / f"part-{shard}.tfrecord",
+                [encode_example({"image/encoded": image, "image/class/label": shard}) for image in images],
+            )
             continue
         with tarfile.open(src / f"part-{shard}.tar", "w") as tar:
             for i, image in enumerate(images):
@@ -121,8 +133,9 @@ def write_unlabelled_ids_channel(tmp_path, fmt: str):
                     tar.addfile(info, io.BytesIO(data))
     roots = deliver(tmp_path, ObjectSource(str(src)).list(), "FullyReplicated")
     fields = {} if fmt == "tfrecord" else {"fields": ["jpg", "cls", ""]}
-    channel = ChannelPlan(name="train", input_mode="File", record_format=fmt, source="", hosts=HOSTS, shuffle=True,
-                          open_units=4, **fields)
+    channel = ChannelPlan(
+        name="train", input_mode="File", record_format=fmt, source="", hosts=HOSTS, shuffle=True, open_units=4, **fields
+    )
     return channel, list_channel(channel, roots), roots
 
 
@@ -140,19 +153,27 @@ def test_a_resumed_epoch_enters_a_partly_drawn_shard_past_its_drawn_head(data_cl
     source = ChannelDatasource(channel, listing, roots, seed=5, cpus={h: 1 for h in HOSTS})
     tasks = source.get_read_tasks(4, data_context=SimpleNamespace(_execution_idx=1))
     run = data_cluster.remote(lambda task: [b.select(["id", "pos", "seek"]).to_pylist() for b in task()])
-    done = data_cluster.get([run.options(label_selector={"sm-host": HOSTS[i % 2]}).remote(t)
-                             for i, t in enumerate(tasks)])
+    done = data_cluster.get(
+        [run.options(label_selector={"sm-host": HOSTS[i % 2]}).remote(t) for i, t in enumerate(tasks)]
+    )
     per_task = [[(r["id"], r["pos"], r["seek"]) for block in blocks for r in block] for blocks in done]
     # The ranks drew each task's first 60 % of rows, and a scattered 40 % of the next 20 % (a shuffle buffer's).
     rng = np.random.default_rng(0)
-    drawn = [row for rows in per_task for k, row in enumerate(rows)
-             if k < 0.6 * len(rows) or (k < 0.8 * len(rows) and rng.random() < 0.4)]
+    drawn = [
+        row
+        for rows in per_task
+        for k, row in enumerate(rows)
+        if k < 0.6 * len(rows) or (k < 0.8 * len(rows) and rng.random() < 0.4)
+    ]
     position = EpochPosition(2)
     position.merge(np.array([[p for _, p, _ in drawn], [s for _, _, s in drawn]], np.int64))
     assert position.partial and position.seeks
     # Zero the drawn head of every shard the resume enters past its start, and every done shard.
-    rels = {int(u): rel for task in tasks for rel, u in zip((r for r, _, _ in task.read_fn.args[2]),
-                                                            task.read_fn.args[2].places.tolist())}
+    rels = {
+        int(u): rel
+        for task in tasks
+        for rel, u in zip((r for r, _, _ in task.read_fn.args[2]), task.read_fn.args[2].places.tolist(), strict=False)
+    }
     for unit, (head, seek) in position.seeks.items():
         offset, _ = split_seek(seek)
         assert head > 0 and offset > 0

@@ -2,8 +2,8 @@
 list of the channel's objects (for 1.28 million objects, tens of MB of JSON per read task)."""
 
 import json
-from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,8 +14,7 @@ from smlaunch.pipelines.sources.objects import ObjectSource
 
 @pytest.mark.ray
 @pytest.mark.parametrize("record_format", ["image_folder", "parquet"])
-def test_fastfile_read_tasks_read_their_own_files_without_parsing_the_view(data_cluster, tmp_path, s3,
-                                                                          record_format):
+def test_fastfile_read_tasks_read_their_own_files_without_parsing_the_view(data_cluster, tmp_path, s3, record_format):
     import cloudpickle
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -31,12 +30,16 @@ def test_fastfile_read_tasks_read_their_own_files_without_parsing_the_view(data_
         bodies = {}
         for i in range(3):
             sink = pa.BufferOutputStream()
-            pq.write_table(pa.table({"image": [b"img-%d" % (i * 100 + r) for r in range(100)],
-                                     "label": [r % 4 for r in range(100)]}), sink, row_group_size=30)
+            pq.write_table(
+                pa.table(
+                    {"image": [b"img-%d" % (i * 100 + r) for r in range(100)], "label": [r % 4 for r in range(100)]}
+                ),
+                sink,
+                row_group_size=30,
+            )
             bodies[f"part-{i}.parquet"] = sink.getvalue().to_pybytes()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda item: s3.put_object(Bucket=bucket, Key=f"train/{item[0]}", Body=item[1]),
-                      bodies.items()))
+        list(pool.map(lambda item: s3.put_object(Bucket=bucket, Key=f"train/{item[0]}", Body=item[1]), bodies.items()))
     source = ObjectSource(f"s3://{bucket}/train/", s3.meta.endpoint_url)
     root = tmp_path / "algo-2/opt/ml"
     channel_path = root / "input/data/ff"
@@ -44,8 +47,14 @@ def test_fastfile_read_tasks_read_their_own_files_without_parsing_the_view(data_
     assert view_source(channel_path) == source and list(read_view(channel_path)[1]) == source.list()
 
     roots = {"algo-2": str(root)}
-    channel = ChannelPlan(name="ff", input_mode="FastFile", record_format=record_format, source="",
-                          hosts=("algo-2",), fields=("image", "label", None))
+    channel = ChannelPlan(
+        name="ff",
+        input_mode="FastFile",
+        record_format=record_format,
+        source="",
+        hosts=("algo-2",),
+        fields=("image", "label", None),
+    )
     listing = list_channel(channel, roots)
     datasource = ChannelDatasource(channel, listing, roots, num_classes=4, cpus={"algo-2": 4})
     tasks = datasource.get_read_tasks(4, data_context=SimpleNamespace(_execution_idx=0))  # the tasks Ray Data runs

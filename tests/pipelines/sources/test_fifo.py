@@ -6,25 +6,28 @@ import time
 import pytest
 
 from smlaunch.errors import DataError
-from smlaunch.pipelines.sources.pipe_agent import PipeAgent
-from smlaunch.pipelines.sources.objects import local_objects, objects_for_host, s3_objects
 from smlaunch.pipelines.formats import iter_records, recordio, tfrecord
 from smlaunch.pipelines.sources.fifo import PipeEpochs, fifo_path, open_epoch
+from smlaunch.pipelines.sources.objects import local_objects, objects_for_host, s3_objects
+from smlaunch.pipelines.sources.pipe_agent import PipeAgent
 
 
 def make_shards(folder, name, count, per_shard):
     folder.mkdir(parents=True, exist_ok=True)
     for shard in range(count):
-        tfrecord.write_records(folder / f"{name}-{shard}.tfrecord",
-                               [f"{name}:{shard}:{i}".encode() for i in range(per_shard)])
+        tfrecord.write_records(
+            folder / f"{name}-{shard}.tfrecord", [f"{name}:{shard}:{i}".encode() for i in range(per_shard)]
+        )
 
 
 def test_three_epochs_of_two_channels_each_sample_once_per_epoch_in_order(tmp_path):
     make_shards(tmp_path / "src/train", "train", 3, 20)
     make_shards(tmp_path / "src/validation", "validation", 1, 7)
     data = tmp_path / "input/data"
-    agents = [PipeAgent(data, ch, local_objects(tmp_path / "src" / ch), epochs=3, seed=5).start()
-              for ch in ("train", "validation")]
+    agents = [
+        PipeAgent(data, ch, local_objects(tmp_path / "src" / ch), epochs=3, seed=5).start()
+        for ch in ("train", "validation")
+    ]
     readers = {ch: PipeEpochs(data, ch, timeout_s=20) for ch in ("train", "validation")}
     orders = []
     for epoch in range(3):
@@ -56,8 +59,11 @@ def test_a_reader_may_close_early_and_the_next_epoch_still_comes(tmp_path):
 
 def test_missing_fifo_file_mode_channel_and_absent_writer_fail_naming_the_fifo(tmp_path):
     started = time.monotonic()
-    with pytest.raises(DataError, match=r"channel 'train': Pipe-mode FIFO .*train_0 for epoch 0 did not appear "
-                                        r"within 1 s"):
+    with pytest.raises(
+        DataError,
+        match=r"channel 'train': Pipe-mode FIFO .*train_0 for epoch 0 did not appear "
+        r"within 1 s",
+    ):
         with open_epoch(tmp_path, "train", 0, timeout_s=1):
             pass
     (tmp_path / "train_0").write_bytes(b"")

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from smlaunch.cluster.plan import ChannelPlan
-from smlaunch.pipelines.sources.fastfile import write_view
 from smlaunch.pipelines.formats import tfrecord
 from smlaunch.pipelines.formats.example import encode_example
+from smlaunch.pipelines.sources.fastfile import write_view
 from smlaunch.pipelines.sources.objects import ObjectSource, objects_for_host
 
 HOSTS = ("algo-2", "algo-3")
@@ -23,18 +23,20 @@ def example(i: int) -> bytes:
 def write_shards(folder: Path, count: int, per_shard: int) -> list[tuple[str, int]]:
     folder.mkdir(parents=True, exist_ok=True)
     for shard in range(count):
-        tfrecord.write_records(folder / f"part-{shard}.tfrecord",
-                               [example(i) for i in range(shard * per_shard, (shard + 1) * per_shard)])
+        tfrecord.write_records(
+            folder / f"part-{shard}.tfrecord", [example(i) for i in range(shard * per_shard, (shard + 1) * per_shard)]
+        )
     return ObjectSource(str(folder)).list()
 
 
 def read_ids(ray, channel: ChannelPlan, roots) -> list[int]:
-    from smlaunch.pipelines.sources.listing import list_channel
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.listing import list_channel
 
     source = ChannelDatasource(channel, list_channel(channel, roots), roots).share_listing()  # as the job ships it
-    ds = ray.data.read_datasource(source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"},
-                                  override_num_blocks=4)
+    ds = ray.data.read_datasource(
+        source, label_selector={"sm-host": f"in({','.join(channel.hosts)})"}, override_num_blocks=4
+    )
     return sorted(int(i) for batch in ds.iter_batches(batch_size=None) for i in batch["id"])
 
 
@@ -50,8 +52,15 @@ def deliver(tmp_path: Path, objects, distribution: str) -> dict[str, str]:
 
 
 def plan(name, mode="File", distribution="FullyReplicated", limit=0) -> ChannelPlan:
-    return ChannelPlan(name=name, input_mode=mode, record_format="tfrecord", source="", hosts=HOSTS,
-                       distribution=distribution, max_corrupted_records=limit)
+    return ChannelPlan(
+        name=name,
+        input_mode=mode,
+        record_format="tfrecord",
+        source="",
+        hosts=HOSTS,
+        distribution=distribution,
+        max_corrupted_records=limit,
+    )
 
 
 @pytest.mark.ray
@@ -64,8 +73,9 @@ def test_file_mode_each_sample_exactly_once(data_cluster, tmp_path, distribution
 
 @pytest.mark.ray
 @pytest.mark.parametrize("distribution", ["FullyReplicated", "ShardedByS3Key"])
-def test_read_tasks_are_bounded_by_the_hosts_cpus_and_ray_still_makes_its_planned_blocks(data_cluster, tmp_path,
-                                                                                        distribution):
+def test_read_tasks_are_bounded_by_the_hosts_cpus_and_ray_still_makes_its_planned_blocks(
+    data_cluster, tmp_path, distribution
+):
     """One read task per CPU of the hosts that read the share (not one per planned block), while
     the blocks the ranks share stay as many as Ray planned: each sample once, in >= 16 blocks."""
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
@@ -79,8 +89,9 @@ def test_read_tasks_are_bounded_by_the_hosts_cpus_and_ray_still_makes_its_planne
     tasks = bounded.get_read_tasks(200)
     assert len(tasks) == (3 if distribution == "FullyReplicated" else 1 + 2), len(tasks)
     assert len(ChannelDatasource(channel, listing, roots).get_read_tasks(200)) == 12  # unbounded: one per file
-    ds = data_cluster.data.read_datasource(bounded, label_selector={"sm-host": "in(algo-2,algo-3)"},
-                                           override_num_blocks=16)
+    ds = data_cluster.data.read_datasource(
+        bounded, label_selector={"sm-host": "in(algo-2,algo-3)"}, override_num_blocks=16
+    )
     batches = list(ds.iter_batches(batch_size=None))
     assert sorted(int(i) for batch in batches for i in batch["id"]) == list(range(600))
     assert len(batches) >= 16, len(batches)
@@ -100,8 +111,9 @@ def test_elastic_hosts_get_blocks_of_a_few_files_each_so_a_host_given_back_ends_
     by_bytes = ChannelDatasource(channel, list_channel(channel, roots), roots, cpus=cpus, ranks=1)
     small = ChannelDatasource(channel, list_channel(channel, roots), roots, cpus=cpus, ranks=1, block_units=4)
     assert by_bytes.block_count() < 15 <= small.block_count(), (by_bytes.block_count(), small.block_count())
-    ds = data_cluster.data.read_datasource(small, label_selector={"sm-host": "in(algo-2,algo-3)"},
-                                           override_num_blocks=small.block_count())
+    ds = data_cluster.data.read_datasource(
+        small, label_selector={"sm-host": "in(algo-2,algo-3)"}, override_num_blocks=small.block_count()
+    )
     blocks = list(ds.iter_batches(batch_size=None))
     assert max(len(b["id"]) for b in blocks) <= 4 * 2, [len(b["id"]) for b in blocks]
     assert sorted(int(i) for b in blocks for i in b["id"]) == list(range(120))
@@ -127,15 +139,21 @@ def test_ray_s_split_of_the_read_tasks_ends_in_the_block_count_asked_for(cpus, r
     count asked for) over the tasks the source makes for that count: the count it asked for."""
     import math
 
+    import ray.data
+
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import ChannelListing
 
-    import ray.data
-
     monkeypatch.setattr(ray.data.DataContext.get_current(), "target_max_block_size", 2**20)  # a job's 1 MiB
     files = {host: [(f"{host}/part-{n}", 60_000) for n in range(40)] for host in cpus}
-    channel = ChannelPlan(name="train", input_mode="File", record_format="tfrecord", source="", hosts=tuple(cpus),
-                          distribution="ShardedByS3Key")
+    channel = ChannelPlan(
+        name="train",
+        input_mode="File",
+        record_format="tfrecord",
+        source="",
+        hosts=tuple(cpus),
+        distribution="ShardedByS3Key",
+    )
     source = ChannelDatasource(channel, ChannelListing(files=files), {h: None for h in cpus}, cpus=cpus, ranks=ranks)
     asked = source.block_count()
     tasks = len(source.get_read_tasks(asked))
@@ -164,8 +182,10 @@ def test_three_ranks_get_equal_shares_of_a_small_channel_read_by_two_tasks(data_
     def consume(rank, split):
         shares[rank] = [int(i) for batch in split.iter_batches(batch_size=None) for i in batch["id"]]
 
-    threads = [threading.Thread(target=consume, args=(rank, split))
-               for rank, split in enumerate(read_channel(source, channel).streaming_split(3, equal=False))]
+    threads = [
+        threading.Thread(target=consume, args=(rank, split))
+        for rank, split in enumerate(read_channel(source, channel).streaming_split(3, equal=False))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -217,8 +237,11 @@ def test_corrupt_records_are_skipped_within_the_allowance_and_counted(data_clust
     with pytest.raises(Exception) as failure:
         read_ids(data_cluster, plan("bad", limit=1), roots)
     assert "more than max_corrupted_records=1" in str(failure.value)
-    assert isinstance(failure.value, DataError) or "DataError" in str(type(failure.value)) or \
-        "bad data CRC in record at byte" in str(failure.value)
+    assert (
+        isinstance(failure.value, DataError)
+        or "DataError" in str(type(failure.value))
+        or "bad data CRC in record at byte" in str(failure.value)
+    )
 
 
 def test_folder_files_reads_whole_files_whatever_size_they_were_listed_with(tmp_path):
@@ -247,8 +270,11 @@ def test_packed_units_come_back_as_they_went_in_whatever_the_paths_hold():
 
     from smlaunch.pipelines.sources.file_reader import PackedUnits
 
-    for units in ([], [("cls/a.png", None, 700), ("cls/b\0c\n\u00e9.png", None, 0), ("", None, 3)],
-                  [("part-0.parquet", 0, 10), ("part-0.parquet", 3, 10)]):
+    for units in (
+        [],
+        [("cls/a.png", None, 700), ("cls/b\0c\n\u00e9.png", None, 0), ("", None, 3)],
+        [("part-0.parquet", 0, 10), ("part-0.parquet", 3, 10)],
+    ):
         packed = pickle.loads(pickle.dumps(PackedUnits(units)))
         assert (list(packed), list(packed), len(packed)) == (units, units, len(units))
 
@@ -262,8 +288,9 @@ def test_ray_s_planning_calls_get_the_real_tasks_count_and_sizes_and_only_the_in
     from smlaunch.pipelines.sources.listing import ChannelListing
 
     files = FileList.of([f"n{c:03d}/{n}.JPEG" for c in range(30) for n in range(100)], range(3000))
-    channel = ChannelPlan(name="validation", input_mode="File", record_format="image_folder", source="",
-                          hosts=("a", "b"))
+    channel = ChannelPlan(
+        name="validation", input_mode="File", record_format="image_folder", source="", hosts=("a", "b")
+    )
     for cpus in ({"a": 2, "b": 3}, None):
         source = ChannelDatasource(channel, ChannelListing(files={"a": files}), {"a": None, "b": None}, cpus=cpus)
         estimated = source.get_read_tasks(8)
@@ -300,17 +327,34 @@ def test_a_large_pass_is_cut_into_short_read_tasks_that_share_the_pass_s_open_un
     from smlaunch.pipelines.sources.units import TASK_BYTES, TASK_UNITS
 
     hosts, readers = tuple(cpus), sum(cpus.values())
-    for count, size, record_format in ((20_000, 700, "image_folder"), (100, 64 << 20, "tfrecord"), (6, 700, "tfrecord")):
+    for count, size, record_format in (
+        (20_000, 700, "image_folder"),
+        (100, 64 << 20, "tfrecord"),
+        (6, 700, "tfrecord"),
+    ):
         rels = [f"n{i % 10:03d}/{i}.JPEG" if record_format == "image_folder" else f"part-{i}" for i in range(count)]
-        channel = ChannelPlan(name="train", input_mode="File", record_format=record_format, source="", hosts=hosts,
-                              shuffle=True, open_units=16)
-        source = ChannelDatasource(channel, ChannelListing(files={hosts[0]: FileList.of(rels, size)}),
-                                   {h: None for h in hosts}, cpus=cpus, ranks=2)
+        channel = ChannelPlan(
+            name="train",
+            input_mode="File",
+            record_format=record_format,
+            source="",
+            hosts=hosts,
+            shuffle=True,
+            open_units=16,
+        )
+        source = ChannelDatasource(
+            channel,
+            ChannelListing(files={hosts[0]: FileList.of(rels, size)}),
+            {h: None for h in hosts},
+            cpus=cpus,
+            ranks=2,
+        )
         tasks = source.get_read_tasks(8, data_context=SimpleNamespace(_execution_idx=0))
         units = [t.read_fn.args[2] for t in tasks]
         assert sorted(rel for u in units for rel, _, _ in u) == sorted(rels)  # every file once
-        assert max(len(u) for u in units) <= TASK_UNITS and \
-            max(int(u.sizes.sum()) for u in units) <= TASK_BYTES, [len(u) for u in units]
+        assert max(len(u) for u in units) <= TASK_UNITS and max(int(u.sizes.sum()) for u in units) <= TASK_BYTES, [
+            len(u) for u in units
+        ]
         even = max(min(readers, count), -(-count // TASK_UNITS), -(-count * size // TASK_BYTES))
         headed = record_format == "image_folder" and even > readers  # short first tasks, one per reader
         assert len(tasks) == even + (readers if headed else 0)
@@ -335,19 +379,34 @@ def test_a_shared_listing_s_read_tasks_carry_indices_and_read_the_same_units(dat
     from smlaunch.pipelines.sources.units import LazyUnits, PackedUnits
 
     rels = [f"n{i % 100:08d}/n{i % 100:08d}_{i}.JPEG" for i in range(20_000)]
-    channel = ChannelPlan(name="train", input_mode="File", record_format="image_folder", source="", hosts=("a",),
-                          shuffle=True, open_units=16)
+    channel = ChannelPlan(
+        name="train",
+        input_mode="File",
+        record_format="image_folder",
+        source="",
+        hosts=("a",),
+        shuffle=True,
+        open_units=16,
+    )
     context = SimpleNamespace(_execution_idx=0)
-    sources = [ChannelDatasource(channel, ChannelListing(files={"a": FileList.of(rels, 700)}), {"a": None},
-                                 cpus={"a": 2}, ranks=2) for _ in range(2)]
-    eager, lazy = sources[0].get_read_tasks(8, data_context=context), \
-        sources[1].share_listing().get_read_tasks(8, data_context=context)
+    sources = [
+        ChannelDatasource(
+            channel, ChannelListing(files={"a": FileList.of(rels, 700)}), {"a": None}, cpus={"a": 2}, ranks=2
+        )
+        for _ in range(2)
+    ]
+    eager, lazy = (
+        sources[0].get_read_tasks(8, data_context=context),
+        sources[1].share_listing().get_read_tasks(8, data_context=context),
+    )
     assert {type(t.read_fn.args[2]) for t in eager} == {PackedUnits}
     assert [type(t.read_fn.args[2]) for t in lazy] == [PackedUnits] * 2 + [LazyUnits] * (len(lazy) - 2)  # short: packed
     assert [list(t.read_fn.args[2]) for t in lazy] == [list(t.read_fn.args[2]) for t in eager]
     assert [t.metadata.size_bytes for t in lazy] == [t.metadata.size_bytes for t in eager]
     shipped = ray.cloudpickle.loads(ray.cloudpickle.dumps(lazy[-1].read_fn.args[2]))  # as a read task gets it
-    assert list(shipped) == list(eager[-1].read_fn.args[2]) and shipped.open_units == eager[-1].read_fn.args[2].open_units
+    assert (
+        list(shipped) == list(eager[-1].read_fn.args[2]) and shipped.open_units == eager[-1].read_fn.args[2].open_units
+    )
     size = [sum(len(ray.cloudpickle.dumps(t.read_fn.args[2])) for t in tasks[2:]) for tasks in (eager, lazy)]
     assert size[1] < size[0] / 3, size  # a path of 30 characters against a 4-byte index and an 8-byte place
 

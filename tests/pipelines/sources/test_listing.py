@@ -31,8 +31,11 @@ def test_file_list_iterates_indexes_and_slices_as_the_pairs_it_packs():
 
 
 def remote_stream(ray, body):
-    return ray.remote(body).options(num_returns="streaming", num_cpus=0, max_retries=0,
-                                    label_selector={"sm-host": "algo-2"}).remote()
+    return (
+        ray.remote(body)
+        .options(num_returns="streaming", num_cpus=0, max_retries=0, label_selector={"sm-host": "algo-2"})
+        .remote()
+    )
 
 
 @pytest.mark.ray
@@ -82,14 +85,16 @@ def test_a_host_whose_folder_hangs_fails_the_listing_naming_channel_and_host(dat
     os.mkfifo(folder / "part-0.parquet")
     try:
         with pytest.raises(DataError) as failure:
-            list_channel(channel("hung", "parquet"), {"algo-2": str(tmp_path / "algo-2/opt/ml")}, stall_s=2.0,
-                         here=here)
+            list_channel(
+                channel("hung", "parquet"), {"algo-2": str(tmp_path / "algo-2/opt/ml")}, stall_s=2.0, here=here
+            )
     finally:
         unblock = threading.Thread(target=lambda: open(folder / "part-0.parquet", "wb").close(), daemon=True)
         unblock.start()  # in case the cancelled lister still waits on the FIFO
     message = str(failure.value)
-    assert "\n" not in message and message.startswith("channel 'hung': listing on host algo-2 made no progress"), \
+    assert "\n" not in message and message.startswith("channel 'hung': listing on host algo-2 made no progress"), (
         message
+    )
 
 
 def write_parquets(folder: Path, groups_per_file) -> None:
@@ -111,8 +116,9 @@ def test_parallel_parquet_footers_give_the_row_groups_and_labels_a_sequential_re
 
     folder = tmp_path / "algo-2/opt/ml/input/data/pq"
     write_parquets(folder, [1 + (i * 5) % 7 for i in range(40)])
-    listing = list_channel(channel("pq", "parquet", fields=("image", "label", None)),
-                           {"algo-2": str(tmp_path / "algo-2/opt/ml")})
+    listing = list_channel(
+        channel("pq", "parquet", fields=("image", "label", None)), {"algo-2": str(tmp_path / "algo-2/opt/ml")}
+    )
     sequential = {}
     for path in sorted(folder.glob("part-*.parquet")):
         with open(path, "rb") as f:
@@ -124,8 +130,9 @@ def test_parallel_parquet_footers_give_the_row_groups_and_labels_a_sequential_re
 
 @pytest.mark.ray
 @HERE
-def test_image_folder_listing_gives_classes_files_in_walk_order_and_refuses_an_empty_class(data_cluster, tmp_path,
-                                                                                           here):
+def test_image_folder_listing_gives_classes_files_in_walk_order_and_refuses_an_empty_class(
+    data_cluster, tmp_path, here
+):
     from smlaunch.pipelines.sources.listing import list_channel
 
     opt_ml = tmp_path / "algo-2/opt/ml"
@@ -175,8 +182,9 @@ def test_an_image_folder_listed_with_estimated_sizes_still_reads_every_file_whol
     ch = channel("sizes", "image_folder")
     listing = list_channel(ch, roots)
     assert len({size for _, size in listing.files["algo-2"]}) == 1  # estimated: one mean for all
-    ds = data_cluster.data.read_datasource(ChannelDatasource(ch, listing, roots, num_classes=3),
-                                           label_selector={"sm-host": "algo-2"})
+    ds = data_cluster.data.read_datasource(
+        ChannelDatasource(ch, listing, roots, num_classes=3), label_selector={"sm-host": "algo-2"}
+    )
     got = [bytes(image) for batch in ds.iter_batches(batch_size=None) for image in batch["image"]]
     assert len(got) == len(bodies) and set(got) == bodies
 
@@ -187,7 +195,6 @@ def test_a_lister_s_error_is_one_line_naming_channel_and_host(data_cluster, tmp_
     from smlaunch.pipelines.sources.listing import list_channel
 
     with pytest.raises(DataError) as failure:
-        list_channel(channel("absent", "tfrecord"), {"algo-2": str(tmp_path / "nowhere/opt/ml")}, stall_s=60,
-                     here=here)
+        list_channel(channel("absent", "tfrecord"), {"algo-2": str(tmp_path / "nowhere/opt/ml")}, stall_s=60, here=here)
     message = str(failure.value)
     assert "\n" not in message and message.startswith("channel 'absent': ") and "host algo-2" in message, message

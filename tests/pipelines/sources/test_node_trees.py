@@ -17,8 +17,18 @@ from smlaunch.pipelines.sources.node_trees import node_trees
 def plan_with(tmp_path: Path, source: str) -> LaunchPlan:
     channel = channel_plan("train", ChannelConfig(source=source, record_format="recordio"), ("algo-2", "algo-3"))
     hosts = tuple(HostPlan(name, "g", "ml.c5.xlarge", "worker", "data", 1, 0, None) for name in ("algo-2", "algo-3"))
-    return LaunchPlan(job="t", run_dir=str(tmp_path / "run-trees"), hosts=hosts, head="algo-2", train_workers=1,
-                      use_gpu=False, train_selector={}, data_selector=None, channels=(channel,), notes=())
+    return LaunchPlan(
+        job="t",
+        run_dir=str(tmp_path / "run-trees"),
+        hosts=hosts,
+        head="algo-2",
+        train_workers=1,
+        use_gpu=False,
+        train_selector={},
+        data_selector=None,
+        channels=(channel,),
+        notes=(),
+    )
 
 
 @pytest.mark.ray

@@ -12,13 +12,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_epoch_order import read_pass
+from test_file_reader import HOSTS, deliver
 
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.pipelines.order import LAST
 from smlaunch.trainers.position import EpochPosition
-
-from test_epoch_order import read_pass
-from test_file_reader import HOSTS, deliver
 
 BATCH = 16
 
@@ -33,13 +32,17 @@ def tfrecord_channel(tmp_path, shards: int, per_shard: int):
     src = tmp_path / "src"
     src.mkdir()
     for shard in range(shards):
-        tfrecord.write_records(src / f"part-{shard}.tfrecord",
-                               [encode_example({"image/encoded": b"jpeg-%d" % i, "image/class/label": shard % 10,
-                                                "id": i})
-                                for i in range(shard * per_shard, (shard + 1) * per_shard)])
+        tfrecord.write_records(
+            src / f"part-{shard}.tfrecord",
+            [
+                encode_example({"image/encoded": b"jpeg-%d" % i, "image/class/label": shard % 10, "id": i})
+                for i in range(shard * per_shard, (shard + 1) * per_shard)
+            ],
+        )
     roots = deliver(tmp_path, ObjectSource(str(src)).list(), "FullyReplicated")
-    channel = ChannelPlan(name="train", input_mode="File", record_format="tfrecord", source="", hosts=HOSTS,
-                          shuffle=True, open_units=4)
+    channel = ChannelPlan(
+        name="train", input_mode="File", record_format="tfrecord", source="", hosts=HOSTS, shuffle=True, open_units=4
+    )
     return channel, list_channel(channel, roots), roots
 
 
@@ -53,14 +56,14 @@ def draw_steps(blocks: list[list[tuple]], ranks: int, rng) -> list[list[tuple]]:
         min(streams, key=len).extend(block)
     for stream in streams:  # the shuffle buffer: rows drawn out of their order within a window
         for start in range(0, len(stream), 3 * BATCH):
-            window = stream[start:start + 3 * BATCH]
-            stream[start:start + 3 * BATCH] = [window[i] for i in rng.permutation(len(window))]
+            window = stream[start : start + 3 * BATCH]
+            stream[start : start + 3 * BATCH] = [window[i] for i in rng.permutation(len(window))]
     steps, cursor = [], [0] * ranks
     while True:
         drawn = []
         for rank, stream in enumerate(streams):
             if len(stream) - cursor[rank] >= BATCH:
-                drawn += stream[cursor[rank]:cursor[rank] + BATCH]
+                drawn += stream[cursor[rank] : cursor[rank] + BATCH]
                 cursor[rank] += BATCH
         if not drawn:
             return steps
@@ -70,7 +73,7 @@ def draw_steps(blocks: list[list[tuple]], ranks: int, rng) -> list[list[tuple]]:
 def blocks_of(ray, source, epoch: int) -> list[list[tuple]]:
     """The pass's rows (id, label, pos) as read tasks yield them, cut into blocks of 20 rows."""
     rows = [row for task in read_pass(ray, source, epoch) for row in task]
-    return [rows[i:i + 20] for i in range(0, len(rows), 20)]
+    return [rows[i : i + 20] for i in range(0, len(rows), 20)]
 
 
 def resume_at_every_step(ray, channel, listing, roots, ranks: int, total: int) -> list[int]:
@@ -118,8 +121,7 @@ def test_a_checkpoint_at_any_step_of_a_file_channel_s_epoch_resumes_it_exactly(d
 
 
 @pytest.mark.ray
-def test_an_epoch_drawn_to_its_last_sample_resumes_as_an_empty_pass_and_the_next_epoch_is_whole(
-        data_cluster, tmp_path):
+def test_an_epoch_drawn_to_its_last_sample_resumes_as_an_empty_pass_and_the_next_epoch_is_whole(data_cluster, tmp_path):
     """Every sample drawn (the epoch divides into full batches, or a stop came at its end): the
     resumed pass plans one read task that reads nothing (none failed Ray Data's planning, which
     divides the estimated size by the task count), and the next epoch reads every sample."""

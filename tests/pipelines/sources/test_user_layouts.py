@@ -1,9 +1,9 @@
 """Every record format in every input mode SageMaker can deliver it in, read through Ray Data on two
 simulated data hosts from files written by the users' own tools (tests/support/user_layouts.py): each
 sample exactly once, with the label its writer gave it and its id (given, or derived from its
-place: file and record, row or byte offset; a Pipe stream's from its image bytes). Delivery is the local stand-in for SageMaker's (`deliver_channels`,
-`start_pipe_agents`), as in a run; whole jobs on these layouts are in
-tests/launcher/test_user_data_jobs.py."""
+place: file and record, row or byte offset; a Pipe stream's from its image bytes). Delivery is the
+local stand-in for SageMaker's (`deliver_channels`, `start_pipe_agents`), as in a run; whole
+jobs on these layouts are in tests/launcher/test_user_data_jobs.py."""
 
 from __future__ import annotations
 
@@ -13,12 +13,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support.user_layouts import (CLASSES, digits, write_image_folder, write_manifest_file, write_parquet, write_slim_tfrecords,
-                          write_webdataset)
 
 from smlaunch.cluster.plan import channel_plan
 from smlaunch.config.schema import ChannelConfig
 from smlaunch.pipelines.rows import derived_id
+from support.user_layouts import (
+    CLASSES,
+    digits,
+    write_image_folder,
+    write_manifest_file,
+    write_parquet,
+    write_slim_tfrecords,
+    write_webdataset,
+)
 
 HOSTS = ("algo-2", "algo-3")
 ROWS = 300
@@ -55,8 +62,11 @@ def read(ray, tmp_path, channel, s3_endpoint=None, listing_check=None):
         source = ChannelDatasource(channel, listing, roots, num_classes=10)
     try:
         ds = ray.data.read_datasource(source, label_selector={"sm-host": "in(algo-2,algo-3)"}, override_num_blocks=4)
-        return sorted((int(label), int(i)) for batch in ds.iter_batches(batch_size=None)
-                      for label, i in zip(batch["label"], batch["id"]))
+        return sorted(
+            (int(label), int(i))
+            for batch in ds.iter_batches(batch_size=None)
+            for label, i in zip(batch["label"], batch["id"], strict=False)
+        )
     finally:
         for agent in agents:
             agent.stop()
@@ -101,10 +111,14 @@ def placed(folder: Path, record_format: str, rels: dict[str, str] | None = None)
             with open(path, "rb") as stream:
                 out += [(int(s["cls"]), derived_id(rel, offset)) for offset, s in iter_samples(stream, rel)]
         elif record_format == "parquet":
-            out += [(int(label), derived_id(rel, n)) for n, label in enumerate(pq.read_table(path)["label"].to_pylist())]
+            out += [
+                (int(label), derived_id(rel, n)) for n, label in enumerate(pq.read_table(path)["label"].to_pylist())
+            ]
         else:
-            out += [(int(example_values(r, ("image/encoded", "image/class/label"))[1]), derived_id(rel, n))
-                    for n, r in enumerate(iter_records(path, "tfrecord"))]
+            out += [
+                (int(example_values(r, ("image/encoded", "image/class/label"))[1]), derived_id(rel, n))
+                for n, r in enumerate(iter_records(path, "tfrecord"))
+            ]
     return sorted(out)
 
 
@@ -115,28 +129,51 @@ def test_image_folder_written_by_pil(data_cluster, tmp_path, rows, s3, mode, dis
     source = upload(s3, root, "folder") if mode == "FastFile" else root
     from PIL import Image
 
-    expected = sorted((label, derived_id(f"{name}/{p.name}")) for label, name in enumerate(CLASSES)
-                      for p in (root / name).glob("*.png"))
+    expected = sorted(
+        (label, derived_id(f"{name}/{p.name}"))
+        for label, name in enumerate(CLASSES)
+        for p in (root / name).glob("*.png")
+    )
     assert Image.open(next((root / CLASSES[3]).glob("*.png"))).format == "PNG" and len(expected) == ROWS
 
     def classes(listing):
         assert listing.classes == CLASSES and listing.num_classes == 10
 
-    got = read(data_cluster, tmp_path, channel(f"folder{mode}", source, record_format="image_folder",
-                                                input_mode=mode, s3_distribution=distribution),
-               s3_endpoint=s3.meta.endpoint_url, listing_check=classes)
+    got = read(
+        data_cluster,
+        tmp_path,
+        channel(f"folder{mode}", source, record_format="image_folder", input_mode=mode, s3_distribution=distribution),
+        s3_endpoint=s3.meta.endpoint_url,
+        listing_check=classes,
+    )
     assert got == expected
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("mode, distribution", [("File", "FullyReplicated"), ("FastFile", "ShardedByS3Key"),
-                                                ("Pipe", "FullyReplicated"), ("Pipe", "ShardedByS3Key")])
+@pytest.mark.parametrize(
+    "mode, distribution",
+    [
+        ("File", "FullyReplicated"),
+        ("FastFile", "ShardedByS3Key"),
+        ("Pipe", "FullyReplicated"),
+        ("Pipe", "ShardedByS3Key"),
+    ],
+)
 def test_webdataset_written_by_tarwriter(data_cluster, tmp_path, rows, s3, mode, distribution):
     write_webdataset(tmp_path / "wds", rows, shards=3)
     source = upload(s3, tmp_path / "wds", "wds") if mode == "FastFile" else tmp_path / "wds"
-    got = read(data_cluster, tmp_path, channel(f"wds{mode}{distribution[0]}", source, record_format="webdataset",
-                                                input_mode=mode, s3_distribution=distribution),
-               s3_endpoint=s3.meta.endpoint_url)
+    got = read(
+        data_cluster,
+        tmp_path,
+        channel(
+            f"wds{mode}{distribution[0]}",
+            source,
+            record_format="webdataset",
+            input_mode=mode,
+            s3_distribution=distribution,
+        ),
+        s3_endpoint=s3.meta.endpoint_url,
+    )
     assert got == (derived(rows) if mode == "Pipe" else placed(tmp_path / "wds", "webdataset"))
 
 
@@ -150,9 +187,16 @@ def test_parquet_written_by_pyarrow_split_by_row_group(data_cluster, tmp_path, r
     def groups(listing):
         assert sorted(listing.row_groups.values()) == [3, 3] and listing.num_classes == 10
 
-    got = read(data_cluster, tmp_path, channel(f"pq{mode}", source, record_format="parquet", input_mode=mode, **keys),
-               s3_endpoint=s3.meta.endpoint_url, listing_check=groups)
-    assert got == (placed(tmp_path / "pq", "parquet") if hf_struct else sorted((label, ident) for _, label, ident in rows))
+    got = read(
+        data_cluster,
+        tmp_path,
+        channel(f"pq{mode}", source, record_format="parquet", input_mode=mode, **keys),
+        s3_endpoint=s3.meta.endpoint_url,
+        listing_check=groups,
+    )
+    assert got == (
+        placed(tmp_path / "pq", "parquet") if hf_struct else sorted((label, ident) for _, label, ident in rows)
+    )
 
 
 @pytest.mark.ray
@@ -161,19 +205,29 @@ def test_slim_tfrecords_listed_by_a_manifest_file(data_cluster, tmp_path, rows, 
     """TF-Slim shards (no `id` feature) written by the `tfrecord` package, half of them listed by a
     ManifestFile: only the listed ones are delivered."""
     shards = write_slim_tfrecords(tmp_path / "slim", rows, shards=4)
-    manifest = write_manifest_file(tmp_path / "train.manifest.json", f"{tmp_path}/slim/validation-",
-                                   [p.name.removeprefix("validation-") for p in shards[:2]])
-    got = read(data_cluster, tmp_path, channel(f"slim{mode}", manifest, input_mode=mode, s3_data_type="ManifestFile",
-                                                record_format="tfrecord"))
+    manifest = write_manifest_file(
+        tmp_path / "train.manifest.json",
+        f"{tmp_path}/slim/validation-",
+        [p.name.removeprefix("validation-") for p in shards[:2]],
+    )
+    got = read(
+        data_cluster,
+        tmp_path,
+        channel(f"slim{mode}", manifest, input_mode=mode, s3_data_type="ManifestFile", record_format="tfrecord"),
+    )
     listed = {p.name: p.name for p in shards[:2]}  # under the prefix's last `/`, as delivered
-    assert got == (derived(rows[:ROWS // 2]) if mode == "Pipe" else placed(tmp_path / "slim", "tfrecord", listed))
+    assert got == (derived(rows[: ROWS // 2]) if mode == "Pipe" else placed(tmp_path / "slim", "tfrecord", listed))
 
 
 @pytest.mark.ray
 def test_file_system_channel_is_mounted_and_split_between_two_hosts(data_cluster, tmp_path, rows):
     write_webdataset(tmp_path / "fsx", rows, shards=4)
-    ch = channel("fsx", tmp_path / "fsx", record_format="webdataset",
-                 file_system={"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/fsx/digits"})
+    ch = channel(
+        "fsx",
+        tmp_path / "fsx",
+        record_format="webdataset",
+        file_system={"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/fsx/digits"},
+    )
     got = read(data_cluster, tmp_path, ch)
     assert got == placed(tmp_path / "fsx", "webdataset")
     for host in HOSTS:  # mounted, not copied: the same folder on both hosts
@@ -207,8 +261,8 @@ def test_bad_webdataset_samples_fail_in_one_line_or_are_skipped_and_counted(data
         sink.write({"__key__": "good", "jpg": rows[2][0], "cls": rows[2][1]})
     whole = (folder / "shard-0001.tar").read_bytes()
     with tarfile.open(folder / "shard-0001.tar") as archive:
-        cut = next(m for m in archive.getmembers()[len(archive.getmembers()) // 2:] if m.name.endswith(".jpg"))
-    (folder / "shard-0001.tar").write_bytes(whole[:cut.offset_data + 100])  # cut inside a member
+        cut = next(m for m in archive.getmembers()[len(archive.getmembers()) // 2 :] if m.name.endswith(".jpg"))
+    (folder / "shard-0001.tar").write_bytes(whole[: cut.offset_data + 100])  # cut inside a member
     start_counter({"bad": 0})
     message = read_error(data_cluster, tmp_path, channel("bad", folder, record_format="webdataset"))
     assert "channel 'bad': " in message and ("shard-0001.tar" in message or "shard-0002.tar" in message), message
@@ -227,12 +281,15 @@ def test_bad_webdataset_samples_fail_in_one_line_or_are_skipped_and_counted(data
     firsts = " | ".join(summary["first"])
     assert "shard-0002.tar sample nolabel at byte 0: no label (extensions jpg;jpeg;png;webp, cls" in firsts, firsts
     assert "sample mislabelled at byte 2560: label 12 is not a class index 0..9 (model.num_classes: 10)" in firsts
-    assert f"shard-0001.tar: member {cut.name} at byte {cut.offset} is cut short (100 of {cut.size} bytes)" in firsts, firsts
+    assert f"shard-0001.tar: member {cut.name} at byte {cut.offset} is cut short (100 of {cut.size} bytes)" in firsts, (
+        firsts
+    )
 
 
 @pytest.mark.ray
-def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_ones_all_arrive(data_cluster, tmp_path,
-                                                                                          rows):
+def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_ones_all_arrive(
+    data_cluster, tmp_path, rows
+):
     """An empty image file and an eleventh class folder (label 10 with `model.num_classes` 10) each
     name the channel and the file; skipped, every other image still arrives once, in blocks that
     mix good tables and bad files; a file gone after the listing names the file and the host."""
@@ -243,16 +300,23 @@ def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_one
     (root / "extra").mkdir()
     for n in range(2):
         (root / "extra" / f"x{n}.png").write_bytes(next((root / CLASSES[1]).glob("*.png")).read_bytes())
-    good = sorted((label, derived_id(f"{name}/{p.name}")) for label, name in enumerate(CLASSES)
-                  for p in (root / name).glob("*.png") if p.stat().st_size)
+    good = sorted(
+        (label, derived_id(f"{name}/{p.name}"))
+        for label, name in enumerate(CLASSES)
+        for p in (root / name).glob("*.png")
+        if p.stat().st_size
+    )
     start_counter({"badfolder": 0})
     message = read_error(data_cluster, tmp_path / "a", channel("badfolder", root, record_format="image_folder"))
-    assert "channel 'badfolder': " in message and ("empty.png: no image (an image file in a class folder)" in message
-                                                  or "label 10 is not a class index 0..9" in message), message
+    assert "channel 'badfolder': " in message and (
+        "empty.png: no image (an image file in a class folder)" in message
+        or "label 10 is not a class index 0..9" in message
+    ), message
 
     start_counter({"skipfolder": 3})
-    got = read(data_cluster, tmp_path / "b", channel("skipfolder", root, record_format="image_folder",
-                                                     max_corrupted_records=3))
+    got = read(
+        data_cluster, tmp_path / "b", channel("skipfolder", root, record_format="image_folder", max_corrupted_records=3)
+    )
     assert got == good
     summary = corrupt_summary()["skipfolder"]
     firsts = " | ".join(summary["first"])
@@ -268,10 +332,15 @@ def test_bad_image_folder_files_fail_in_one_line_or_are_skipped_and_the_good_one
 
     start_counter({"gonefolder": 0})
     with pytest.raises(Exception) as info:
-        read(data_cluster, tmp_path / "c", channel("gonefolder", clean, record_format="image_folder"),
-             listing_check=remove_after_listing)
-    assert re.search(rf"channel 'gonefolder': cannot open \S+/{CLASSES[2]}/{gone} on algo-[23]: No such file",
-                     str(info.value)), str(info.value)
+        read(
+            data_cluster,
+            tmp_path / "c",
+            channel("gonefolder", clean, record_format="image_folder"),
+            listing_check=remove_after_listing,
+        )
+    assert re.search(
+        rf"channel 'gonefolder': cannot open \S+/{CLASSES[2]}/{gone} on algo-[23]: No such file", str(info.value)
+    ), str(info.value)
 
 
 @pytest.mark.ray
@@ -296,8 +365,9 @@ def test_a_read_task_listing_over_a_mebibyte_of_file_names_reads(data_cluster, t
     source = ChannelDatasource(ch, list_channel(ch, roots), roots, num_classes=10)
     running = source.get_read_tasks(1, data_context=SimpleNamespace(_execution_idx=0))  # what Ray Data runs
     assert max(len(cloudpickle.dumps(task)) for task in running) > 1 << 20  # the first is short: `units.headed_runs`
-    ds = data_cluster.data.read_datasource(source, label_selector={"sm-host": "in(algo-2,algo-3)"},
-                                           override_num_blocks=1)
+    ds = data_cluster.data.read_datasource(
+        source, label_selector={"sm-host": "in(algo-2,algo-3)"}, override_num_blocks=1
+    )
     assert ds.count() == 5000
 
 
@@ -307,13 +377,20 @@ def test_parquet_without_the_label_column_names_the_columns(data_cluster, tmp_pa
     import pyarrow.parquet as pq
 
     (tmp_path / "pq").mkdir()
-    pq.write_table(pa.table({"img": pa.array([r[0] for r in rows[:10]], pa.binary()),
-                             "target": pa.array([r[1] for r in rows[:10]])}), tmp_path / "pq/x.parquet")
+    pq.write_table(
+        pa.table(
+            {"img": pa.array([r[0] for r in rows[:10]], pa.binary()), "target": pa.array([r[1] for r in rows[:10]])}
+        ),
+        tmp_path / "pq/x.parquet",
+    )
     from smlaunch.pipelines.corrupt import start_counter
 
     start_counter({"pqbad": 0})
     message = read_error(data_cluster, tmp_path, channel("pqbad", tmp_path / "pq", record_format="parquet"))
     assert "x.parquet: no column image, label (columns: img, target); set the channel's fields" in message, message
-    got = read(data_cluster, tmp_path, channel("pqgood", tmp_path / "pq", record_format="parquet",
-                                               fields={"image": "img", "label": "target"}))
+    got = read(
+        data_cluster,
+        tmp_path,
+        channel("pqgood", tmp_path / "pq", record_format="parquet", fields={"image": "img", "label": "target"}),
+    )
     assert got == sorted((label, derived_id("x.parquet", n)) for n, (_, label, _) in enumerate(rows[:10]))

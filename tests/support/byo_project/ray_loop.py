@@ -7,17 +7,17 @@ import os
 import tempfile
 import time
 
-import torch
-import torch.nn.functional as F
-
 import ray.train
 import ray.train.torch
+import torch
+import torch.nn.functional as F
 from ray.train import Checkpoint
 
 
 def train_func(config):
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 64), torch.nn.ReLU(),
-                                torch.nn.Linear(64, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+    )
     model = ray.train.torch.prepare_model(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
     rank = ray.train.get_context().get_world_rank()
@@ -38,8 +38,15 @@ def train_func(config):
         with tempfile.TemporaryDirectory() as folder:
             saved = None
             if rank == 0:
-                torch.save({"model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
-                            "step": step, "epoch": epoch}, os.path.join(folder, "state.pt"))
+                torch.save(
+                    {
+                        "model": getattr(model, "module", model).state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "step": step,
+                        "epoch": epoch,
+                    },
+                    os.path.join(folder, "state.pt"),
+                )
                 saved = Checkpoint.from_directory(folder)
             ray.train.report(metrics, checkpoint=saved)
 
@@ -63,8 +70,10 @@ def train_func(config):
             else:
                 if config.get("notice_file") and rank == 0:
                     with open(config["notice_file"], "w") as out:
-                        json.dump({"step": step, "t": asked_at, "last_none": last_none,
-                                   "ranks": preempted.preempted_ranks}, out)
+                        json.dump(
+                            {"step": step, "t": asked_at, "last_none": last_none, "ranks": preempted.preempted_ranks},
+                            out,
+                        )
                 save(metrics)
                 return {"preempted_at": step}
             if step % config["checkpoint_every"] == 0 or step >= config["steps"]:

@@ -23,8 +23,8 @@ def make_samples(count: int, seed: int):
         mask = np.zeros((SIDE, SIDE), np.uint8)
         size = int(rng.integers(15, 30))
         top, left = (int(v) for v in rng.integers(0, SIDE - size, 2))
-        image[top:top + size, left:left + size] = rng.integers(160, 256, (size, size, 3), dtype=np.uint8)
-        mask[top:top + size, left:left + size] = 1
+        image[top : top + size, left : left + size] = rng.integers(160, 256, (size, size, 3), dtype=np.uint8)
+        mask[top : top + size, left : left + size] = 1
         jpeg, png = io.BytesIO(), io.BytesIO()
         Image.fromarray(image).save(jpeg, format="JPEG", quality=95)
         Image.fromarray(mask).save(png, format="PNG")
@@ -33,14 +33,20 @@ def make_samples(count: int, seed: int):
 
 
 def fcn(width=8):
-    return torch.nn.Sequential(torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(),
-                               torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.ReLU(),
-                               torch.nn.Conv2d(width, 2, 1))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, width, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(width, width, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(width, 2, 1),
+    )
 
 
 def pixel_loss(model, batch):
-    assert batch["image"].dtype == torch.float32 and batch["mask"].dtype == torch.uint8, \
-        (batch["image"].dtype, batch["mask"].dtype)  # normalize in the chain: float images; masks as decoded
+    assert batch["image"].dtype == torch.float32 and batch["mask"].dtype == torch.uint8, (
+        batch["image"].dtype,
+        batch["mask"].dtype,
+    )  # normalize in the chain: float images; masks as decoded
     return F.cross_entropy(model(batch["image"]).float(), batch["mask"].long().squeeze(1))
 
 
