@@ -62,6 +62,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results_log import report_result  # bench/, this script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -210,7 +211,7 @@ def mix_ratio(labels: np.ndarray) -> tuple[float, float]:
 def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> dict:
     """Labels per batch of the three class-sorted channels; the 1.28M epoch's resume state and resume time."""
     from smlaunch.cluster.board import set_order, start_board
-    from smlaunch.trainers.position import EpochPosition, state_bytes
+    from smlaunch.pipelines.position import EpochPosition, state_bytes
 
     out: dict = {"mix": {}}
     channels = {
@@ -304,7 +305,7 @@ def simulated_state_kib(
     blocks to `ranks` ranks, each rank holding `buffer_rows` + `prefetch_rows` rows read but not
     drawn, a random half of them drawn out of order (the shuffle buffer); states taken at `POINTS`
     points through the epoch."""
-    from smlaunch.trainers.position import EpochPosition, state_bytes
+    from smlaunch.pipelines.position import EpochPosition, state_bytes
 
     rng = np.random.default_rng(seed)
     per_task = units // tasks
@@ -592,7 +593,7 @@ def main() -> int:
             f"class-sorted with shuffle.enabled: false and buffer_rows: 0 (one fixed order, a file at a time) "
             f"{acc['class_sorted_read_in_order']:.3f}"
         )
-    print(
+    report_result(
         "RESULT scale "
         + " ".join(f"{k}={v}" for k, v in result.items())
         + " goal=listing_ratio<=1.5,listing_rss_mb<=1500,checkpoint_data_kib<=64,labels_per_batch_ratio>=0.9,"

@@ -152,6 +152,14 @@ class StepLog:
         return log
 
     @classmethod
+    def from_report(cls, report: dict) -> StepLog:
+        """A run's log from its report (or the trainer's result): "step_series" with the exact
+        "steps" beside it, or, in one written before step series existed, "steps" alone."""
+        if report.get("step_series"):
+            return cls.from_dict(report["step_series"], report["steps"])
+        return cls.from_steps(report["steps"])
+
+    @classmethod
     def from_steps(cls, steps: list[dict], tail: int = TAIL) -> StepLog:
         """From plain step records (a report written before step series existed, a test's run)."""
         log = cls(tail=max(tail, len(steps)))

@@ -125,7 +125,7 @@ def posted_fatal() -> dict | None:
 
 def set_order(channel: str, base: int, resume: dict | None) -> None:
     """Tell the reader of `channel` the epochs done before this worker group started, and the
-    position to resume the next one from (`trainers.position`); see `order_state`."""
+    position to resume the next one from (`pipelines.position`); see `order_state`."""
     board = find_board()
     if board is not None:
         import ray

@@ -27,7 +27,7 @@ def node_ids(hosts: list[str]) -> dict[str, str]:
     """Host name -> Ray node id (hex) of the alive nodes of `hosts`."""
     import ray
 
-    from smlaunch.pipelines.sources.host_loss import host_label
+    from smlaunch.cluster.labels import host_label
 
     label = host_label()
     return {

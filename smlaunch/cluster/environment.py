@@ -16,7 +16,7 @@ PID 1 says nothing about how a stop would reach them."""
 
 def detect_local_environment() -> LocalEnvironment:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    from smlaunch.launcher.job.supervisor import read_pid1
+    from smlaunch.cluster.process_tree import read_pid1
 
     return LocalEnvironment(
         cpus=cpus,

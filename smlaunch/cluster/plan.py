@@ -13,47 +13,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from smlaunch.cluster.labels import GROUP_LABEL, HOST_LABEL, SUBCLUSTER
 from smlaunch.cluster.topology import (
-    GroupShape,
     WorkerPlan,
     as_cpu_stand_ins,
-    choose_train_group,
+    config_train_group,
     place_workers,
     receiving_groups,
 )
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
 from smlaunch.text import plural
-
-SUBCLUSTER = "ray-subcluster"
-"""Ray Data sizes its budget per value of this exact label key (see ../shared/notes/ray.md §3)."""
-HOST_LABEL = "sm-host"
-GROUP_LABEL = "sm-group"
-NODE_ID_LABEL = "ray.io/node-id"
-"""Ray's own label on every node: how hosts are named and pinned on a cluster smlaunch did not start."""
-HOST_LABEL_ENV = "SMLAUNCH_HOST_LABEL"
-
-
-def host_label() -> str:
-    """The node label that names a host and pins work to it: `sm-host`, which smlaunch sets on the
-    clusters it starts, or `ray.io/node-id` on a running cluster it attached to (`--address`),
-    whose nodes carry no per-host label of ours. The attached driver sets it for the whole Ray
-    job (its runtime environment), so every task and actor reads the same key."""
-    import os
-
-    return os.environ.get(HOST_LABEL_ENV) or HOST_LABEL
-
-
-def host_selector(name: str) -> dict[str, str]:
-    """A label selector for the host named `name`."""
-    return {host_label(): name}
-
-
-def this_host() -> str | None:
-    """The host a task or actor runs on, by `host_label()`."""
-    import ray
-
-    return ray.get_runtime_context().get_node_labels().get(host_label()) if ray.is_initialized() else None
 
 
 @dataclass(frozen=True)
@@ -67,7 +37,7 @@ class LocalEnvironment:
     memory_bytes: int = 0
     """This machine's memory (0: unknown), shared by the simulated hosts' object stores."""
     pid1: object = None
-    """This container's PID 1 (`launcher.job.supervisor.Pid1`), where /proc tells: on a SageMaker
+    """This container's PID 1 (`cluster.process_tree.Pid1`), where /proc tells: on a SageMaker
     host it decides what a stop does (`stop_protection`)."""
 
 
@@ -300,16 +270,6 @@ def stop_protection(trainer, pid1) -> tuple[float, str | None]:
         f"stop: {pid1.what_a_stop_does()}; {cadence}. For a checkpoint at the stop itself use "
         "sagemaker.entry: container, or smlaunch-init as the image's PID 1 (README, \"Stops under "
         'the toolkit")'
-    )
-
-
-def config_train_group(cfg: LaunchConfig) -> tuple[str, str]:
-    """The group that trains, and why: `topology.choose_train_group` over the config's groups and
-    their instance types' GPUs. The local plan, a running cluster's match, KubeRay's manifest and
-    `submit`'s request all ask here; a SageMaker host asks the same function with the job's group
-    names and what its instance types hold (`cluster.sagemaker.plan`)."""
-    return choose_train_group(
-        [GroupShape(g.name, g.instance_type, g.spec.gpus) for g in cfg.cluster.instance_groups], cfg.cluster.train_group
     )
 
 

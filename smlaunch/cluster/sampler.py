@@ -161,7 +161,7 @@ class Samplers:
     def __init__(self, plan, interval_s: float):
         import ray
 
-        from smlaunch.cluster.plan import host_selector
+        from smlaunch.cluster.labels import host_selector
 
         actor = ray.remote(HostSampler)
         pinned = {

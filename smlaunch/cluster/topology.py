@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
 
 
@@ -113,3 +114,13 @@ def place_workers(train_hosts: list[tuple], cap: int | None = None) -> tuple[Wor
 def as_cpu_stand_ins(workers: tuple[WorkerPlan, ...]) -> tuple[WorkerPlan, ...]:
     """The same ranks on the same hosts, each on a CPU (gloo) instead of its planned GPU."""
     return tuple(WorkerPlan(w.rank, w.host, w.gpu, stand_in=w.gpu is not None) for w in workers)
+
+
+def config_train_group(cfg: LaunchConfig) -> tuple[str, str]:
+    """The group that trains, and why: `choose_train_group` over the config's groups and
+    their instance types' GPUs. The local plan, a running cluster's match, KubeRay's manifest and
+    `submit`'s request all ask here; a SageMaker host asks the same function with the job's group
+    names and what its instance types hold (`cluster.sagemaker.plan`)."""
+    return choose_train_group(
+        [GroupShape(g.name, g.instance_type, g.spec.gpus) for g in cfg.cluster.instance_groups], cfg.cluster.train_group
+    )

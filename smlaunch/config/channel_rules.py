@@ -11,7 +11,7 @@ config schema calls it at load, so `plan`, `run` and `submit` all refuse the sam
 
 from __future__ import annotations
 
-from smlaunch.pipelines.formats import CHANNEL_FORMATS
+from smlaunch.config.formats import BUILTIN_FORMAT, CHANNEL_FORMATS
 
 RECORD_FORMATS = tuple(CHANNEL_FORMATS)
 CLASSES_FROM_DATA = tuple(name for name, spec in CHANNEL_FORMATS.items() if spec.classes_from_data)
@@ -47,13 +47,10 @@ def channel_problem(ch) -> str | None:
             )
     elif ch.attribute_names is not None:
         return f"attribute_names belong to an augmented manifest, but s3_data_type is {ch.s3_data_type}"
-    from smlaunch.pipelines.builtin import BUILTIN_FORMAT  # here: the builtins' module is not light
-
     if ch.source.startswith("builtin:") and (fmt != BUILTIN_FORMAT or ch.s3_data_type != "S3Prefix" or ch.file_system):
         return (
             f"source {ch.source} is a builtin dataset of {BUILTIN_FORMAT} files; use record_format: {BUILTIN_FORMAT} "
-            "without "
-            "a manifest or file_system"
+            "without a manifest or file_system"
         )
     if ch.s3_data_type == "ManifestFile" and mode == "FastFile":
         return (

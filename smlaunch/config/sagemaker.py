@@ -76,7 +76,7 @@ class SageMakerConfig(_Strict):
     entry: Literal["container", "toolkit"] = "container"
     """container: `ContainerEntrypoint` execs sm-launch as PID 1 (it gets SIGTERM); toolkit: the image's
     training toolkit runs the entry script as `sagemaker_program`; a stop reaches sm-launch only if the
-    image's PID 1 passes SIGTERM on to the toolkit (`launcher.job.supervisor`)."""
+    image's PID 1 passes SIGTERM on to the toolkit (`cluster.process_tree`)."""
     command: Literal["run", "check", "plan"] = "run"
     """What every host runs: `run` trains; `check` only brings the Ray cluster up and down; `plan` prints
     each host's plan."""

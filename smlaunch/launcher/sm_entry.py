@@ -11,11 +11,11 @@ installs. It then *replaces itself* with
 receives SIGTERM directly. Standard library only: nothing else is installed yet.
 
 In toolkit mode SageMaker's SIGTERM goes to the container's PID 1, not to the launcher
-(`launcher.job.supervisor` has the cases). The script names its supervisor (the nearest ancestor that
+(`cluster.process_tree` has the cases). The script names its supervisor (the nearest ancestor that
 is not a shell, as `pid:start time`) in `SMLAUNCH_SUPERVISOR`, and the launcher stops, checkpoints
 and exits when that process is gone (`launcher.job.stopping.watch_supervisor`), the same path as a
 SIGTERM of its own. Whether a stop gets that far depends on the container's PID 1; sm-launch says
-at start what a stop will do under it (`launcher.job.supervisor.Pid1`).
+at start what a stop will do under it (`cluster.process_tree.Pid1`).
 
 The project is the nearest folder at or above this file holding `pyproject.toml`, so the same
 script also serves a source dir staged by hand for the SageMaker Python SDK
@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     command = os.environ.get("SMLAUNCH_COMMAND", "run")
     if command not in COMMANDS:
         return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
-    sys.path.insert(0, str(PROJECT))  # the shipped package: its supervisor module is standard library only
-    from smlaunch.launcher.job.supervisor import SUPERVISOR_ENV, is_alive, supervisor
+    sys.path.insert(0, str(PROJECT))  # the shipped package: its process_tree module is standard library only
+    from smlaunch.cluster.process_tree import SUPERVISOR_ENV, is_alive, supervisor
 
     watched = supervisor()  # now: an install takes 20-30 s, and the supervisor may be gone by then
     env = dict(os.environ)

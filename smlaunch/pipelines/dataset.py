@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import warnings
 
-from smlaunch.cluster.plan import LaunchPlan, host_label
+from smlaunch.cluster.labels import host_label
+from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
 
 
@@ -112,7 +113,7 @@ def _placement(plan: LaunchPlan):
     silenced here, for this call only, and tests/launcher/attached/test_elastic.py fails the day the
     argument goes (the hosts would then grow past what the loop asked for)."""
     from smlaunch.cluster.autoscale.placement import JoinedHosts
-    from smlaunch.cluster.plan import NODE_ID_LABEL
+    from smlaunch.cluster.labels import NODE_ID_LABEL
 
     return JoinedHosts(plan.preprocess_selector, NODE_ID_LABEL)
 

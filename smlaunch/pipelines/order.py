@@ -17,7 +17,7 @@ channel by default):
 
 A sample's place in the epoch's order is its position (`pos`, one int64): the index of its unit
 in the epoch's permutation, the ordinal of the sample among the rows its unit yielded, and a bit
-on the unit's last row. Positions are what a checkpoint resumes from (`trainers.position`): they
+on the unit's last row. Positions are what a checkpoint resumes from (`pipelines.position`): they
 do not depend on the world size, the read tasks or which rank drew the sample. A row of a record
 file (TFRecord, RecordIO, text, a WebDataset shard) also carries where reading its unit can start
 again after it (`seek`: `seek_point`), so a resumed epoch seeks past a unit's drawn rows instead
@@ -86,7 +86,7 @@ def task_runs(count: int, tasks: int) -> list[range]:
 
     Contiguous, not every n-th: a task reads its run in order, so what the ranks have consumed at
     any moment is one prefix per task plus what is in flight, which a checkpoint stores as a few
-    ranges (`trainers.position`)."""
+    ranges (`pipelines.position`)."""
     tasks = max(1, min(tasks, count))
     bounds = [count * g // tasks for g in range(tasks + 1)]
     return [range(bounds[g], bounds[g + 1]) for g in range(tasks)]

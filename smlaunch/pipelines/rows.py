@@ -36,7 +36,6 @@ from smlaunch.pipelines.corrupt import skip_policy
 from smlaunch.pipelines.formats import CHANNEL_FORMATS, PositionedRecords, RecordError, iter_records
 from smlaunch.pipelines.formats.example import example_values
 from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT
-from smlaunch.pipelines.sources.manifest import group_attributes
 
 Sample = tuple[str, bytes, object, object]
 """(where in the source, image bytes, label as found, id as found or None)."""
@@ -458,3 +457,20 @@ def _need(channel: ChannelPlan) -> str:
         + (f", {ident}" if ident else "")
         + "; set the channel's fields to rename them"
     )
+
+
+def group_attributes(records: Iterable[bytes], count: int, source: str) -> Iterator[tuple[bytes, ...]]:
+    """Consecutive records regrouped into tuples of `count` attributes (one manifest line each)."""
+    group: list[bytes] = []
+    rows = 0
+    for record in records:
+        group.append(record)
+        if len(group) == count:
+            yield tuple(group)
+            group = []
+            rows += 1
+    if group:
+        raise DataError(
+            f"{source}: the stream ended inside row {rows} after {len(group)} of {count} attributes; "
+            "do the channel's attribute_names match the job's AttributeNames?"
+        )

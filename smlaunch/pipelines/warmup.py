@@ -40,7 +40,7 @@ def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None, sh
     first read tasks of the pass waited 1-2 s for between two simulated hosts."""
     import ray
 
-    from smlaunch.cluster.plan import host_selector
+    from smlaunch.cluster.labels import host_selector
 
     subcluster = "data" if plan.data_selector else "train"
     task = ray.remote(warm_worker)
@@ -73,7 +73,7 @@ def warm_read_workers(plan, runtime_env: dict) -> list:
     other read slots start their workers while the first reads run."""
     import ray
 
-    from smlaunch.cluster.plan import host_selector
+    from smlaunch.cluster.labels import host_selector
     from smlaunch.pipelines.dataset import READ_WORKER_ENV
 
     env = {**runtime_env, "env_vars": {**runtime_env.get("env_vars", {}), **READ_WORKER_ENV}}
@@ -91,7 +91,7 @@ def warm_reader() -> dict:
         import pyarrow  # noqa: F401
         import ray.data  # noqa: F401
 
-        from smlaunch.cluster.plan import this_host
+        from smlaunch.cluster.labels import this_host
         from smlaunch.pipelines.sources import file_reader, pipe_reader  # noqa: F401
 
     return {"host": this_host(), "pid": os.getpid(), "error": None, "reader": True}
@@ -144,7 +144,7 @@ def _warm(ops: list) -> dict:
     import ray.data  # noqa: F401 (Ray Data's task-side modules)
     from PIL import Image
 
-    from smlaunch.cluster.plan import this_host
+    from smlaunch.cluster.labels import this_host
     from smlaunch.pipelines.ops.chain import Chain
 
     done = {"host": this_host(), "pid": os.getpid(), "error": None}

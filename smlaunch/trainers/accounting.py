@@ -33,7 +33,7 @@ SHOWN_IDS = 20
 
 class EpochIds:
     """The ids this worker drew in the current epoch; past `cap` of them, only their count (the
-    epoch is then checked by positions alone: `trainers.position`)."""
+    epoch is then checked by positions alone: `pipelines.position`)."""
 
     def __init__(self, cap: int | None = None):
         self.parts: list[np.ndarray] = []

@@ -15,7 +15,12 @@ import hashlib
 import json
 import logging
 import os
+import re
 from pathlib import Path
+
+from smlaunch.errors import UserError
+
+log = logging.getLogger("smlaunch")
 
 STATE = "state.pt"
 META = "meta.json"
@@ -46,11 +51,9 @@ def is_complete(directory: Path) -> bool:
 
 def latest_complete(root: str | os.PathLike) -> Path | str | None:
     """The complete checkpoint with the highest step under `root` (any run), or None; under an
-    `s3://` root, its URI (`s3_store.latest_complete`)."""
+    `s3://` root, its URI."""
     if str(root).startswith("s3://"):
-        from smlaunch.trainers.s3_store import latest_complete as latest_on_s3
-
-        return latest_on_s3(str(root))
+        return _latest_complete_on_s3(str(root))
     root = Path(root)
     if not root.is_dir():
         return None
@@ -58,9 +61,7 @@ def latest_complete(root: str | os.PathLike) -> Path | str | None:
     for directory in found:
         if is_complete(directory):
             return directory
-        logging.getLogger("smlaunch").warning(
-            f"checkpoint {directory} is incomplete (cut short while written); skipping it"
-        )
+        log.warning(f"checkpoint {directory} is incomplete (cut short while written); skipping it")
     return None
 
 
@@ -71,11 +72,42 @@ def load_state(directory: str | os.PathLike) -> dict:
     if str(directory).startswith("s3://"):
         import tempfile
 
-        from smlaunch.trainers.s3_store import fetch_checkpoint
-
         with tempfile.TemporaryDirectory(prefix="smlaunch-resume-") as tmp:
-            return torch.load(fetch_checkpoint(str(directory), tmp) / STATE, map_location="cpu", weights_only=False)
+            return torch.load(_fetch_from_s3(str(directory), tmp) / STATE, map_location="cpu", weights_only=False)
     return torch.load(Path(directory) / STATE, map_location="cpu", weights_only=False)
+
+
+def _latest_complete_on_s3(uri: str) -> str | None:
+    """The newest checkpoint `uri/<run>/step-N` (any run) whose `state.pt` has the size its
+    `meta.json` gives, as an `s3://` URI; None if there is none."""
+    from smlaunch.trainers.s3_store import list_objects, read_json, split
+
+    bucket, key = split(uri)
+    sizes = {item["Key"]: item["Size"] for item in list_objects(bucket, f"{key}/" if key else "")}
+    pattern = re.compile(re.escape(f"{key}/" if key else "") + r"[^/]+/step-\d+/" + re.escape(META) + "$")
+    for meta_key in sorted((k for k in sizes if pattern.match(k)), key=lambda k: k.split("/")[-2], reverse=True):
+        directory = meta_key.rsplit("/", 1)[0]
+        try:
+            meta = read_json(f"s3://{bucket}/{meta_key}")
+            if sizes.get(f"{directory}/{STATE}") == meta["size"]:
+                return f"s3://{bucket}/{directory}"
+        except (ValueError, KeyError, TypeError):
+            pass
+        log.warning(f"checkpoint s3://{bucket}/{directory} is incomplete (cut short while written); skipping it")
+    return None
+
+
+def _fetch_from_s3(uri: str, local: str | os.PathLike) -> Path:
+    """The checkpoint at `uri` downloaded into `local`, its SHA-256 checked."""
+    from smlaunch.trainers.s3_store import download_dir
+
+    download_dir(uri, local)
+    if not is_complete(Path(local)):
+        raise UserError(
+            f"checkpoint {uri}: state.pt does not match its meta.json (size or SHA-256); "
+            "delete that step- folder to resume from the one before"
+        )
+    return Path(local)
 
 
 def _sha256(path: Path) -> str:

@@ -34,7 +34,7 @@ def train_loop(spec) -> dict:
 
     from smlaunch.trainers.failures import describe, end_job_for
 
-    marks = {"train_workers_up": time.time()}  # the run's phases (`launcher.job.phases`): wall clock
+    marks = {"train_workers_up": time.time()}  # the run's phases (`launcher.report.phases`): wall clock
     run = None
     try:
         run = _Run(spec, marks)
@@ -54,6 +54,7 @@ class _Run:
         import torch
 
         from smlaunch.cluster.board import Outbox
+        from smlaunch.pipelines.position import DrawnPositions, EpochPosition
         from smlaunch.pipelines.sources.host_loss import LostHostGuard
         from smlaunch.series import StepLog
         from smlaunch.trainers.accounting import Accountant, EpochIds
@@ -63,7 +64,6 @@ class _Run:
         from smlaunch.trainers.model import build_model
         from smlaunch.trainers.next_epoch import NextEpoch
         from smlaunch.trainers.optim import build_optimizer, build_schedule
-        from smlaunch.trainers.position import DrawnPositions, EpochPosition
         from smlaunch.trainers.resume import initial_state
         from smlaunch.trainers.task import make_task
         from smlaunch.trainers.validation import schedule
@@ -151,8 +151,8 @@ class _Run:
 
         self.step, self.epochs_done = state["step"], state["epochs_done"]
         self.resuming = True
-        if isinstance(state.get("position"), dict):  # where the epoch stands (`trainers.position`)
-            from smlaunch.trainers.position import EpochPosition
+        if isinstance(state.get("position"), dict):  # where the epoch stands (`pipelines.position`)
+            from smlaunch.pipelines.position import EpochPosition
 
             restored = EpochPosition.from_state(state["position"])
             self.drawn_before = restored.delivered
@@ -382,7 +382,7 @@ class _Run:
         if complete:
             self.epochs_done += 1
         if self.rank == 0:
-            from smlaunch.trainers.position import EpochPosition
+            from smlaunch.pipelines.position import EpochPosition
 
             self.position = EpochPosition(self.epochs_done + 1)
 

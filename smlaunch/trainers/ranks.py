@@ -35,7 +35,7 @@ def adopt_rank0_buffers(model, world: int) -> None:
 
 
 def rank_digest(model, rank: int) -> dict:
-    from smlaunch.cluster.plan import this_host
+    from smlaunch.cluster.labels import this_host
 
     host = this_host()
     return {"rank": rank, "host": host, "param_sha256": param_sha256(model)}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 from pathlib import Path
 
 from smlaunch.errors import UserError
@@ -117,7 +116,7 @@ def download_dir(uri: str, local: str | os.PathLike) -> int:
     """Every object under `uri/` into `local` by its relative key; the count downloaded."""
     bucket, key = split(uri)
     count = 0
-    for item in _list(bucket, f"{key}/"):
+    for item in list_objects(bucket, f"{key}/"):
         if item["Key"].endswith("/"):  # a folder marker (pyarrow writes them), not a file
             continue
         target = Path(local, item["Key"][len(key) + 1 :])
@@ -152,40 +151,8 @@ def _one_line(doing: str):
         raise UserError(f"run.dir: {doing} failed ({exc})") from None
 
 
-def latest_complete(uri: str) -> str | None:
-    """The newest checkpoint `uri/<run>/step-N` (any run) whose `state.pt` has the size its
-    `meta.json` gives, as an `s3://` URI; None if there is none."""
-    from smlaunch.trainers.checkpoints import META, STATE
-
-    bucket, key = split(uri)
-    sizes = {item["Key"]: item["Size"] for item in _list(bucket, f"{key}/" if key else "")}
-    pattern = re.compile(re.escape(f"{key}/" if key else "") + r"[^/]+/step-\d+/" + re.escape(META) + "$")
-    for meta_key in sorted((k for k in sizes if pattern.match(k)), key=lambda k: k.split("/")[-2], reverse=True):
-        directory = meta_key.rsplit("/", 1)[0]
-        try:
-            meta = read_json(f"s3://{bucket}/{meta_key}")
-            if sizes.get(f"{directory}/{STATE}") == meta["size"]:
-                return f"s3://{bucket}/{directory}"
-        except (ValueError, KeyError, TypeError):
-            pass
-        log.warning(f"checkpoint s3://{bucket}/{directory} is incomplete (cut short while written); skipping it")
-    return None
-
-
-def fetch_checkpoint(uri: str, local: str | os.PathLike) -> Path:
-    """The checkpoint at `uri` downloaded into `local`, its SHA-256 checked."""
-    from smlaunch.trainers.checkpoints import is_complete
-
-    download_dir(uri, local)
-    if not is_complete(Path(local)):
-        raise UserError(
-            f"checkpoint {uri}: state.pt does not match its meta.json (size or SHA-256); "
-            "delete that step- folder to resume from the one before"
-        )
-    return Path(local)
-
-
-def _list(bucket: str, prefix: str):
+def list_objects(bucket: str, prefix: str):
+    """Every object under `prefix` of `bucket` (boto3's `list_objects_v2` entries), page by page."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:

@@ -58,7 +58,7 @@ class TrainSpec:
     """Rows of each train worker's shuffle buffer (the train channel's `shuffle.buffer_rows`; 0: none)."""
     train_units: int | None = None
     """Units (files or Parquet row groups) of a File or FastFile train channel: what a complete
-    epoch's positions must cover (`trainers.position`); None for a Pipe channel."""
+    epoch's positions must cover (`pipelines.position`); None for a Pipe channel."""
     checkpoint_every_s: float = 0.0
     """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
     model_factory: str | None = None

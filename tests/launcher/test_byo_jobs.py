@@ -184,7 +184,7 @@ def test_the_smallest_config_plans_with_every_optional_section_absent(tmp_path, 
 
     import smlaunch
     from smlaunch.config import load_config
-    from smlaunch.launcher.commands.plan import validation_line
+    from smlaunch.launcher.job.plan_text import validation_line
     from smlaunch.launcher.job.train_spec import train_spec
 
     monkeypatch.chdir(folder)

@@ -105,7 +105,7 @@ def test_the_terminal_shows_a_redrawn_bar_and_only_our_own_lines(tiny_job):
 def test_the_report_and_the_console_say_where_the_runs_time_went(tiny_job):
     """Every phase of the run, as seconds after the command, in the order the run passed them: the
     driver's marks and rank 0's (another process) on one clock."""
-    from smlaunch.launcher.job.phases import ORDER
+    from smlaunch.launcher.report.phases import ORDER
 
     phases = tiny_job.report["summary"]["phases_s"]
     assert list(phases) == list(ORDER)

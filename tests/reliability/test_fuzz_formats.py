@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats import RecordError, iter_records, recordio, tfrecord
 from smlaunch.pipelines.formats.example import decode_example, encode_example, example_values
-from smlaunch.pipelines.sources.manifest import group_attributes
+from smlaunch.pipelines.rows import group_attributes
 
 FUZZ = settings(
     max_examples=100,

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER, config_train_group
-from smlaunch.cluster.topology import place_workers
+from smlaunch.cluster.labels import SUBCLUSTER, group_selector
+from smlaunch.cluster.topology import config_train_group, place_workers
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import UserError
 
@@ -68,10 +68,6 @@ class AttachedCluster:
         return tuple(n for nodes in self.groups.values() for n in nodes)
 
 
-def selector(cfg: LaunchConfig, group: str) -> dict[str, str]:
-    return dict(cfg.cluster.node_labels.get(group) or {GROUP_LABEL: group})
-
-
 def match_groups(cfg: LaunchConfig, entries: list[dict], address: str) -> AttachedCluster:
     """The cluster's live nodes per group, and its train workers; UserError when it cannot run `cfg`."""
     nodes = [Node.from_ray(e) for e in entries if e.get("Alive")]
@@ -79,7 +75,7 @@ def match_groups(cfg: LaunchConfig, entries: list[dict], address: str) -> Attach
     train_group, _ = config_train_group(cfg)
     matched, owner, notes = {}, {}, []
     for group in groups:
-        wanted = selector(cfg, group.name)
+        wanted = group_selector(cfg, group.name)
         mine = tuple(n for n in nodes if all(n.labels.get(k) == v for k, v in wanted.items()))
         if not mine:
             seen = sorted({f"{k}={v}" for n in nodes for k, v in n.labels.items() if k != "ray.io/node-id"})

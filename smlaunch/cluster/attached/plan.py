@@ -25,15 +25,8 @@ import dataclasses
 from pathlib import Path
 
 from smlaunch.cluster.attached.attach import AttachedCluster, Node
-from smlaunch.cluster.plan import (
-    NODE_ID_LABEL,
-    SUBCLUSTER,
-    HostPlan,
-    LaunchPlan,
-    channel_plan,
-    stop_fields,
-    training_numbers,
-)
+from smlaunch.cluster.labels import NODE_ID_LABEL, SUBCLUSTER
+from smlaunch.cluster.plan import HostPlan, LaunchPlan, channel_plan, stop_fields, training_numbers
 from smlaunch.cluster.topology import WorkerPlan, place_workers, receiving_groups
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError, UserError

@@ -13,6 +13,7 @@ a cluster and runs the same against KubeRay's autoscaler or the fake multi-node 
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -296,3 +297,20 @@ class ElasticDataHosts:
 
 def _round(value: float | None) -> float | None:
     return round(value, 6) if value is not None else None
+
+
+@contextlib.contextmanager
+def running(loop: ElasticDataHosts | None):
+    """The loop deciding while the body trains (nothing without `autoscale:`)."""
+    if loop is None:
+        yield None
+        return
+    loop.access.joined()  # published before the first chain task
+    loop.start()
+    try:
+        yield loop
+    finally:
+        loop.stop()
+        from smlaunch.cluster.autoscale.placement import withdraw
+
+        withdraw()

@@ -46,7 +46,7 @@ def scaled_group(cfg):
     naming the field) when it names no group, the train group, or a group with GPUs."""
     if cfg.autoscale is None:
         return None
-    from smlaunch.cluster.plan import config_train_group
+    from smlaunch.cluster.topology import config_train_group
 
     train_group, _ = config_train_group(cfg)
     groups = {g.name: g for g in cfg.cluster.instance_groups}
@@ -89,9 +89,9 @@ def elastic_plan(cfg, cpus_per_host: float) -> ElasticPlan | None:
     group = scaled_group(cfg)
     if group is None:
         return None
-    from smlaunch.cluster.attached.attach import selector
-    from smlaunch.cluster.plan import config_train_group
+    from smlaunch.cluster.labels import group_selector
     from smlaunch.cluster.prices import price_table
+    from smlaunch.cluster.topology import config_train_group
 
     a = cfg.autoscale
     prices = price_table(cfg.monitor.prices)
@@ -99,7 +99,7 @@ def elastic_plan(cfg, cpus_per_host: float) -> ElasticPlan | None:
     train_price = prices.get(train.instance_type)
     return ElasticPlan(
         group=group.name,
-        labels=selector(cfg, group.name),
+        labels=group_selector(cfg, group.name),
         cpus_per_host=cpus_per_host,
         min_hosts=a.min_data_hosts,
         max_hosts=a.max_data_hosts,

@@ -12,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from smlaunch.cluster.autoscale.rules import fixed_groups_note
+from smlaunch.cluster.labels import GROUP_LABEL, HOST_LABEL, SUBCLUSTER
 from smlaunch.cluster.plan import (
-    GROUP_LABEL,
-    HOST_LABEL,
-    SUBCLUSTER,
     HostPlan,
     LaunchPlan,
     LocalEnvironment,
@@ -27,10 +25,10 @@ from smlaunch.cluster.plan import (
 from smlaunch.cluster.sagemaker.nccl import nccl_environment
 from smlaunch.cluster.sagemaker_env import HOMOGENEOUS_GROUP, GroupInfo, SageMakerEnvironment
 from smlaunch.cluster.topology import GroupShape, choose_train_group, place_workers, receiving_groups
+from smlaunch.config.formats import CHANNEL_FORMATS
 from smlaunch.config.instance_types import InstanceSpec, known_spec
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
-from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.text import plural
 
 

@@ -12,7 +12,6 @@ hosts go after the autoscaler's idle timeout: the cluster is left as it was foun
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
@@ -39,14 +38,14 @@ def grow_to_minimum(cfg, address: str):
     """The scaled group held at `autoscale.min_data_hosts` or more; returns the standing request
     (`DataHostRequests`), or None without `autoscale:`. UserError in one line when the autoscaler
     gives too few within `cluster.join_timeout_s`."""
-    from smlaunch.cluster.attached.attach import selector
     from smlaunch.cluster.autoscale.requests import DataHostRequests
     from smlaunch.cluster.autoscale.rules import scaled_group
+    from smlaunch.cluster.labels import group_selector
 
     group = scaled_group(cfg)
     if group is None:
         return None
-    labels = selector(cfg, group.name)
+    labels = group_selector(cfg, group.name)
     present = _first_hosts(labels, group.name, address, cfg.cluster.join_timeout_s)
     cpus = max(n["Resources"].get("CPU", 0) for n in present)
     wanted = max(cfg.autoscale.min_data_hosts, len(present))
@@ -142,20 +141,3 @@ def controller(plan, requests, base: list[str]):
         slots_per_host=e.cpus_per_host,
         train_price_h=e.train_price_h,
     )
-
-
-@contextlib.contextmanager
-def running(loop):
-    """The loop deciding while the body trains (nothing without `autoscale:`)."""
-    if loop is None:
-        yield None
-        return
-    loop.access.joined()  # published before the first chain task
-    loop.start()
-    try:
-        yield loop
-    finally:
-        loop.stop()
-        from smlaunch.cluster.autoscale.placement import withdraw
-
-        withdraw()

@@ -32,8 +32,9 @@ import sys
 import yaml
 
 from smlaunch.cluster.autoscale.rules import scaled_group
+from smlaunch.cluster.labels import GROUP_LABEL, SUBCLUSTER
 from smlaunch.cluster.node import worker_pool_env
-from smlaunch.cluster.plan import GROUP_LABEL, SUBCLUSTER, config_train_group
+from smlaunch.cluster.topology import config_train_group
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError

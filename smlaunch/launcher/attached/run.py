@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from smlaunch import console
-from smlaunch.cluster.plan import HOST_LABEL_ENV, NODE_ID_LABEL
+from smlaunch.cluster.labels import HOST_LABEL_ENV, NODE_ID_LABEL
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import UserError
 from smlaunch.trainers.s3_store import check_writable, is_s3, join, upload_dir
@@ -50,7 +50,7 @@ def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
     from smlaunch.cluster.attached.plan import attachable, attached_plan
     from smlaunch.launcher.attached.connect import connected
     from smlaunch.launcher.attached.elastic import controller, grow_to_minimum
-    from smlaunch.launcher.commands.plan import summary
+    from smlaunch.launcher.job.plan_text import summary
     from smlaunch.launcher.job.run import ClusterUp
     from smlaunch.pipelines.sources.node_trees import node_trees
 
@@ -135,7 +135,7 @@ def _check_rank0_sees(plan, ray) -> None:
         return
     import uuid
 
-    from smlaunch.cluster.plan import host_selector
+    from smlaunch.cluster.labels import host_selector
 
     node = plan.workers[0].host
     marker = Path(plan.output_dir) / f".smlaunch-visible-{uuid.uuid4().hex[:12]}"

@@ -70,27 +70,11 @@ def _download(args) -> Path:
     return job_client.fetch_output(s3, uri, into)
 
 
-def find_report(path: str) -> Path:
-    given = Path(path)
-    if given.is_file():
-        return given
-    if not given.is_dir():
-        raise UserError(f"{path}: no such file or directory")
-    found = [given / "report.json"] if (given / "report.json").is_file() else sorted(given.glob("**/report.json"))
-    if not found:
-        raise UserError(f"{path}: no report.json under it (a run writes one in the head's output/data)")
-    if len(found) > 1:
-        raise UserError(
-            f"{path}: {len(found)} report.json files under it; name one: " + ", ".join(str(f) for f in found[:5])
-        )
-    return found[0]
-
-
 def rerender(path: str, prices: list[str]) -> tuple[Path, dict]:
     from smlaunch.config.instance_types import check_training_type
-    from smlaunch.launcher.report.job_report import add_analysis, write_report
+    from smlaunch.launcher.report.job_report import add_analysis, report_file, write_report
 
-    report_path = find_report(path)
+    report_path = report_file(path)
     try:
         report = json.loads(report_path.read_text())
         monitor = dict(report.get("monitor") or {})

@@ -37,8 +37,8 @@ def add_arguments(parser) -> None:
 def main(args, failure) -> int:
     import os
 
+    from smlaunch.cluster.process_tree import SUPERVISOR_ENV
     from smlaunch.launcher.job.stopping import StopRequest, watch_supervisor
-    from smlaunch.launcher.job.supervisor import SUPERVISOR_ENV
 
     stop = StopRequest().install()
     address = args.address or _ray_address()
@@ -90,7 +90,7 @@ def _attached(args, address: str, stop) -> int:
 def start_local_log(cfg, plan) -> None:
     """The run's log file in its run directory, opened with the plan's summary lines."""
     from smlaunch import console
-    from smlaunch.launcher.commands.plan import summary
+    from smlaunch.launcher.job.plan_text import summary
 
     logs = Path(plan.run_dir) / "logs"
     console.log_to_file(logs / "sm-launch.log")
@@ -133,7 +133,7 @@ def _reported(report: dict) -> int:
 def _on_sagemaker(command: str, job, stop) -> int:
     from smlaunch import console
     from smlaunch.errors import UserError
-    from smlaunch.launcher.commands.plan import summary
+    from smlaunch.launcher.job.plan_text import summary
     from smlaunch.launcher.sagemaker.run import run_host
 
     cfg, plan, sm = job.cfg, job.plan, job.sagemaker

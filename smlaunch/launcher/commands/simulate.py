@@ -34,7 +34,7 @@ def main(args, failure) -> int:
     from smlaunch import console
     from smlaunch.cluster.sagemaker_env import is_sagemaker_host
     from smlaunch.errors import UserError
-    from smlaunch.launcher.commands.plan import summary
+    from smlaunch.launcher.job.plan_text import summary
     from smlaunch.launcher.job.stopping import StopRequest
     from smlaunch.launcher.sagemaker.simulate import simulate
 

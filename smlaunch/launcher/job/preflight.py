@@ -195,7 +195,7 @@ def _image_folder_problems(field: str, path: Path, files: list[Path]) -> list[st
 
 def _holds_image(folder: Path) -> bool:
     """Whether an image (by extension) is under `folder`, at any depth; stops at the first."""
-    from smlaunch.pipelines.formats.image_folder import IMAGE_EXTENSIONS
+    from smlaunch.config.formats import IMAGE_EXTENSIONS
 
     pending = [folder]
     while pending:

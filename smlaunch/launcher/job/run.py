@@ -54,9 +54,9 @@ class ClusterUp:
 def run_job(cfg: LaunchConfig, cluster: AbstractContextManager[ClusterUp], stop=None) -> dict:
     """Run the job on the cluster `cluster` brings up and return its report (also written under
     the head's output). `stop`: the run's `StopRequest` (SIGTERM or the toolkit's exit)."""
-    from smlaunch.launcher.job.phases import command_started, mark, phases
     from smlaunch.launcher.job.stopping import forward_stop_to_trainer
     from smlaunch.launcher.report.job_report import Rendering, write_report
+    from smlaunch.launcher.report.phases import command_started, mark, phases
     from smlaunch.text import plural
 
     since, started, marks = command_started(), time.perf_counter(), {}
@@ -148,18 +148,18 @@ def train_on_cluster(
     (on SageMaker: after every host joined), and the workers' spec is built from it here. A `stop`
     the trainer has not honoured within its grace ends the fit (`stopping.overdue`). `listed`: the
     channels' listings already under way (a future of `list_channels`), else they are listed here.
-    `marks`: the run's phase marks (`launcher.job.phases`), given the listing's and rank 0's here.
+    `marks`: the run's phase marks (`launcher.report.phases`), given the listing's and rank 0's here.
     `elastic`: the loop resizing the data hosts, fed every step record while `fit` runs.
     The report is returned, not written: `run_job` writes it once, with the run's wall time."""
+    from smlaunch.cluster.autoscale.controller import running
     from smlaunch.cluster.board import start_board
     from smlaunch.cluster.sampler import Samplers
-    from smlaunch.launcher.attached.elastic import running
-    from smlaunch.launcher.job.live_events import LiveEvents
-    from smlaunch.launcher.job.phases import mark
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
     from smlaunch.launcher.job.train_spec import builtin_rows, resumed_step, train_spec
     from smlaunch.launcher.report.job_report import build_report
+    from smlaunch.launcher.report.live_events import LiveEvents
+    from smlaunch.launcher.report.phases import mark
     from smlaunch.pipelines.dataset import build_datasets, list_channels
     from smlaunch.pipelines.warmup import warm_preprocess_workers
     from smlaunch.trainers.fit import fit, set_ray_train_environment
@@ -223,7 +223,7 @@ def train_on_cluster(
 
 def _unit_count(listing, channel) -> int | None:
     """Units of the train channel as its reader cuts them (files, or Parquet row groups; every
-    host's under ShardedByS3Key): what a complete epoch's positions cover (`trainers.position`)."""
+    host's under ShardedByS3Key): what a complete epoch's positions cover (`pipelines.position`)."""
     if listing is None:
         return None
     sharded = channel.distribution == "ShardedByS3Key" and channel.file_system is None

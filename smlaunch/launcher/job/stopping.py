@@ -129,8 +129,8 @@ def watch_supervisor(stop: StopRequest, watched: str | None, poll_s: float = 0.5
     """
     if not watched:
         return None
+    from smlaunch.cluster.process_tree import is_alive
     from smlaunch.console import detach_dead_pipes
-    from smlaunch.launcher.job.supervisor import is_alive
 
     _watch_pipes()
 

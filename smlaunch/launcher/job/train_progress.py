@@ -23,6 +23,7 @@ import logging
 import threading
 
 from smlaunch.console import Progress
+from smlaunch.launcher.report.live_events import validation_metrics
 
 log = logging.getLogger("smlaunch.train")
 POLL_S = 0.5
@@ -46,14 +47,6 @@ def metric_line(record: dict) -> str:
         f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}"
         + extra
     )
-
-
-NOT_METRICS = ("kind", "step", "epoch", "rows", "t")
-
-
-def validation_metrics(result: dict) -> dict:
-    """A validation result's metrics (classification: accuracy, loss; a user's: what `task.evaluate` returns)."""
-    return {k: v for k, v in result.items() if k not in NOT_METRICS and isinstance(v, (int, float))}
 
 
 def validation_line(result: dict) -> str:

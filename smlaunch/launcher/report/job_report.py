@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from smlaunch.cluster.plan import LaunchPlan
+from smlaunch.series import StepLog
 
 
 def build_report(
@@ -24,7 +25,7 @@ def build_report(
     epoch_images: int | None = None,
 ) -> dict:
     steps = result["steps"]
-    series = step_log(result)
+    series = StepLog.from_report(result)
     steady = series.steady()
     step_time, images = steady["step_time_s"], steady["images"]  # images: all micro-batches, all ranks
     rows = result["host_rows"]
@@ -100,23 +101,13 @@ def checkpoint_cost(result: dict, every_s: float) -> dict:
     }
 
 
-def step_log(report: dict):
-    """The run's `series.StepLog`: from "step_series" with the exact "steps" beside it, or, in a
-    report or result written before step series existed, from "steps" alone."""
-    from smlaunch.series import StepLog
-
-    if report.get("step_series"):
-        return StepLog.from_dict(report["step_series"], report["steps"])
-    return StepLog.from_steps(report["steps"])
-
-
 def add_analysis(report: dict, monitor: dict, epoch_images: int | None) -> None:
     """The rates, the verdict and the advisor, from what the report already holds (also used by
     `sm-launch report` to recompute them, e.g. with other prices)."""
     from smlaunch.cluster.prices import PRICES_DATED, price_table
     from smlaunch.launcher.report.advisor import advise, measured_rates, verdict
 
-    report["rates"] = measured_rates(step_log(report).steady(), report.get("chain_by_host", {}))
+    report["rates"] = measured_rates(StepLog.from_report(report).steady(), report.get("chain_by_host", {}))
     report["advisor"] = advise(report, monitor, price_table(monitor.get("prices")), epoch_images, PRICES_DATED)
     report["verdict"] = verdict(report["summary"], report["utilisation"], report["advisor"])
     report["monitor"] = {**monitor, "epoch_images": epoch_images}
@@ -278,7 +269,7 @@ def _autoscale_lines(report: dict) -> list[str]:
 
 
 def _phase_lines(summary: dict) -> list[str]:
-    from smlaunch.launcher.job.phases import phase_line
+    from smlaunch.launcher.report.phases import phase_line
 
     return [phase_line(summary["phases_s"])] if summary.get("phases_s") else []
 
@@ -320,3 +311,22 @@ def _analysis_lines(report: dict) -> list[str]:
         return []
     v = report["verdict"]
     return [f"verdict: {v['verdict']} ({'; '.join(v['evidence'])}): {v['advice']}"] + advice_lines(report["advisor"])
+
+
+def report_file(path: str) -> Path:
+    """The report `path` names: the file itself, or the one report.json under the folder; UserError otherwise."""
+    from smlaunch.errors import UserError
+
+    given = Path(path)
+    if given.is_file():
+        return given
+    if not given.is_dir():
+        raise UserError(f"{path}: no such file or directory")
+    found = [given / "report.json"] if (given / "report.json").is_file() else sorted(given.glob("**/report.json"))
+    if not found:
+        raise UserError(f"{path}: no report.json under it (a run writes one in the head's output/data)")
+    if len(found) > 1:
+        raise UserError(
+            f"{path}: {len(found)} report.json files under it; name one: " + ", ".join(str(f) for f in found[:5])
+        )
+    return found[0]

@@ -122,10 +122,9 @@ def _plots(report: dict, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from smlaunch.launcher.report.job_report import step_log
-    from smlaunch.series import bucket_mean
+    from smlaunch.series import StepLog, bucket_mean
 
-    buckets = step_log(report).buckets.items
+    buckets = StepLog.from_report(report).buckets.items
     steps = [bucket_mean(b) for b in buckets]
     timed = bool(steps) and steps[0].get("t") is not None
     t0 = _t0(report)
@@ -331,7 +330,7 @@ def _tensorboard(report: dict, directory: Path) -> Path:
     Where the job wrote its steps live (`live_events`, a `.live` file), only the host samples are
     added; otherwise (a report rendered again elsewhere) everything is written. Either way the
     earlier non-live files go first, so rendering twice never doubles a scalar."""
-    from smlaunch.launcher.job.live_events import LIVE_SUFFIX, LiveEvents
+    from smlaunch.launcher.report.live_events import LIVE_SUFFIX, LiveEvents
 
     directory.mkdir(parents=True, exist_ok=True)
     live = any(p.name.endswith(LIVE_SUFFIX) for p in directory.iterdir())
@@ -361,12 +360,11 @@ def _tensorboard(report: dict, directory: Path) -> Path:
 def _tensorboard_steps(report: dict) -> list[dict]:
     """A record per bucket up to where the exact latest steps begin, then those steps: a bounded
     number of points, and the end of the run at full resolution."""
-    from smlaunch.launcher.report.job_report import step_log
-    from smlaunch.series import bucket_mean
+    from smlaunch.series import StepLog, bucket_mean
 
     exact = report["steps"]
     first = exact[0]["step"] if exact else float("inf")
-    return [bucket_mean(b) for b in step_log(report).buckets.items if b["step"] < first] + list(exact)
+    return [bucket_mean(b) for b in StepLog.from_report(report).buckets.items if b["step"] < first] + list(exact)
 
 
 def epochs_text(summary: dict) -> str:

@@ -70,7 +70,7 @@ def data_group(cfg):
 
     if cfg.autoscale is not None:
         return scaled_group(cfg)
-    from smlaunch.cluster.plan import config_train_group
+    from smlaunch.cluster.topology import config_train_group
 
     train, _ = config_train_group(cfg)
     cpu = [g for g in cfg.cluster.instance_groups if g.name != train and not g.spec.gpus]
@@ -143,7 +143,7 @@ def size_from_report(
 
     group = data_group(cfg)
     low, high = bounds(cfg)
-    from smlaunch.cluster.plan import config_train_group
+    from smlaunch.cluster.topology import config_train_group
 
     train = next(g for g in cfg.cluster.instance_groups if g.name == config_train_group(cfg)[0])
     hosts = [
@@ -279,9 +279,9 @@ def size_data_group(cfg, data_hosts, from_report: str | None = None, config_name
     data_group(cfg)  # the config's problem first, before any report is looked for
     note = ""
     if from_report is not None:
-        from smlaunch.launcher.commands.report import find_report as find_named
+        from smlaunch.launcher.report.job_report import report_file
 
-        path = find_named(from_report)
+        path = report_file(from_report)
         try:
             report = json.loads(path.read_text())
         except ValueError as exc:

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 
 from smlaunch.cluster.job_state import HEAD_LOST_S, HEARTBEAT, OUTCOME, Heartbeat, JobState, StoreUnavailable
-from smlaunch.cluster.plan import HOST_LABEL, LaunchPlan
+from smlaunch.cluster.labels import HOST_LABEL
+from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.cluster.sagemaker_env import SageMakerEnvironment
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import UserError

@@ -13,7 +13,7 @@ sm-launch ends up PID 1 and receives SageMaker's SIGTERM itself. `toolkit` leave
 own entry (`train`) in place and names the entry script in the `sagemaker_program` and
 `sagemaker_submit_directory` hyperparameters, as the SageMaker Python SDK does; the toolkit
 then downloads the tarball itself but does not forward SIGTERM (toolkit issue #125; the launcher
-watches the toolkit instead, which helps where the image's PID 1 passes SIGTERM on: `launcher.job.supervisor`). Under
+watches the toolkit instead, which helps where the image's PID 1 passes SIGTERM on: `cluster.process_tree`). Under
 network isolation the toolkit cannot reach S3 either: the tarball then comes by the same code
 channel as in container mode and `sagemaker_submit_directory` names its local path, as the
 SageMaker Python SDK does.
@@ -42,7 +42,7 @@ TARBALL = "sourcedir.tar.gz"
 CODE_CHANNEL = "smlaunch-code"
 """The File-mode channel that carries the tarball in container mode (not a name a data channel may use)."""
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/data/tensorboard"
-"""Where the head writes live TensorBoard events (`launcher.job.live_events`), synced by TensorBoardOutputConfig."""
+"""Where the head writes live TensorBoard events (`launcher.report.live_events`), synced by TensorBoardOutputConfig."""
 TOKEN_ENV = "SMLAUNCH_RAY_TOKEN"  # = launcher.sagemaker.run.TOKEN_ENV, without importing it
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 CONTAINER_SCRIPT = (
@@ -122,7 +122,7 @@ def pretrained_uri(cfg: LaunchConfig, job_name: str) -> str | None:
 
 def train_group(cfg: LaunchConfig) -> str:
     """The group that trains, by the same rule every host's plan applies (`cluster.topology`)."""
-    from smlaunch.cluster.plan import config_train_group
+    from smlaunch.cluster.topology import config_train_group
 
     return config_train_group(cfg)[0]
 

@@ -9,8 +9,6 @@ from pathlib import Path
 from smlaunch.pipelines.builtin.cache import prepare_cached
 
 NAMES = ("digits", "synthetic")
-BUILTIN_FORMAT = "tfrecord"
-"""The record format every builtin dataset is written in."""
 
 
 def prepare_builtin(name: str, root: Path | None = None) -> Path:

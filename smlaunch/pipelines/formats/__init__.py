@@ -1,5 +1,7 @@
-"""Record formats of SageMaker channels: the table of what each is (`CHANNEL_FORMATS`, one
-`spec.Format` per format module), and the record reader behind one public function, `iter_records`.
+"""Record formats of SageMaker channels: a reader module per format, each with how its files look
+from their first bytes (`LOOKS_LIKE`, for the sniffer), and the record reader behind one public
+function, `iter_records`. What each format is (`CHANNEL_FORMATS`) is the config's table
+(`smlaunch.config.formats`), re-exported here.
 
     from smlaunch.pipelines.formats import iter_records
     for record in iter_records("train/part-0.rec", "recordio"):
@@ -22,20 +24,21 @@ import os
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from smlaunch.config.formats import CHANNEL_FORMATS, Format
 from smlaunch.pipelines.formats import image_folder, parquet, recordio, tfrecord, webdataset
-from smlaunch.pipelines.formats.spec import Format
 from smlaunch.pipelines.formats.tfrecord import RecordError
 
-CHANNEL_FORMATS: dict[str, Format] = {
-    spec.name: spec
-    for spec in (tfrecord.FORMAT, recordio.FORMAT, image_folder.FORMAT, webdataset.FORMAT, parquet.FORMAT)
+LOOKS_LIKE: dict[str, Callable[[bytes], bool]] = {
+    module.__name__.rsplit(".", 1)[1]: module.matches
+    for module in (tfrecord, recordio, image_folder, webdataset, parquet)
 }
-"""A channel's `record_format` -> what it is (`spec.Format`): the one table of formats."""
+"""A channel format -> whether a file's first bytes (`sniff.HEAD_BYTES`) look like it: each reader
+module's `matches`, one per format of `CHANNEL_FORMATS`."""
 
 FORMATS = ("tfrecord", "recordio", "text", "whole")
 """What `iter_records` reads: the framed formats, lines, and a file as one record."""
 
-__all__ = ["CHANNEL_FORMATS", "FORMATS", "Format", "PositionedRecords", "RecordError", "iter_records"]
+__all__ = ["CHANNEL_FORMATS", "FORMATS", "LOOKS_LIKE", "Format", "PositionedRecords", "RecordError", "iter_records"]
 
 
 def iter_records(

@@ -10,10 +10,8 @@ Hidden files and folders are skipped, as every channel listing does.
 
 from __future__ import annotations
 
-from smlaunch.pipelines.formats.spec import Format
+from smlaunch.config.formats import IMAGE_EXTENSIONS
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-"""torchvision's `IMG_EXTENSIONS`."""
 IMAGE_SIGNATURES = [
     (b"\x89PNG\r\n\x1a\n", "a PNG image"),
     (b"\xff\xd8\xff", "a JPEG image"),
@@ -28,25 +26,6 @@ IMAGE_SIGNATURES = [
 
 def matches(head: bytes) -> bool:
     return any(head.startswith(signature) for signature, _ in IMAGE_SIGNATURES) or head[8:12] == b"WEBP"
-
-
-def data_names(prefix: str, names: list[str]) -> list[str]:
-    """torchvision's rule: an image extension, under a class folder (none at the top level)."""
-    return [name for name in names if name.lower().endswith(IMAGE_EXTENSIONS)] if prefix else []
-
-
-FORMAT = Format(
-    "image_folder",
-    "images",
-    "images in class folders",
-    matches,
-    fields=None,
-    pipe_problem="the FIFO carries the objects' bytes without their paths, and the class folders in "
-    "the paths are the labels",
-    classes_from_data=True,
-    place="{rel}",
-    data_names=data_names,
-)
 
 
 def image_class(rel: str) -> str | None:

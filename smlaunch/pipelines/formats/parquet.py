@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
 from smlaunch.errors import DataError
-from smlaunch.pipelines.formats.spec import Format
 
 if TYPE_CHECKING:
     import pyarrow as pa  # imported where used: the format table is read by the config, which does not need Arrow
@@ -24,25 +23,6 @@ if TYPE_CHECKING:
 
 def matches(head: bytes) -> bool:
     return head[:4] == b"PAR1"
-
-
-def data_names(prefix: str, names: list[str]) -> list[str]:
-    """Not Spark's `_SUCCESS` or `_metadata`."""
-    return [name for name in names if not name.startswith("_")]
-
-
-FORMAT = Format(
-    "parquet",
-    "row_groups",
-    "Parquet files",
-    matches,
-    fields={"image": "image", "label": "label", "id": None},
-    field_kind="columns",
-    pipe_problem="a Parquet file is read from its footer, which a stream reaches last",
-    classes_from_data=True,
-    place="{rel} row {member}",
-    data_names=data_names,
-)
 
 
 def open_parquet(stream: BinaryIO | str, source: str):

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
-from smlaunch.pipelines.formats.spec import Format
 
 __all__ = [
     "FIRST",
@@ -48,14 +47,6 @@ def matches(head: bytes) -> bool:
     return len(head) >= 8 and struct.unpack("<I", head[:4])[0] == MAGIC
 
 
-FORMAT = Format(
-    "recordio",
-    "records",
-    "files",
-    matches,
-    fields={"image": "image/encoded", "label": "image/class/label", "id": "id"},
-    sagemaker_wrapper="RecordIO",
-)
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _HEADER = struct.Struct("<II")
 _LENGTH_MASK = (1 << 29) - 1

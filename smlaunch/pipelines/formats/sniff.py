@@ -10,7 +10,7 @@ file is instead of what it is not.
 
 from __future__ import annotations
 
-from smlaunch.pipelines.formats import CHANNEL_FORMATS
+from smlaunch.pipelines.formats import CHANNEL_FORMATS, LOOKS_LIKE
 from smlaunch.pipelines.formats.image_folder import IMAGE_SIGNATURES
 
 HEAD_BYTES = 512
@@ -29,14 +29,14 @@ _SIGNATURES = [(0, signature, name) for signature, name in IMAGE_SIGNATURES] + [
 def matches(head: bytes, record_format: str) -> bool:
     """True when `head` (a file's first bytes) starts like a file of `record_format` (text and
     whole files, which have no framing, always)."""
-    spec = CHANNEL_FORMATS.get(record_format)
-    return spec is None or spec.matches(head)
+    looks_like = LOOKS_LIKE.get(record_format)
+    return looks_like is None or looks_like(head)
 
 
 def suggestion(head: bytes) -> str:
     """`; did you mean record_format: X?` when `head` starts like a format smlaunch reads, else ``."""
     for spec in sorted(CHANNEL_FORMATS.values(), key=lambda spec: spec.layout != "images"):  # images first
-        if head and spec.matches(head):
+        if head and LOOKS_LIKE[spec.name](head):
             return f"; did you mean record_format: {spec.name}?"
     return ""
 
@@ -49,7 +49,7 @@ def describe(head: bytes) -> str:
         if head[offset : offset + len(signature)] == signature:
             return name
     for spec in CHANNEL_FORMATS.values():
-        if spec.layout == "records" and spec.matches(head):
+        if spec.layout == "records" and LOOKS_LIKE[spec.name](head):
             return f"a {spec.name} file"
     try:
         text = head.decode("utf-8")

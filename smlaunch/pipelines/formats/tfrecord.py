@@ -27,7 +27,6 @@ from typing import BinaryIO
 import google_crc32c
 
 from smlaunch.pipelines.formats.framing import END, Chunks, OnCorrupt, RecordError, write_encoded
-from smlaunch.pipelines.formats.spec import Format
 
 __all__ = [
     "RecordError",
@@ -48,9 +47,6 @@ def matches(head: bytes) -> bool:
     return len(head) >= 12 and masked_crc(head[:8]) == struct.unpack("<I", head[8:12])[0]
 
 
-FORMAT = Format(
-    "tfrecord", "records", "files", matches, fields={"image": "image/encoded", "label": "image/class/label", "id": "id"}
-)
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 

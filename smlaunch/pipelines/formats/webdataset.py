@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from smlaunch.pipelines.formats.spec import Format
 from smlaunch.pipelines.formats.tar_stream import iter_members
 
 Sample = dict[str, bytes]
@@ -27,17 +26,6 @@ Sample = dict[str, bytes]
 def matches(head: bytes) -> bool:
     """A tar archive's first header holds `ustar` at byte 257."""
     return head[257:262] == b"ustar"
-
-
-FORMAT = Format(
-    "webdataset",
-    "tar",
-    "tar shards",
-    matches,
-    fields={"image": "jpg;jpeg;png;webp", "label": "cls", "id": None},
-    field_kind="extensions",
-    place="{rel} sample at byte {member}",
-)
 
 
 def split_name(name: str) -> tuple[str, str] | None:

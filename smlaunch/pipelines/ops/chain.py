@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from smlaunch.cluster.plan import this_host
+from smlaunch.cluster.labels import this_host
 from smlaunch.config import op_specs as specs
 from smlaunch.errors import DataError
 from smlaunch.pipelines.ops.transforms import OPS, UndecodableImage, blur_image, center_crop

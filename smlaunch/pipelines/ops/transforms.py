@@ -187,7 +187,7 @@ def user(images: Images, spec: specs.UserOp, rng, train: bool) -> Images:
     try:
         out = function(images, rng, train, **spec.params)
     except Exception as exc:  # the same on every try: the job ends in one line
-        from smlaunch.cluster.plan import this_host
+        from smlaunch.cluster.labels import this_host
         from smlaunch.user_code import failed_on_data_host
 
         raise failed_on_data_host(exc, f"pipeline user op {spec.function}", spec.function, this_host()) from None

@@ -19,7 +19,7 @@ errors and the host rules the same for every format. Records stream out in small
 never a whole file at once. A pass reads its epoch's order (`pipelines.order`: the files
 permuted per epoch for a shuffled channel, each read task a contiguous run of them, a few files
 interleaved) and every row leaves with its position in it, which a checkpoint resumes from
-(`trainers.position`). Reads are deterministic for an epoch (same files, same order, same block
+(`pipelines.position`). Reads are deterministic for an epoch (same files, same order, same block
 sizes), which is what makes Ray's retries and lineage reconstruction after a lost host deliver
 each sample once (see `host_loss`).
 """
@@ -39,7 +39,8 @@ import ray.data
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from smlaunch.cluster.plan import ChannelPlan, host_selector, this_host
+from smlaunch.cluster.labels import host_selector, this_host
+from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
 from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
@@ -264,7 +265,7 @@ class ChannelDatasource(Datasource):
         Ray Data counts a Dataset's executions in its context (`_execution_idx`, what its own
         `FileShuffleConfig(reseed_after_execution=True)` reseeds by); the trainer posts on the
         board the epochs done before this group started, and the resumed epoch's position
-        (`trainers.position`). Planning without a context (Ray's size estimates) reads the last
+        (`pipelines.position`). Planning without a context (Ray's size estimates) reads the last
         epoch planned."""
         if data_context is None:
             return self._last_epoch
@@ -283,7 +284,7 @@ class ChannelDatasource(Datasource):
 
         done = drawn = seeks = None
         if resume is not None:
-            from smlaunch.trainers.position import EpochPosition
+            from smlaunch.pipelines.position import EpochPosition
 
             position = EpochPosition.from_state(resume)
             done, drawn, seeks = position.is_done, position.drawn_ordinals(), position.seeks

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from smlaunch.cluster.plan import host_label
+from smlaunch.cluster.labels import host_label
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir
 from smlaunch.pipelines.sources.fifo import fifo_path

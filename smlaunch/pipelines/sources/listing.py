@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from smlaunch.cluster.plan import host_selector
+from smlaunch.cluster.labels import host_selector
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
 

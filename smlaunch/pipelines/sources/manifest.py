@@ -5,7 +5,7 @@ in `AttributeNames`, in that order, line after line; an attribute ending in `-re
 and arrives as that object's bytes (../shared/notes/sagemaker.md §4, §5.2). Users of the TF
 extension regroup with `batch(n)`; that is where their "parse error" reports come from when a
 line lacks an attribute. Here `manifest_objects` plays the platform (a line is one unit, so
-sharding and shuffling keep a line's records together) and `group_attributes` regroups on the
+sharding and shuffling keep a line's records together) and `pipelines.rows.group_attributes` regroups on the
 reading side, failing with the record's position when the stream ends inside a group.
 """
 
@@ -83,20 +83,3 @@ def manifest_objects(source: ObjectSource, names: Iterable[str]) -> list[Channel
     if not objects:
         raise DataError(f"manifest {source.uri} has no lines")
     return objects
-
-
-def group_attributes(records: Iterable[bytes], count: int, source: str) -> Iterator[tuple[bytes, ...]]:
-    """Consecutive records regrouped into tuples of `count` attributes (one manifest line each)."""
-    group: list[bytes] = []
-    rows = 0
-    for record in records:
-        group.append(record)
-        if len(group) == count:
-            yield tuple(group)
-            group = []
-            rows += 1
-    if group:
-        raise DataError(
-            f"{source}: the stream ended inside row {rows} after {len(group)} of {count} attributes; "
-            "do the channel's attribute_names match the job's AttributeNames?"
-        )

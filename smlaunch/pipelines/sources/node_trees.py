@@ -22,7 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from smlaunch.cluster.plan import LaunchPlan, host_selector
+from smlaunch.cluster.labels import host_selector
+from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.errors import DataError
 
 TREE_TIMEOUT_S = 300

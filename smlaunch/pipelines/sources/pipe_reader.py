@@ -29,7 +29,8 @@ import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from smlaunch.cluster.plan import ChannelPlan, host_selector
+from smlaunch.cluster.labels import host_selector
+from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
 from smlaunch.pipelines.budget import budget_from_first_step
 from smlaunch.pipelines.formats import CHANNEL_FORMATS

@@ -67,7 +67,7 @@ def headed_runs(runs: list[range], readers: int, head: int, heads: int) -> list[
     yields its first batch only once it holds `prefetch_batches` batches and one block more
     (`iter_batches.prefetch_batches_locally`). Tasks of two chain batches end at once, enough of
     them to fill every rank's first window (`ChannelDatasource.head_rows`); their files are still
-    read in the epoch's order, and a checkpoint counts them as any task's (`trainers.position`)."""
+    read in the epoch's order, and a checkpoint counts them as any task's (`pipelines.position`)."""
     if head <= 0 or len(runs) <= readers:
         return runs
     cut = runs[:heads]

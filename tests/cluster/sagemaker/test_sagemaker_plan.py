@@ -8,12 +8,12 @@ import pytest
 
 from smlaunch.cluster.host_tree import write_host_tree
 from smlaunch.cluster.plan import LocalEnvironment
+from smlaunch.cluster.process_tree import Pid1
 from smlaunch.cluster.sagemaker.plan import build_sagemaker_plan, choose_head, with_joined_resources
 from smlaunch.cluster.sagemaker_env import GroupInfo, read_sagemaker_environment
 from smlaunch.cluster.topology import GroupShape, choose_train_group
 from smlaunch.config import load_config
 from smlaunch.errors import ConfigError
-from smlaunch.launcher.job.supervisor import Pid1
 
 HERE = LocalEnvironment(cpus=4, gpus=0, started="t")
 # configs/hetero.yaml's groups: train_group (ml.g5.xlarge), data_group (ml.c5.4xlarge).

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from smlaunch.launcher.job.supervisor import process_stat
+from smlaunch.cluster.process_tree import process_stat
 from smlaunch.trainers.checkpoints import latest_complete
 from support.namespaces import REAPING, STAND_IN, launcher_pids, needs_pid_namespaces, pid1_of
 from support.sagemaker_job import FakeJob
@@ -155,7 +155,7 @@ def test_smlaunch_init_under_another_init_still_waits_for_the_launcher_and_reset
     assert not ignored >> (signal.SIGPIPE - 1) & 1 and not ignored >> (signal.SIGXFSZ - 1) & 1
 
 
-CLASSIFY = "from smlaunch.launcher.job.supervisor import read_pid1; p = read_pid1(); print(p.kind, p.name)"
+CLASSIFY = "from smlaunch.cluster.process_tree import read_pid1; p = read_pid1(); print(p.kind, p.name)"
 
 
 @pytest.mark.parametrize(

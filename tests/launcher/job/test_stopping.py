@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from smlaunch.launcher.job.supervisor import process_stat
+from smlaunch.cluster.process_tree import process_stat
 from smlaunch.trainers.checkpoints import latest_complete
 from support.namespaces import REAPING, launcher_pids, needs_pid_namespaces, pid1_of, pid_inside
 from support.sagemaker_job import HOSTS, FakeJob
 
 CHILD = """
 import sys
-from smlaunch.launcher.job.supervisor import supervisor
+from smlaunch.cluster.process_tree import supervisor
 from smlaunch.launcher.job.stopping import StopRequest, watch_supervisor
 
 out = sys.argv[1]

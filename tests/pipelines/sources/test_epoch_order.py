@@ -10,8 +10,8 @@ from test_file_reader import HOSTS, deliver
 
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.pipelines.order import LAST, labels_per_batch
+from smlaunch.pipelines.position import EpochPosition
 from smlaunch.pipelines.sources.objects import ObjectSource
-from smlaunch.trainers.position import EpochPosition
 
 SHARDS, PER_SHARD = 10, 30
 

@@ -97,7 +97,8 @@ def test_augmented_manifest_rows_regrouped_from_attribute_records_exactly_once(d
 
 def test_a_manifest_line_without_an_attribute_names_the_line(tmp_path):
     from smlaunch.errors import DataError
-    from smlaunch.pipelines.sources.manifest import group_attributes, manifest_objects
+    from smlaunch.pipelines.rows import group_attributes
+    from smlaunch.pipelines.sources.manifest import manifest_objects
     from smlaunch.pipelines.sources.objects import ObjectSource
 
     (tmp_path / "m.jsonl").write_text('{"source-ref": "a.jpg", "class": 1}\n{"source-ref": "b.jpg"}\n')

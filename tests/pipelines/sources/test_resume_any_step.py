@@ -17,7 +17,7 @@ from test_file_reader import HOSTS, deliver
 
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.pipelines.order import LAST
-from smlaunch.trainers.position import EpochPosition
+from smlaunch.pipelines.position import EpochPosition
 
 BATCH = 16
 

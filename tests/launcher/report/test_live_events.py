@@ -8,9 +8,9 @@ from pathlib import Path
 
 from tensorboardX.proto.event_pb2 import Event
 
-from smlaunch.launcher.job.live_events import LIVE_SUFFIX, LiveEvents
 from smlaunch.launcher.job.train_progress import TrainProgress
 from smlaunch.launcher.report.job_report import write_report
+from smlaunch.launcher.report.live_events import LIVE_SUFFIX, LiveEvents
 from smlaunch.pipelines.formats import iter_records
 from support.constructed_runs import constructed_report
 
@@ -84,7 +84,7 @@ def test_a_long_run_writes_a_bounded_number_of_points_each_the_mean_of_its_steps
 
     import pytest
 
-    from smlaunch.launcher.job import live_events
+    from smlaunch.launcher.report import live_events
 
     monkeypatch.setattr(live_events, "LIVE_POINTS", 8)
     events = LiveEvents(tmp_path)

@@ -80,8 +80,6 @@ class LiveEvents:
             self.scalar(tag, value, record["step"], record.get("t"))
 
     def validation(self, result: dict) -> None:
-        from smlaunch.launcher.job.train_progress import validation_metrics
-
         for name, value in validation_metrics(result).items():
             self.scalar(f"validation/{name}", value, result["step"])
         self.flush()
@@ -104,3 +102,11 @@ class LiveEvents:
             self._write_step(bucket_mean(self._pending))
             self._pending = None
         self._writer.close()
+
+
+NOT_METRICS = ("kind", "step", "epoch", "rows", "t")
+
+
+def validation_metrics(result: dict) -> dict:
+    """A validation result's metrics (classification: accuracy, loss; a user's: what `task.evaluate` returns)."""
+    return {k: v for k, v in result.items() if k not in NOT_METRICS and isinstance(v, (int, float))}

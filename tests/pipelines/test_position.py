@@ -6,7 +6,7 @@ and stays a few KiB however large the epoch (1.28M single-file units, and 100M s
 import numpy as np
 
 from smlaunch.pipelines.order import LAST, NO_SEEK, SEEK_SHIFT, UNIT_SHIFT, position, seek_point
-from smlaunch.trainers.position import EpochPosition, state_bytes
+from smlaunch.pipelines.position import EpochPosition, state_bytes
 
 
 def shard_rows(unit: int, rows: int) -> np.ndarray:
