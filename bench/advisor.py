@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -125,7 +127,7 @@ def main() -> int:
             os.mkdir(tmp)
     first, *rest = errors.items()
     extra = "".join(f" error_pct_{w}_workers={e:.1f}" for w, e in rest)
-    print(f"RESULT advisor error_pct={first[1]:.1f}{extra} goal=15")
+    report_result(f"RESULT advisor error_pct={first[1]:.1f}{extra} goal=15")
     return 0
 
 

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 
@@ -232,7 +234,7 @@ def main() -> int:
     sys.path.insert(0, str(HERE))  # byo_user, as the workers find it (SM_LAUNCH_CODE_DIR)
     mask, tv2 = mask_ratios(args)
     factory = factory_ratio(args)
-    print(f"RESULT byo factory_ratio={factory:.3f} mask_ops_ratio={mask:.3f} tv2_ratio={tv2:.2f} goal=0.98")
+    report_result(f"RESULT byo factory_ratio={factory:.3f} mask_ops_ratio={mask:.3f} tv2_ratio={tv2:.2f} goal=0.98")
     return 0
 
 

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 EVERY_S = 300.0
@@ -94,7 +96,7 @@ def main() -> int:
             )
     key = "resnet50" if "resnet50" in rows else next(iter(rows))
     plain_s, ours_s = rows[key]
-    print(
+    report_result(
         f"RESULT checkpoint_cost {key}_s={ours_s:.3f} pct_at_300s={100 * ours_s / EVERY_S:.2f} "
         f"ratio_vs_torch_save={ours_s / plain_s:.2f} goal=pct_at_300s<=1"
     )

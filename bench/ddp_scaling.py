@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -187,7 +189,7 @@ def main() -> int:
         if workers > 1:
             metrics[f"efficiency_{workers}"] = f"{efficiency:.2f}"
             metrics[f"allreduce_share_{workers}"] = f"{share:.2f}"
-    print("RESULT ddp_scaling " + " ".join(f"{k}={v}" for k, v in sorted(metrics.items())) + " goal=0.8")
+    report_result("RESULT ddp_scaling " + " ".join(f"{k}={v}" for k, v in sorted(metrics.items())) + " goal=0.8")
     return 0
 
 

@@ -56,6 +56,8 @@ import threading
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA_LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
@@ -393,7 +395,9 @@ def main() -> int:
             f"trainer_ratio{'' if tag == 'normal' else '_slow'}={o['trainer_ratio']:.3f}"
             for tag, o in passes.items()
         )
-        print(f"RESULT elastic wait_pct_after={worst_wait:.2f} time_to_target_s={latest:.1f} {ratios} goal={GOAL}")
+        report_result(
+            f"RESULT elastic wait_pct_after={worst_wait:.2f} time_to_target_s={latest:.1f} {ratios} goal={GOAL}"
+        )
         return 0
     except OutOfBudget as e:
         print(f"stopped before job {e} (--budget-s {args.budget_s:g}); run the same command again to go on")

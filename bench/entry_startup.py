@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -96,7 +98,9 @@ def main() -> None:
         f"median: python {med['python']:.2f} s, auto {med['auto']:.2f} s (added {med['auto'] - med['python']:.2f} s), "
         f"pip (lower bound) {med['pip']:.2f} s"
     )
-    print(f"RESULT entry_startup added_s={med['auto'] - med['python']:.2f} pip_lower_bound_s={med['pip']:.2f} goal=5")
+    report_result(
+        f"RESULT entry_startup added_s={med['auto'] - med['python']:.2f} pip_lower_bound_s={med['pip']:.2f} goal=5"
+    )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -84,7 +86,7 @@ def main() -> int:
         f"other steps {f['other_wait_s_mean']:.4f} s mean ({100 * f['share_rest']:.0f} %), median "
         f"{f['median_wait_s']:.4f} s"
     )
-    print(
+    report_result(
         f"RESULT epoch_boundary data_wait_pct={summary['data_wait_pct']:.1f} "
         f"boundary_wait_ratio={f['boundary_wait_ratio']:.1f} goal=2/-"
     )

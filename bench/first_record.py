@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 from smlaunch.pipelines.formats import iter_records, tfrecord
 from smlaunch.pipelines.sources.channels import copy_objects
 from smlaunch.pipelines.sources.fastfile import open_channel_file, write_view
@@ -146,7 +148,7 @@ def main() -> None:
                 + " ".join(f"{mode}={ratio:.2f}" for mode, ratio in ratios(times, kinds, label).items())
             )
     result = ratios(local, modes, "100x")
-    print(
+    report_result(
         f"RESULT first_record pipe_ratio={result['pipe']:.2f} fastfile_ratio={result['fastfile']:.2f} "
         f"file_ratio={result['file']:.2f} goal=1.1"
     )

@@ -81,6 +81,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from format_writers import FORMATS, digits, write_all  # bench/, this script's folder
+from results_log import report_result  # bench/, this script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = (*FORMATS, "webdataset_pipe")
@@ -560,7 +561,7 @@ def main() -> int:
             "reading process, so no chain in other processes can take them)"
         )
     for kind, ratio in ratios.items():
-        print(f"RESULT formats {kind}_ratio={ratio:.2f} goal=1.0")
+        report_result(f"RESULT formats {kind}_ratio={ratio:.2f} goal=1.0")
     return 0
 
 

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -52,7 +54,7 @@ def main() -> int:
         f"data_wait_pct={s['data_wait_pct']} cluster_start_s={s['cluster_start_s']} "
         f"train_s={s['train_s']} process_wall_s={wall:.1f}"
     )
-    print(f"RESULT local_default images_per_s={s['images_per_s']} goal=none")
+    report_result(f"RESULT local_default images_per_s={s['images_per_s']} goal=none")
     return 0
 
 

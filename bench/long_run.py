@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_S = 0.5
 """The sampler's default interval (`monitor.sample_interval_s`)."""
@@ -224,9 +226,7 @@ def long_run(args) -> None:
         f"report.json {report_mb:.2f} MB, TensorBoard {tb_mb:.2f} MB, PNGs {pngs_kb / 1024:.0f} KB; "
         f"write_report {render_s:.1f} s"
     )
-    print(
-        f"RESULT long_run report_mb={report_mb:.2f} render_s={render_s:.1f} goal=report_mb<=50,render_s<=30", flush=True
-    )
+    report_result(f"RESULT long_run report_mb={report_mb:.2f} render_s={render_s:.1f} goal=report_mb<=50,render_s<=30")
 
 
 def control_exchange(args) -> int:
@@ -253,7 +253,7 @@ def control_exchange(args) -> int:
             f"{args.step_ms:g} ms step"
         )
     est_ms = 1e3 * estimates["control"]
-    print(
+    report_result(
         f"RESULT control_exchange est_128_ranks_ms={est_ms:.2f} pct_of_step={100 * est_ms / args.step_ms:.2f} "
         f"goal=pct<=1"
     )

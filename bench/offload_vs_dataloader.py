@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 32
 
@@ -323,7 +325,7 @@ def main() -> int:
     throughput = median["ray"][1] / median["dataloader"][1]
     first_batch = median["ray"][0] / median["dataloader"][0]
     cold_ratio = warmed[0] / median["dataloader"][0]
-    print(
+    report_result(
         f"RESULT offload_vs_dataloader throughput_ratio={throughput:.2f} first_batch_ratio={first_batch:.2f} "
         f"cold_first_batch_ratio={cold_ratio:.2f} goal=1.0/1.5/1.5"
     )

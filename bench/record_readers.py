@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 from smlaunch.pipelines.formats import iter_records, tfrecord
 from smlaunch.pipelines.sources.fifo import READ_BUFFER, open_epoch
 
@@ -136,9 +138,9 @@ def main() -> int:
             f"c. {args.records_1k} x 1 KiB: {args.records_1k / one_k:,.0f} records/s on one core "
             f"(512 B to 1.5 KiB, mixed: {args.records_1k / varied:,.0f} records/s)"
         )
-        print(f"RESULT pipe_ingest ratio_vs_raw={raw / ours:.2f} goal=0.7")
-        print(f"RESULT tfrecord_reader ratio_vs_tfrecord_pkg={pkg / mine:.2f} goal=3")
-        print(f"RESULT small_records records_per_s={args.records_1k / one_k:.0f} goal=500000")
+        report_result(f"RESULT pipe_ingest ratio_vs_raw={raw / ours:.2f} goal=0.7")
+        report_result(f"RESULT tfrecord_reader ratio_vs_tfrecord_pkg={pkg / mine:.2f} goal=3")
+        report_result(f"RESULT small_records records_per_s={args.records_1k / one_k:.0f} goal=500000")
     return 0
 
 

@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = "listing_ratio<=1.5,listing_rss_mb<=1500"
 
@@ -246,16 +248,14 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.s3_objects:
-        print(
+        report_result(
             f"RESULT scale_s3_listing {' '.join(f'{k}={v}' for k, v in measure_s3_listing(args.s3_objects).items())}"
-            " goal=none",
-            flush=True,
+            " goal=none"
         )
     result = measure_listing(args.scratch, args.files, args.classes, args.runs)
-    print(
+    report_result(
         f"RESULT scale_listing listing_ratio={result['listing_ratio']} listing_rss_mb={result['listing_rss_mb']} "
-        f"goal={GOAL}",
-        flush=True,
+        f"goal={GOAL}"
     )
     return 0
 

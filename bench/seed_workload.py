@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from results_log import report_result  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 GPU_HOST_CPUS = 4  # ml.g5.xlarge
 
@@ -149,7 +151,7 @@ def main() -> int:
         f"GPU {gpu}: alone {alone['images_per_s']} images/s (data wait {alone['data_wait_pct']} %), "
         f"offload {offload['images_per_s']} images/s (data wait {offload['data_wait_pct']} %)"
     )
-    print(f"RESULT seed_workload speedup={speedup:.2f} data_wait_pct={offload['data_wait_pct']} goal=2.2/5")
+    report_result(f"RESULT seed_workload speedup={speedup:.2f} data_wait_pct={offload['data_wait_pct']} goal=2.2/5")
     return 0
 
 

@@ -4,7 +4,7 @@ on each of sm-launch's three paths.
 Side by side on this machine, taking turns, `--rounds` of each (median):
 
 - **local**: `sm-launch configs/hetero.yaml --set trainer.steps=20` in a fresh process, as a user
-  types it. Its report's phases (`launcher.job.phases`: seconds after the command) give the first
+  types it. Its report's phases (`launcher.report.phases`: seconds after the command) give the first
   and last steps; the process's end gives the exit.
 - **simulate**: `sm-launch simulate` of the same config: the SageMaker path, one `sm-launch`
   process per host (`launcher.sagemaker.simulate`); the phases and the exit are the head host's, in
@@ -48,6 +48,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from results_log import report_result  # bench/, this script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 20
@@ -218,7 +220,7 @@ def main() -> int:
         after_last = statistics.median(r["exit"] - r["last_step"] for r in rows)
         validation = statistics.median(r["final_validation"] - r["last_step"] for r in rows)
         name = "startup" if path == "local" else f"startup_{path}"
-        print(
+        report_result(
             f"RESULT {name} first_step_s={first:.1f} ratio_vs_ray={first / theirs:.2f} "
             f"exit_after_last_step_s={after_last:.1f} goal=first_step_s<=15,ratio_vs_ray<=1.0,"
             f"exit_after_last_step_s<={5 + validation:.1f}"

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import yaml
+from results_log import report_result  # bench/, this script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 WARM = 10
@@ -184,7 +185,7 @@ def main() -> int:
     )
     throughput = median["ours"]["images_per_s"] / median["plain"]["images_per_s"]
     first = median["ours"]["first_step_s"] / median["plain"]["first_step_s"]
-    print(f"RESULT user_loop throughput_ratio={throughput:.3f} first_step_ratio={first:.3f} goal=0.97")
+    report_result(f"RESULT user_loop throughput_ratio={throughput:.3f} first_step_ratio={first:.3f} goal=0.97")
     return 0
 
 
