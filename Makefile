@@ -4,12 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sdk-venvs tini run test bench plan clean
+.PHONY: setup sdk-venvs tini run test check docs bench plan clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	$(VENV)/bin/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -40,6 +40,18 @@ plan: setup
 
 test: setup sdk-venvs tini
 	$(VENV)/bin/python -m pytest
+
+# Lint, format, types and the layers' contracts (pyproject.toml holds each tool's settings).
+check: setup
+	$(VENV)/bin/ruff check smlaunch tests bench scripts
+	$(VENV)/bin/ruff format --check smlaunch tests bench scripts
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+# The generated reference pages (configuration, CLI), then the site, warnings as errors.
+docs: setup
+	$(VENV)/bin/python scripts/gen_docs.py
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 bench: setup
 	$(VENV)/bin/python bench/local_default.py

@@ -184,11 +184,8 @@ def _route_raylet_messages() -> None:
     straight to stdout from its error-listener thread, whatever `log_to_driver` says. Send them to
     the log (the file; the console only with -v). Ray has no public switch for this, so the module
     function the thread calls is replaced; if Ray renames it, its lines simply print as before."""
-    import ray._private.worker as ray_worker
+    from smlaunch._ray_compat import replace_stdstream_printer
 
-    original = getattr(ray_worker, "print_to_stdstream", None)
-    if original is None or getattr(original, "_smlaunch", False):
-        return
     ray_log = logging.getLogger("ray.raylet_messages")
     ray_log.setLevel(logging.INFO)  # `ray` itself may sit at WARNING
 
@@ -196,8 +193,7 @@ def _route_raylet_messages() -> None:
         for line in data.get("lines", []):
             ray_log.info("(%s) %s", data.get("pid"), line)
 
-    to_log._smlaunch = True
-    ray_worker.print_to_stdstream = to_log
+    replace_stdstream_printer(to_log)
 
 
 # --- progress ---------------------------------------------------------------------------------

@@ -39,16 +39,13 @@ def node_ids(hosts: list[str]) -> dict[str, str]:
 
 def drain_hosts(hosts: list[str], deadline_s: float, why: str) -> list[str]:
     """Drain the nodes of `hosts` as preempted, to be gone in `deadline_s`; the hosts drained."""
-    import ray
-    from ray.core.generated import autoscaler_pb2
+    from smlaunch._ray_compat import drain_node
 
-    gcs = ray._private.worker.global_worker.gcs_client
-    reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
     deadline_ms = int((time.time() + deadline_s) * 1000)
     drained = []
     for host, node_id in node_ids(hosts).items():
         try:
-            accepted, message = gcs.drain_node(node_id, reason, why, deadline_ms)
+            accepted, message = drain_node(node_id, why, deadline_ms)
         except Exception as exc:  # the stop still reaches the built-in loop through the KV store
             log.debug("drain of %s failed: %s", host, exc)
             continue

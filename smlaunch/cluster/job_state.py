@@ -11,7 +11,7 @@ the job succeeded. The head publishes here:
 - `outcome`: `ok`, `stopped: ...` or `failed: ...` when the driver is done;
 and each worker writes `left/<host>` before it stops its node, so the head can wait for them.
 
-`ray._raylet.GcsClient` is Ray's internal client: the only way to read the store without
+Ray's internal `GcsClient` (`_ray_compat.gcs_client`) is the only way to read the store without
 connecting a driver (a driver per worker host would cost memory and its own 60 s reconnect
 rules). Its constructor blocks ~35 s on an unreachable GCS, so every call runs with a deadline.
 """
@@ -47,9 +47,9 @@ class JobState:
         def run():
             with self._client_lock:  # both pool threads may ask first; build one client
                 if self._client is None:
-                    from ray._raylet import GcsClient
+                    from smlaunch._ray_compat import gcs_client
 
-                    self._client = GcsClient(address=self.address)
+                    self._client = gcs_client(self.address)
             return fn(self._client)
 
         future = self._pool.submit(run)

@@ -18,7 +18,6 @@ def reload_ray_auth() -> None:
     """If Ray is loaded in this process, make it read its token settings from the environment again."""
     if "ray._raylet" not in sys.modules:
         return  # Ray reads them when it loads
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from smlaunch._ray_compat import reload_auth_token
 
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+    reload_auth_token()

@@ -16,6 +16,6 @@ class _DropStateApiNoise(logging.Filter):
 
 
 def setup() -> None:
-    logging.getLogger("ray.train.v2._internal.execution.controller.placement_group_cleaner").addFilter(
-        _DropStateApiNoise()
-    )
+    from smlaunch._ray_compat import PLACEMENT_GROUP_CLEANER_LOGGER
+
+    logging.getLogger(PLACEMENT_GROUP_CLEANER_LOGGER).addFilter(_DropStateApiNoise())

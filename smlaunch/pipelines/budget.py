@@ -40,9 +40,10 @@ def budget_from_first_step() -> bool:
     global _installed
     if _installed:
         return True
-    try:
-        from ray.data._internal.execution.resource_manager import ResourceManager
-    except ImportError:
+    from smlaunch._ray_compat import data_resource_manager
+
+    ResourceManager = data_resource_manager()
+    if ResourceManager is None:
         return False
     original = getattr(ResourceManager, "get_global_limits", None)
     if original is None or not hasattr(ResourceManager, "GLOBAL_LIMITS_UPDATE_INTERVAL_S"):

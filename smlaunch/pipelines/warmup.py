@@ -106,15 +106,9 @@ def data_tasks_runtime_env() -> dict:
     `RAY_WARN_BLOCKING_GET_INSIDE_ASYNC=0`; `TrainController`'s options). With the job's own
     environment the warm-up ran in workers no read or chain task ever used: each real task started
     a cold worker (Ray timeline of `configs/hetero.yaml`, 2-core VM)."""
-    from ray.train.v2._internal.constants import (
-        DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
-        RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
-        get_env_vars_to_propagate,
-    )
+    from smlaunch._ray_compat import train_propagated_env
 
-    env = get_env_vars_to_propagate()
-    env.setdefault(RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR, DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
-    return {"env_vars": env}
+    return {"env_vars": train_propagated_env()}
 
 
 def warm_worker(ops: list, shared: list = ()) -> dict:

@@ -135,9 +135,9 @@ class Control:
         polled = self.rank == 0 and not self._stop_seen and now - self._last_poll >= POLL_S
         if polled:
             self._last_poll = now
-            from ray.experimental import internal_kv
+            from smlaunch._ray_compat import kv_get
 
-            self._stop_seen = internal_kv._internal_kv_get(STOP, namespace=NAMESPACE) is not None
+            self._stop_seen = kv_get(STOP, NAMESPACE) is not None
         return self._stop_seen, polled
 
     def _preemption_notice(self):

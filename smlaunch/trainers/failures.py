@@ -147,9 +147,9 @@ def no_restart_after_a_posted_error():
     `before_controller_execute_failure_decision` raises becomes a `ControllerError`, which the
     failure policy never retries (`controller._run_controller_hook`). A Ray without that hook fails
     tests/launcher/attached/test_attached.py's count of worker-group starts."""
-    from ray.train.v2._internal.execution.callback import ControllerCallback
+    from smlaunch._ray_compat import train_controller_callback_base
 
-    class NoRestartAfterAPostedError(ControllerCallback):
+    class NoRestartAfterAPostedError(train_controller_callback_base()):
         def before_controller_execute_failure_decision(self, failure_decision) -> None:
             if getattr(failure_decision, "value", None) != "RETRY":
                 return

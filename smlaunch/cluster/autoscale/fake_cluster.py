@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from smlaunch._ray_compat import FAKE_NODE_PROVIDER
+
 HEAD_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
 """The provider's id for the head (what `RAY_OVERRIDE_NODE_ID_FOR_TESTING` makes it)."""
 
@@ -62,7 +64,7 @@ class AutoscalingCluster:
             "upscaling_speed": 1.0,
             "provider": {
                 "type": "external",
-                "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
+                "module": FAKE_NODE_PROVIDER,
                 "gcs_address": self.address,
                 "launch_multiple": True,
                 "head_node_id": HEAD_ID,

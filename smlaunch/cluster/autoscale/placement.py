@@ -26,19 +26,17 @@ REFRESH_S = 1.0
 
 def publish(nodes: list[str]) -> None:
     """The joined data hosts, for `JoinedHosts` in every process that runs the chain."""
-    from ray.experimental import internal_kv
-
+    from smlaunch._ray_compat import kv_put
     from smlaunch.cluster.job_state import NAMESPACE
 
-    internal_kv._internal_kv_put(KEY, json.dumps(sorted(nodes)).encode(), overwrite=True, namespace=NAMESPACE)
+    kv_put(KEY, json.dumps(sorted(nodes)).encode(), NAMESPACE)
 
 
 def withdraw() -> None:
-    from ray.experimental import internal_kv
-
+    from smlaunch._ray_compat import kv_delete
     from smlaunch.cluster.job_state import NAMESPACE
 
-    internal_kv._internal_kv_del(KEY, namespace=NAMESPACE)
+    kv_delete(KEY, NAMESPACE)
 
 
 class JoinedHosts:
@@ -61,11 +59,10 @@ class JoinedHosts:
 
     def _read(self) -> list[str] | None:
         try:
-            from ray.experimental import internal_kv
-
+            from smlaunch._ray_compat import kv_get
             from smlaunch.cluster.job_state import NAMESPACE
 
-            raw = internal_kv._internal_kv_get(KEY, namespace=NAMESPACE)
+            raw = kv_get(KEY, NAMESPACE)
             return json.loads(raw) if raw else None
-        except Exception:  # noqa: BLE001 - the plain selector still places the task
+        except Exception:  # the plain selector still places the task
             return self._nodes

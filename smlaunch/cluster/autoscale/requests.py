@@ -93,9 +93,9 @@ class DataHostRequests:
 
     def _run(self) -> None:
         # The coordinator's client is not thread-safe: this thread is its only caller.
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import DefaultAutoscalingCoordinator
+        from smlaunch._ray_compat import autoscaling_coordinator
 
-        coordinator = DefaultAutoscalingCoordinator(self.requester)
+        coordinator = autoscaling_coordinator(self.requester)
         while True:
             self._changed.wait(REFRESH_S)
             self._changed.clear()
@@ -130,15 +130,12 @@ def _recount_nodes(requester: str) -> None:
     requester's reservation (Ray Data's budgets) from it. Ray 2.60's `get_reserved_resources` takes
     `recompute`; where a later Ray drops it, the coordinator's own 20 s tick still comes."""
     import ray
-    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-        get_or_create_autoscaling_coordinator,
-    )
+
+    from smlaunch._ray_compat import coordinator_actor
 
     try:
-        ray.get(
-            get_or_create_autoscaling_coordinator().get_reserved_resources.remote(requester, recompute=True), timeout=30
-        )
-    except Exception as exc:  # noqa: BLE001 - the coordinator's next tick counts them anyway
+        ray.get(coordinator_actor().get_reserved_resources.remote(requester, recompute=True), timeout=30)
+    except Exception as exc:  # the coordinator's next tick counts them anyway
         import logging
 
         logging.getLogger("smlaunch").warning(
@@ -161,13 +158,9 @@ def drain(node_id: str, why: str, deadline_s: float = 0.0) -> None:
     exits and the autoscaler ends it. Lower the request first (`DataHostRequests.want`), or the
     autoscaler starts a replacement. Ray's reason is PREEMPTION, the one a busy node accepts
     (IDLE_TERMINATION is refused there); `deadline_s` 0: none (nothing kills it at a deadline anyway)."""
-    import ray
-    from ray.core.generated import autoscaler_pb2
+    from smlaunch._ray_compat import drain_node
 
-    gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
     deadline_ms = time.time_ns() // 1_000_000 + int(deadline_s * 1000) if deadline_s else 0
-    accepted, refusal = gcs.drain_node(
-        node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), why, deadline_ms
-    )
+    accepted, refusal = drain_node(node_id, why, deadline_ms)
     if not accepted:
         raise RuntimeError(f"Ray refused to drain node {node_id[:12]}: {refusal}")

@@ -26,11 +26,10 @@ PERIOD_S = 5.0
 
 def joined_nodes(labels: dict[str, str]) -> list[dict]:
     """The alive nodes carrying `labels` that are not draining (`ray.nodes()` entries)."""
-    import ray
-
+    from smlaunch._ray_compat import draining_nodes
     from smlaunch.cluster.autoscale.requests import labelled_nodes
 
-    draining = ray._private.state.state.get_draining_nodes()
+    draining = draining_nodes()
     return [n for n in labelled_nodes(labels) if n["NodeID"] not in draining]
 
 
@@ -121,11 +120,10 @@ def controller(plan, requests, base: list[str]):
         drain(node, why)
 
     def cpu_busy() -> float | None:
-        import ray
+        from smlaunch._ray_compat import resources_per_node
 
         nodes = [n["NodeID"] for n in joined_nodes(e.labels)]  # read every second: no KV write here
-        total = ray._private.state.state.total_resources_per_node()
-        free = ray._private.state.state.available_resources_per_node()
+        total, free = resources_per_node()
         cpus = sum(total.get(n, {}).get("CPU", 0) for n in nodes)
         return 1 - sum(free.get(n, {}).get("CPU", 0) for n in nodes) / cpus if cpus else None
 

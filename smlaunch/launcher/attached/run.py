@@ -219,13 +219,12 @@ def _refuse_a_second_job(ray, address: str) -> None:
 def _stop_key_cleared():
     """The stop request lives in the cluster's KV store, which outlives the job: clear it before
     (an earlier stopped run's would stop this one at step 1) and after."""
-    from ray.experimental import internal_kv
-
+    from smlaunch._ray_compat import kv_delete
     from smlaunch.cluster.job_state import NAMESPACE, STOP
 
-    internal_kv._internal_kv_del(STOP, namespace=NAMESPACE)
+    kv_delete(STOP, NAMESPACE)
     try:
         yield
     finally:
         with contextlib.suppress(Exception):
-            internal_kv._internal_kv_del(STOP, namespace=NAMESPACE)
+            kv_delete(STOP, NAMESPACE)

@@ -97,9 +97,9 @@ def forward_stop_to_trainer(stop: StopRequest | None, drain: list[str] | None = 
     def relay() -> None:
         while not finished.is_set():
             if stop.event.wait(0.5):
-                from ray.experimental import internal_kv
+                from smlaunch._ray_compat import kv_put
 
-                internal_kv._internal_kv_put(STOP, (stop.signal_name or "stop").encode(), namespace=NAMESPACE)
+                kv_put(STOP, (stop.signal_name or "stop").encode(), NAMESPACE)
                 if drain:
                     from smlaunch.cluster.drain import drain_hosts
 
