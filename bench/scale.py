@@ -210,7 +210,7 @@ def mix_ratio(labels: np.ndarray) -> tuple[float, float]:
 
 def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> dict:
     """Labels per batch of the three class-sorted channels; the 1.28M epoch's resume state and resume time."""
-    from smlaunch.cluster.board import set_order, start_board
+    from smlaunch.cluster.run_relay import set_order, start_relay
     from smlaunch.pipelines.position import EpochPosition, state_bytes
 
     out: dict = {"mix": {}}
@@ -221,7 +221,7 @@ def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> 
     }
     ray = start_ray(cpus)
     try:
-        board = start_board()
+        relay = start_relay()
         for fmt, path in channels.items():
             for mode, shuffle, buffer in (("ours", True, 1024), ("before", False, 0)):
                 if fmt == "image_folder" and mode == "before":
@@ -274,7 +274,7 @@ def order_and_resume(folder: Path, scratch: Path, per_class: int, cpus: int) -> 
                 )
                 if drawn_rows + len(rest) != len(drawn):
                     raise RuntimeError(f"resumed epoch: {drawn_rows} + {len(rest)} rows != {len(drawn)}")
-        ray.kill(board)
+        ray.kill(relay)
     finally:
         ray.shutdown()
     return out

@@ -83,19 +83,19 @@ def test_the_log_file_gets_everything(tmp_path, capsys):
 
 
 class _Board:
-    """The board's remote interface as the progress thread calls it, without Ray."""
+    """The relay's remote interface as the progress thread calls it, without Ray."""
 
     def __init__(self, events):
         self.events = list(events)
 
     @property
     def drain(self):
-        board = self
+        relay = self
 
         class _Remote:
             @staticmethod
             def remote():
-                out, board.events = board.events, []
+                out, relay.events = relay.events, []
                 return out
 
         return _Remote

@@ -81,7 +81,7 @@ _counter = None
 def start_counter(limits: dict[str, int], places: dict | None = None):
     """The run's counter (one per Ray namespace `smlaunch`; a previous one is replaced); `places`:
     channel -> `SamplePlaces`, to name the file of a sample the chain cannot decode."""
-    from smlaunch.cluster.board import kill_named
+    from smlaunch.cluster.run_relay import kill_named
 
     global _counter
     kill_named(ACTOR_NAME, NAMESPACE)
@@ -103,9 +103,9 @@ def skip_policy(channel: str, limit: int) -> Callable[[Exception], bool] | None:
         if verdict == "again":
             return True
         if verdict == "skip":
-            from smlaunch.cluster.board import post
+            from smlaunch.cluster.run_relay import send_event
 
-            post("warning", text=f"channel '{channel}': skipped a corrupt record: {error}")
+            send_event("warning", text=f"channel '{channel}': skipped a corrupt record: {error}")
             return True
         raise DataError(
             f"channel '{channel}': more than max_corrupted_records={limit} corrupt records; the last: {error}"
@@ -130,9 +130,9 @@ def undecodable_sample(channel: str, limit: int, sample_id: int, reason: str) ->
     if verdict == "again":
         return
     if verdict == "skip":
-        from smlaunch.cluster.board import post
+        from smlaunch.cluster.run_relay import send_event
 
-        post("warning", text=f"channel '{channel}': skipped a corrupt record: {message}")
+        send_event("warning", text=f"channel '{channel}': skipped a corrupt record: {message}")
         return
     if limit <= 0:
         raise DataError(message)

@@ -80,7 +80,7 @@ def gather(ids: np.ndarray | None, skipped: int, partial: int, control, rank: in
 
 
 class Accountant:
-    """Rank 0's books: one record per epoch, and the distinct ids seen so far in the run."""
+    """Rank 0's accounting: one record per epoch, and the distinct ids seen so far in the run."""
 
     def __init__(self, channel: str, expected: int | None, world: int):
         self.channel, self.expected, self.world = channel, expected, world
@@ -95,7 +95,7 @@ class Accountant:
         resumed_at_batch: int = 0,
         positions=None,
         units: int | None = None,
-        unnamed: int = 0,
+        resumed_by_position: int = 0,
     ) -> None:
         """`gathered`: every rank's ids (`gather`; None on other ranks, and on a stop); `positions`:
         the epoch's merged `EpochPosition` (rank 0, File channels), checked against `units`."""
@@ -104,7 +104,15 @@ class Accountant:
         ids, skipped, partial = gathered if gathered is not None else (None, 0, 0)
         if ids is not None:
             record = summarise(
-                ids, epoch, complete, self.expected, self.reference, skipped, partial, resumed_at_batch, unnamed
+                ids,
+                epoch,
+                complete,
+                self.expected,
+                self.reference,
+                skipped,
+                partial,
+                resumed_at_batch,
+                resumed_by_position,
             )
             if complete:
                 self.reference = np.union1d(self.reference, ids)
@@ -151,9 +159,9 @@ def summarise(
     skipped: int = 0,
     partial: int = 0,
     resumed_at_batch: int = 0,
-    unnamed: int = 0,
+    resumed_by_position: int = 0,
 ) -> dict:
-    """`unnamed`: rows drawn before a resume by position, whose ids the epoch's ids lack."""
+    """`resumed_by_position`: rows drawn before a resume by position, whose ids the epoch's ids lack."""
     distinct, counts = np.unique(ids, return_counts=True)
     repeated = distinct[counts > 1]
     record = {
@@ -175,7 +183,7 @@ def summarise(
         absent = np.setdiff1d(reference, distinct, assume_unique=True)
         record["missing_ids"] = absent[:SHOWN_IDS].tolist()
         record["missing"] = (
-            max(expected - len(distinct) - unnamed, len(absent)) if expected is not None else len(absent)
+            max(expected - len(distinct) - resumed_by_position, len(absent)) if expected is not None else len(absent)
         )
     return record
 

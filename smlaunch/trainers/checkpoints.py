@@ -1,7 +1,8 @@
 """Checkpoints that survive spot interruptions: written by rank 0, found again by a new run.
 
-A checkpoint is a directory `<checkpoint dir>/<run>/step-<NNNNNNNN>/` holding `state.pt` (model,
-optimizer, scheduler, step, data position) and `meta.json` (the step and the SHA-256 and size of
+A checkpoint is a directory `<checkpoint dir>/<run>/step-<NNNNNNNN>/` holding `state.pt` (a
+`TrainState`: model, optimizer, scheduler, step, the epoch's data position; the one format the
+built-in loop writes and resumes from) and `meta.json` (the step and the SHA-256 and size of
 `state.pt`). Ray Train copies the directory into the checkpoint dir; on SageMaker that is
 `/opt/ml/checkpoints`, which SageMaker syncs to S3 and restores into a new job. Each launch writes
 under a run name of its own and only rank 0 writes, so names never collide between runs, ranks or
@@ -16,7 +17,9 @@ import json
 import logging
 import os
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from smlaunch.errors import UserError
 
@@ -24,6 +27,58 @@ log = logging.getLogger("smlaunch")
 
 STATE = "state.pt"
 META = "meta.json"
+
+
+@dataclass
+class TrainState:
+    """What a built-in loop's checkpoint holds (`state.pt`): everything a run resumes from, on any
+    number of ranks. The epoch's data position is one of two kinds: where the epoch stands in its
+    order (`position`, File and FastFile channels: a few KiB at any size), or the ids it has drawn
+    (`consumed_ids`, a Pipe channel, whose rows carry no position)."""
+
+    model: dict
+    optimizer: dict
+    scheduler: dict
+    step: int
+    epochs_done: int
+    world_size: int
+    config_sha256: str
+    position: dict | None = None
+    """`pipelines.position.EpochPosition.state()` of the epoch in progress."""
+    consumed_ids: Any = None
+    """The ids the epoch in progress has drawn (int64 array), where rows have no position."""
+
+    @property
+    def epoch(self) -> int:
+        """The 1-based epoch the next step belongs to."""
+        return self.epochs_done + 1
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "epoch": self.epoch}
+
+    @classmethod
+    def from_dict(cls, state: dict, where: str) -> TrainState:
+        """The state of a `state.pt` read from `where`; a UserError in one line for one of another
+        format (an older smlaunch's, or another program's)."""
+        fields = set(cls.__dataclass_fields__)
+        missing = sorted(fields - {"position", "consumed_ids"} - set(state))
+        if missing or not isinstance(state.get("position"), dict | None):
+            why = f"no {', '.join(missing)}" if missing else "its position is a count of batches, an older format"
+            raise UserError(
+                f"checkpoint {where}: not a checkpoint this smlaunch resumes from ({why}); "
+                "set trainer.resume: false or another trainer.checkpoint_dir to start afresh"
+            )
+        return cls(**{name: state.get(name) for name in fields})
+
+
+def save_train_state(directory: str, state: TrainState) -> None:
+    """The built-in loop's checkpoint files in `directory` (`write_state`)."""
+    write_state(directory, state.to_dict())
+
+
+def load_train_state(directory: str | os.PathLike) -> TrainState:
+    """The `TrainState` of the checkpoint in `directory` (or at an `s3://` URI)."""
+    return TrainState.from_dict(load_state(directory), str(directory))
 
 
 def checkpoint_name(step: int) -> str:

@@ -8,7 +8,7 @@ our loop, a bug in the user's loss, a shape error. Each restart pays the workers
 steps since the last checkpoint, and meets the same error: a 20-step job ended after three full
 attempts and 3 min 11 s, with the user's `ValueError` buried in Ray's nested traceback (issue 76).
 
-So a rank that meets an error no restart explains (`restartable`) posts it to the board as one
+So a rank that meets an error no restart explains (`restartable`) posts it to the relay as one
 line (`describe`: the user's function and its line, or an internal error), with the traceback
 for the run's log, then raises it (`end_job_for`); Ray Train's controller, deciding to restart,
 finds the posted error and ends the run instead (`no_restart_after_a_posted_error`), and the
@@ -106,11 +106,11 @@ def describe(exc: BaseException, rank: int, doing: str, named: dict[str, str]) -
 
 
 def end_job_for(exc: BaseException, rank: int, line_for) -> bool:
-    """Post `exc` to the board as the error that ends the job, unless a restart can mend it (then
+    """Post `exc` to the relay as the error that ends the job, unless a restart can mend it (then
     False: the caller raises it, for Ray Train's restarts). A `UserError` (bad data, a lost host,
     ...) goes as its own line; any other error as `line_for(exc) -> (line, whether it is the user's
     code's)` says (`describe`; your own loop's `user_loop.error_line`), with its traceback for the
-    run's log. Posted before the rank raises (the board holds it when `post` returns), so Ray
+    run's log. Posted before the rank raises (the relay holds it when `send_event` returns), so Ray
     Train's controller finds it when it decides on the failure (`no_restart_after_a_posted_error`)."""
     from smlaunch.errors import ConfigError, DataError, user_error_in
 
@@ -129,9 +129,9 @@ def end_job_for(exc: BaseException, rank: int, line_for) -> bool:
         message, users = line_for(exc)
         kind = "UserError" if users else "InternalError"
         trace = "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:]
-    from smlaunch.cluster.board import post
+    from smlaunch.cluster.run_relay import send_event
 
-    post("fatal", wait_s=5, text=message, error=kind, rank=rank, traceback=trace)
+    send_event("fatal", wait_s=5, text=message, error=kind, rank=rank, traceback=trace)
     return True
 
 
@@ -153,10 +153,10 @@ def no_restart_after_a_posted_error():
         def before_controller_execute_failure_decision(self, failure_decision) -> None:
             if getattr(failure_decision, "value", None) != "RETRY":
                 return
-            from smlaunch.cluster.board import posted_fatal
+            from smlaunch.cluster.run_relay import ending_error
             from smlaunch.errors import UserError
 
-            posted = posted_fatal()
+            posted = ending_error()
             if posted is not None:
                 raise UserError(posted["text"])
 

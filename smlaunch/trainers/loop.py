@@ -34,32 +34,32 @@ def train_loop(spec) -> dict:
 
     from smlaunch.trainers.failures import describe, end_job_for
 
-    marks = {"train_workers_up": time.time()}  # the run's phases (`launcher.report.phases`): wall clock
+    phase_marks = {"train_workers_up": time.time()}  # the run's phases (`launcher.report.phases`): wall clock
     run = None
     try:
-        run = _Run(spec, marks)
+        run = _Run(spec, phase_marks)
         return run.train()
     except Exception as exc:  # also a data task's error, which reaches the rank wrapped by Ray
         if run is not None:
-            run.outbox.flush(wait=True)  # the steps before the error reach the console first
+            run.console.flush(wait=True)  # the steps before the error reach the console first
         rank, doing = ray.train.get_context().get_world_rank(), run.doing if run else "while starting"
         end_job_for(exc, rank, lambda error: describe(error, rank, doing, spec.user_functions()))
         raise
 
 
 class _Run:
-    def __init__(self, spec, marks: dict):
+    def __init__(self, spec, phase_marks: dict):
         import ray.train
         import ray.train.torch
         import torch
 
-        from smlaunch.cluster.board import Outbox
-        from smlaunch.pipelines.position import DrawnPositions, EpochPosition
+        from smlaunch.cluster.run_relay import EventSender
         from smlaunch.pipelines.sources.host_loss import LostHostGuard
         from smlaunch.series import StepLog
-        from smlaunch.trainers.accounting import Accountant, EpochIds
+        from smlaunch.trainers.accounting import Accountant
         from smlaunch.trainers.checkpoints import CheckpointLog
         from smlaunch.trainers.control import Control
+        from smlaunch.trainers.epoch_progress import EpochProgress
         from smlaunch.trainers.mixing import LabelMix
         from smlaunch.trainers.model import build_model
         from smlaunch.trainers.next_epoch import NextEpoch
@@ -68,7 +68,7 @@ class _Run:
         from smlaunch.trainers.task import make_task
         from smlaunch.trainers.validation import schedule
 
-        self.spec, self.t, self.marks = spec, spec.trainer, marks
+        self.spec, self.trainer, self.phase_marks = spec, spec.trainer, phase_marks
         self.doing = "while starting"  # what the rank was doing, for the line an error ends the job with
         # A restart after a Pipe, ShardedByS3Key or train host was lost fails at once, before building a model.
         self.guard = LostHostGuard(list(spec.fragile_channels), train_hosts=spec.train_hosts)
@@ -79,32 +79,27 @@ class _Run:
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
         self.device = ray.train.torch.get_device()
         self.control = Control(self.world, self.rank, self.guard)  # rank 0 watches the hosts between steps
-        self.outbox = Outbox(enabled=self.rank == 0)  # the launcher's console: progress, metric lines, notes
-        self.seen = EpochIds(spec.id_check_rows // self.world)
-        self.drawn = DrawnPositions()
-        self.position = EpochPosition(1) if self.rank == 0 else None  # the epoch's merged positions (rank 0)
+        self.console = EventSender(enabled=self.rank == 0)  # the launcher's console: progress, metric lines, notes
+        self.progress = EpochProgress(spec.id_check_rows, self.rank, self.world)  # the epoch's data position
         state, self.resumed_from = initial_state(spec, self.rank, self.control)
-        self.resumed_at_step = state["step"] if state is not None else None
+        self.resumed_at_step = state.step if state is not None else None
         self.step = self.epochs_done = 0
-        self.consumed = None  # ids the resumed epoch had already drawn (a checkpoint without positions)
-        self.unnamed = 0  # rows the resumed epoch had drawn, known by position only
-        self.legacy_position = 0
-        self.drawn_before = None  # the resumed epoch's samples already drawn, for the "resumed" note
         self.resuming = False  # the next epoch is a resumed one, which may rightly hold no full batch
-        if state is not None:
-            self._resume_position(state)
-        self._post_order()
+        if state is not None:  # where the checkpoint's run stood: read before the first epoch's data is asked for
+            self.step, self.epochs_done, self.resuming = state.step, state.epochs_done, True
+            self.progress.resume(state)
+        self.progress.post_order(self.control, self.epochs_done)
         # The first epoch's data is asked for now, before the model is built: Ray Data's execution
         # (its coordinator, read and chain tasks, the first blocks) starts while timm imports and
         # builds the model and DDP wraps it, instead of after (issue 40; `trainers.next_epoch`).
-        self.primed = None
+        self.first_epoch = None
         if not self._done():
-            self.primed = NextEpoch(self._torch_batches(ray.train.get_dataset_shard("train")))
-            marks["data_asked"] = time.time()
+            self.first_epoch = NextEpoch(self._torch_batches(ray.train.get_dataset_shard("train")))
+            phase_marks["data_asked"] = time.time()
         self.raw_model = build_model(spec)
-        marks["model_built"] = time.time()
-        self.optimizer = build_optimizer(self.raw_model, self.t, spec.learning_rate)
-        self.schedule = build_schedule(self.optimizer, self.t, spec.total_steps)
+        phase_marks["model_built"] = time.time()
+        self.optimizer = build_optimizer(self.raw_model, self.trainer, spec.learning_rate)
+        self.schedule = build_schedule(self.optimizer, self.trainer, spec.total_steps)
         if state is not None:
             self._restore_weights(state)
         elif spec.pretrained:
@@ -112,7 +107,7 @@ class _Run:
         # DDP's wrap broadcasts rank 0's parameters and buffers to every rank (init_sync), so the weights
         # file is read once, by rank 0, and the other ranks' random initialisation is overwritten.
         self.model = ray.train.torch.prepare_model(self.raw_model)
-        self.autocast = _autocast(self.t.precision, self.device)
+        self.autocast = _autocast(self.trainer.precision, self.device)
         hosts = list(spec.host_names)
         self.host_rows = torch.zeros(len(hosts) + 1, dtype=torch.long, device=self.device)  # last: unknown host
         self.train_rows = torch.zeros_like(self.host_rows)
@@ -120,11 +115,11 @@ class _Run:
         self.steps = StepLog()  # bounded: buckets of the whole run, the latest steps exact (`smlaunch.series`)
         self.validation: list[dict] = []
         self.validates = schedule(spec)  # no validation channel: no pass, ever
-        self.books = Accountant("train", spec.epoch_rows, self.world)
+        self.accounting = Accountant("train", spec.epoch_rows, self.world)
         self.mix = LabelMix(spec.num_classes, self.device) if self.task.builtin else None  # labels' mix per batch
         self.stopped, self.stopped_by = False, None
         self.cut_short = False  # the run ended inside an epoch
-        self.saves = CheckpointLog(spec.checkpoint_every_s)  # the timer counts from here
+        self.checkpoint_log = CheckpointLog(spec.checkpoint_every_s)  # the timer counts from here
 
     def _fine_tune_from(self, weights: str) -> None:
         """`model.pretrained` into the fresh model, read by rank 0 alone (DDP's wrap copies it to the
@@ -137,68 +132,28 @@ class _Run:
         failure = None
         if self.rank == 0:
             try:
-                self.outbox.put("note", text=load_pretrained(self.raw_model, weights).describe())
+                self.console.put("note", text=load_pretrained(self.raw_model, weights).describe())
             except ConfigError as exc:
                 failure = str(exc)
         failure = self.control.broadcast(failure)
         if failure:
             raise ConfigError(failure)
 
-    def _resume_position(self, state: dict) -> None:
-        """Where the checkpoint's run stood: step, epochs, the resumed epoch's drawn samples. Read
-        before the model is built, since the first epoch's data starts from it."""
-        import torch
-
-        self.step, self.epochs_done = state["step"], state["epochs_done"]
-        self.resuming = True
-        if isinstance(state.get("position"), dict):  # where the epoch stands (`pipelines.position`)
-            from smlaunch.pipelines.position import EpochPosition
-
-            restored = EpochPosition.from_state(state["position"])
-            self.drawn_before = restored.delivered
-            if self.rank == 0:
-                self.position = restored
-                self.seen.skipped = self.unnamed = restored.delivered  # counted once, in the resumed epoch
-        elif state.get("consumed_ids") is not None:  # an older checkpoint, or a Pipe channel: the ids drawn
-            self.consumed = torch.as_tensor(state["consumed_ids"], dtype=torch.long)
-            self.drawn_before = len(self.consumed)
-            if self.rank == 0:  # the resumed epoch's accounting covers what it skips, once
-                self.seen.add(self.consumed.numpy(), skipped=True)
-        else:
-            self.legacy_position = state.get("position", 0)
-
-    def _restore_weights(self, state: dict) -> None:
-        self.raw_model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["scheduler"])
-        self.outbox.put(
+    def _restore_weights(self, state) -> None:
+        self.raw_model.load_state_dict(state.model)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.schedule.load_state_dict(state.scheduler)
+        self.console.put(
             "resumed",
             step=self.step,
             text=f"resumed from {self.resumed_from} at step {self.step}, epoch {self.epochs_done + 1}"
-            + (
-                f", {self.drawn_before} of its samples already drawn"
-                if self.drawn_before is not None
-                else f", batch {self.legacy_position}"
-            )
+            + (f", {drawn} of its samples already drawn" if (drawn := self.progress.drawn_before) is not None else "")
             + (
                 f"; its weights take precedence over model.pretrained ({self.spec.pretrained}, not loaded)"
                 if self.spec.pretrained
                 else ""
             ),
         )
-
-    def _post_order(self) -> None:
-        """Rank 0 tells the train channel's reader which epoch this group starts in, and where to
-        resume it (`cluster.board.set_order`); every rank waits for that before its first batch,
-        so the first pass is planned with it."""
-        if self.rank == 0:
-            from smlaunch.cluster.board import set_order
-
-            if self.position.epoch != self.epochs_done + 1:  # resumed from a checkpoint without positions
-                self.position = type(self.position)(self.epochs_done + 1)
-            resume = self.position.state() if self.position.delivered else None
-            set_order("train", self.epochs_done, resume)
-        self.control.broadcast(None)
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -209,46 +164,46 @@ class _Run:
 
         shard = ray.train.get_dataset_shard("train")
         pending = None  # this rank's numbers of the last step, summed over ranks one exchange later
-        primed, self.primed = self.primed, None  # the epoch's batches, already started (`trainers.next_epoch`)
+        started, self.first_epoch = self.first_epoch, None  # its batches already asked for (`trainers.next_epoch`)
         while not self.stopped and not self._done():
-            pending, exhausted = self._epoch(shard, pending, primed)
-            primed = None
+            pending, exhausted = self._epoch(shard, pending, started)
+            started = None
             if exhausted:
                 self._close_epoch(complete=True)
                 if not self._done():
-                    primed = NextEpoch(self._torch_batches(shard))
+                    started = NextEpoch(self._torch_batches(shard))
                 if self.validates.after_epoch(self.epochs_done) and not self._validate_unless_preempted(
                     self.epochs_done
                 ):
                     break
         if pending is not None:
             self._record(self.control.flush(pending))
-        self.cut_short = bool(self.seen.parts)  # the step count (or a stop) ended the run inside an epoch
+        self.cut_short = bool(self.progress.ids.parts)  # the step count (or a stop) ended the run inside an epoch
         if not self.stopped:
             self._finish()  # its checkpoint holds the cut-short epoch's ids: a longer rerun continues it
         if self.cut_short:
             self._close_epoch(complete=False)
         return self._result()
 
-    def _epoch(self, shard, pending, primed=None):
+    def _epoch(self, shard, pending, started=None):
         """Steps until this epoch's data runs out on every rank (True), or the run ends (False)."""
         # A resumed epoch may rightly have no full batch left: the checkpoint came at its last full
         # batch (or at its end), and what is left is a remainder the loop counts but never trains on.
         resumed, self.resuming = self.resuming, False
-        batches = self._batches(shard, primed)
+        batches = self._batches(shard, started)
         self.model.train()
         steps_here = 0
-        while not (self.t.steps and self.step >= self.t.steps):
+        while not (self.trainer.steps and self.step >= self.trainer.steps):
             self.doing = f"at step {self.step + 1}"
             started = time.perf_counter()
             micro, waited = self._fetch(batches)
             if micro:
-                self.marks.setdefault("first_batch", time.time())
+                self.phase_marks.setdefault("first_batch", time.time())
             decision = self.control.exchange(
-                len(micro) == self.t.grad_accum_steps,
+                len(micro) == self.trainer.grad_accum_steps,
                 bool(micro),
                 pending,
-                checkpoint_due=self.rank == 0 and self.saves.due(),
+                checkpoint_due=self.rank == 0 and self.checkpoint_log.due(),
             )
             if decision.previous is not None:
                 self._record(decision.previous)
@@ -262,9 +217,9 @@ class _Run:
                 return None, True
             steps_here += 1
             pending = self._train_step(micro, decision.all_full, waited, started)
-            self.marks["last_step"] = now = time.time()
-            self.marks.setdefault("first_step", now)
-            if self.t.checkpoint_interval and self.step % self.t.checkpoint_interval == 0:
+            self.phase_marks["last_step"] = now = time.time()
+            self.phase_marks.setdefault("first_step", now)
+            if self.trainer.checkpoint_interval and self.step % self.trainer.checkpoint_interval == 0:
                 self._save("interval")
             elif decision.checkpoint:
                 self._save("timer")
@@ -275,7 +230,7 @@ class _Run:
 
         raise DataError(
             f"channel 'train': epoch {self.epochs_done + 1} gave the train workers no full batch of "
-            f"trainer.batch_size={self.t.batch_size} (a step needs one); the channel is empty or "
+            f"trainer.batch_size={self.trainer.batch_size} (a step needs one); the channel is empty or "
             "too small (an empty Pipe FIFO?)"
         )
 
@@ -286,36 +241,28 @@ class _Run:
         from smlaunch.trainers.shuffle_buffer import ShuffleBuffer
 
         batches = shard.iter_torch_batches(
-            batch_size=self.t.batch_size,
+            batch_size=self.trainer.batch_size,
             drop_last=False,
             device=self.device,
-            prefetch_batches=self.t.prefetch_batches,
+            prefetch_batches=self.trainer.prefetch_batches,
             pin_memory=self.device.type == "cuda",
         )
         buffer = self.spec.shuffle_buffer_rows
         return (
-            ShuffleBuffer(buffer, self.t.batch_size, self.spec.seed + self.epochs_done)(batches) if buffer else batches
+            ShuffleBuffer(buffer, self.trainer.batch_size, self.spec.seed + self.epochs_done)(batches)
+            if buffer
+            else batches
         )
 
-    def _batches(self, shard, primed=None):
-        """This epoch's full batches (from `primed`, the epoch already started, if given); a final
+    def _batches(self, shard, started=None):
+        """This epoch's full batches (from `started`, the epoch already asked for, if given); a final
         partial one is counted (delivered), not trained on."""
-        batches = primed if primed is not None else self._torch_batches(shard)
-        if self.consumed is not None:  # a resumed epoch: drop what the group had drawn before
-            from smlaunch.trainers.resume import without_consumed
-
-            batches, self.consumed = without_consumed(batches, self.consumed, self.t.batch_size), None
-        batches = _full_batches(batches, self.t.batch_size, self.seen, self.drawn)
-        for _ in range(self.legacy_position):  # an older checkpoint's position (one rank's batches)
-            skipped = next(batches, None)
-            if skipped is not None:
-                self.seen.add(skipped["id"], skipped=True)
-        self.legacy_position = 0
-        return batches
+        batches = started if started is not None else self._torch_batches(shard)
+        return self.progress.full_batches(batches, self.trainer.batch_size)
 
     def _fetch(self, batches) -> tuple[list, float]:
         micro, waited = [], 0.0
-        for _ in range(self.t.grad_accum_steps):
+        for _ in range(self.trainer.grad_accum_steps):
             before = time.perf_counter()
             batch = next(batches, None)
             waited += time.perf_counter() - before
@@ -340,17 +287,17 @@ class _Run:
         if self.rank == 0:
             entry = record(self.step, self.epochs_done + 1, summed, self.world, self.task.metric_names)
             self.steps.add(entry)
-            self.outbox.put("step", **entry)
+            self.console.put("step", **entry)
 
     def _stop(self) -> None:
         self.guard.check(force=True)
-        if not self.saves.holds(self.step, self.epochs_done):
+        if not self.checkpoint_log.holds(self.step, self.epochs_done):
             self._save("stop")
         notice = self.control.preempted
         self.stopped_by = (
             f"Ray's preemption notice (nodes {', '.join(notice.preempted_node_ids)} drained)" if notice else None
         )
-        self.outbox.put(
+        self.console.put(
             "note", text=f"stopped at step {self.step} on {self.stopped_by or 'request'}; checkpoint written"
         )
         self.stopped = True
@@ -360,42 +307,29 @@ class _Run:
 
         if complete:
             self.guard.check(force=True)  # an epoch a lost host cut short must not pass for a whole one
-        positions = self._merge_positions()
+        progress = self.progress
+        positions = progress.merge(self.control)
         # The ids' check gathers every id drawn: not on a stop (a spot interruption's grace is short).
-        ids = None if self.stopped else gather(*self.seen.take(), self.control, self.rank)
-        records = len(self.books.epochs)
-        self.books.close_epoch(
+        ids = None if self.stopped else gather(*progress.ids.take(), self.control, self.rank)
+        records = len(self.accounting.epochs)
+        self.accounting.close_epoch(
             ids,
             self.epochs_done + 1,
             complete,
             0,
-            positions=self.position if positions else None,
+            positions=progress.merged if positions else None,
             units=self.spec.train_units,
-            unnamed=self.unnamed,
+            resumed_by_position=progress.resumed_by_position,
         )
-        self.unnamed = 0
+        progress.resumed_by_position = 0
         mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None
-        if mixed is not None and self.rank == 0 and len(self.books.epochs) > records:
+        if mixed is not None and self.rank == 0 and len(self.accounting.epochs) > records:
             from smlaunch.trainers.mixing import mix_summary
 
-            self.books.epochs[-1]["label_mix"] = mix_summary(mixed)
+            self.accounting.epochs[-1]["label_mix"] = mix_summary(mixed)
         if complete:
             self.epochs_done += 1
-        if self.rank == 0:
-            from smlaunch.pipelines.position import EpochPosition
-
-            self.position = EpochPosition(self.epochs_done + 1)
-
-    def _merge_positions(self) -> bool:
-        """Every rank's positions drawn since the last merge, merged on rank 0 (a collective); False
-        when the train channel has none (a Pipe channel)."""
-        drawn = self.control.gather((self.drawn.used, self.drawn.take()), self.rank)
-        positional = None
-        if self.rank == 0:
-            positional = any(used for used, _ in drawn) or self.position.delivered > 0
-            if positional:
-                self.position.merge([part for _, part in drawn])
-        return self.control.broadcast(positional)
+        progress.next_epoch(self.epochs_done)
 
     def _validate(self, epoch: int) -> None:
         import ray.train
@@ -419,7 +353,7 @@ class _Run:
                 self.autocast,
             )
         )
-        self.outbox.put("validation", **self.validation[-1])
+        self.console.put("validation", **self.validation[-1])
 
     def _validate_unless_preempted(self, epoch: int) -> bool:
         """Validate, unless a train node is being drained (then stop: False). A validation pass on a
@@ -444,9 +378,9 @@ class _Run:
         if self.validates.at_end(self.validation, self.step):
             if not self._validate_unless_preempted(self.epochs_done + self.cut_short):
                 return
-            self.marks["final_validation"] = time.time()
+            self.phase_marks["final_validation"] = time.time()
         self.doing = f"while finishing at step {self.step}"
-        if not self.saves.holds(self.step):
+        if not self.checkpoint_log.holds(self.step):
             self._save("end")
         if self.rank == 0:
             from smlaunch.trainers.export import save_model
@@ -468,41 +402,31 @@ class _Run:
         what a cadence costs."""
         started = time.monotonic()
         self._write_checkpoint()
-        self.saves.written(self.step, self.epochs_done, why, started)
+        self.checkpoint_log.written(self.step, self.epochs_done, why, started)
 
     def _write_checkpoint(self) -> None:
         import tempfile
 
-        import numpy as np
         import ray.train
 
-        from smlaunch.trainers.checkpoints import checkpoint_name, write_state
+        from smlaunch.trainers.checkpoints import TrainState, checkpoint_name, save_train_state
 
         self.guard.check(force=True)
-        where: dict = {}
-        if self._merge_positions():  # the epoch's position: a few KiB, whatever its size
-            where["position"] = self.position.state() if self.rank == 0 else None
-        else:  # a Pipe channel's rows have no position: the ids drawn
-            drawn = self.control.gather(self.seen.snapshot(), self.rank)
-            if self.rank == 0:
-                where["consumed_ids"] = np.unique(np.concatenate(drawn)) if drawn else np.zeros(0, np.int64)
+        where = self.progress.checkpoint_fields(self.control)
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if self.rank == 0:
-                write_state(
-                    tmp,
-                    {
-                        "model": self.raw_model.state_dict(),
-                        "optimizer": self.optimizer.state_dict(),
-                        "scheduler": self.schedule.state_dict(),
-                        "step": self.step,
-                        "epoch": self.epochs_done + 1,
-                        "epochs_done": self.epochs_done,
-                        **where,
-                        "world_size": self.world,
-                        "config_sha256": self.spec.config_sha256,
-                    },
+                state = TrainState(
+                    model=self.raw_model.state_dict(),
+                    optimizer=self.optimizer.state_dict(),
+                    scheduler=self.schedule.state_dict(),
+                    step=self.step,
+                    epochs_done=self.epochs_done,
+                    world_size=self.world,
+                    config_sha256=self.spec.config_sha256,
+                    **where,
                 )
+                save_train_state(tmp, state)
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report(
                 {"step": self.step, "loss": self.steps.last["loss"] if self.steps.last else None},
@@ -519,7 +443,7 @@ class _Run:
         )
         adopt_rank0_buffers(self.raw_model, self.world)
         workers = self.control.gather(rank_digest(self.raw_model, self.rank), self.rank)
-        self.outbox.flush(wait=True)
+        self.console.flush(wait=True)
         hosts = list(self.spec.host_names) + ["unknown"]
         return {
             "steps": list(self.steps.recent),
@@ -533,10 +457,10 @@ class _Run:
             "stopped_by": self.stopped_by,
             "resumed_from": self.resumed_from,
             "resumed_at_step": self.resumed_at_step,
-            "marks": self.marks,
-            "checkpoints": self.saves.summary(),
-            "steps_span_s": self.marks.get("last_step", 0) - self.marks.get("first_step", 0),
-            "sample_accounting": self.books.report(),
+            "phase_marks": self.phase_marks,
+            "checkpoints": self.checkpoint_log.summary(),
+            "steps_span_s": self.phase_marks.get("last_step", 0) - self.phase_marks.get("first_step", 0),
+            "sample_accounting": self.accounting.report(),
             "workers": workers,
             "host_rows": {name: int(n) for name, n in zip(hosts, host_rows.tolist(), strict=False)},
             "chain_by_host": {
@@ -547,19 +471,7 @@ class _Run:
         }
 
     def _done(self) -> bool:
-        return self.step >= self.t.steps if self.t.steps else self.epochs_done >= self.t.epochs
-
-
-def _full_batches(batches, batch_size: int, seen, drawn):
-    """Full batches only; a final partial one is counted in `seen` and `drawn` (delivered, not
-    trained on). The source is drawn to its end, so the epoch ends for Ray Data as it did with `drop_last`."""
-    for batch in batches:
-        if len(batch["id"]) < batch_size:
-            seen.add(batch["id"], partial=True)
-            if "pos" in batch:
-                drawn.add(batch["pos"], batch.get("seek"))
-            continue
-        yield batch
+        return self.step >= self.trainer.steps if self.trainer.steps else self.epochs_done >= self.trainer.epochs
 
 
 def _autocast(precision: str, device):

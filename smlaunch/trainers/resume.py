@@ -7,12 +7,11 @@ Train hands a worker group restarted after a crash, or a newer complete one of t
 Ray Train had not registered yet; else the newest complete checkpoint of an earlier run, found by
 the driver (`TrainSpec.resume_from`).
 
-The data position of a resumed epoch is the set of sample ids the whole group had drawn in it
-(`consumed_ids`, gathered at each checkpoint). With several ranks the split of an epoch between
-them is dynamic, and the group may even have another size than before, so "skip the first N
-batches" would repeat or lose samples; dropping the rows whose ids were consumed does neither,
-whatever the world size. A checkpoint of an older version holds only `position` (batches of a
-single rank), which is honoured as before.
+The data position of a resumed epoch is where the epoch stands in its order
+(`pipelines.position`), or, for a Pipe channel, the set of sample ids the whole group had drawn in
+it (`consumed_ids`). With several ranks the split of an epoch between them is dynamic, and the
+group may even have another size than before, so "skip the first N batches" would repeat or lose
+samples; dropping the rows whose ids were consumed does neither, whatever the world size.
 """
 
 from __future__ import annotations
@@ -20,15 +19,24 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def initial_state(spec, rank: int, control) -> tuple[dict | None, str | None]:
-    """(state, where it came from) on every rank, or (None, None) for a fresh start."""
+def initial_state(spec, rank: int, control):
+    """(`checkpoints.TrainState`, where it came from) on every rank, or (None, None) for a fresh start."""
     found = _choose(spec) if rank == 0 else None
     path, source = control.broadcast(found) or (None, None)
     if path is None:
         return None, None
-    from smlaunch.trainers.checkpoints import load_state
+    from smlaunch.errors import UserError
+    from smlaunch.trainers.checkpoints import load_train_state
 
-    state = load_state(path) if rank == 0 else None
+    state = failure = None
+    if rank == 0:
+        try:
+            state = load_train_state(path)
+        except UserError as exc:  # every rank fails with rank 0's line, none waits for it
+            failure = str(exc)
+    failure = control.broadcast(failure)
+    if failure:
+        raise UserError(failure)
     return control.broadcast(state), source
 
 
@@ -38,7 +46,7 @@ def _choose(spec) -> tuple[str, str] | None:
 
     restarted = ray.train.get_checkpoint()  # this fit restarted after a worker failed
     if restarted is not None and type(restarted.filesystem).__name__ == "S3FileSystem":
-        path = f"s3://{restarted.path}"  # fetched and hash-checked by load_state
+        path = f"s3://{restarted.path}"  # fetched and hash-checked by load_train_state
         return path, f"the last checkpoint of this run ({path})"
     if restarted is not None:
         path = _newer_complete(restarted.path) or restarted.path

@@ -22,12 +22,10 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
     from smlaunch.trainers.evaluate import count_hosts
     from smlaunch.trainers.task import METRIC_SLOTS, metric_values
 
-    task, accum = run.task, run.t.grad_accum_steps
+    task, accum = run.task, run.trainer.grad_accum_steps
     losses, rows, chain, metrics = [], 0, [], []
     for i, batch in enumerate(micro):
-        run.seen.add(batch["id"])
-        if "pos" in batch:
-            run.drawn.add(batch["pos"], batch.get("seek"))
+        run.progress.record(batch)
         if run.mix is not None:
             run.mix.add(batch["label"])
         count_hosts(run.host_rows, batch)

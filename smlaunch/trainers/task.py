@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BOOKKEEPING = ("id", "pos", "seek", "host", "prep_s")
-"""Columns the reader and the chain add for the loop; not given to the model or the user's functions."""
+from smlaunch.config.columns import BOOKKEEPING_COLUMNS
+
 METRIC_SLOTS = 8
 """Numbers a loss may return beside the loss, averaged over ranks each step (`control.StepNumbers`)."""
 
@@ -85,7 +85,7 @@ class UserTask:
         out = {
             name: value.to(device, non_blocking=True) if hasattr(value, "to") else value
             for name, value in batch.items()
-            if name not in BOOKKEEPING
+            if name not in BOOKKEEPING_COLUMNS  # the loop's, not the model's or the user's functions'
         }
         if self.normalize is not None and "image" in out:
             out["image"] = normalise(out["image"], device, self.normalize)

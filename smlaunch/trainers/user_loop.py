@@ -24,15 +24,14 @@ from __future__ import annotations
 import threading
 import time
 
-INTERNAL_COLUMNS = ("id", "pos", "seek", "host", "prep_s")
-"""What the chain adds to each row for the built-in loop's accounting (`pipelines.ops.chain`)."""
+from smlaunch.config.columns import BOOKKEEPING_COLUMNS
 
 
 class Meter:
     """One rank's measurements of the loop: rows by host, data wait, reports."""
 
-    def __init__(self, rank: int, world: int, host_names: tuple[str, ...], outbox):
-        self.rank, self.world, self.hosts, self.outbox = rank, world, list(host_names) + ["unknown"], outbox
+    def __init__(self, rank: int, world: int, host_names: tuple[str, ...], console):
+        self.rank, self.world, self.hosts, self.console = rank, world, list(host_names) + ["unknown"], console
         self.lock = threading.Lock()
         self.host_rows = [0] * len(self.hosts)
         self.rows = {}  # shard name -> rows the loop took
@@ -104,7 +103,7 @@ class Meter:
         }
         self.since = {"t": now, "rows": rows, "wait": self.wait_s}
         self.steps.add(record)
-        self.outbox.put("step", **record)
+        self.console.put("step", **record)
 
     def close(self) -> None:
         """A loop that never reported is still timed: its whole run as one record (rank 0)."""
@@ -134,13 +133,13 @@ def _strip_table(table, meter: Meter):
     names = table.column_names
     if "host" in names:
         meter.count_hosts(table.column("host").to_numpy())
-    return table.drop_columns([c for c in INTERNAL_COLUMNS if c in names])
+    return table.drop_columns([c for c in BOOKKEEPING_COLUMNS if c in names])
 
 
 def _strip_dict(batch: dict, meter: Meter) -> dict:
     if "host" in batch:
         meter.count_hosts(batch["host"])
-    return {k: v for k, v in batch.items() if k not in INTERNAL_COLUMNS}
+    return {k: v for k, v in batch.items() if k not in BOOKKEEPING_COLUMNS}
 
 
 class MeasuredShard:
@@ -227,18 +226,18 @@ def run_user_loop(spec) -> dict:
     """One rank: the user's loop under the meter; rank 0 returns what the report needs."""
     import ray.train
 
-    from smlaunch.cluster.board import Outbox, post
+    from smlaunch.cluster.run_relay import EventSender, send_event
     from smlaunch.user_code import resolve
 
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
-    marks = {"train_workers_up": time.time()}
-    outbox = Outbox(enabled=rank == 0)
-    meter = Meter(rank, world, spec.host_names, outbox)
+    phase_marks = {"train_workers_up": time.time()}
+    console = EventSender(enabled=rank == 0)
+    meter = Meter(rank, world, spec.host_names, console)
     undo = _patch(meter)
     found = ray.train.get_checkpoint()
     if found is not None:
-        outbox.put("note", text=f"trainer.loop: ray.train.get_checkpoint() gives {found.path} (trainer.resume)")
+        console.put("note", text=f"trainer.loop: ray.train.get_checkpoint() gives {found.path} (trainer.resume)")
     try:
         returned = resolve(spec.trainer.loop, "trainer.loop")(dict(spec.trainer.loop_config))
     except Exception as exc:  # ends the job at once, unless a restart can mend it (`trainers.failures`)
@@ -252,11 +251,11 @@ def run_user_loop(spec) -> dict:
         raise UserError(line) from None
     finally:
         undo()
-        post("loop_rank", wait_s=5, **meter.rank_summary())
+        send_event("loop_rank", wait_s=5, **meter.rank_summary())
     meter.close()
-    outbox.flush(wait=True)
+    console.flush(wait=True)
     if meter.first_batch_at:
-        marks["first_batch"] = meter.first_batch_at
+        phase_marks["first_batch"] = meter.first_batch_at
     return {
         "steps": list(meter.steps.recent),
         "step_series": meter.steps.to_dict(),
@@ -264,7 +263,7 @@ def run_user_loop(spec) -> dict:
         "final_step": meter.step,
         "epochs": meter.epochs,
         "epochs_complete": meter.epochs,
-        "marks": marks,
+        "phase_marks": phase_marks,
         "host_rows": {},
         "loop": {"reports": meter.reports, "checkpoints": meter.checkpoints, "returned": _plain(returned)},
     }

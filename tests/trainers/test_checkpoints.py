@@ -74,3 +74,42 @@ def test_the_checkpoint_log_times_each_checkpoint_and_knows_the_state_it_holds(m
         log.written(step, 3, "interval", started=now[0])
     assert log.summary()["by_why"]["interval"]["n"] == 10_000 and len(log.summary()["recent"]) == log.RECENT
     assert not CheckpointLog(every_s=0).due()
+
+
+def test_the_loop_s_state_round_trips_and_an_older_format_is_refused_in_one_line(tmp_path):
+    """One format (`TrainState`) is written and resumed; a checkpoint of another format (an older
+    smlaunch's, whose position was a count of one rank's batches) is refused naming the file."""
+    import numpy as np
+    import pytest
+
+    from smlaunch.errors import UserError
+    from smlaunch.trainers.checkpoints import TrainState, load_train_state, save_train_state
+
+    state = TrainState(
+        model={"w": torch.ones(3)},
+        optimizer={},
+        scheduler={},
+        step=7,
+        epochs_done=1,
+        world_size=2,
+        config_sha256="abc",
+        consumed_ids=np.arange(5),
+    )
+    (tmp_path / "new").mkdir()
+    save_train_state(str(tmp_path / "new"), state)
+    back = load_train_state(tmp_path / "new")
+    assert (back.step, back.epoch, back.position, back.consumed_ids.tolist()) == (7, 2, None, [0, 1, 2, 3, 4])
+    assert json.loads((tmp_path / "new" / "meta.json").read_text())["epoch"] == 2
+    old = {k: v for k, v in state.to_dict().items() if k not in ("position", "consumed_ids")}
+    (tmp_path / "old").mkdir()
+    write_state(str(tmp_path / "old"), {**old, "position": 3})
+    with pytest.raises(UserError) as refused:
+        load_train_state(tmp_path / "old")
+    assert str(refused.value) == (
+        f"checkpoint {tmp_path / 'old'}: not a checkpoint this smlaunch resumes from (its position is a count "
+        "of batches, an older format); set trainer.resume: false or another trainer.checkpoint_dir to start afresh"
+    )
+    (tmp_path / "other").mkdir()
+    write_state(str(tmp_path / "other"), {"step": 1, "epoch": 1, "weights": 1})
+    with pytest.raises(UserError, match=r"\(no config_sha256, epochs_done, model, optimizer, scheduler, world_size\)"):
+        load_train_state(tmp_path / "other")

@@ -9,7 +9,7 @@ import pyarrow as pa
 from smlaunch.trainers.user_loop import Meter, _strip_dict, _strip_table, error_line, merge_rank_summaries
 
 
-class _Outbox:
+class _EventSender:
     def __init__(self):
         self.sent = []
 
@@ -18,7 +18,7 @@ class _Outbox:
 
 
 def test_batches_lose_the_chain_s_columns_and_their_hosts_are_counted():
-    meter = Meter(0, 2, ("algo-1", "algo-2", "algo-3"), _Outbox())
+    meter = Meter(0, 2, ("algo-1", "algo-2", "algo-3"), _EventSender())
     table = pa.table(
         {
             "image": [b"a", b"b", b"c"],
@@ -39,20 +39,20 @@ def test_batches_lose_the_chain_s_columns_and_their_hosts_are_counted():
 
 
 def test_reports_become_step_records_with_rows_and_waits_measured_at_the_shard():
-    outbox = _Outbox()
-    meter = Meter(0, 2, ("algo-1",), outbox)
+    console = _EventSender()
+    meter = Meter(0, 2, ("algo-1",), console)
     batches = list(meter.timed(iter([{"image": np.zeros((4, 3))}, {"image": np.zeros((4, 3))}]), "train"))
     assert len(batches) == 2 and meter.rows == {"train": 8} and meter.epochs == 1
     meter.on_report({"step": 7, "loss": 0.5, "acc": 0.25, "note": "text"}, checkpoint=None)
     meter.on_report({"loss": 0.4}, checkpoint="a checkpoint")  # no step key: the loop's own step is kept
-    (_, first), (_, second) = outbox.sent
+    (_, first), (_, second) = console.sent
     assert first["step"] == 7 and first["metrics"] == {"loss": 0.5, "acc": 0.25} and first["loop"]
     assert first["loss"] == 0.5 and first["images_per_s"] > 0 and first["epoch"] == 1
     assert second["step"] == 2 and second["images_per_s"] == 0.0  # the report count: no rows since the first
     assert (meter.reports, meter.checkpoints, meter.steps.count) == (2, 1, 2)
-    other = Meter(1, 2, ("algo-1",), _Outbox())  # rank 1 counts reports, posts nothing
+    other = Meter(1, 2, ("algo-1",), _EventSender())  # rank 1 counts reports, posts nothing
     other.on_report({"step": 3}, None)
-    assert other.step == 3 and not other.outbox.sent
+    assert other.step == 3 and not other.console.sent
 
 
 def test_an_error_in_the_loop_is_one_line_naming_the_rank_function_and_the_user_s_frame(tmp_path, monkeypatch):
@@ -101,9 +101,9 @@ def test_the_loop_s_frame_is_found_in_the_shipped_copy_it_was_imported_from(tmp_
 
 
 def test_a_loop_that_never_reports_is_still_timed_as_one_record():
-    outbox = _Outbox()
-    meter = Meter(0, 1, ("algo-1",), outbox)
+    console = _EventSender()
+    meter = Meter(0, 1, ("algo-1",), console)
     list(meter.timed(iter([{"x": np.zeros(5)}]), "train"))
     meter.close()
-    ((_, record),) = outbox.sent
+    ((_, record),) = console.sent
     assert record["step"] == 1 and record["images_per_s"] > 0 and meter.reports == 0

@@ -202,8 +202,8 @@ def _driver_env(env: dict[str, str]):
 
 
 def _refuse_a_second_job(ray, address: str) -> None:
-    """The run's board is a named actor that dies with its driver: a live one is another job's."""
-    from smlaunch.cluster.board import NAME, NAMESPACE
+    """The run's relay is a named actor that dies with its driver: a live one is another job's."""
+    from smlaunch.cluster.run_relay import NAME, NAMESPACE
 
     try:
         ray.get_actor(NAME, namespace=NAMESPACE)

@@ -152,7 +152,7 @@ def train_on_cluster(
     `elastic`: the loop resizing the data hosts, fed every step record while `fit` runs.
     The report is returned, not written: `run_job` writes it once, with the run's wall time."""
     from smlaunch.cluster.autoscale.controller import running
-    from smlaunch.cluster.board import start_board
+    from smlaunch.cluster.run_relay import start_relay
     from smlaunch.cluster.sampler import Samplers
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
@@ -190,7 +190,7 @@ def train_on_cluster(
         with (
             running(elastic),
             TrainProgress(
-                start_board(),
+                start_relay(),
                 spec.total_steps,
                 resumed_step(resume_from),
                 cfg.trainer.log_every,
@@ -213,7 +213,7 @@ def train_on_cluster(
     from smlaunch.pipelines.corrupt import corrupt_summary
 
     result["corrupt_records"] = corrupt_summary()
-    marks.update(result.pop("marks", None) or {})  # rank 0's: workers up, model built, first batch, ...
+    marks.update(result.pop("phase_marks", None) or {})  # rank 0's: workers up, model built, first batch, ...
     if isinstance(data_classes, list):
         result["classes"] = data_classes
     return build_report(

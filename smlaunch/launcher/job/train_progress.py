@@ -1,7 +1,7 @@
-"""The trainer's progress on the launcher's console, drawn from the board's events.
+"""The trainer's progress on the launcher's console, drawn from the relay's events.
 
-Rank 0 posts a record per optimizer step, each validation result and its notes to the board
-(`smlaunch.cluster.board`); this thread drains it twice a second and shows:
+Rank 0 posts a record per optimizer step, each validation result and its notes to the relay
+(`smlaunch.cluster.run_relay`); this thread drains it twice a second and shows:
 
 * a progress display: step / total, images/s and data wait over the last `WINDOW` steps, the
   loss, and the ETA from the recent step time (a tqdm bar on a terminal, a plain line every 30 s
@@ -80,10 +80,10 @@ class _TrainBar(Progress):
 
 
 class TrainProgress:
-    """Context manager around `fit`: drains the board on a thread until the body returns."""
+    """Context manager around `fit`: drains the relay on a thread until the body returns."""
 
-    def __init__(self, board, total_steps: int | None, initial_step: int, log_every: int, events=None, on_step=None):
-        self.board, self.log_every, self.events, self.on_step = board, log_every, events, on_step
+    def __init__(self, relay, total_steps: int | None, initial_step: int, log_every: int, events=None, on_step=None):
+        self.relay, self.log_every, self.events, self.on_step = relay, log_every, events, on_step
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one drain at a time: the progress thread's, or the fit watcher's
@@ -114,7 +114,7 @@ class TrainProgress:
             self._write_events("flush_if_due")
 
     def posted_error(self) -> dict | None:
-        """The error a rank posted (`trainers.failures`), the board read now: the fit's watcher asks
+        """The error a rank posted (`trainers.failures`), the relay read now: the fit's watcher asks
         as the run ends, when the last drain may have come before the rank's post."""
         with self._lock:
             self._drain()
@@ -135,9 +135,9 @@ class TrainProgress:
         import ray
 
         try:
-            events = ray.get(self.board.drain.remote(), timeout=10 if not final else 30)
+            events = ray.get(self.relay.drain.remote(), timeout=10 if not final else 30)
         except Exception as exc:  # the console misses lines; the report still has every step
-            log.debug("could not read the progress board: %s", exc)
+            log.debug("could not read the progress relay: %s", exc)
             return
         for event in events:
             self.handle(event)

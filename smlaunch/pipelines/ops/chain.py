@@ -21,6 +21,7 @@ import numpy as np
 
 from smlaunch.cluster.labels import this_host
 from smlaunch.config import op_specs as specs
+from smlaunch.config.columns import BOOKKEEPING_COLUMNS, POSITION_COLUMNS
 from smlaunch.errors import DataError
 from smlaunch.pipelines.ops.transforms import OPS, UndecodableImage, blur_image, center_crop
 
@@ -97,7 +98,7 @@ class MapStage:
             )
         fields = {}
         for name, values in out.items():
-            if name in ("id", "pos", "seek", "host", "prep_s"):
+            if name in BOOKKEEPING_COLUMNS:
                 continue  # the reader's bookkeeping is the chain's to carry
             values = values if isinstance(values, np.ndarray) else np.asarray(values)
             if len(values) != rows:
@@ -198,8 +199,8 @@ class Chain:
             self._stages = plan_stages(self.ops)
         ids = np.asarray(batch["id"], dtype=np.int64)
         # A File channel's positions and seeks (`pipelines.order`): what a checkpoint resumes from.
-        kept = {name: np.asarray(batch[name], dtype=np.int64) for name in ("pos", "seek") if name in batch}
-        fields = {name: values for name, values in batch.items() if name not in ("id", "pos", "seek")}
+        kept = {name: np.asarray(batch[name], dtype=np.int64) for name in POSITION_COLUMNS if name in batch}
+        fields = {name: values for name, values in batch.items() if name not in ("id", *POSITION_COLUMNS)}
         if "label" in fields:
             fields["label"] = np.asarray(fields["label"], dtype=np.int64)
         started = time.perf_counter()

@@ -264,12 +264,12 @@ class ChannelDatasource(Datasource):
 
         Ray Data counts a Dataset's executions in its context (`_execution_idx`, what its own
         `FileShuffleConfig(reseed_after_execution=True)` reseeds by); the trainer posts on the
-        board the epochs done before this group started, and the resumed epoch's position
+        relay the epochs done before this group started, and the resumed epoch's position
         (`pipelines.position`). Planning without a context (Ray's size estimates) reads the last
         epoch planned."""
         if data_context is None:
             return self._last_epoch
-        from smlaunch.cluster.board import order_state
+        from smlaunch.cluster.run_relay import order_state
 
         base, resume = (
             order_state(self.channel.name) if self.channel.shuffle or self.channel.name == "train" else (0, None)

@@ -78,7 +78,7 @@ def test_each_epoch_reads_a_new_mixed_order_and_a_retry_the_same(data_cluster, t
 
 @pytest.mark.ray
 def test_a_resumed_epoch_reads_exactly_what_was_not_drawn(data_cluster, tmp_path):
-    from smlaunch.cluster.board import set_order, start_board
+    from smlaunch.cluster.run_relay import set_order, start_relay
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
 
     channel, listing, roots = class_sorted_channel(tmp_path, open_units=4)
@@ -90,7 +90,7 @@ def test_a_resumed_epoch_reads_exactly_what_was_not_drawn(data_cluster, tmp_path
     position = EpochPosition(2)
     position.merge(np.array([p for _, _, p in drawn], np.int64))
     assert position.units_done >= 3 and position.partial
-    board = start_board()
+    relay = start_relay()
     try:
         set_order("train", 1, position.state())  # one epoch done before this group; the second resumed
         resumed = ChannelDatasource(channel, listing, roots, seed=5, cpus={h: 1 for h in HOSTS})
@@ -99,7 +99,7 @@ def test_a_resumed_epoch_reads_exactly_what_was_not_drawn(data_cluster, tmp_path
         assert len(opened) == SHARDS - position.units_done  # done shards are not even opened
         again = [row for task in read_pass(data_cluster, resumed, 1) for row in task]
     finally:
-        data_cluster.kill(board)
+        data_cluster.kill(relay)
     assert sorted(i for i, _, _ in drawn + again) == list(range(SHARDS * PER_SHARD))  # each sample once
     assert {p & ~LAST for _, _, p in again}.isdisjoint({p & ~LAST for _, _, p in drawn})
     position.merge(np.array([p for _, _, p in again], np.int64))
@@ -145,7 +145,7 @@ def test_a_resumed_epoch_enters_a_partly_drawn_shard_past_its_drawn_head(data_cl
     """The drawn head of a shard in flight is not read again: its bytes are overwritten with zeros
     before the resume (the channel allows no corrupt record, so reading them would fail the read),
     and the resumed read still delivers exactly the rest, with the ids the first read gave them."""
-    from smlaunch.cluster.board import set_order, start_board
+    from smlaunch.cluster.run_relay import set_order, start_relay
     from smlaunch.pipelines.order import split_seek
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
 
@@ -182,13 +182,13 @@ def test_a_resumed_epoch_enters_a_partly_drawn_shard_past_its_drawn_head(data_cl
     for unit, rel in rels.items():
         if position.is_done(np.array([unit]))[0]:
             (tmp_path / "src" / rel).write_bytes(b"")
-    board = start_board()
+    relay = start_relay()
     try:
         set_order("train", 1, position.state())
         resumed = ChannelDatasource(channel, listing, roots, seed=5, cpus={h: 1 for h in HOSTS})
         again = [row for task in read_pass(data_cluster, resumed, 1) for row in task]
     finally:
-        data_cluster.kill(board)
+        data_cluster.kill(relay)
     first = {p & ~LAST: i for rows in per_task for i, p, _ in rows}
     assert sorted(first) == sorted([p & ~LAST for _, p, _ in drawn] + [p & ~LAST for _, _, p in again])
     assert all(first[p & ~LAST] == i for i, _, p in again)  # the same place, so the same derived id

@@ -78,7 +78,7 @@ def blocks_of(ray, source, epoch: int) -> list[list[tuple]]:
 
 def resume_at_every_step(ray, channel, listing, roots, ranks: int, total: int) -> list[int]:
     """Checkpoint at each step of epoch 1, resume, read to the end of epoch 2; the steps tried."""
-    from smlaunch.cluster.board import set_order
+    from smlaunch.cluster.run_relay import set_order
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
 
     def source():
@@ -108,15 +108,15 @@ def resume_at_every_step(ray, channel, listing, roots, ranks: int, total: int) -
 @pytest.mark.ray
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_a_checkpoint_at_any_step_of_a_file_channel_s_epoch_resumes_it_exactly(data_cluster, tmp_path, ranks):
-    from smlaunch.cluster.board import start_board
+    from smlaunch.cluster.run_relay import start_relay
 
     total = 7 * 23  # shards of 23: units drawn in part at most steps
     channel, listing, roots = tfrecord_channel(tmp_path, 7, 23)
-    board = start_board()
+    relay = start_relay()
     try:
         tried = resume_at_every_step(data_cluster, channel, listing, roots, ranks, total)
     finally:
-        data_cluster.kill(board)
+        data_cluster.kill(relay)
     assert len(tried) >= total // (ranks * BATCH) - 1
 
 
@@ -125,12 +125,12 @@ def test_an_epoch_drawn_to_its_last_sample_resumes_as_an_empty_pass_and_the_next
     """Every sample drawn (the epoch divides into full batches, or a stop came at its end): the
     resumed pass plans one read task that reads nothing (none failed Ray Data's planning, which
     divides the estimated size by the task count), and the next epoch reads every sample."""
-    from smlaunch.cluster.board import set_order, start_board
+    from smlaunch.cluster.run_relay import set_order, start_relay
     from smlaunch.pipelines.dataset import read_channel
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
 
     channel, listing, roots = tfrecord_channel(tmp_path, 4, 16)
-    board = start_board()
+    relay = start_relay()
     try:
         set_order("train", 0, None)
         source = ChannelDatasource(channel, listing, roots, seed=7, cpus={h: 1 for h in HOSTS}, ranks=1)
@@ -146,7 +146,7 @@ def test_an_epoch_drawn_to_its_last_sample_resumes_as_an_empty_pass_and_the_next
         assert [len(b["id"]) for b in ds.iter_batches(batch_size=BATCH)] == []  # the resumed epoch: nothing left
         assert sorted(int(i) for b in ds.iter_batches(batch_size=None) for i in b["id"]) == list(range(64))
     finally:
-        data_cluster.kill(board)
+        data_cluster.kill(relay)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])

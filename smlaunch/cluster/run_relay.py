@@ -1,4 +1,4 @@
-"""Messages from Ray workers to the launcher's console: the board.
+"""The run's relay: how Ray workers reach the launcher, through one actor on the driver's node.
 
 The launcher owns the console. Ray's forwarding of every worker's stdout (`log_to_driver`) is off
 by default, because it prefixes each line with `(RayTrainWorker pid=...)` and colour codes and
@@ -7,7 +7,7 @@ travels here instead: step records (for the progress bar and the metric lines), 
 results, notes such as "resumed from ..." and warnings such as a skipped corrupt record.
 
 One small actor (zero CPUs) on the driver's node keeps the events until the launcher drains them,
-twice a second. Senders never wait for it while training: `Outbox` buffers events and sends them
+twice a second. Senders never wait for it while training: `EventSender` buffers events and sends them
 at most every `FLUSH_S`, so a step pays for a list append, not a remote call. The events are
 also in the report (steps, validation) when the run ends, so a lost event costs a console line,
 never data.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import time
 
-NAME = "smlaunch-board"
+NAME = "smlaunch-relay"
 NAMESPACE = "smlaunch"
 FLUSH_S = 0.5
 MAX_EVENTS = 100_000
@@ -30,7 +30,7 @@ def _actor_class():
     import ray
 
     @ray.remote(num_cpus=0, max_restarts=0)
-    class Board:
+    class RunRelay:
         def __init__(self):
             self.events: list[dict] = []
             self.fatal: dict | None = None
@@ -54,11 +54,11 @@ def _actor_class():
             out, self.events = self.events, []
             return out
 
-        def posted_fatal(self) -> dict | None:
+        def ending_error(self) -> dict | None:
             """The first error a rank posted as one no restart mends (`trainers.failures`), if any."""
             return self.fatal
 
-    return Board
+    return RunRelay
 
 
 def kill_named(name: str, namespace: str, timeout_s: float = 10) -> None:
@@ -79,8 +79,8 @@ def kill_named(name: str, namespace: str, timeout_s: float = 10) -> None:
         time.sleep(0.05)
 
 
-def start_board():
-    """The run's board on this (the driver's) node; a board left by an earlier run is replaced."""
+def start_relay():
+    """The run's relay on this (the driver's) node; a relay left by an earlier run is replaced."""
     import ray
 
     kill_named(NAME, NAMESPACE)
@@ -88,8 +88,8 @@ def start_board():
     return _actor_class().options(name=NAME, namespace=NAMESPACE, label_selector=here).remote()
 
 
-def find_board():
-    """The run's board from any worker, or None (a run without a launcher draining it)."""
+def find_relay():
+    """The run's relay from any worker, or None (a run without a launcher draining it)."""
     import ray
 
     try:
@@ -98,12 +98,12 @@ def find_board():
         return None
 
 
-def post(kind: str, wait_s: float = 0, **fields) -> None:
+def send_event(kind: str, wait_s: float = 0, **fields) -> None:
     """Send one event now (a data task's warning, a rare note); with `wait_s`, wait up to that long
-    until the board holds it (a worker about to raise: its process may end before a send)."""
-    board = find_board()
-    if board is not None:
-        ref = board.push.remote([{"kind": kind, "t": time.time(), **fields}])
+    until the relay holds it (a worker about to raise: its process may end before a send)."""
+    relay = find_relay()
+    if relay is not None:
+        ref = relay.push.remote([{"kind": kind, "t": time.time(), **fields}])
         if wait_s:
             import ray
 
@@ -113,58 +113,58 @@ def post(kind: str, wait_s: float = 0, **fields) -> None:
                 pass  # best effort: the caller goes on (a rank raises its error either way)
 
 
-def posted_fatal() -> dict | None:
-    """The first error a rank posted that no restart mends, or None (also without a board)."""
-    board = find_board()
-    if board is None:
+def ending_error() -> dict | None:
+    """The first error a rank posted that no restart mends, or None (also without a relay)."""
+    relay = find_relay()
+    if relay is None:
         return None
     import ray
 
-    return ray.get(board.posted_fatal.remote(), timeout=10)
+    return ray.get(relay.ending_error.remote(), timeout=10)
 
 
 def set_order(channel: str, base: int, resume: dict | None) -> None:
     """Tell the reader of `channel` the epochs done before this worker group started, and the
     position to resume the next one from (`pipelines.position`); see `order_state`."""
-    board = find_board()
-    if board is not None:
+    relay = find_relay()
+    if relay is not None:
         import ray
 
-        ray.get(board.set_order.remote(channel, base, resume), timeout=30)
+        ray.get(relay.set_order.remote(channel, base, resume), timeout=30)
 
 
 def order_state(channel: str) -> tuple[int, dict | None]:
     """(epochs done before this group's first pass, resume position or None) of `channel`, as the
     train workers posted it: what a pass's read tasks need to read the right epoch's order
-    (`file_reader`). Without a board (a Dataset read outside a run): (0, None)."""
-    board = find_board()
-    if board is None:
+    (`file_reader`). Without a relay (a Dataset read outside a run): (0, None)."""
+    relay = find_relay()
+    if relay is None:
         return 0, None
     import ray
 
-    return ray.get(board.order.remote(channel), timeout=30)
+    return ray.get(relay.order.remote(channel), timeout=30)
 
 
-class Outbox:
+class EventSender:
     """A worker's buffered sender: `put` is a list append; events go out every `FLUSH_S`."""
 
     def __init__(self, enabled: bool = True):
-        self.board = find_board() if enabled else None
+        self.relay = find_relay() if enabled else None
         self.pending: list[dict] = []
         self.sent_at = time.monotonic()
 
     def put(self, kind: str, **fields) -> None:
-        if self.board is None:
+        if self.relay is None:
             return
         self.pending.append({"kind": kind, "t": time.time(), **fields})
         if kind != "step" or time.monotonic() - self.sent_at >= FLUSH_S:
             self.flush()
 
     def flush(self, wait: bool = False) -> None:
-        """Send what is pending; `wait` blocks until the board holds it (the end of a run)."""
-        if self.board is None or not (self.pending or wait):
+        """Send what is pending; `wait` blocks until the relay holds it (the end of a run)."""
+        if self.relay is None or not (self.pending or wait):
             return  # with `wait`, even an empty push: it runs after every earlier push of this worker
-        ref = self.board.push.remote(self.pending)
+        ref = self.relay.push.remote(self.pending)
         self.pending, self.sent_at = [], time.monotonic()
         if wait:
             import ray
