@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The SageMaker Python SDK majors the README's recipes are tested with (tests/launcher/test_sdk_recipes.py),
+# The SageMaker Python SDK majors docs/sagemaker.md's recipes are tested with (tests/launcher/sagemaker/test_sdk_recipes.py),
 # each in its own venv: both are the `sagemaker` distribution, and their pins clash with the project's.
 SDK_V2 := sagemaker==2.257.*
 SDK_V3 := sagemaker==3.27.*

@@ -16,7 +16,7 @@ class _Strict(BaseModel):
 
 
 class AutoscaleConfig(_Strict):
-    """How many data hosts the job may hold, and the data wait it aims for."""
+    """How many data hosts the job may hold, and the data wait it aims for (`docs/elastic.md`)."""
 
     min_data_hosts: int = Field(default=1, ge=1)
     """Never fewer (the hosts a running cluster has when the job starts also stay: they read the
@@ -24,16 +24,19 @@ class AutoscaleConfig(_Strict):
     max_data_hosts: int = Field(ge=1)
     """Never more, whatever the wait: the cap on what the job can cost."""
     target_data_wait_pct: float = Field(default=5.0, gt=0, lt=100)
-    """Add a host while the ranks wait for data longer than this share of their step time (and the
-    advisor's model says one more host shortens the wait); give one back once the wait is under half
-    of it and one host fewer would still feed the trainer."""
+    """Add a host while the ranks wait for data longer than this share of their step time, where the
+    advisor's model predicts +7 % or more and a lower cost per image (train hosts counted); in the first
+    windows of the run and of each epoch only where the chain's own clock confirms the shortage. Give
+    one back under half of it when one host fewer would still make 1.3x what the trainer takes, or under
+    it when the chain's own clock says one fewer makes 2x."""
     cooldown_s: float = Field(default=60.0, ge=0)
     """After a change, how long before the next: a new host needs its Ray node, its workers and the
     chain's first blocks before the wait shows what it gave."""
     window_steps: int = Field(default=20, ge=2)
     """The latest steps a decision reads (their mean data wait and rate)."""
     group: str | None = None
-    """The instance group that scales (its labels, CPUs and price); default: the one CPU-only group."""
+    """The instance group that scales (its labels, CPUs and price); default: the one CPU-only group,
+    never the train group."""
 
     @model_validator(mode="after")
     def _bounds(self):

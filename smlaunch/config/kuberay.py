@@ -36,6 +36,7 @@ class KubeRayConfig(_Strict):
     head_cpus: int = Field(default=2, ge=1)
     """CPU request of a head pod of its own (the driver: plan, report, Ray's GCS)."""
     head_memory_gib: float = Field(default=8, gt=0)
+    """Memory request of a head pod of its own, in GiB."""
     node_selector: Literal["instance_type", "none"] = "instance_type"
     """`instance_type`: pin each group to nodes of its EC2 type (`node.kubernetes.io/instance-type:
     g5.xlarge` for `ml.g5.xlarge`), as on EKS; `none`: let the scheduler place pods anywhere
@@ -47,8 +48,9 @@ class KubeRayConfig(_Strict):
     shared_volume_claim: str | None = Field(default=None, pattern=K8S_NAME, max_length=253)
     """A PersistentVolumeClaim (ReadWriteMany: EFS, FSx for Lustre, NFS) mounted on every pod at
     `shared_mount`. The pods' own disks go with the cluster when the job ends, and rank 0 writes the
-    model and checkpoints on its own pod: `run.dir` must be on this volume to keep them. Path
-    channels (not `s3://`) must be on it too."""
+    model and checkpoints on its own pod: `run.dir` must be on this volume (or on S3) to keep them. Path
+    channels (not `s3://`) must be on it too. Without one, and with a path `run.dir`, `sm-launch kuberay`
+    warns."""
     shared_mount: str = Field(default="/mnt/shared", pattern=r"^/.+$")
     """Where `shared_volume_claim` is mounted in every pod."""
     service_account: str | None = Field(default=None, pattern=K8S_NAME, max_length=253)

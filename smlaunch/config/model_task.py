@@ -23,20 +23,29 @@ class ModelConfig(_Strict):
     has, or any `torch.nn.Module` your `factory` returns."""
 
     name: str | None = None
-    """A timm model (`timm.list_models()`); exclusive with `factory`."""
+    """A timm model (`timm.list_models()`), e.g. `resnet10t`, `vit_small_patch16_224`. Checked at `plan`
+    against timm's registry (its names are cached per timm version, so `plan` need not import torch);
+    an unknown name gets close matches. Exactly one of `name` and `factory`."""
     factory: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
-    """`package.module:function`, imported from the folder sm-launch runs in and called on every
-    rank as `function(**params)`; it returns a `torch.nn.Module`. Exclusive with `name`."""
+    """Your model: `package.module:function`, imported from the folder sm-launch runs in and called on
+    every rank as `function(**params)`; it returns a `torch.nn.Module`. Checked at `plan` (the module
+    imports, the function exists, `params` bind) without building the model. Exactly one of `name` and
+    `factory`."""
     params: dict = {}
     """Keyword arguments of `factory` (checked against its signature at `plan`)."""
     num_classes: int | None = Field(default=None, gt=1)
     """Default: what the train channel's data says: a builtin dataset's classes (digits: 10), an
-    image folder's class folders, or a Parquet label column's largest value + 1."""
+    image folder's class folders, or a Parquet label column's largest value + 1 (from the files'
+    statistics). Required for `tfrecord`, `recordio` and `webdataset` train channels. A label outside
+    `0..num_classes-1` is a bad sample (it fails, or is skipped under the channel's
+    `max_corrupted_records`)."""
     pretrained: Literal[False] | str = False
-    """false: train from scratch. A weights file (.safetensors, .pth, .pt, .bin; local, or `s3://` on
-    SageMaker) loaded through timm before training: fine-tuning. The classifier is re-sized to
-    `num_classes` (its weights are dropped when the class count differs). Nothing is downloaded
-    from a model hub at run time."""
+    """`false`: train from scratch. A weights file (`.safetensors`, `.pth`, `.pt`, `.bin`; local, or
+    `s3://` on SageMaker, where `submit` uploads a local one) loaded through timm on rank 0 before
+    training: fine-tuning. The classifier is re-sized to `num_classes` (its weights are dropped when the
+    class count differs). `true` is refused: nothing is downloaded from a model hub at run time. With a
+    `factory`, every tensor must match the model by key and shape (one line naming the first mismatch
+    otherwise)."""
 
     @model_validator(mode="after")
     def _one_model(self):
@@ -75,8 +84,10 @@ class TaskConfig(_Strict):
     """`package.module:function` called as `loss(model, batch)` on every micro-batch, under DDP,
     autocast and accumulation as the built-in loss is; `batch` is a dict of tensors on the rank's
     device, one per field of the chain's output. It returns a scalar tensor, or `(tensor, {name:
-    float})` whose numbers (the same names each call) join the step lines, averaged over ranks."""
+    float})` whose numbers (at most 8, the same names each call) join the step lines and TensorBoard,
+    averaged over ranks."""
     evaluate: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
     """`package.module:function` called as `evaluate(model, batch)` on each validation batch (the
     model in eval mode, no grad), returning `{metric: float}` for that batch; each metric is
-    averaged over all validation rows of all ranks. Default: the mean `loss`."""
+    averaged over all validation rows of all ranks (a batch's value weighed by its rows), printed as
+    `validation step=N epoch=E <metric>=<value> ...` and put in report.json. Default: the mean `loss`."""

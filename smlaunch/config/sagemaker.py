@@ -64,31 +64,38 @@ class SageMakerConfig(_Strict):
     """How the job is created: image, role, where code and data go in S3, limits, spot, entry."""
 
     image_uri: str = Field(min_length=1, max_length=255)
-    """A PyTorch training image (e.g. an AWS Deep Learning Container) with Python 3.10+ and pip."""
+    """The training image for every group, with Python 3.10+ and pip: e.g. an AWS PyTorch Deep Learning
+    Container (`763104351884.dkr.ecr.<region>.amazonaws.com/pytorch-training:<version>-gpu-py311-...-sagemaker`)."""
     role_arn: str = Field(pattern=r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
     """The execution role the job runs as (reads the inputs, writes output and checkpoints)."""
     bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-    """S3 bucket for the source tarball, uploaded channels, output and checkpoints; must exist."""
+    """S3 bucket where submit uploads the source tarball and local channels, and the default output and
+    checkpoint location; it must exist."""
     prefix: str = Field(default="smlaunch", pattern=r"^$|^[^/](.*[^/])?$")
-    """Key prefix in `bucket`, without leading or trailing `/`; each job goes under `<prefix>/<job name>/`."""
+    """Key prefix in `bucket`, without leading or trailing `/`. Everything of one job goes under
+    `s3://<bucket>/<prefix>/<job name>/` (`code/sourcedir.tar.gz`, `data/<channel>/`, `checkpoints/`)."""
     region: str | None = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
     """Default: boto3's (AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config)."""
     entry: Literal["container", "toolkit"] = "container"
-    """container: `ContainerEntrypoint` execs sm-launch as PID 1 (it gets SIGTERM); toolkit: the image's
-    training toolkit runs the entry script as `sagemaker_program`; a stop reaches sm-launch only if the
-    image's PID 1 passes SIGTERM on to the toolkit (`cluster.process_tree`)."""
+    """`container`: `ContainerEntrypoint` execs sm-launch as PID 1, so it gets SIGTERM. `toolkit`: the
+    image's training toolkit runs the entry script as `sagemaker_program`; a stop then checkpoints only
+    under a PID 1 that forwards SIGTERM and then waits for every process (`cluster.process_tree`; tini
+    and bash entry scripts do not: `docs/sagemaker.md#stops-under-the-toolkit`)."""
     command: Literal["run", "check", "plan"] = "run"
-    """What every host runs: `run` trains; `check` only brings the Ray cluster up and down; `plan` prints
-    each host's plan."""
+    """What every host runs: `run` trains; `check` only brings the Ray cluster up and down (a cheap first
+    job); `plan` prints each host's plan."""
     install_package: Literal["auto"] | bool = "auto"
     """How the shipped package gets onto each host. `auto`: if the image already has every dependency
-    at a version pyproject.toml allows, the shipped code only goes on PYTHONPATH (no network, well
-    under a second); otherwise as `true`. `true`: pip-install it and its dependencies (from PyPI,
-    20-30 s per host even when all are present). `false`: never install (PYTHONPATH only)."""
+    at a version pyproject.toml allows, the shipped code only goes on PYTHONPATH (no network; 0.21 s
+    added, BENCHMARKS.md `entry_startup`); otherwise as `true`. `true`: pip-install it and its
+    dependencies (from PyPI, 20-30 s per host even when all are present). `false`: never install
+    (PYTHONPATH only)."""
     max_run_s: int = Field(default=86400, ge=1, le=MAX_RUN_LIMIT_S)
-    """MaxRuntimeInSeconds: SageMaker sends SIGTERM after this long (and kills 120 s later)."""
+    """MaxRuntimeInSeconds (at most 28 days): SageMaker sends SIGTERM after this long, and SIGKILL 120 s
+    later."""
     spot: bool = False
-    """Managed spot training (EnableManagedSpotTraining); resumes from the synced checkpoints."""
+    """Managed spot training (EnableManagedSpotTraining); an interrupted job restarts from the synced
+    checkpoints."""
     max_wait_s: int | None = Field(default=None, ge=1)
     """MaxWaitTimeInSeconds, spot only, >= max_run_s; default with spot: twice max_run_s."""
     checkpoint_s3_uri: str | None = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
@@ -99,14 +106,17 @@ class SageMakerConfig(_Strict):
     volume_size_gb: int = Field(default=30, ge=1, le=16384)
     """EBS volume per host (File-mode channels are copied there; NVMe types use their instance store)."""
     environment: dict[str, str] = {}
-    """Extra variables for every host (e.g. NCCL settings); at most 100 with the ones submit sets."""
+    """Extra variables for every host (e.g. NCCL settings: a variable set here wins over the ones
+    smlaunch sets for the instance type); at most 100 with the ones submit sets. `SMLAUNCH_RAY_TOKEN`,
+    `SMLAUNCH_COMMAND` and `SMLAUNCH_PIP_INSTALL` are set by submit and refused here."""
     tags: dict[str, str] = {}
-    """Tags on the training job."""
+    """Tags on the training job (keys of 1-128 characters, not starting with `aws:`)."""
     vpc: VpcConfig | None = None
     """Subnets and security groups the hosts join; required for a `file_system` channel."""
     volume_kms_key: KmsKeyId | None = None
-    """ResourceConfig.VolumeKmsKeyId: the KMS key for each host's EBS volume. Instance types with
-    local NVMe storage (g5, g6, p4d, p5, c5d, ...) encrypt it in hardware and refuse a key."""
+    """ResourceConfig.VolumeKmsKeyId: the KMS key (id, ARN or alias) for each host's EBS volume. Instance
+    types with local NVMe storage (g4dn, g5, g6, p4d, p5, c5d, ...) encrypt it in hardware and refuse a
+    key: submit refuses it for them."""
     output_kms_key: KmsKeyId | None = None
     """OutputDataConfig.KmsKeyId: the KMS key SageMaker encrypts the model and output artifacts with."""
     enable_network_isolation: bool = False
@@ -125,11 +135,13 @@ class SageMakerConfig(_Strict):
     after the job (0-3600; billed), so the next matching job skips provisioning."""
     tensorboard_s3_uri: str | None = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
     """TensorBoardOutputConfig.S3OutputPath: SageMaker syncs the head's live TensorBoard events
-    (`/opt/ml/output/data/tensorboard`) there while the job runs; point TensorBoard at it."""
+    (`/opt/ml/output/data/tensorboard`, flushed every 5 s and at each validation) there while the job
+    runs: `tensorboard --logdir s3://...` shows the loss during the job."""
     data_hosts: Literal["auto"] | int | None = None
     """The data group's host count for the job (`submit --data-hosts` overrides it). None: the
     group's `instance_count`; `auto`: the count the advisor of the newest report of this config under
-    `run.dir` recommends (`launcher.report.sizing`; run the config briefly first), within the
+    `run.dir` recommends (`launcher.report.sizing`, `docs/sagemaker.md#sizing-the-data-group-from-the-last-report`;
+    run the config briefly first), within the
     `autoscale:` bounds if the config has them; N: N hosts. The data group is the one `autoscale:`
     scales, else the one CPU-only group besides the train group."""
 

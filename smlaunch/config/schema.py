@@ -31,13 +31,22 @@ class InstanceGroup(_Strict):
     """One SageMaker instance group: `instance_count` hosts of one `instance_type`."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9\-_]{0,63}$")
+    """The group's name (letters, digits, `-`, `_`): SageMaker's instance group name, which channels'
+    `instance_groups` and `cluster.train_group` refer to."""
     instance_type: str
-    """A SageMaker training instance type (botocore's `TrainingInstanceType` list), e.g. ml.g5.xlarge."""
+    """A SageMaker training instance type, e.g. `ml.g5.xlarge`: one of botocore's `TrainingInstanceType`
+    values (225 in botocore 1.44), the list CreateTrainingJob checks; a misspelled one gets the closest
+    valid ones. A host's vCPUs, GPUs and memory come from `smlaunch/config/instance_types.py` (211 types,
+    from AWS's EC2 specifications)."""
     instance_count: int = Field(default=1, ge=1)
+    """Hosts in the group."""
     vcpus: int | None = Field(default=None, gt=0)
-    """vCPUs of one host; needed only for a type smlaunch's spec table lacks (it overrides the table)."""
+    """vCPUs of one host. Needed, with `gpus`, for a valid type the spec table lacks (at the time of
+    writing g7, g7e, p6e-gb200, p6-b300), which is refused without them; on a known type it overrides
+    the table."""
     gpus: int | None = Field(default=None, ge=0)
-    """NVIDIA GPUs of one host; needed only for a type smlaunch's spec table lacks."""
+    """NVIDIA GPUs of one host. As `vcpus`: needed for a type the spec table lacks, and on a known type
+    it overrides the table."""
 
     @field_validator("instance_type")
     @classmethod
@@ -69,11 +78,14 @@ class ClusterConfig(_Strict):
 
     instance_groups: list[InstanceGroup] = Field(min_length=1, max_length=5)
     train_group: str | None = None
-    """Group that hosts the Ray head and the train workers; default: the group with GPUs."""
+    """The group that hosts the Ray head and the train workers. Default: the group whose instance type
+    has GPUs; a job whose groups all lack GPUs must name one (it then trains with one CPU worker per
+    host)."""
     port: int = Field(default=6379, ge=1024, le=65535)
-    """Ray head (GCS) port on a multi-host job."""
+    """Ray head (GCS) port on a SageMaker (multi-host) job."""
     join_timeout_s: float = Field(default=300, gt=0, le=3600)
-    """How long the head waits for every host to join, and a host waits for the head to appear."""
+    """How long the head waits for every host to join, and a host waits for the head to appear; past it
+    the head fails naming the hosts that never joined."""
     object_store_mb: int | None = Field(default=None, ge=64)
     """Ray object store per host. Default on a SageMaker job: Ray's (30 % of the host's memory);
     in a local simulation: 30 % of this machine shared by the simulated hosts, 256 MiB..4 GiB."""
@@ -124,10 +136,13 @@ class FileSystemConfig(_Strict):
     FileSystemDataSource; File mode only; `submit` needs `sagemaker.vpc`)."""
 
     type: Literal["FSxLustre", "EFS"]
+    """Which file system: FSx for Lustre or EFS."""
     id: str = Field(pattern=r"^fs-[0-9a-f]{8,40}$")
+    """The file system's id, `fs-...`."""
     directory: str = Field(pattern=r"^/")
     """DirectoryPath: for FSx for Lustre `/<mount name>/<path>`, for EFS a path in the file system."""
     access_mode: Literal["ro", "rw"] = "ro"
+    """How SageMaker mounts it: read-only or read-write."""
 
 
 class ShuffleConfig(_Strict):
@@ -137,7 +152,9 @@ class ShuffleConfig(_Strict):
     `buffer_rows` before the trainer's batches (train channel only)."""
 
     enabled: bool | None = None
-    """Default: on for the train channel, off for the others (validation reads one fixed order)."""
+    """On: a new order of the channel's files (Parquet row groups) every epoch, seeded by `seed` and the
+    epoch. Off: one order fixed by the channel's name. Default: on for the `train` channel, off for the
+    others (validation reads one fixed order)."""
     open_units: int = Field(default=2048, ge=1, le=1_000_000)
     """Files (or Parquet row groups) open at once across a pass's read tasks, shared by them (at
     least one each; at most 1,024 files, 64 FastFile objects or 8 Parquet row groups per task): a
@@ -153,32 +170,59 @@ class ShuffleConfig(_Strict):
 
 
 class ChannelConfig(_Strict):
-    """A SageMaker input channel: where its data comes from, its layout and how the hosts see it."""
+    """A SageMaker input channel: where its data comes from, its layout and how the hosts see it
+    (`docs/channels.md`). One channel must be named `train`; one named `validation` is optional, and the
+    built-in loop validates on it only."""
 
     input_mode: Literal["File", "FastFile", "Pipe"] = "File"
-    """File: copied to each receiving host before the job; FastFile: listed at start, bytes read on
-    demand; Pipe: streamed, one FIFO per epoch."""
+    """`File`: copied to each receiving host before the job (locally, a folder that every host receives
+    whole is linked instead); `FastFile`: listed at start, bytes fetched on first read; `Pipe`: streamed
+    through one FIFO per epoch (locally fed by smlaunch's stand-in for SageMaker's agent)."""
     record_format: Literal[RECORD_FORMATS] = "tfrecord"
-    """tfrecord / recordio: files of `tf.train.Example` records (RecordIO also frames an augmented
-    manifest stream); image_folder: `<class>/<image>` files; webdataset: tar shards of
-    `<key>.<ext>` members; parquet: one row per sample."""
+    """The channel's layout (`docs/channels.md#layouts-and-input-modes`). `tfrecord`, `recordio`: files of
+    `tf.train.Example` records (RecordIO also frames an augmented manifest's attribute records);
+    `image_folder`: `<class>/<image>` files, torchvision's rules; `webdataset`: tar shards of
+    `<key>.<ext>` members; `parquet`: a row per sample. `image_folder` and `parquet` cannot be `Pipe`."""
     fields: dict[str, str] | None = None
-    """The batch's fields and where they are in the records (`check_fields`); default per format:
-    image, label and id (see the README)."""
+    """The batch's fields and where they are in the data (`check_fields`): the names of the image, the
+    integer label and the optional integer id, as TFRecord features (default `image/encoded`,
+    `image/class/label`, `id`), WebDataset extensions (default `jpg;jpeg;png;webp`, `cls`, none; `;`
+    separates alternatives) or Parquet columns (default `image`, `label`, none). Naming only `image`,
+    `label` and `id` renames those; naming any other field (Parquet, TFRecord/RecordIO, WebDataset) lists
+    the whole batch, each field as the data holds it (`docs/byo.md#fields-and-the-batch`).
+
+    A sample without an id gets one derived from where it is (63 bits: CRC-32 and CRC-32C of the file's
+    path in the channel, plus the record index, row or byte offset times an odd constant; a Pipe
+    stream's from the image bytes), stable across runs and hosts; an id named here must be present.
+    Field names are identifiers, not `pos`, `seek`, `host` or `prep_s`. Not for `image_folder`."""
     s3_data_type: Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"] = "S3Prefix"
-    """S3Prefix: `source` is a folder or prefix; ManifestFile: `source` is a JSON manifest listing the
-    channel's objects; AugmentedManifestFile: JSON Lines (see `attribute_names`)."""
+    """SageMaker's `S3DataType`. `S3Prefix`: `source` is a folder or prefix. `ManifestFile`: `source` is a
+    JSON manifest (`[{"prefix": ...}, "key", ...]`, local or `s3://`) listing the channel's objects (File
+    or Pipe, not FastFile). `AugmentedManifestFile`: JSON Lines; needs `attribute_names`, `Pipe` and
+    `recordio`. `attribute_names` alone still means `AugmentedManifestFile`."""
     s3_distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
-    """Every receiving host gets all objects, or host i of n every n-th (SageMaker's S3DistributionType)."""
+    """SageMaker's `S3DistributionType`: every receiving host gets every object, or host i of n every
+    n-th. Either way each sample is read once per epoch."""
     source: str
-    """`builtin:digits/<split>` or `builtin:synthetic/<split>` (embedded datasets: 32 px digits,
-    224 px gratings), a local directory, `s3://bucket/prefix`, or a manifest file (local or `s3://`)."""
+    """Where the data is: `builtin:digits/<split>` (1,797 32 px digits) or `builtin:synthetic/<split>`
+    (2,880 224 px JPEGs, 10 classes of gratings, built once in about 15 s), `<split>` being `train` or
+    `validation`; a local directory (checked at `plan`: it must exist and its files must start as
+    `record_format` says, else the line says what they are and which format they look like);
+    `s3://bucket/prefix/` (no other scheme: `hf://`, `gs://` are refused at load); or a manifest file
+    (local path or `s3://`) as `s3_data_type` says. A source ending in `.manifest` or `.jsonl` must say
+    its `s3_data_type`."""
     file_system: FileSystemConfig | None = None
-    """Read from FSx for Lustre / EFS on SageMaker; locally `source` is mounted in its place."""
+    """A `FileSystemDataSource` channel: read from FSx for Lustre or EFS on SageMaker (File mode only;
+    `submit` needs `sagemaker.vpc`). Locally `source` is mounted (a link, not a copy) at every receiving
+    host's channel directory, and the hosts split its files so each sample is read once."""
     instance_groups: list[str] | None = None
-    """Groups that receive the channel (SageMaker's InstanceGroupNames); default: the data groups."""
+    """Groups that receive the channel (SageMaker's `InstanceGroupNames`); default: every group but the
+    train group."""
     max_corrupted_records: int = Field(default=0, ge=0)
-    """Corrupt records to skip (and count in the report) before failing; 0: fail on the first."""
+    """Corrupt records to skip in the whole run before failing; 0: fail on the first. Each one skipped is
+    logged and counted in the report, once however many epochs read it (the same file and byte offset;
+    a Pipe stream's offsets are per epoch's FIFO). Images no decoder reads count too, named by file and
+    member when their id was derived (by sample id when the data gave it)."""
     shuffle: ShuffleConfig = ShuffleConfig()
     """Data order: see `ShuffleConfig` (File and FastFile channels; a Pipe channel's order is SageMaker's)."""
     attribute_names: list[str] | None = Field(default=None, min_length=2, max_length=3)
@@ -243,10 +287,14 @@ class PipelineConfig(_Strict):
     """The preprocessing chain run on the data hosts, and how rows are batched for it."""
 
     ops: list[OpSpec] = []
-    """Image ops (decode_image first, to_uint8_chw last, a crop between) and `map` ops on any
-    field, in order; none at all for data that needs no preprocessing."""
+    """The chain, in order (`docs/pipeline.md`). Each image field's ops start with `decode_image`, end
+    with `to_uint8_chw` (the image's optionally then `normalize`), and hold a `random_resized_crop` or
+    `center_crop` (or the field is a mask those move), so every image reaches the model at one size.
+    `map` ops may sit anywhere. A chain without image ops (only `map` ops, or none, for data that needs
+    no preprocessing) needs `task`. An unknown op name lists the valid ones, a misspelled one says which
+    was meant."""
     batch_size: int = Field(default=64, gt=0)
-    """Rows per preprocessing call."""
+    """Rows per preprocessing call, and per block read, so the first batch waits for one batch's work."""
 
     @property
     def has_images(self) -> bool:
@@ -291,57 +339,81 @@ class TrainerConfig(_Strict):
     """Optimisation, checkpointing and recovery; exactly one of `steps` or `epochs`."""
 
     batch_size: int = Field(default=64, gt=0)
-    """Rows per micro-batch on each train worker."""
+    """Rows per micro-batch on each train worker; the global batch is this x workers x
+    `grad_accum_steps`."""
     steps: int | None = Field(default=None, gt=0)
-    """Optimizer steps to train (each takes `grad_accum_steps` micro-batches)."""
+    """Optimizer steps to train (each takes `grad_accum_steps` micro-batches). Exactly one of `steps` and
+    `epochs`; with `loop` neither is needed, and `steps` gives the progress bar its total."""
     epochs: int | None = Field(default=None, gt=0)
+    """Passes over the train channel. Exactly one of `steps` and `epochs`; refused with `loop` (the loop
+    decides its epochs)."""
     optimizer: Literal["adamw", "sgd"] = "adamw"
+    """AdamW, or SGD with `momentum`."""
     learning_rate: float = Field(default=1e-3, gt=0)
+    """The peak rate: linear warmup (`warmup_steps`), then cosine decay to zero over the run's optimizer
+    steps. Times the workers with `lr_scaling: linear`."""
     weight_decay: float = Field(default=0.05, ge=0)
+    """The optimizer's weight decay."""
     momentum: float = Field(default=0.9, ge=0, lt=1)
     """SGD only."""
     warmup_steps: int | None = Field(default=None, ge=0)
     """Linear warmup before the cosine decay; default a tenth of the run, at most 100."""
     grad_accum_steps: int = Field(default=1, gt=0)
-    """Micro-batches whose gradients add up to one optimizer step."""
+    """Micro-batches whose gradients add up to one optimizer step (DDP syncs on the last one only)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
-    """auto: bf16 autocast on GPU, fp32 on CPU."""
+    """`auto`: bf16 autocast on GPU, fp32 on CPU."""
     checkpoint_interval: int = Field(default=0, ge=0)
     """Steps between checkpoints; 0 = none by step count (still at the end, on SIGTERM, and by
     `checkpoint_every_s`)."""
     checkpoint_every_s: float | None = Field(default=None, ge=0)
-    """Seconds between checkpoints (at the first step boundary after), beside `checkpoint_interval`;
-    0 = none. Default: none, except on a SageMaker host whose PID 1 lets no stop reach sm-launch
-    (tini, a bash entry script: README "Stops under the toolkit"), where it is
-    `UNSAFE_STOP_CHECKPOINT_S`, the only protection left there."""
+    """Also checkpoint at the first step boundary this many seconds after the last checkpoint, beside
+    `checkpoint_interval` (rank 0's clock decides for every rank); 0: never. Default: never, except on a
+    SageMaker host whose PID 1 lets no stop reach sm-launch (tini, a bash entry script:
+    `docs/sagemaker.md#stops-under-the-toolkit`), where it is 300 s (`UNSAFE_STOP_CHECKPOINT_S`), the only
+    protection left there. The report's summary gives what checkpoints cost: `checkpoints_written` by
+    why, `checkpoint_s`, and `checkpoint_pct` of the time between the first and the last step."""
     checkpoint_dir: str | None = None
-    """Default: the head's `/opt/ml/checkpoints` (SageMaker syncs it to the job's checkpoint S3 URI)."""
+    """Default: `checkpoints` beside the model, which is the head's `/opt/ml/checkpoints` (SageMaker syncs
+    it to the job's checkpoint S3 URI), or `checkpoints/` in the run's directory on a running Ray
+    cluster. Checkpoints go to `<dir>/run-<time>-<pid>/step-<N>/`, each with a `meta.json` holding the
+    state file's SHA-256."""
     resume: bool = True
-    """Start from the newest complete checkpoint in `checkpoint_dir`, if there is one."""
+    """Start from the newest complete checkpoint in `checkpoint_dir` (model, optimizer, schedule, step,
+    epoch and the epoch's position: what it had drawn), on any number of workers; cut-short ones are
+    skipped."""
     max_failures: int = Field(default=2, ge=0)
     """Times the train worker group restarts from the last checkpoint after a worker process dies
-    (killed, out of memory) or its peers lose it. An exception raised in a step, a validation or
-    the model's build (a bug in your code or ours, bad data) is not retried: it ends the job at once."""
+    (killed, out of memory) or a peer's collective fails with it. An exception raised in a step, a
+    validation, the model's build or a data task (bad data, weights that do not fit, a bug in your code
+    or ours) is not retried: it ends the job at once, as a restart would meet it again
+    (`docs/checkpoints.md#what-survives-what`)."""
     stop_grace_s: float = Field(default=75, gt=0, le=90)
-    """After SIGTERM, how long the trainer gets to reach a step boundary and checkpoint; past it
-    the launcher ends the job without that checkpoint. SageMaker kills 120 s after its SIGTERM
-    (hence at most 90: Ray's shutdown on every host needs the rest); on Kubernetes keep it below
-    the pod's `terminationGracePeriodSeconds`."""
+    """After SIGTERM, how long the trainer gets to reach a step boundary and checkpoint. Past it the job
+    ends in one line (`the trainer did not stop within N s of SIGTERM ...`, exit 1) without that
+    checkpoint, on every path (local, SageMaker, `--address`). SageMaker kills 120 s after its SIGTERM
+    (hence at most 90: Ray's shutdown on every host needs the rest); on Kubernetes keep it below the
+    pod's `terminationGracePeriodSeconds`."""
     validation_every_epochs: int = Field(default=1, ge=0)
-    """With `steps`: validate every N epochs (0: only at the end). With `epochs`: every epoch.
-    Without a `validation` channel there is no validation at all."""
+    """With `steps`: validate every N passes over the data (0: only at the end). With `epochs`: every
+    epoch. Always at the end. Only with a channel named `validation`: without one there is no
+    validation (`plan` prints `validation: none`)."""
     log_every: int = Field(default=10, gt=0)
+    """Steps between metric lines (`step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x>`); step 1
+    prints one too."""
     prefetch_batches: int = Field(default=4, ge=0)
     """Batches Ray Data prepares ahead of the train step (pinned and copied to the GPU ahead, on GPU)."""
     max_workers: int | None = Field(default=None, ge=1)
-    """Cap on the train workers (one per planned GPU by default), for a quick run of a big layout."""
+    """At most this many train workers (the first ranks of the plan's placement), for a quick run of a
+    big layout. Default: one per planned GPU."""
     lr_scaling: Literal["none", "linear"] = "none"
-    """linear: the optimizer's peak rate is `learning_rate` x workers, as the global batch grows
-    with them (Goyal et al., 2017: keep the rate per sample; use it with warmup)."""
+    """`linear`: the optimizer's peak rate is `learning_rate` x workers, as the global batch grows with
+    them (Goyal et al., 2017: keep the rate per sample; use it with warmup). See
+    `docs/training.md#batch-and-learning-rate`."""
     loop: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
-    """Your own Ray Train loop, `package.module:function` taking `config` (README "Your own Ray Train
-    loop"): run on every planned worker instead of the built-in loop; `model`, `task` and
-    `steps`/`epochs` are then not needed (`steps` gives the progress bar its total)."""
+    """Your own Ray Train loop, `package.module:function` taking `config`
+    (`docs/byo.md#your-own-ray-train-loop`): called on every planned worker as `function(config)` instead
+    of the built-in loop; `model`, `task` and `steps`/`epochs` are then not needed (`steps` gives the
+    progress bar its total)."""
     loop_config: dict = {}
     """The loop's `config` argument."""
 
@@ -360,17 +432,24 @@ class TrainerConfig(_Strict):
 
 
 class RunConfig(_Strict):
-    """Where a local run keeps its simulated hosts, outputs and Ray state, and which S3 it uses."""
+    """Where a run keeps its simulated hosts, outputs and Ray state, and which S3 it uses."""
 
     dir: str = "runs"
+    """Where runs go; a relative path is the folder sm-launch runs in, on every path. On a running Ray
+    cluster (`--address`) the model, checkpoints and report go there, so rank 0's node and the driver
+    must both see it (a shared path), or an `s3://bucket/prefix`, uploaded
+    (`docs/ray-clusters.md#where-the-outputs-go`). A local run refuses `s3://`."""
     name: str | None = None
-    """Run directory name under `dir`; default: job name plus a timestamp."""
+    """Run directory name under `dir`; default: `<job>-<timestamp>`."""
     s3_endpoint: str | None = None
-    """For `s3://` channel sources in a local run: None starts a local S3 server (moto) on
-    127.0.0.1 seeded from `s3_seed`; `aws` uses boto3's own endpoint and credentials; an
-    http(s) URL uses that endpoint."""
+    """For `s3://` sources in a local run: none starts a local S3 server (moto) on 127.0.0.1 with
+    throwaway keys, seeded from `s3_seed`; `aws` uses boto3's own endpoint and credentials; an http(s)
+    URL uses that endpoint. On a running Ray cluster none and `aws` both mean boto3's own, on every
+    node; a URL is set as `AWS_ENDPOINT_URL_S3` for the whole Ray job (channels, `model.pretrained`, an
+    `s3://` run.dir)."""
     s3_seed: dict[str, str] = {}
-    """`s3://bucket/prefix` -> local folder (or `builtin:digits`) uploaded to the local S3 server."""
+    """`s3://bucket/prefix/` -> local folder (or `builtin:digits`, `builtin:synthetic`) uploaded to the
+    local S3 server at start."""
 
     @model_validator(mode="after")
     def _s3(self):
@@ -393,8 +472,8 @@ class MonitorConfig(_Strict):
     """Seconds between samples of CPU, memory, IO wait, network and GPU on each host (0.5 s, as
     SageMaker Debugger's system monitor)."""
     prices: dict[str, float] = {}
-    """USD per instance-hour by `ml.*` type, over the built-in table (approximate us-east-1
-    on-demand; see `sm-launch report`'s note)."""
+    """USD per instance-hour by `ml.*` type, over the built-in dated table (`smlaunch/cluster/prices.py`:
+    approximate us-east-1 on-demand), for the advisor's costs."""
     cpu_instance_types: list[str] | None = None
     """CPU types the advisor may recommend; default: c5 and m5, xlarge to 9xlarge."""
     max_data_hosts: int = Field(default=8, ge=1, le=64)
@@ -425,24 +504,31 @@ class LaunchConfig(_Strict):
     """The whole job."""
 
     job: str = Field(default="smlaunch-job", pattern=r"^[A-Za-z0-9][A-Za-z0-9\-]{0,62}$")
+    """The job's name: it names the run directory (`<job>-<timestamp>`) and a submitted training job."""
     seed: int = 0
+    """Seeds the model's initialisation and each epoch's data order."""
     cluster: ClusterConfig
     channels: dict[str, ChannelConfig] = Field(min_length=1)
+    """Input channels by name; a name is 1-64 letters, digits, `.`, `-` or `_`."""
     pipeline: PipelineConfig = PipelineConfig()
     model: ModelConfig | None = None
-    """Required unless `trainer.loop` runs your own loop (which builds its own model)."""
+    """Required unless `trainer.loop` runs your own loop (which builds its own model); refused beside
+    one."""
     task: TaskConfig | None = None
     """Your loss and metrics (`TaskConfig`); default: classification of `image` by `label`."""
     trainer: TrainerConfig
     run: RunConfig = RunConfig()
     monitor: MonitorConfig = MonitorConfig()
     sagemaker: SageMakerConfig | None = None
-    """How `sm-launch submit` creates the training job; only submit reads it."""
+    """How `sm-launch submit` creates the training job (`docs/sagemaker.md`); only submit reads it, and
+    without it submit fails naming the fields to set."""
     kuberay: KubeRayConfig | None = None
-    """How `sm-launch kuberay` writes the RayJob manifest; only that command reads it."""
+    """How `sm-launch kuberay` writes the RayJob manifest (`docs/ray-clusters.md`); only that command
+    reads it, and every field has a default."""
     autoscale: AutoscaleConfig | None = None
-    """Elastic data hosts on a Ray cluster with an autoscaler (`run --address`, KubeRay); where
-    groups are fixed (SageMaker, the local simulation) the plan says what it does instead."""
+    """Elastic data hosts on a Ray cluster with an autoscaler (`run --address`, KubeRay:
+    `docs/elastic.md`); where groups are fixed (SageMaker, the local simulation) the plan says so, and
+    `submit --data-hosts auto` sizes the group before the job instead."""
 
     @property
     def validates(self) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REAPING = [sys.executable, str(ROOT / "smlaunch" / "launcher" / "reaping_init.py")]
-"""smlaunch-init, as README's image recipe runs it."""
+"""smlaunch-init, as the image recipe of docs/sagemaker.md runs it."""
 STAND_IN = [sys.executable, str(ROOT / "tests" / "support" / "tini_standin.py")]
 
 

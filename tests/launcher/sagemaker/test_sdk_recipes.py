@@ -1,8 +1,8 @@
-"""The README's SageMaker Python SDK recipes, run as written with the real SDKs.
+"""The SageMaker Python SDK recipes of docs/sagemaker.md, run as written with the real SDKs.
 
 Each recipe (v2's `PyTorch` estimator, v3's `ModelTrainer`) runs in its own virtual environment
 (`make sdk-venvs`: the two majors are one distribution, `sagemaker`, with incompatible pins) in a
-fresh clone staged by the README's own command, against moto's server on 127.0.0.1 as S3, STS and
+fresh clone staged by the page's own command, against moto's server on 127.0.0.1 as S3, STS and
 SageMaker. The CreateTrainingJob body the SDK sent is then held against the request
 `sm-launch submit --dry-run` builds for the same config, field by field where the two must agree,
 and the code the SDK uploaded is run on a simulated data host the way that SDK's job would run it
@@ -28,9 +28,9 @@ BUCKET = "amzn-s3-demo-bucket"  # the recipes' placeholder, a bucket on the moto
 SDK_MANAGED = {"code", "sm_drivers"}  # channels v3 adds for its own driver
 
 
-def readme_blocks() -> dict[str, str]:
-    """The staging command and the two recipes, as the README has them."""
-    text = (ROOT / "README.md").read_text()
+def recipe_blocks() -> dict[str, str]:
+    """The staging command and the two recipes, as docs/sagemaker.md has them."""
+    text = (ROOT / "docs" / "sagemaker.md").read_text()
     section = text[text.index("### With the SageMaker Python SDK") :]
     section = section[: section.index("\n### ", 5)]
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
@@ -47,11 +47,11 @@ def sdk_python(major: str) -> Path:
 
 
 def run_recipe(aws, tmp_path: Path, major: str) -> dict:
-    """Stage a fresh clone with the README's command, run the recipe, return the request the SDK sent."""
+    """Stage a fresh clone with the page's command, run the recipe, return the request the SDK sent."""
     python = sdk_python(major)
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
-    blocks = readme_blocks()
+    blocks = recipe_blocks()
     subprocess.run(["bash", "-euo", "pipefail", "-c", blocks["stage"]], cwd=clone, check=True, timeout=120)
     try:
         aws.s3.create_bucket(Bucket=BUCKET)
