@@ -421,7 +421,7 @@ def main() -> int:
 
     from smlaunch.cluster.plan import channel_plan
     from smlaunch.config import load_config
-    from smlaunch.config.schema import ChannelConfig
+    from smlaunch.config.channel import ChannelConfig
     from smlaunch.pipelines.budget import budget_from_first_step
     from smlaunch.pipelines.dataset import block_bytes, use_block_size
     from smlaunch.pipelines.sources.channels import deliver_channels, start_pipe_agents

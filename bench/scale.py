@@ -160,7 +160,7 @@ def start_ray(cpus: int):
 def channel_source(name: str, source: Path, fmt: str, cpus: int, shuffle: bool, listing=None):
     """A train channel of `source` delivered (linked) to HOST's /opt/ml, listed, as a ChannelDatasource."""
     from smlaunch.cluster.plan import channel_plan
-    from smlaunch.config.schema import ChannelConfig
+    from smlaunch.config.channel import ChannelConfig
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.listing import list_channel
 

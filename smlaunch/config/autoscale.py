@@ -3,19 +3,17 @@
 On a Ray cluster whose autoscaler can add and remove nodes (KubeRay's, or `ray start
 --autoscaling-config` here), the launcher asks for data hosts by label while it trains and gives
 them back when the pipeline has capacity to spare (`cluster.autoscale.policy`). The base class
-repeats `schema._Strict` because `schema` imports this module.
+repeats `schema.StrictModel` because `schema` imports this module.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from smlaunch.config.base import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class AutoscaleConfig(_Strict):
+class AutoscaleConfig(StrictModel):
     """How many data hosts the job may hold, and the data wait it aims for (`docs/elastic.md`)."""
 
     min_data_hosts: int = Field(default=1, ge=1)

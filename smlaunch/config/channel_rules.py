@@ -98,7 +98,7 @@ NAMED_FIELD_FORMATS = ("parquet", "webdataset", "tfrecord", "recordio")
 def resolved_fields(record_format: str, fields: dict | None) -> dict[str, str | None]:
     """The batch's fields and where each is in the records. `fields` naming only image, label and
     id renames those over the format's defaults; naming any other field lists the whole batch
-    (`schema.check_fields`): image and label are then read only if named. `id` is always there
+    (`channel.check_fields`): image and label are then read only if named. `id` is always there
     (None: derived from where a sample is)."""
     base = dict(CHANNEL_FORMATS[record_format].fields or {"image": None, "label": None, "id": None})
     if not fields:

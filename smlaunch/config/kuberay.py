@@ -3,24 +3,22 @@
 Only that command reads it, and every field has a default, so `sm-launch kuberay CONFIG --image
 IMAGE` works on any config. The instance groups stay the unit: each becomes one worker group with
 the group's instance count as replicas and the group's instance spec as pod requests. The base
-class repeats `schema._Strict` because `schema` imports this module.
+class repeats `schema.StrictModel` because `schema` imports this module.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from smlaunch.config.base import StrictModel
 
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """An RFC 1123 label, what Kubernetes wants of a namespace and of the names derived from the job."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KubeRayConfig(_Strict):
+class KubeRayConfig(StrictModel):
     """A RayJob for the job: a head pod that trains nothing by default, and one worker group per
     instance group."""
 

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from smlaunch.config.base import StrictModel
 from smlaunch.config.op_specs import FUNCTION_PATTERN
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     """The model: a timm architecture by `name`, built with the classes and input size the data
     has, or any `torch.nn.Module` your `factory` returns."""
 
@@ -76,7 +73,7 @@ class ModelConfig(_Strict):
         return value
 
 
-class TaskConfig(_Strict):
+class TaskConfig(StrictModel):
     """What training minimises and validation measures, as your functions; without a `task`, the
     built-in classification (cross-entropy on `image` and `label`, accuracy and loss)."""
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from smlaunch.config.base import StrictModel
 
 FUNCTION_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 """`package.module:function`: user code is imported by name, never evaluated."""
 
 
-class _Op(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Op(StrictModel):
+    """An op of the chain: `op` names its kind (`OpSpec`'s discriminator)."""
 
 
 FIELD_PATTERN = r"^[A-Za-z_]\w{0,63}$"

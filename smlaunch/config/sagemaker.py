@@ -3,24 +3,21 @@
 Only `submit` reads it; a run on a SageMaker host or a local run ignores it, so the section is
 optional and a job without it fails at submit with one line naming the fields to set. Values the
 service checks only once the job is created (a role, an image) are checked here for shape, so a
-typo fails before anything is uploaded. The base class repeats `schema._Strict` (two lines)
-because `schema` imports this module.
+typo fails before anything is uploaded.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from smlaunch.config.base import StrictModel
 
 RESERVED_ENV = ("SMLAUNCH_RAY_TOKEN", "SMLAUNCH_COMMAND", "SMLAUNCH_PIP_INSTALL")
 """Environment variables `submit` sets itself (the Ray token is generated per job, never configured)."""
 MAX_RUN_LIMIT_S = 28 * 24 * 3600
 """MaxRuntimeInSeconds may not exceed 28 days (API `StoppingCondition`)."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 KmsKeyId = Annotated[str, Field(pattern=r"^[a-zA-Z0-9:/_-]+$", max_length=2048)]
@@ -29,7 +26,7 @@ SubnetId = Annotated[str, Field(pattern=r"^subnet-[0-9a-z]+$", max_length=32)]
 SecurityGroupId = Annotated[str, Field(pattern=r"^sg-[0-9a-z]+$", max_length=32)]
 
 
-class VpcConfig(_Strict):
+class VpcConfig(StrictModel):
     """The VPC the job's hosts join (CreateTrainingJob `VpcConfig`). SageMaker mounts an FSx for
     Lustre or EFS channel only from inside the file system's VPC, so `submit` refuses a
     `file_system` channel without it. Inside a VPC the hosts reach S3 only through an S3 VPC
@@ -51,7 +48,7 @@ class VpcConfig(_Strict):
         return value
 
 
-class RetryStrategy(_Strict):
+class RetryStrategy(StrictModel):
     """CreateTrainingJob `RetryStrategy`: SageMaker restarts a job that failed with an
     InternalServerError (not one that failed in the job's own code), on new hosts; the job resumes
     from its synced checkpoints as after a spot interruption."""
@@ -60,7 +57,7 @@ class RetryStrategy(_Strict):
     """How many times (1-30)."""
 
 
-class SageMakerConfig(_Strict):
+class SageMakerConfig(StrictModel):
     """How the job is created: image, role, where code and data go in S3, limits, spot, entry."""
 
     image_uri: str = Field(min_length=1, max_length=255)

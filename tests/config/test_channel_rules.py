@@ -4,8 +4,8 @@ ones it can are accepted. (`sm-launch plan` shows the same line: tests/launcher/
 import pytest
 from pydantic import ValidationError
 
+from smlaunch.config.channel import ChannelConfig
 from smlaunch.config.channel_rules import resolved_fields
-from smlaunch.config.schema import ChannelConfig
 
 FSX = {"type": "FSxLustre", "id": "fs-0123456789abcdef0", "directory": "/abcd/train"}
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from smlaunch.cluster.plan import channel_plan
-from smlaunch.config.schema import ChannelConfig
+from smlaunch.config.channel import ChannelConfig
 from smlaunch.errors import DataError
 from smlaunch.pipelines.formats import iter_records
 from smlaunch.pipelines.rows import parquet_samples, record_samples, row_blocks, webdataset_samples

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from smlaunch.cluster.plan import channel_plan
-from smlaunch.config.schema import ChannelConfig
+from smlaunch.config.channel import ChannelConfig
 from smlaunch.errors import DataError
 from smlaunch.pipelines.rows import derived_id, parquet_samples, row_blocks
 

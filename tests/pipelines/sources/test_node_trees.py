@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from smlaunch.cluster.plan import HostPlan, LaunchPlan, channel_plan
-from smlaunch.config.schema import ChannelConfig
+from smlaunch.config.channel import ChannelConfig
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.channels import channel_dir, list_host_channel
 from smlaunch.pipelines.sources.node_trees import node_trees

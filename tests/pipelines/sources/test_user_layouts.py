@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from smlaunch.cluster.plan import channel_plan
-from smlaunch.config.schema import ChannelConfig
+from smlaunch.config.channel import ChannelConfig
 from smlaunch.pipelines.rows import derived_id
 from support.user_layouts import (
     CLASSES,
