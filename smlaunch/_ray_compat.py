@@ -12,6 +12,7 @@ module costs nothing (`sm-launch --help` loads no Ray).
 from __future__ import annotations
 
 import importlib
+from typing import Any, Protocol, cast
 
 CHECKED_AGAINST = "2.60.0"
 """The Ray version every symbol below was read in (`ray.__version__`)."""
@@ -76,16 +77,16 @@ PLACEMENT_GROUP_CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.pl
 API is missing (`ray[data,train]` has none): filtered in the workers (`cluster.worker_setup`)."""
 
 
-def symbol(path: str):
+def symbol(path: str) -> Any:
     """The private symbol `module:name` (or `module:name.attribute`), imported now."""
     module, _, names = path.partition(":")
-    found = importlib.import_module(module)
+    found: Any = importlib.import_module(module)
     for name in names.split("."):
         found = getattr(found, name)
     return found
 
 
-def gcs_client(address: str):
+def gcs_client(address: str) -> Any:
     """A GCS client of the cluster at `address` (`host:port`), usable before and without `ray.init`."""
     return symbol("ray._raylet:GcsClient")(address=address)
 
@@ -108,14 +109,14 @@ def draining_nodes() -> set[str]:
     return set(symbol("ray._private.state:state").get_draining_nodes())
 
 
-def resources_per_node() -> tuple[dict, dict]:
+def resources_per_node() -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """(total, free) resources of every node, by node id."""
     state = symbol("ray._private.state:state")
     return state.total_resources_per_node(), state.available_resources_per_node()
 
 
 def kv_get(key: bytes, namespace: bytes) -> bytes | None:
-    return symbol("ray.experimental.internal_kv:_internal_kv_get")(key, namespace=namespace)
+    return cast("bytes | None", symbol("ray.experimental.internal_kv:_internal_kv_get")(key, namespace=namespace))
 
 
 def kv_put(key: bytes, value: bytes, namespace: bytes) -> None:
@@ -132,7 +133,13 @@ def reload_auth_token() -> None:
     symbol("ray._raylet:AuthenticationTokenLoader").instance().reset_cache()
 
 
-def replace_stdstream_printer(printer) -> bool:
+class StdstreamPrinter(Protocol):
+    """What Ray's driver calls for the raylets' messages; it passes `ignore_prefix` by keyword."""
+
+    def __call__(self, data: dict[str, Any], ignore_prefix: bool) -> None: ...
+
+
+def replace_stdstream_printer(printer: StdstreamPrinter) -> bool:
     """Route the driver's printing of the raylets' messages to `printer(data, ignore_prefix)`; False
     when this Ray has no such function (its lines then print as before). Idempotent: a printer
     marked `_smlaunch` is not replaced again."""
@@ -141,12 +148,12 @@ def replace_stdstream_printer(printer) -> bool:
     original = getattr(ray_worker, "print_to_stdstream", None)
     if original is None or getattr(original, "_smlaunch", False):
         return False
-    printer._smlaunch = True
+    printer.__dict__["_smlaunch"] = True  # a function's attribute, which the protocol does not declare
     ray_worker.print_to_stdstream = printer
     return True
 
 
-def data_resource_manager():
+def data_resource_manager() -> Any:
     """Ray Data's `ResourceManager` class, or None where this Ray has none by that name."""
     try:
         return symbol("ray.data._internal.execution.resource_manager:ResourceManager")
@@ -154,19 +161,19 @@ def data_resource_manager():
         return None
 
 
-def autoscaling_coordinator(requester: str):
+def autoscaling_coordinator(requester: str) -> Any:
     """Ray Data's autoscaling coordinator client for `requester` (one thread may use it)."""
     path = "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator:DefaultAutoscalingCoordinator"
     return symbol(path)(requester)
 
 
-def coordinator_actor():
+def coordinator_actor() -> Any:
     """The cluster's autoscaling coordinator actor (Ray Data's singleton), created if missing."""
     path = "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator:get_or_create_autoscaling_coordinator"
     return symbol(path)()
 
 
-def train_controller_callback_base():
+def train_controller_callback_base() -> Any:
     """Ray Train's `ControllerCallback` class, to subclass."""
     return symbol("ray.train.v2._internal.execution.callback:ControllerCallback")
 
@@ -174,7 +181,7 @@ def train_controller_callback_base():
 def train_propagated_env() -> dict[str, str]:
     """The environment variables Ray Train's controller runs with (and so the datasets' tasks)."""
     constants = "ray.train.v2._internal.constants:"
-    env = symbol(constants + "get_env_vars_to_propagate")()
+    env: dict[str, str] = symbol(constants + "get_env_vars_to_propagate")()
     env.setdefault(
         symbol(constants + "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR"),
         symbol(constants + "DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE"),

@@ -25,6 +25,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 RESULT = 45
 """A level above ERROR for the lines `-q` still prints on stdout (the report's path)."""
@@ -33,7 +34,14 @@ PLAIN_EVERY_S = 30.0
 """Seconds between plain progress lines when stdout is not a terminal."""
 
 log = logging.getLogger("smlaunch")
-_state = {"verbosity": 0, "file": None}
+
+
+class _State(TypedDict):
+    verbosity: int
+    file: logging.FileHandler | None
+
+
+_state: _State = {"verbosity": 0, "file": None}
 
 
 class _ConsoleHandler(logging.Handler):

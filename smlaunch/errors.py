@@ -39,12 +39,13 @@ def user_error_in(exc: BaseException) -> str | None:
     """
     import importlib
 
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, UserError):
-            return str(exc)
-        texts = [str(exc)] + [str(e) for e in getattr(exc, "worker_failures", {}).values()]
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, UserError):
+            return str(current)
+        texts = [str(current)] + [str(e) for e in getattr(current, "worker_failures", {}).values()]
         for match in _RAISED.finditer("\n".join(texts)):
             try:
                 cls = getattr(importlib.import_module(match.group(1)), match.group(2), None)
@@ -52,8 +53,8 @@ def user_error_in(exc: BaseException) -> str | None:
                 continue
             if isinstance(cls, type) and issubclass(cls, UserError):
                 return match.group(3).strip()
-        exc = (
-            getattr(exc, "controller_failure", None) or exc.__cause__ or exc.__context__
+        current = (
+            getattr(current, "controller_failure", None) or current.__cause__ or current.__context__
         )  # Ray Train's ControllerError
     return None
 

@@ -18,6 +18,7 @@ sums); pandas' resample needs every record in memory first.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 CAPACITY = 1024
 """Buckets kept: between CAPACITY / 2 and CAPACITY after the first merge; ample for a plot."""
@@ -142,7 +143,7 @@ class StepLog:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, recent: list[dict] = ()) -> StepLog:
+    def from_dict(cls, data: dict, recent: Iterable[dict] = ()) -> StepLog:
         """What `to_dict` wrote, with the exact latest records (a report's "steps") beside it."""
         log = cls(tail=data["tail"], capacity=data["capacity"])
         log.count, log.head = data["count"], list(data["head"])

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 from smlaunch.errors import ConfigError, UserCodeError
 
@@ -116,12 +116,14 @@ def data_folders(cfg) -> set[str]:
     }
 
 
-def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: set[str] = frozenset()) -> list[tuple[str, str, int]]:
+def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = frozenset()) -> list[tuple[str, str, int]]:
     """(path relative to `folder`, path, bytes) of what ships from `folder`, sorted, leaving out
     `LEFT_OUT` folders, virtual environments and the folders in `skip` (`data_folders`); a
     `ConfigError` naming the largest entries once past `limit` (the walk stops soon after, so
     sm-launch run from a dataset's folder answers at once)."""
-    files, total, sizes = [], 0, {}
+    files: list[tuple[str, str, int]] = []
+    total = 0
+    sizes: dict[str, int] = {}
     for directory, dirs, names in os.walk(folder):
         dirs[:] = sorted(
             d
@@ -190,6 +192,8 @@ def _module_folders(named: dict[str, str]) -> list[str]:
     folders = []
     for path in named.values():
         module = sys.modules.get(path.partition(":")[0])
+        if module is None:
+            continue
         file = getattr(module, "__file__", None)
         if file:
             file_path = Path(file)

@@ -82,6 +82,8 @@ def create_host_trees(plan: LaunchPlan) -> None:
         )
         group["hosts"].append(host.name)
     for host in plan.hosts:
+        if host.opt_ml is None:
+            raise ValueError(f"host {host.name} has no /opt/ml tree in this plan: only simulated hosts have one here")
         channels = {c.name: c.input_mode for c in plan.channels if host.name in c.hosts}
         write_host_tree(
             host.opt_ml,

@@ -9,6 +9,11 @@ trainer and the launcher all place work through these names; they sit at the bot
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from smlaunch.config.schema import LaunchConfig
+
 SUBCLUSTER = "ray-subcluster"
 """Ray Data sizes its budget per value of this exact label key (see ../shared/notes/ray.md §3)."""
 HOST_LABEL = "sm-host"
@@ -37,10 +42,14 @@ def this_host() -> str | None:
     """The host a task or actor runs on, by `host_label()`."""
     import ray
 
-    return ray.get_runtime_context().get_node_labels().get(host_label()) if ray.is_initialized() else None
+    if not ray.is_initialized():
+        return None
+    # Ray annotates the values as List[str]; a node's labels are str -> str.
+    labels = cast("dict[str, str]", ray.get_runtime_context().get_node_labels())
+    return labels.get(host_label())
 
 
-def group_selector(cfg, group: str) -> dict[str, str]:
+def group_selector(cfg: LaunchConfig, group: str) -> dict[str, str]:
     """The labels the nodes of instance group `group` carry: `cluster.node_labels`' mapping for it,
     or `sm-group=<group>` (a running cluster's nodes, and the nodes an autoscaler adds)."""
     return dict(cfg.cluster.node_labels.get(group) or {GROUP_LABEL: group})

@@ -16,8 +16,12 @@ import logging
 import os
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from smlaunch.cluster.plan import LOCAL_OBJECT_STORE_MIN, LaunchPlan
+from smlaunch.cluster.plan import LOCAL_OBJECT_STORE_MIN, HostPlan, LaunchPlan
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +33,7 @@ class LocalCluster:
 
     def __init__(self, plan: LaunchPlan):
         self.plan = plan
-        self.cluster = None
+        self.cluster: Cluster | None = None
         self.session_dir: str | None = None
         self._saved_env: dict[str, str | None] = {}
 
@@ -61,28 +65,28 @@ class LocalCluster:
         console.quiet_ray()
         try:
             head = self.plan.head_host
-            self.cluster = Cluster(
+            cluster = self.cluster = Cluster(
                 initialize_head=True, connect=False, shutdown_at_exit=True, head_node_args=self._node_args(head)
             )
             for host in self.plan.hosts:
                 if host.name != head.name:
                     # All simulated nodes share one session log directory: one log monitor
                     # (the head's) forwards every worker's output, once.
-                    self.cluster.add_node(wait=False, include_log_monitor=False, **self._node_args(host))
-            self.cluster.wait_for_nodes(timeout=NODE_WAIT_S)
+                    cluster.add_node(wait=False, include_log_monitor=False, **self._node_args(host))
+            cluster.wait_for_nodes(timeout=NODE_WAIT_S)
             context = ray.init(
-                address=self.cluster.address,
+                address=cluster.address,
                 **console.ray_init_options(),
                 runtime_env={"worker_process_setup_hook": "smlaunch.cluster.worker_setup.setup"},
             )
-            self.session_dir = context.address_info.get("session_dir")
+            self.session_dir = context.address_info.get("session_dir")  # type: ignore[attr-defined]  # ray.init is typed BaseContext; a driver gets a RayContext
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        log.debug("local cluster up: %d nodes at %s", len(self.plan.hosts), self.cluster.address)
+        log.debug("local cluster up: %d nodes at %s", len(self.plan.hosts), cluster.address)
         return self
 
-    def _node_args(self, host) -> dict:
+    def _node_args(self, host: HostPlan) -> dict:
         from smlaunch.cluster.node import worker_pool_env
 
         return {

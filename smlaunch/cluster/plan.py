@@ -124,7 +124,8 @@ def channel_plan(name: str, ch, hosts: tuple[str, ...], block_rows: int = 256) -
         attribute_names=tuple(ch.attribute_names) if ch.attribute_names else None,
         block_rows=block_rows,
         fields=(fields["image"], fields["label"], fields["id"]),
-        more=tuple((k, v) for k, v in fields.items() if k not in ("image", "label", "id")),
+        # Fields past image, label and id come from the channel's own `fields` (str -> str): never None.
+        more=tuple((k, v) for k, v in fields.items() if k not in ("image", "label", "id") and v is not None),
         id_required=bool(ch.fields and ch.fields.get("id")),
         s3_data_type=ch.s3_data_type,
         file_system=ch.file_system.type if ch.file_system else None,
@@ -268,7 +269,7 @@ def stop_protection(trainer, pid1) -> tuple[float, str | None]:
     )
     return every, (
         f"stop: {pid1.what_a_stop_does()}; {cadence}. For a checkpoint at the stop itself use "
-        "sagemaker.entry: container, or smlaunch-init as the image's PID 1 (README, \"Stops under "
+        "sagemaker.entry: container, or smlaunch-init as the image's PID 1 (docs/sagemaker.md, \"Stops under "
         'the toolkit")'
     )
 

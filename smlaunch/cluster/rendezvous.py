@@ -50,7 +50,7 @@ def resolve_host(name: str, timeout_s: float, environ: Mapping[str, str] = os.en
         if address:
             return address
         try:
-            return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+            return str(socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0])  # AF_INET: (host, port)
         except (socket.gaierror, UnicodeError) as exc:
             last = exc
         if time.monotonic() >= deadline:

@@ -120,7 +120,7 @@ def read_sagemaker_environment(environ: Mapping[str, str] = os.environ) -> SageM
 
 def _typed(value, kind: type, where: str):
     """`value` if it is a `kind` (a JSON object, array or string), else a ConfigError naming `where`."""
-    names = {dict: "a JSON object", list: "a JSON array", str: "a string"}
+    names: dict[type, str] = {dict: "a JSON object", list: "a JSON array", str: "a string"}
     if not isinstance(value, kind):
         raise ConfigError(f"{where}: expected {names[kind]}, got {json.dumps(value)[:80]}")
     return value

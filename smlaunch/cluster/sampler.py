@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 MAX_SAMPLES = 512
 """Per host; past it adjacent samples merge pairwise and the interval doubles (about the heat map's 600 columns)."""
@@ -143,7 +144,8 @@ def _nvml_handles() -> list:
 def _gpu_sample(handles: list) -> dict:
     import pynvml
 
-    util, mem = [], []
+    util: list[float | None] = []
+    mem: list[float | None] = []
     for handle in handles:
         try:
             util.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
@@ -167,7 +169,10 @@ class Samplers:
         pinned = {
             h.name: actor.options(num_cpus=0, max_restarts=0, label_selector=host_selector(h.name)) for h in plan.hosts
         }
-        self.actors = {h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s, h.num_gpus) for h in plan.hosts}
+        # Any: Ray's stubs type an actor's methods as plain functions, without `.remote`.
+        self.actors: dict[str, Any] = {
+            h.name: pinned[h.name].remote(h.name, h.num_cpus, interval_s, h.num_gpus) for h in plan.hosts
+        }
         # Not waited for: each sampler starts sampling as soon as its process is up, and the job
         # does not queue behind three process starts (`gather` waits for them, with a deadline).
         self.started = [a.start.remote() for a in self.actors.values()]  # refs to each host's name

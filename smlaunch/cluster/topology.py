@@ -21,6 +21,7 @@ Pure functions of plain values: no config objects, no Ray, no files.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from smlaunch.config.schema import LaunchConfig
@@ -82,7 +83,9 @@ def receiving_groups(
     return {name: tuple(routed) if routed else data for name, routed in channels.items()}
 
 
-def place_workers(train_hosts: list[tuple], cap: int | None = None) -> tuple[WorkerPlan, ...]:
+def place_workers(
+    train_hosts: Sequence[tuple[str, int] | tuple[str, int, int]], cap: int | None = None
+) -> tuple[WorkerPlan, ...]:
     """The train workers, the one rule every path places them by: one per GPU of each
     `(host, gpus)` in host order; when none has GPUs, one per host; the first `cap` of them when
     capped (`trainer.max_workers`).
@@ -93,13 +96,13 @@ def place_workers(train_hosts: list[tuple], cap: int | None = None) -> tuple[Wor
     caller's error to name."""
     cpu_only = all(host[1] == 0 for host in train_hosts)
     if cpu_only and cap and train_hosts and len(train_hosts[0]) > 2:
-        room = {host[0]: int(host[2]) for host in train_hosts}
+        room = {host[0]: int(host[2]) for host in train_hosts if len(host) > 2}
         counts = dict.fromkeys(room, 0)
         while sum(counts.values()) < min(cap, sum(room.values())):
             for name in counts:
                 if counts[name] < room[name] and sum(counts.values()) < cap:
                     counts[name] += 1
-        slots = [(name, None) for name, count in counts.items() for _ in range(count)]
+        slots: list[tuple[str, int | None]] = [(name, None) for name, count in counts.items() for _ in range(count)]
         return tuple(WorkerPlan(rank, name, gpu) for rank, (name, gpu) in enumerate(slots))
     slots = [
         (host[0], None if cpu_only else gpu)

@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from smlaunch.config.base import StrictModel
-from smlaunch.config.channel_rules import RECORD_FORMATS
 from smlaunch.config.columns import ADDED_COLUMNS
+from smlaunch.config.formats import RecordFormat
 
 FIELD_NAME = re.compile(r"^[A-Za-z_]\w{0,63}$")
 BUILTIN_FIELDS = ("image", "label", "id")
@@ -82,7 +82,7 @@ class ChannelConfig(StrictModel):
     """`File`: copied to each receiving host before the job (locally, a folder that every host receives
     whole is linked instead); `FastFile`: listed at start, bytes fetched on first read; `Pipe`: streamed
     through one FIFO per epoch (locally fed by smlaunch's stand-in for SageMaker's agent)."""
-    record_format: Literal[RECORD_FORMATS] = "tfrecord"
+    record_format: RecordFormat = "tfrecord"
     """The channel's layout (`docs/channels.md#layouts-and-input-modes`). `tfrecord`, `recordio`: files of
     `tf.train.Example` records (RecordIO also frames an augmented manifest's attribute records);
     `image_folder`: `<class>/<image>` files, torchvision's rules; `webdataset`: tar shards of

@@ -13,8 +13,9 @@ their tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 LAYOUTS = ("records", "tar", "row_groups", "images")
 """How a format's files hold samples, which picks its reader (`pipelines.rows.unit_samples`):
@@ -48,7 +49,7 @@ class Format:
     """One of `LAYOUTS`."""
     files: str
     """What the channel's files are, in an error: `tar shards`."""
-    fields: dict[str, str | None] | None = None
+    fields: Mapping[str, str | None] | None = None
     """Default `fields` (`image`, `label`, `id`): where a sample's parts are; None: the format
     takes labels from its layout (class folders) and a channel may not set fields."""
     field_kind: str = "features"
@@ -114,6 +115,10 @@ CHANNEL_FORMATS: dict[str, Format] = {
     )
 }
 """A channel's `record_format` -> what it is (`Format`): the one table of formats."""
+
+RecordFormat = Literal["tfrecord", "recordio", "image_folder", "webdataset", "parquet"]
+"""A channel's `record_format`, as the config's type: the keys of `CHANNEL_FORMATS` (a test holds
+the two to each other)."""
 
 BUILTIN_FORMAT = "tfrecord"
 """The record format of the builtin datasets' shards (`pipelines.builtin`)."""

@@ -143,9 +143,14 @@ SPECS: dict[str, InstanceSpec] = {
 def training_instance_types() -> tuple[str, ...]:
     """The `TrainingInstanceType` values of botocore's SageMaker service model (read once, ~0.3 s)."""
     import botocore.session
+    from botocore.model import StringShape
 
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    return tuple(model.shape_for("TrainingInstanceType").enum)
+    shape = botocore.session.get_session().get_service_model("sagemaker").shape_for("TrainingInstanceType")
+    if not isinstance(shape, StringShape):
+        raise TypeError(
+            f"botocore's SageMaker TrainingInstanceType is a {type(shape).__name__}, not an enum of strings"
+        )
+    return tuple(shape.enum)
 
 
 def check_training_type(name: str) -> None:

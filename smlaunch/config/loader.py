@@ -10,6 +10,7 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
             node = node[index]
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     loc = ".".join(str(p) for p in error["loc"] if not _is_union_tag(p))
     if error["type"] == "extra_forbidden":
         parent = _model_at(error["loc"][:-1])

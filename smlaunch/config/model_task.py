@@ -58,7 +58,10 @@ class ModelConfig(StrictModel):
     @property
     def label(self) -> str:
         """What the console, the plan and the model card call the model."""
-        return self.name or self.factory
+        label = self.name or self.factory
+        if label is None:  # the validator requires one of them
+            raise ValueError("model: neither model.name nor model.factory is set")
+        return label
 
     @field_validator("pretrained", mode="before")
     @classmethod

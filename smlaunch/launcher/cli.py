@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import logging
 import sys
 import traceback
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     from smlaunch import console
 
     console.setup(-1 if args.quiet else min(args.verbose, 1))
-    sys.stdout.reconfigure(line_buffering=True)  # CloudWatch and pipes see each line as it happens
+    if isinstance(sys.stdout, io.TextIOWrapper):  # not a stand-in such as StringIO, which has no buffering
+        sys.stdout.reconfigure(line_buffering=True)  # CloudWatch and pipes see each line as it happens
     if args.command is None:
         parser.print_help()
         return 2

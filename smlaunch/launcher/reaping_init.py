@@ -34,11 +34,24 @@ import os
 import signal
 import sys
 import time
+from types import FrameType
+from typing import TypedDict
 
 NAME = b"smlaunch-init"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+
+
+class _State(TypedDict):
+    child: int | None
+    """The child's pid, once forked."""
+    status: int | None
+    """The child's status, once reaped."""
+    signalled: int | None
+    """The first forwarded signal."""
+    pending: list[int]
+    """Signals that came before the fork, forwarded once it is done."""
 
 
 def _prctl(option: int, value) -> None:
@@ -72,9 +85,9 @@ def main(argv: list[str]) -> int:
     _set_name()
     if os.getpid() != 1:  # under another init (docker run --init): orphans still come here
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    state = {"child": None, "status": None, "signalled": None, "pending": []}
+    state: _State = {"child": None, "status": None, "signalled": None, "pending": []}
 
-    def forward(signum, frame) -> None:
+    def forward(signum: int, frame: FrameType | None) -> None:
         state["signalled"] = state["signalled"] or signum
         if state["child"] is None:  # not forked yet: passed on as soon as it is
             state["pending"].append(signum)
@@ -102,11 +115,11 @@ def main(argv: list[str]) -> int:
     return _reap(child, state, argv[0])
 
 
-def _reap(child: int, state: dict, name: str) -> int:
+def _reap(child: int, state: _State, name: str) -> int:
     """Reap every process until none is left; the child's status. Once the child is gone the others
     get `SMLAUNCH_INIT_GRACE_S` (115 s, inside SageMaker's 120) after a stop, 10 s after a normal
     end, then SIGTERM, then SIGKILL 5 s later."""
-    deadline = None
+    deadline: float | None = None
     escalation = iter((signal.SIGTERM, signal.SIGKILL))
     while True:
         try:
@@ -115,6 +128,7 @@ def _reap(child: int, state: dict, name: str) -> int:
         except ChildProcessError:
             break
         if info is None:  # the child is gone and others still run
+            assert deadline is not None, "waitid returns no process only with WNOHANG, once the deadline is set"
             if time.monotonic() > deadline:
                 sig = next(escalation, None)
                 if sig is not None:

@@ -58,16 +58,23 @@ def missing_requirements(project: Path) -> list[str] | None:
         return None
     try:
         from pip._vendor.packaging.requirements import Requirement
+
+        parse: type[Requirement] | None = Requirement
     except ImportError:
-        Requirement = None  # noqa: N806
-    missing = []
+        parse = None
+    missing: list[str] = []
 
     def check(line: str, extras_of: str | None = None) -> None:
-        if Requirement is None:
-            name = re.match(r"\s*([A-Za-z0-9._-]+)", line).group(1)  # a PEP 508 line starts with its name
-            version, extras, wanted = _installed(metadata, name), (), None
+        extras: set[str] = set()
+        if parse is None:
+            match = re.match(r"\s*([A-Za-z0-9._-]+)", line)  # a PEP 508 line starts with its name
+            if match is None:  # not a requirement: pip's install says what is wrong with it
+                missing.append(line.split(";")[0].strip())
+                return
+            name = match.group(1)
+            version, wanted = _installed(metadata, name), None
         else:
-            req = Requirement(line)
+            req = parse(line)
             if extras_of is not None and (req.marker is None or not req.marker.evaluate({"extra": extras_of})):
                 return
             name, extras, wanted = req.name, req.extras, req.specifier

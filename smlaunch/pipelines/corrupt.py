@@ -88,7 +88,9 @@ def start_counter(limits: dict[str, int], places: dict | None = None):
     # On the driver's node (the head): anywhere else it dies with its host, and with it the run's
     # count and the report (a data host lost mid-epoch took it down).
     here = {"ray.io/node-id": ray.get_runtime_context().get_node_id()}
-    _counter = CorruptRecords.options(name=ACTOR_NAME, namespace=NAMESPACE, label_selector=here).remote(limits, places)
+    _counter = CorruptRecords.options(  # type: ignore[attr-defined]  # mypy drops class decorators: an ActorClass
+        name=ACTOR_NAME, namespace=NAMESPACE, label_selector=here
+    ).remote(limits, places)
     return _counter
 
 

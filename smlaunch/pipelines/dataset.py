@@ -58,6 +58,7 @@ def build_datasets(
     )
     num_classes = num_classes or (cfg.model.num_classes if cfg.model else None)
     datasets = {}
+    source: ChannelDatasource | PipeChannelDatasource
     for channel in plan.channels:
         roots = {h: plan.host(h).opt_ml for h in channel.hosts}
         if channel.input_mode == "Pipe":

@@ -233,7 +233,7 @@ def _ranges(sorted_values: np.ndarray) -> np.ndarray:
 def _pack(values: np.ndarray) -> bytes:
     """Delta-coded values as zigzag LEB128 varints, zlib-compressed: the lengths of done runs and
     gaps between them, mostly a byte each, compress close to their entropy."""
-    deltas = np.diff(np.asarray(values, np.int64), prepend=0)
+    deltas: np.ndarray = np.diff(np.asarray(values, np.int64), prepend=0)
     zig = ((deltas << 1) ^ (deltas >> 63)).astype(np.uint64)
     width = np.ones(len(zig), np.int64)
     for k in range(1, 10):

@@ -37,8 +37,9 @@ from smlaunch.pipelines.formats import CHANNEL_FORMATS, PositionedRecords, Recor
 from smlaunch.pipelines.formats.example import example_values
 from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT
 
-Sample = tuple[str, bytes, object, object]
-"""(where in the source, image bytes, label as found, id as found or None)."""
+Sample = tuple[str, bytes | None, object, object]
+"""(where in the source, image bytes or None, label as found, id as found or None; or the record's
+`DataError` in place of the id when it did not parse)."""
 
 
 ID_MASK = (1 << 63) - 1
@@ -201,7 +202,7 @@ def webdataset_spans(
     try:
         for offset, end, sample in iter_spans(stream, source, start):
             key = sample["__key__"].decode(errors="replace")
-            ident = pick(sample, id_ext) if id_ext else None
+            ident: bytes | int | None = pick(sample, id_ext) if id_ext else None
             ident = ident if ident is not None or place is None else derived_id(place, offset)
             where = f"{source} sample {key} at byte {offset}"
             if named is not None:
@@ -209,7 +210,8 @@ def webdataset_spans(
                     ident = derived_id(b"".join(pick(sample, ext) or b"" for ext in named.values()))
                 yield end, NamedSample(where, {name: pick(sample, ext) for name, ext in named.items()}, ident)
                 continue
-            yield end, (where, pick(sample, image_ext), pick(sample, label_ext), ident)
+            image = pick(sample, image_ext) if image_ext else None  # None: `_checked` says no image
+            yield end, (where, image, pick(sample, label_ext) if label_ext else None, ident)
     except RecordError as exc:
         if policy is None or not policy(exc):
             raise DataError(f"channel '{channel.name}': {exc}") from None
@@ -321,7 +323,7 @@ def folder_tables(
     pending = 0
 
     def table() -> pa.Table:
-        columns = {"image": images, "label": labels, "id": derived_ids(paths)}
+        columns: dict[str, list] = {"image": images, "label": labels, "id": derived_ids(paths)}
         if positions:
             columns["pos"] = [(unit << UNIT_SHIFT) | LAST for unit in units]
             columns["seek"] = [NO_SEEK] * len(units)  # a file is read whole

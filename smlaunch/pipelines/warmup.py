@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 
 
-def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None, shared: list = ()) -> list:
+def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None, shared: Sequence = ()) -> list:
     """Start one warm-up task per CPU slot of every host that runs the chain; returns their refs
     (nobody needs to wait for them). `runtime_env`: that of the tasks the warmed workers are for,
     by default the datasets' tasks under Ray Train (`data_tasks_runtime_env`); `{}` for tasks this
@@ -45,7 +46,7 @@ def warm_preprocess_workers(plan, ops: list, runtime_env: dict | None = None, sh
     subcluster = "data" if plan.data_selector else "train"
     task = ray.remote(warm_worker)
     runtime_env = data_tasks_runtime_env() if runtime_env is None else runtime_env
-    refs = []
+    refs: list[ray.ObjectRef] = []
     for host in plan.hosts:
         if host.subcluster != subcluster:
             continue
@@ -88,11 +89,11 @@ def warm_read_workers(plan, runtime_env: dict) -> list:
 def warm_reader() -> dict:
     """In a read worker: a read task's imports, at a low CPU priority (see `warm_worker`)."""
     with _lower_priority():
-        import pyarrow  # noqa: F401
-        import ray.data  # noqa: F401
+        import pyarrow  # noqa: F401 - imported to be warm, not used
+        import ray.data  # noqa: F401 - imported to be warm, not used
 
         from smlaunch.cluster.labels import this_host
-        from smlaunch.pipelines.sources import file_reader, pipe_reader  # noqa: F401
+        from smlaunch.pipelines.sources import file_reader, pipe_reader  # noqa: F401 - imported to be warm
 
     return {"host": this_host(), "pid": os.getpid(), "error": None, "reader": True}
 
@@ -111,7 +112,7 @@ def data_tasks_runtime_env() -> dict:
     return {"env_vars": train_propagated_env()}
 
 
-def warm_worker(ops: list, shared: list = ()) -> dict:
+def warm_worker(ops: list, shared: Sequence = ()) -> dict:
     """In the worker: the imports of a read and a chain task, then the job's `Chain` on one small
     JPEG (which also marks the process warm, so the first real batch's time is the chain's own).
     Returns where it ran (host, pid) and the chain's error, if any.
@@ -133,9 +134,9 @@ def _warm(ops: list) -> dict:
     import io
 
     import numpy as np
-    import pyarrow  # noqa: F401 (the read tasks' blocks)
+    import pyarrow  # noqa: F401 - imported to be warm: the read tasks' blocks
     import ray
-    import ray.data  # noqa: F401 (Ray Data's task-side modules)
+    import ray.data  # noqa: F401 - imported to be warm: Ray Data's task-side modules
     from PIL import Image
 
     from smlaunch.cluster.labels import this_host
@@ -162,13 +163,14 @@ def _lower_priority():
     CAP_SYS_NICE; where that is refused the worker keeps the lower priority, which changes nothing
     on a data host of its own (its other processes are Ray's and this host's chain work)."""
     before = os.getpriority(os.PRIO_PROCESS, 0)
+    lowered = True
     try:
         os.setpriority(os.PRIO_PROCESS, 0, before + 10)
     except OSError:
-        before = None
+        lowered = False
     try:
         yield
     finally:
-        if before is not None:
+        if lowered:
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, 0, before)

@@ -24,6 +24,7 @@ What an epoch record says (`summarise`):
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +213,9 @@ def accounting_lines(accounting: dict | None) -> list[str]:
     consecutive ones with the same counts folded into a range (`epochs 1-13: 1437/1437 ids once each`)."""
     if not accounting or not accounting.get("epochs"):
         return []
-    channel, lines, fine = accounting["channel"], [], []
+    channel = accounting["channel"]
+    lines: list[str] = []
+    fine: list[list[Any]] = []  # [first epoch, last epoch, text]
     for e in accounting["epochs"]:
         problems = []
         if e["duplicated"]:

@@ -68,7 +68,8 @@ class TrainState:
                 f"checkpoint {where}: not a checkpoint this smlaunch resumes from ({why}); "
                 "set trainer.resume: false or another trainer.checkpoint_dir to start afresh"
             )
-        return cls(**{name: state.get(name) for name in fields})
+        values: dict[str, Any] = {name: state.get(name) for name in fields}
+        return cls(**values)
 
 
 def save_train_state(directory: str, state: TrainState) -> None:

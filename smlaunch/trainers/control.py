@@ -39,8 +39,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from smlaunch.cluster.job_state import NAMESPACE, STOP
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 POLL_S = 1.0
 
@@ -95,7 +99,7 @@ def record(step: int, epoch: int, numbers: list[float], world: int, metric_names
     loss_sum, micro, images, wait, step_s = numbers[:5]
     chain_s, chain_rows = (list(numbers[5:7]) + [0.0, 0.0])[:2]
     mean_step = step_s / world
-    entry = {
+    entry: dict[str, Any] = {
         "step": step,
         "t": round(time.time(), 3),
         "epoch": epoch,
@@ -113,21 +117,23 @@ def record(step: int, epoch: int, numbers: list[float], world: int, metric_names
 
 class Control:
     def __init__(self, world: int, rank: int | None = None, guard=None):
-        self.world, self.rank = world, 0 if world == 1 else rank
+        self.world = world
+        self.rank: int = 0
         self.guard = guard
         """A `LostHostGuard`, polled by rank 0 between steps; the others use it when told to."""
-        self.group = None
+        self.group: ProcessGroup | None = None
         self._stop_seen, self._last_poll = False, 0.0
         self.preempted = None
         """Ray Train's `PreemptionInfo` once a notice stopped the run, else None."""
         if world > 1:
             import torch.distributed as dist
 
-            if self.rank is None:
-                self.rank = dist.get_rank()
+            self.rank = dist.get_rank() if rank is None else rank
 
-            # all ranks create it, in the same order; the default group already is gloo on CPU
-            self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+            # all ranks create it, in the same order; the default group already is gloo on CPU. Every
+            # rank is a member, so it is a group (never `GroupMember.NON_GROUP_MEMBER`, an int).
+            if dist.get_backend() != "gloo":
+                self.group = cast("ProcessGroup", dist.new_group(backend="gloo"))
 
     def _stop_locally(self) -> tuple[bool, bool]:
         """(rank 0 saw the stop request, rank 0 polled this step)."""
@@ -146,7 +152,7 @@ class Control:
             import ray.train
 
             self.preempted = self.preempted or ray.train.get_preemption_info()
-        except Exception:  # noqa: BLE001  (a Control used outside Ray Train, as the tests do)
+        except Exception:  # a Control used outside Ray Train, as the tests do
             return None
         return self.preempted
 
@@ -221,6 +227,8 @@ class Control:
         mask = 1
         while mask < p:
             sent = dist.isend(tensor, rank ^ mask, group=self.group)
+            if sent is None:  # torch's answer for a rank outside the group; every rank is in it
+                raise RuntimeError(f"rank {rank} is not in the control group")
             dist.recv(other, rank ^ mask, group=self.group)
             sent.wait()
             tensor, mask = tensor + other, mask << 1

@@ -12,6 +12,13 @@ whose rows have no position, the ids the group has drawn (`checkpoint_fields`). 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from smlaunch.pipelines.position import EpochPosition
+
 
 class EpochProgress:
     def __init__(self, id_check_rows: int, rank: int, world: int):
@@ -23,9 +30,9 @@ class EpochProgress:
         """The ids this rank drew in the epoch (for the id check, and a Pipe channel's checkpoint)."""
         self.positions = DrawnPositions()
         """The positions this rank drew since the last merge."""
-        self.merged = EpochPosition(1) if rank == 0 else None
+        self.merged: EpochPosition | None = EpochPosition(1) if rank == 0 else None
         """The epoch's position, every rank's draws merged (rank 0 only)."""
-        self.consumed_ids = None
+        self.consumed_ids: torch.Tensor | None = None
         """A resumed Pipe epoch's ids drawn before the checkpoint (dropped from its batches)."""
         self.resumed_by_position = 0
         """Rows the resumed epoch had drawn before the checkpoint, known by their positions alone."""
@@ -63,9 +70,10 @@ class EpochProgress:
         if self.rank == 0:
             from smlaunch.cluster.run_relay import set_order
 
-            if self.merged.epoch != epochs_done + 1:  # resumed from a checkpoint without positions
-                self.merged = type(self.merged)(epochs_done + 1)
-            set_order("train", epochs_done, self.merged.state() if self.merged.delivered else None)
+            merged = self._rank0_position()
+            if merged.epoch != epochs_done + 1:  # resumed from a checkpoint without positions
+                merged = self.merged = type(merged)(epochs_done + 1)
+            set_order("train", epochs_done, merged.state() if merged.delivered else None)
         control.broadcast(None)
 
     def full_batches(self, batches, batch_size: int):
@@ -90,9 +98,10 @@ class EpochProgress:
         drawn = control.gather((self.positions.used, self.positions.take()), self.rank)
         positional = None
         if self.rank == 0:
-            positional = any(used for used, _ in drawn) or self.merged.delivered > 0
+            merged = self._rank0_position()
+            positional = any(used for used, _ in drawn) or merged.delivered > 0
             if positional:
-                self.merged.merge([part for _, part in drawn])
+                merged.merge([part for _, part in drawn])
         return control.broadcast(positional)
 
     def checkpoint_fields(self, control) -> dict:
@@ -101,11 +110,17 @@ class EpochProgress:
         import numpy as np
 
         if self.merge(control):  # the epoch's position: a few KiB, whatever its size
-            return {"position": self.merged.state()} if self.rank == 0 else {}
+            return {"position": self._rank0_position().state()} if self.rank == 0 else {}
         drawn = control.gather(self.ids.snapshot(), self.rank)  # a Pipe channel's rows: the ids drawn
         if self.rank != 0:
             return {}
         return {"consumed_ids": np.unique(np.concatenate(drawn)) if drawn else np.zeros(0, np.int64)}
+
+    def _rank0_position(self) -> EpochPosition:
+        """The epoch's merged position, which only rank 0 keeps."""
+        if self.merged is None:
+            raise RuntimeError(f"rank {self.rank} keeps no merged epoch position: only rank 0 does")
+        return self.merged
 
     def next_epoch(self, epochs_done: int) -> None:
         """The epoch after `epochs_done` begins: rank 0's merged position starts over."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import sys
 import traceback
+from typing import Any
 
 TRACEBACK_CHARS = 20_000
 """The most of a traceback a rank sends with its error (the run's log gets it, not the console)."""
@@ -53,15 +54,16 @@ def restartable(exc: BaseException) -> bool:
         rex.GetTimeoutError,
         rex.LocalRayletDiedError,
     )
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, system) or isinstance(exc, ConnectionError) or _from_a_collective(exc):
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, system) or isinstance(current, ConnectionError) or _from_a_collective(current):
             return True
-        if isinstance(exc, rex.RayTaskError) and exc.cause is not None and exc.cause is not exc:
-            exc = exc.cause
+        if isinstance(current, rex.RayTaskError) and current.cause is not None and current.cause is not current:
+            current = current.cause
             continue
-        exc = exc.__cause__ or exc.__context__
+        current = current.__cause__ or current.__context__
     return False
 
 
@@ -149,7 +151,9 @@ def no_restart_after_a_posted_error():
     tests/launcher/attached/test_attached.py's count of worker-group starts."""
     from smlaunch._ray_compat import train_controller_callback_base
 
-    class NoRestartAfterAPostedError(train_controller_callback_base()):
+    controller_callback: type[Any] = train_controller_callback_base()
+
+    class NoRestartAfterAPostedError(controller_callback):
         def before_controller_execute_failure_decision(self, failure_decision) -> None:
             if getattr(failure_decision, "value", None) != "RETRY":
                 return

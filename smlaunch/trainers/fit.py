@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING, Any
 
 from ray.train import DataConfig
 
 from smlaunch.cluster.drain import POLL_INTERVAL_S as PREEMPTION_POLL_INTERVAL_S
 from smlaunch.trainers.spec import TrainSpec
+
+if TYPE_CHECKING:
+    from ray.train.v2.api.result import Result
 
 
 class UnevenSplit(DataConfig):
@@ -28,7 +32,7 @@ class UnevenSplit(DataConfig):
     imported only once a job runs: it needs Ray.)"""
 
     def configure(self, datasets, world_size, worker_handles, worker_node_ids, **kwargs):
-        output = [{} for _ in range(world_size)]
+        output: list[dict[str, Any]] = [{} for _ in range(world_size)]
         hints = worker_node_ids if self._enable_shard_locality else None
         for name, ds in datasets.items():
             if ds.name is None:
@@ -79,8 +83,14 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
     rows per host, ranks). `fatal()` returns an error that ends the fit: one a rank posted
     (`TrainProgress.posted_error`), or a stop gone overdue."""
     from ray.data import ExecutionOptions
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+
+    if TYPE_CHECKING:  # `ray.train` re-exports Ray Train v2's classes (the default, and what is used
+        # here), but its stubs give v1's, which mypy reads first
+        from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ray.train.v2.torch.torch_trainer import TorchTrainer
+    else:
+        from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
 
     from smlaunch.trainers.failures import no_restart_after_a_posted_error
     from smlaunch.trainers.loop import train_loop
@@ -92,7 +102,7 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
     user_loop = spec.trainer.loop is not None
     trainer = TorchTrainer(
         run_user_loop if user_loop else train_loop,
-        train_loop_config=spec,
+        train_loop_config=spec,  # type: ignore[arg-type]  # Ray hands any object to the loop; its stub says dict
         scaling_config=ScalingConfig(
             num_workers=spec.world_size, use_gpu=spec.use_gpu, label_selector=[dict(s) for s in spec.worker_selectors]
         ),
@@ -130,6 +140,8 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
             from smlaunch.trainers.user_loop import keep_final_checkpoint
 
             return keep_final_checkpoint(result, spec.model_dir)
+        if result.return_value is None:  # Ray's answer for a run that did not complete, which fit() raises for
+            raise RuntimeError("Ray Train's fit returned without rank 0's result")
         return result.return_value
     except Exception as exc:
         from smlaunch.errors import user_error_in
@@ -158,7 +170,7 @@ def loop_run_name(spec: TrainSpec) -> str:
     return os.path.basename(os.path.dirname(runs[-1])) if runs else fresh
 
 
-def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0, fatal=None) -> dict:
+def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0, fatal=None) -> Result:
     """`trainer.fit()`, given up on as soon as a train host is gone (several train hosts only).
 
     A group that lost a host's ranks cannot go on, and Ray Train's restart cannot place them
@@ -185,7 +197,7 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
     thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
     thread.start()
     hosts_checked = time.monotonic()
-    posted, deadline = None, None
+    posted, deadline = None, None  # deadline: set with posted
     while thread.is_alive():
         thread.join(timeout=FATAL_POLL_S)
         if posted is None and fatal is not None:
@@ -193,7 +205,7 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
             if posted and "rank" not in posted:  # a stop gone overdue: now
                 _raise_posted(posted)
             deadline = time.monotonic() + FATAL_END_S if posted else None
-        if posted and (not thread.is_alive() or time.monotonic() >= deadline):
+        if posted and (not thread.is_alive() or (deadline is not None and time.monotonic() >= deadline)):
             _raise_posted(posted)  # Ray Train has ended the run (or taken too long to)
         if thread.is_alive() and len(hosts) > 1 and time.monotonic() - hosts_checked >= interval_s:
             hosts_checked = time.monotonic()
@@ -215,7 +227,7 @@ def _fit_watching_train_hosts(trainer, hosts: list[str], interval_s: float = 2.0
 def _raise_posted(posted: dict) -> None:
     from smlaunch.errors import ConfigError, DataError, UserError
 
-    kinds = {"DataError": DataError, "ConfigError": ConfigError}
+    kinds: dict[str | None, type[UserError]] = {"DataError": DataError, "ConfigError": ConfigError}
     raise kinds.get(posted.get("error"), UserError)(posted["text"])
 
 

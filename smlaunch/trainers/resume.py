@@ -63,11 +63,11 @@ def _newer_complete(registered: str) -> str | None:
     (seen in tests/reliability/test_train_failures.py: killed after step 20, handed step 10)."""
     from smlaunch.trainers.checkpoints import is_complete
 
-    registered = Path(registered)
-    if not registered.parent.is_dir():
+    registered_path = Path(registered)
+    if not registered_path.parent.is_dir():
         return None
-    for candidate in sorted(registered.parent.glob("step-*"), reverse=True):
-        if candidate.name <= registered.name:
+    for candidate in sorted(registered_path.parent.glob("step-*"), reverse=True):
+        if candidate.name <= registered_path.name:
             return None
         if is_complete(candidate):
             return str(candidate)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from smlaunch.config.columns import BOOKKEEPING_COLUMNS
 
@@ -34,7 +35,7 @@ class Meter:
         self.rank, self.world, self.hosts, self.console = rank, world, list(host_names) + ["unknown"], console
         self.lock = threading.Lock()
         self.host_rows = [0] * len(self.hosts)
-        self.rows = {}  # shard name -> rows the loop took
+        self.rows: dict[str, int] = {}  # shard name -> rows the loop took
         self.wait_s = 0.0
         self.epochs = 0  # passes over the train shard begun
         self.reports = 0
@@ -200,11 +201,13 @@ def _patch(meter: Meter):
         meter.on_report(metrics, checkpoint)
         return report(metrics, checkpoint, *args, **kwargs)
 
-    for module in (ray.train, fn_utils):
+    # Any: both modules' functions are replaced, which their declared types do not allow.
+    patched: tuple[Any, ...] = (ray.train, fn_utils)
+    for module in patched:
         module.get_dataset_shard, module.report = get_dataset_shard, measured_report
 
     def undo() -> None:
-        for module in (ray.train, fn_utils):
+        for module in patched:
             module.get_dataset_shard, module.report = shard, report
 
     return undo

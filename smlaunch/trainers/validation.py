@@ -10,6 +10,11 @@ for a run of `epochs`) and once more at the end, unless the last pass was at the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from smlaunch.trainers.spec import TrainSpec
+
 
 class ChannelValidation:
     """Passes over the `validation` channel."""
@@ -20,7 +25,7 @@ class ChannelValidation:
     def after_epoch(self, epochs_done: int) -> bool:
         return self.by_epochs or bool(self.every_epochs) and epochs_done % self.every_epochs == 0
 
-    def at_end(self, done: list[dict], step: int) -> bool:
+    def at_end(self, done: list[dict[str, Any]], step: int) -> bool:
         return not done or done[-1]["step"] != step
 
 
@@ -30,11 +35,11 @@ class NoValidation:
     def after_epoch(self, epochs_done: int) -> bool:
         return False
 
-    def at_end(self, done: list[dict], step: int) -> bool:
+    def at_end(self, done: list[dict[str, Any]], step: int) -> bool:
         return False
 
 
-def schedule(spec) -> ChannelValidation | NoValidation:
+def schedule(spec: TrainSpec) -> ChannelValidation | NoValidation:
     """The run's validation schedule (`spec`: the workers' `TrainSpec`)."""
     if not spec.validation:
         return NoValidation()

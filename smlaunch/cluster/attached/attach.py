@@ -73,7 +73,9 @@ def match_groups(cfg: LaunchConfig, entries: list[dict], address: str) -> Attach
     nodes = [Node.from_ray(e) for e in entries if e.get("Alive")]
     groups = cfg.cluster.instance_groups
     train_group, _ = config_train_group(cfg)
-    matched, owner, notes = {}, {}, []
+    matched: dict[str, tuple[Node, ...]] = {}
+    owner: dict[str, str] = {}
+    notes: list[str] = []
     for group in groups:
         wanted = group_selector(cfg, group.name)
         mine = tuple(n for n in nodes if all(n.labels.get(k) == v for k, v in wanted.items()))

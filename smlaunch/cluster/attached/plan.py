@@ -22,6 +22,7 @@ plan is read off the nodes `cluster.attached.attach` matched to the groups:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from smlaunch.cluster.attached.attach import AttachedCluster, Node
@@ -166,7 +167,7 @@ def with_node_trees(plan: LaunchPlan, trees: dict[str, str]) -> LaunchPlan:
     return dataclasses.replace(plan, hosts=tuple(dataclasses.replace(h, opt_ml=trees.get(h.name)) for h in plan.hosts))
 
 
-def _selector(members: list[Node], value: str, everyone: list[Node]) -> dict[str, str]:
+def _selector(members: Sequence[Node], value: str, everyone: Sequence[Node]) -> dict[str, str]:
     """`ray-subcluster: value` when exactly `members` carry it, else their node ids."""
     ids = {n.node_id for n in members}
     if {n.node_id for n in everyone if n.labels.get(SUBCLUSTER) == value} == ids:

@@ -208,7 +208,10 @@ def decide(
     `trainer_peak`: the trainer's best GPU-bound rate of the recent windows (`PEAK_S`), what a
     release must still feed."""
     target = cfg.target_data_wait_pct
-    hold = lambda why, predicted=None: Decision(hosts, 0, why, predicted)  # noqa: E731
+
+    def hold(why: str, predicted: float | None = None) -> Decision:
+        return Decision(hosts, 0, why, predicted)
+
     if pending:
         return hold(f"waiting for {pending} requested host{'s' if pending > 1 else ''} to join")
     if hosts < cfg.min_data_hosts:
@@ -237,7 +240,7 @@ def decide(
             )
         now = window.images_per_s
         if warming:  # the wait may be the workers starting: only the chain's clock can say it is short
-            if not clock:
+            if not clock or window.chain_images_per_s_per_host is None:  # a clock is there only with a rate
                 return hold(
                     f"over the {target:g} % target while the chain's workers warm (the first "
                     f"{WARM_WINDOWS} windows of the run or an epoch), with no chain clock to confirm a "
@@ -286,9 +289,9 @@ def decide(
             more,
         )
     in_band = window.data_wait_pct >= target / 2
-    clock = window.chain_images_per_s_per_host
-    if hosts > cfg.min_data_hosts and (clock or not in_band):
-        return _release(window, hosts, cfg, clock if in_band else per_host, in_band, too_few, prices, trainer_peak)
+    chain_rate = window.chain_images_per_s_per_host
+    if hosts > cfg.min_data_hosts and (chain_rate or not in_band):
+        return _release(window, hosts, cfg, chain_rate if in_band else per_host, in_band, too_few, prices, trainer_peak)
     return hold(f"within the {target:g} % target")
 
 
@@ -306,7 +309,10 @@ def _release(
     under half the target by `per_host` (`capacity_per_host`), within the band only by the chain's
     own clock and with `BAND_RELEASE_HEADROOM`; else the hosts stay."""
     target, gpu_bound = cfg.target_data_wait_pct, window.gpu_bound_images_per_s
-    hold = lambda why, predicted=None: Decision(hosts, 0, why, predicted)  # noqa: E731
+
+    def hold(why: str, predicted: float | None = None) -> Decision:
+        return Decision(hosts, 0, why, predicted)
+
     if per_host is None:
         return hold("under the target, but the data hosts' CPU use is not known: no host given back")
     fewer = per_host * (hosts - 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Set
 
 from smlaunch.cluster.attached.attach import AttachedCluster, match_groups
 from smlaunch.config.schema import LaunchConfig
@@ -23,7 +24,7 @@ REACH_TIMEOUT_S = 10
 
 @contextlib.contextmanager
 def connected(
-    address: str, env_vars: dict[str, str] | None = None, code: str | None = None, data: set[str] = frozenset()
+    address: str, env_vars: dict[str, str] | None = None, code: str | None = None, data: Set[str] = frozenset()
 ):
     """A driver connection to the cluster at `address`; one line when it cannot be made.
     `env_vars` go into the Ray job's runtime environment: every task and actor of the job sees them.
@@ -41,7 +42,7 @@ def connected(
     from smlaunch import console
 
     console.quiet_ray()
-    runtime_env = {"env_vars": dict(env_vars)} if env_vars else {}
+    runtime_env: dict[str, object] = {"env_vars": dict(env_vars)} if env_vars else {}
     if code is not None:
         from smlaunch.user_code import LEFT_OUT, LEFT_OUT_SUFFIXES, code_files
 

@@ -145,7 +145,10 @@ def worker_counts(cfg: LaunchConfig, group, head_of, scaled) -> tuple[int, int, 
     if scaled is None or group.name != scaled.name:
         fixed = group.instance_count - on_head
         return fixed, fixed, fixed
-    low, high = cfg.autoscale.min_data_hosts - on_head, cfg.autoscale.max_data_hosts - on_head
+    autoscale = cfg.autoscale
+    if autoscale is None:  # `scaled_group` finds a group only in an autoscale: section
+        raise ValueError(f"group {group.name} is scaled, but the config has no autoscale: section")
+    low, high = autoscale.min_data_hosts - on_head, autoscale.max_data_hosts - on_head
     return low, low, high
 
 
@@ -175,17 +178,17 @@ def code_notes(cfg: LaunchConfig) -> list[str]:
     named = user_functions(cfg)
     if not named:
         return []
-    folder, files = os.path.realpath(code_folder()), set()
+    folder = os.path.realpath(code_folder())
+    files: set[str] = set()
     for field, path in named:
         module = path.partition(":")[0]
         found = os.path.realpath(getattr(sys.modules.get(resolve(path, field).__module__), "__file__", "") or "")
         files.add(
             os.path.relpath(found, folder) if found.startswith(folder + os.sep) else module.replace(".", "/") + ".py"
         )
-    files = sorted(files)
     return [
         f"the job imports {', '.join(dict.fromkeys(p for _, p in named))}: the image's working directory "
-        f"must hold {', '.join(files)} as this folder does (the run ships that directory to the workers)"
+        f"must hold {', '.join(sorted(files))} as this folder does (the run ships that directory to the workers)"
     ]
 
 
@@ -256,8 +259,9 @@ def pod(group, image: str, kuberay: KubeRayConfig, *, container: str, config_map
     else:
         requests = {"cpu": str(pod_cpus(group))}
         limits = {}
-        if pod_memory(group):
-            requests["memory"] = limits["memory"] = pod_memory(group)
+        memory = pod_memory(group)
+        if memory:
+            requests["memory"] = limits["memory"] = memory
         if group.spec.gpus:
             requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(group.spec.gpus)
     env = {

@@ -76,7 +76,7 @@ def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
         try:
             plan = attached_plan(cfg, attached, time.strftime("%Y%m%d-%H%M%S"), staging=staging or "unused")
             for where, field in ((plan.output_dir, "run.dir"), (cfg.trainer.checkpoint_dir, "trainer.checkpoint_dir")):
-                if is_s3(where):
+                if where is not None and is_s3(where):
                     check_writable(where, field)
         except BaseException:
             if staging:
@@ -97,7 +97,7 @@ def attached_cluster(cfg: LaunchConfig, address: str, stop=None):
                     yield up
                 finally:  # the upload below takes the whole output directory: the plots first
                     up.wait_for_outputs()
-    if is_s3(plan.output_dir) and up.report is not None:
+    if plan.output_dir is not None and is_s3(plan.output_dir) and up.report is not None:
         up.report["path"] = join(plan.output_dir, "output", "data", Path(up.report["path"]).name)
 
 
@@ -176,14 +176,15 @@ def _uploaded(plan, staging: str | None):
 
             try:
                 count = upload_dir(plan.run_dir, plan.output_dir)
-            except Exception as exc:  # noqa: BLE001 - the run's own outcome matters more; say where the files are
+            except Exception as exc:  # the run's own outcome matters more; say where the files are
                 log.warning(
                     f"could not upload {plan.run_dir} to {plan.output_dir} ({exc}); the logs and report stay there"
                 )
             else:
                 log.info(f"uploaded {count} files (logs, config, report) to {plan.output_dir}")
                 console.close_file()
-                shutil.rmtree(staging, ignore_errors=True)
+                if staging is not None:  # made for every s3:// run directory
+                    shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager

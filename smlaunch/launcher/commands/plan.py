@@ -91,6 +91,8 @@ def data_hosts_sizing(cfg, plan, config_name: str) -> dict | None:
             "line": f"data hosts: {cfg.sagemaker.data_hosts}, but submit will refuse it: "
             + str(exc).removeprefix("data hosts auto: "),
         }
+    if sizing is None:  # only when nothing asks for sizing, as above
+        return None
     return {
         "group": sizing.group,
         "instance_type": sizing.instance_type,

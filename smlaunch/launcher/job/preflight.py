@@ -40,11 +40,16 @@ def model_problems(cfg: LaunchConfig) -> list[str]:
     problems = []
     if cfg.trainer.loop:  # called as loop(config): its model is its own business
         return [p for p in [check(cfg.trainer.loop, "trainer.loop", (dict(cfg.trainer.loop_config),))] if p]
-    if cfg.model.factory:
-        problems += factory_problems(cfg.model.factory, dict(cfg.model.params))
+    model = cfg.model
+    if model is None:  # the schema asks for one unless trainer.loop is set
+        return ["model: required (model.name, a timm model, or model.factory) unless trainer.loop is set"]
+    if model.factory:
+        problems += factory_problems(model.factory, dict(model.params))
+    elif model.name is None:  # the schema asks for exactly one of them
+        problems.append("model: set model.name (a timm model) or model.factory")
     else:
         try:
-            check_model_name(cfg.model.name)
+            check_model_name(model.name)
         except ConfigError as exc:
             problems.append(str(exc))
     if cfg.task is not None:  # called as loss(model, batch) and evaluate(model, batch)
@@ -56,7 +61,7 @@ def model_problems(cfg: LaunchConfig) -> list[str]:
             )
             if p
         ]
-    weights = cfg.model.pretrained
+    weights = model.pretrained
     if weights and not weights.startswith("s3://"):
         path = Path(weights).expanduser()
         if not path.exists():

@@ -59,7 +59,8 @@ def run_job(cfg: LaunchConfig, cluster: AbstractContextManager[ClusterUp], stop=
     from smlaunch.launcher.report.phases import command_started, mark, phases
     from smlaunch.text import plural
 
-    since, started, marks = command_started(), time.perf_counter(), {}
+    since, started = command_started(), time.perf_counter()
+    marks: dict[str, float] = {}
     preload_driver_imports()
     with cluster as up:
         if stop is not None:
@@ -95,8 +96,8 @@ def preload_driver_imports() -> threading.Thread:
 
     def load() -> None:
         try:
-            import tensorboardX.event_file_writer  # noqa: F401
-            import torch  # noqa: F401
+            import tensorboardX.event_file_writer  # noqa: F401 - preloaded, not used here
+            import torch  # noqa: F401 - preloaded, not used here
         except Exception as exc:  # a warm-up only: a run that fails at once exits while it imports, and says why itself
             log.debug("import warm-up: %s", exc)
 

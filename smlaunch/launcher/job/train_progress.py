@@ -127,7 +127,7 @@ class TrainProgress:
             return
         try:
             getattr(self.events, what)(*args)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # any: the events are a view
             log.warning(f"TensorBoard events off for the rest of the run: {type(exc).__name__}: {exc}")
             self.events = None
 

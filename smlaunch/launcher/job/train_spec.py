@@ -25,6 +25,7 @@ def train_spec(
 ):
     """`data_classes`: what the train channel's data says of its classes: their names (image
     folders; label i is name i), a count (Parquet: the largest label + 1), or None (not read)."""
+    from smlaunch.errors import ConfigError
     from smlaunch.pipelines.sources.host_loss import fragile_channels
     from smlaunch.trainers.spec import TrainSpec
 
@@ -36,14 +37,19 @@ def train_spec(
     if cfg.trainer.loop:  # the user's loop: its model, classes and loss are its own
         num_classes, names = None, None
     else:
-        num_classes, names = _classes(cfg, data_classes) if cfg.task is None else (cfg.model.num_classes, None)
+        num_classes, names = (
+            _classes(cfg, data_classes) if cfg.task is None else (cfg.model.num_classes if cfg.model else None, None)
+        )
     factory = cfg.model.factory if cfg.model else None
+    label = cfg.model.label if cfg.model else cfg.trainer.loop
+    if label is None:  # the schema asks for one of them
+        raise ConfigError("model: required (model.name, a timm model, or model.factory) unless trainer.loop is set")
     return TrainSpec(
-        model=cfg.model.label if cfg.model else cfg.trainer.loop,
+        model=label,
         num_classes=num_classes,
         image_size=crops[-1] if crops else None,
         model_factory=factory,
-        model_params=dict(cfg.model.params) if factory else None,
+        model_params=dict(cfg.model.params) if cfg.model and factory else None,
         task_loss=cfg.task.loss if cfg.task else None,
         task_evaluate=cfg.task.evaluate if cfg.task else None,
         normalize_in_chain=bool(cfg.pipeline.ops) and cfg.pipeline.ops[-1].op == "normalize",
@@ -92,7 +98,7 @@ def _classes(cfg: LaunchConfig, data_classes) -> tuple[int, tuple[str, ...] | No
     names = tuple(str(n) for n in data_classes) if isinstance(data_classes, (list, tuple)) else None
     counted = len(names) if names is not None else data_classes if isinstance(data_classes, int) else None
     source = cfg.channels["train"].source
-    configured = cfg.model.num_classes
+    configured = cfg.model.num_classes if cfg.model else None
     if configured is not None:
         if names is not None and len(names) != configured:
             raise ConfigError(
@@ -129,8 +135,9 @@ def builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
     from smlaunch.pipelines.builtin import builtin_manifest, split_source
 
     source = cfg.channels[channel].source
+    parsed = split_source(source)
     manifest = builtin_manifest(source)
-    return None if manifest is None else manifest["splits"][split_source(source)[1]]["records"]
+    return None if parsed is None or manifest is None else manifest["splits"][parsed[1]]["records"]
 
 
 def resumed_step(resume_from: str | None) -> int:

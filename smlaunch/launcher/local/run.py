@@ -104,7 +104,7 @@ def list_while_starting(plan: LaunchPlan):
     def run() -> None:
         try:
             listed.set_result(list_channels(plan, here=True))
-        except BaseException as exc:  # noqa: BLE001 - handed to the thread that uses the listing
+        except BaseException as exc:  # handed to the thread that uses the listing
             listed.set_exception(exc)
 
     threading.Thread(target=run, name="list-channels", daemon=True).start()

@@ -178,7 +178,8 @@ class Rendering:
     def __init__(self, path: Path):
         import threading
 
-        self.path, self._error = Path(path), None
+        self.path = Path(path)
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._draw, name="report-render", daemon=True)
         self._thread.start()
 
@@ -187,7 +188,7 @@ class Rendering:
 
         try:
             render_outputs(json.loads(self.path.read_text()), self.path.parent)
-        except BaseException as exc:  # noqa: BLE001 - raised where the job waits for the drawing
+        except BaseException as exc:  # raised where the job waits for the drawing
             self._error = exc
 
     def wait(self) -> None:

@@ -45,7 +45,8 @@ class LiveEvents:
         self._writer = EventsWriter(str(Path(directory) / "events"), suffix)
         self._flushed, self._dirty = time.monotonic(), False
         self._thin = suffix == LIVE_SUFFIX if thin is None else thin  # the report's file is bounded already
-        self._seen, self._pending = 0, None
+        self._seen = 0
+        self._pending: dict | None = None
 
     def scalar(self, tag: str, value: float, step: int, walltime: float | None = None) -> None:
         from tensorboardX.proto.event_pb2 import Event
@@ -63,10 +64,11 @@ class LiveEvents:
             self._seen += 1
             stride = 1 << ((self._seen - 1) // LIVE_POINTS).bit_length()
             bucket = step_bucket(record)
-            self._pending = bucket if self._pending is None else merge_steps(self._pending, bucket)
-            if self._pending["n"] < stride:
+            pending = bucket if self._pending is None else merge_steps(self._pending, bucket)
+            if pending["n"] < stride:
+                self._pending = pending
                 return
-            record, self._pending = bucket_mean(self._pending), None
+            record, self._pending = bucket_mean(pending), None
         self._write_step(record)
 
     def _write_step(self, record: dict) -> None:

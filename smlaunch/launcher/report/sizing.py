@@ -49,7 +49,7 @@ directory."""
 class Sizing(NamedTuple):
     """The data group's host count for the job, and why."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # the field is meant to hide tuple.count, which nothing calls
     why: str
     report: Path | None
     """The report it was sized from; None for a forced count."""
@@ -95,7 +95,7 @@ def rate_fingerprint(config: dict) -> dict:
     has it), and `instance_types` by group; a missing field is None."""
 
     def at(path: str):
-        value = config
+        value: object = config
         for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         return value
@@ -234,9 +234,9 @@ def find_report(cfg, config_name: str = "CONFIG") -> tuple[Path, dict, float]:
         return best
     seen = ""
     if others:
-        _, path, fields = max(others)
+        _, newest, fields = max(others)
         seen = (
-            f"; {len(others)} report(s) of other configs ignored (the newest, {path}: its run's config differs in "
+            f"; {len(others)} report(s) of other configs ignored (the newest, {newest}: its run's config differs in "
             f"{', '.join(fields)})"
         )
     if unusable:

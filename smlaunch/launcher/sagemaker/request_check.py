@@ -110,7 +110,8 @@ def service_rule_errors(request: dict) -> list[str]:
     names = [c.get("ChannelName") for c in channels]
     if len(set(names)) != len(names):
         errors.append(f"InputDataConfig: channel names must be unique, got {names}")
-    routed, unrouted = [], []
+    routed: list[str] = []
+    unrouted: list[str] = []
     for channel in channels:
         name = channel.get("ChannelName")
         source = channel.get("DataSource") or {}
@@ -120,8 +121,8 @@ def service_rule_errors(request: dict) -> list[str]:
             errors.append(f"InputDataConfig {name}: DataSource takes one of {', '.join(kinds)}, not several")
         if source.get("FileSystemDataSource"):
             errors += _file_system_errors(name, channel, request)
-        elif s3:
-            (routed if s3.get("InstanceGroupNames") else unrouted).append(name)
+        elif s3:  # an unnamed channel shows as None, as in the other lines
+            (routed if s3.get("InstanceGroupNames") else unrouted).append(str(name))
         for group in s3.get("InstanceGroupNames") or []:
             if group not in groups:
                 errors.append(
@@ -211,7 +212,8 @@ def config_problems(cfg: LaunchConfig) -> list[str]:
 
 def _account_problems(cfg: LaunchConfig) -> list[str]:
     """Settings of the `sagemaker:` section that clash with the rest of the config."""
-    sm, problems = cfg.sagemaker, []
+    sm = cfg.sagemaker
+    problems: list[str] = []
     if sm is None:
         return problems
     if sm.volume_kms_key:

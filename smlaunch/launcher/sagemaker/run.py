@@ -95,6 +95,8 @@ def _node(plan: LaunchPlan, sm: SageMakerEnvironment, cfg: LaunchConfig, head_ad
 
     from smlaunch.cluster.node import RayNode, start_args, worker_pool_env
 
+    if plan.current_host is None:
+        raise ValueError("the plan of a SageMaker host names no current host (resourceconfig.json's current_host)")
     temp_dir = tempfile.mkdtemp(prefix=f"ray-{plan.current_host}-")
     me = plan.host(plan.current_host)
     args = start_args(

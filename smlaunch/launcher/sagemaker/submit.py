@@ -109,9 +109,10 @@ def submit(
         else:
             count = _upload_folder(s3, _local_folder(ch.source), uris[channel])
             log(f"submit: channel {channel}: {count} files from {ch.source} -> {uris[channel]}")
-    if weights is not None and not cfg.model.pretrained.startswith("s3://"):
-        _upload_file(s3, Path(cfg.model.pretrained).expanduser(), weights)
-        log(f"submit: model.pretrained {cfg.model.pretrained} -> {weights}")
+    pretrained = cfg.model.pretrained if cfg.model else False
+    if weights is not None and pretrained and not pretrained.startswith("s3://"):
+        _upload_file(s3, Path(pretrained).expanduser(), weights)
+        log(f"submit: model.pretrained {pretrained} -> {weights}")
     with tempfile.TemporaryDirectory(prefix="smlaunch-submit-") as tmp:
         tarball = Path(tmp) / "sourcedir.tar.gz"
         members = pack_sourcedir(shipped, tarball, code)
@@ -167,7 +168,9 @@ def _local_folder(source: str) -> Path:
     if source.startswith("builtin:"):
         from smlaunch.pipelines.builtin import prepare_builtin, split_source
 
-        dataset, split = split_source(source)
+        parsed = split_source(source)
+        assert parsed is not None, f"split_source parses every builtin: source, not {source!r}"
+        dataset, split = parsed
         return prepare_builtin(dataset) / split
     return Path(source).expanduser()
 

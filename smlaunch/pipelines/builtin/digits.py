@@ -35,7 +35,8 @@ def write_splits(out: Path) -> dict:
     digits = load_digits()
     ids = np.arange(len(digits.target))
     train_ids, val_ids = train_test_split(ids, test_size=0.2, random_state=0, stratify=digits.target)
-    manifest = {"version": VERSION, "classes": 10, "image_size": SIZE, "splits": {}}
+    splits: dict[str, dict] = {}
+    manifest = {"version": VERSION, "classes": 10, "image_size": SIZE, "splits": splits}
     for split, split_ids in (("train", train_ids), ("validation", val_ids)):
         (out / split).mkdir(parents=True)
         shards = np.array_split(np.sort(split_ids), SHARDS[split])
@@ -43,7 +44,7 @@ def write_splits(out: Path) -> dict:
             records = []
             for i in shard:
                 pixels = (digits.images[i] * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)
-                image = Image.fromarray(pixels, mode="L").resize((SIZE, SIZE), Image.BICUBIC)
+                image = Image.fromarray(pixels, mode="L").resize((SIZE, SIZE), Image.Resampling.BICUBIC)
                 buf = io.BytesIO()
                 image.save(buf, format="JPEG", quality=90)
                 records.append(
@@ -52,5 +53,5 @@ def write_splits(out: Path) -> dict:
                     )
                 )
             write_records(out / split / f"part-{n:05d}.tfrecord", records)
-        manifest["splits"][split] = {"records": int(len(split_ids)), "shards": len(shards)}
+        splits[split] = {"records": int(len(split_ids)), "shards": len(shards)}
     return manifest

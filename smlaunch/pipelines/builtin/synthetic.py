@@ -29,7 +29,8 @@ def write_splits(out: Path) -> dict:
 
     rng = np.random.default_rng(2026)
     yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32) / SIZE
-    manifest = {"version": VERSION, "classes": CLASSES, "image_size": SIZE, "splits": {}}
+    splits: dict[str, dict] = {}
+    manifest = {"version": VERSION, "classes": CLASSES, "image_size": SIZE, "splits": splits}
     next_id = 0
     for split, rows in ROWS.items():
         records = []
@@ -45,5 +46,5 @@ def write_splits(out: Path) -> dict:
             records.append(encode_example({"image/encoded": buf.getvalue(), "image/class/label": label, "id": next_id}))
             next_id += 1
         write_shards(out, split, records, SHARDS[split])
-        manifest["splits"][split] = {"records": rows, "shards": SHARDS[split]}
+        splits[split] = {"records": rows, "shards": SHARDS[split]}
     return manifest

@@ -64,7 +64,7 @@ def example_values(data: bytes, names: tuple[str | None, ...]) -> tuple:
         features = message.FromString(data).features.feature
     except Exception as exc:  # protobuf's DecodeError, and what upb raises for bytes it rejects
         raise DataError(f"not a tf.train.Example ({exc})") from None
-    out = []
+    out: list[object] = []
     for name in names:
         if not name or name not in features:
             out.append(None)

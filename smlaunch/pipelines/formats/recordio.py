@@ -156,6 +156,7 @@ class Reader(Chunks):
         if cflag == FIRST:
             self.pending, self.record_start = [data], offset
             return None
+        assert self.pending is not None, "a middle or last part without a first part returned above"
         self.pending.append(data)
         if cflag == MIDDLE:
             return None

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, TypedDict
 
 from smlaunch.pipelines.formats.tfrecord import RecordError
 
@@ -41,6 +41,14 @@ NEXT_MEMBER = frozenset(b"xLK")
 USTAR = b"ustar\x0000"
 
 
+class _Extra(TypedDict, total=False):
+    """What pax and GNU long-name headers say of the member after them."""
+
+    path: str
+    size: int
+    sparse: bool
+
+
 def iter_members(stream: BinaryIO, source: str, at: int = 0) -> Iterator[tuple[int, str, bytes]]:
     """(byte offset of the member's first header, path, data) of each regular file in the stream,
     which stands at offset `at` (a resumed read seeks to a sample's first header).
@@ -51,7 +59,7 @@ def iter_members(stream: BinaryIO, source: str, at: int = 0) -> Iterator[tuple[i
     a member is yielded as soon as its bytes have arrived."""
     buf, pos, base = b"", 0, at  # base: the stream offset of buf[0]
     start = None
-    extra: dict[str, str | int] = {}
+    extra: _Extra = {}
     while True:
         if pos + BLOCK > len(buf):
             buf, pos, base = _refill(stream, buf, pos, base, BLOCK)
@@ -145,10 +153,10 @@ def _number(field: bytes) -> int:
     return int(digits, 8) if digits else 0
 
 
-def _pax_records(data: bytes, source: str, offset: int) -> dict[str, str | int | bool]:
+def _pax_records(data: bytes, source: str, offset: int) -> _Extra:
     """`path` and `size` of a pax extended header (`<length> <key>=<value>\\n` records), and
     `sparse` if it describes a GNU sparse file (`GNU.sparse.*` keys)."""
-    found: dict[str, str | int | bool] = {}
+    found: _Extra = {}
     pos = 0
     while pos < len(data) and data[pos] != 0:
         space = data.find(b" ", pos)

@@ -47,7 +47,9 @@ def iter_spans(stream: BinaryIO, source: str, start: int = 0) -> Iterator[tuple[
     """(offset of the sample's first member, offset of the next sample's or None for the last,
     sample) for each sample of a stream standing at offset `start`: a sample is known whole only
     when the next one begins, which is where a read resumed after it starts."""
-    key, sample, first = None, {}, 0
+    key: str | None = None
+    sample: Sample = {}
+    first = 0
     for offset, name, data in iter_members(stream, source, start):
         parts = split_name(name)
         if parts is None or parts[0].rpartition("/")[2].startswith("."):

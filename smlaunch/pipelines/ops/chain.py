@@ -195,8 +195,7 @@ class Chain:
         self._stages: list | None = None
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._stages is None:
-            self._stages = plan_stages(self.ops)
+        stages = self._planned()
         ids = np.asarray(batch["id"], dtype=np.int64)
         # A File channel's positions and seeks (`pipelines.order`): what a checkpoint resumes from.
         kept = {name: np.asarray(batch[name], dtype=np.int64) for name in POSITION_COLUMNS if name in batch}
@@ -206,7 +205,7 @@ class Chain:
         started = time.perf_counter()
         while True:
             try:
-                out = self._run(dict(fields), ids)
+                out = self._run(dict(fields), ids, stages)
                 break
             except UndecodableImage as exc:  # `row` of the images decode_image was given: the batch's
                 row, reason = exc.row, exc.reason
@@ -232,10 +231,16 @@ class Chain:
         out.update(kept)
         return out
 
-    def _run(self, fields: dict, ids: np.ndarray) -> dict:
-        """The stages over the batch's `fields`; the random draws depend on the seed and the rows' ids only."""
+    def _planned(self) -> list:
+        """The stages, planned on the first batch."""
+        if self._stages is None:
+            self._stages = plan_stages(self.ops)
+        return self._stages
+
+    def _run(self, fields: dict, ids: np.ndarray, stages: list) -> dict:
+        """The `stages` over the batch's `fields`; the random draws depend on the seed and the rows' ids only."""
         rng = np.random.default_rng(None if self.seed is None else [self.seed, *ids[:4].tolist(), len(ids)])
-        for stage in self._stages:
+        for stage in stages:
             if isinstance(stage, MapStage):
                 fields = stage(fields, rng, self.train, len(ids))
                 continue

@@ -25,7 +25,7 @@ Images = list[np.ndarray]  # HWC uint8, sizes may differ until a resize
 def decode_image(images, spec: specs.DecodeImage, rng, train: bool) -> Images:
     """torchvision.io's decoder, with PIL for the formats it lacks (BMP, TIFF, ...).
 
-    Measured on one core (BENCHMARKS.md, "decoders"): torchvision.io 1.6x PIL on 224 px JPEGs and
+    Measured on one core (bench/offload_vs_dataloader.py's decode line): torchvision.io 1.6x PIL on 224 px JPEGs and
     2x on 32 px ones, and ahead of TorchCodec 0.17 (which torchvision 0.29 points to, deprecating
     its own decoders), so it is kept while it exists; without it every image goes through PIL.
     Grayscale from a colour JPEG is libjpeg's luma plane, within a few levels of PIL's convert("L").
@@ -83,8 +83,9 @@ def random_resized_crop(images: Images, spec: specs.RandomResizedCrop, rng, trai
         crop = specs.CenterCrop(op="center_crop", size=spec.size)
         if not masks:
             return center_crop(resize(images, size, rng, train), crop, rng, train)
-        return center_crop(*resize(images, size, rng, train, masks), crop, rng, train)
-    boxes = [_crop_box(*img.shape[:2], spec, rng) if train else (0, 0, *img.shape[:2]) for img in images]
+        resized, resized_masks = resize(images, size, rng, train, masks)
+        return center_crop(resized, crop, rng, train, resized_masks)
+    boxes = [_crop_box(img.shape[0], img.shape[1], spec, rng) if train else (0, 0, *img.shape[:2]) for img in images]
     out = [_crop_resized(img, box, spec.size, "bilinear") for img, box in zip(images, boxes, strict=False)]
     if not masks:
         return out
@@ -99,7 +100,9 @@ def _crop_resized(img: np.ndarray, box: tuple[int, int, int, int], size: int, ho
     top, left, ch, cw = box
     crop = np.ascontiguousarray(img[top : top + ch, left : left + cw])
     pil = Image.fromarray(crop.squeeze(-1) if crop.shape[-1] == 1 else crop)
-    resized = np.asarray(pil.resize((size, size), Image.BILINEAR if how == "bilinear" else Image.NEAREST))
+    resized = np.asarray(
+        pil.resize((size, size), Image.Resampling.BILINEAR if how == "bilinear" else Image.Resampling.NEAREST)
+    )
     return resized.reshape(size, size, -1)
 
 
@@ -138,9 +141,9 @@ def _resized(img: np.ndarray, side: int, how: str) -> np.ndarray:
     scale = side / min(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
     pil = Image.fromarray(img.squeeze(-1) if img.shape[-1] == 1 else img)
-    return np.asarray(pil.resize(size, Image.BILINEAR if how == "bilinear" else Image.NEAREST)).reshape(
-        size[1], size[0], -1
-    )
+    return np.asarray(
+        pil.resize(size, Image.Resampling.BILINEAR if how == "bilinear" else Image.Resampling.NEAREST)
+    ).reshape(size[1], size[0], -1)
 
 
 def center_crop(images: Images, spec: specs.CenterCrop, rng, train: bool, masks=()):

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from smlaunch.cluster.plan import ChannelPlan, LaunchPlan
 from smlaunch.errors import DataError
 from smlaunch.pipelines.sources.fastfile import read_view, write_view
+from smlaunch.pipelines.sources.file_list import FileList
 from smlaunch.pipelines.sources.objects import ChannelObject, ObjectSource, objects_for_host
 
 
@@ -34,7 +36,9 @@ def channel_source(channel: ChannelPlan, s3_endpoint: str | None = None) -> Obje
     if channel.source.startswith("builtin:"):
         from smlaunch.pipelines.builtin import prepare_builtin, split_source
 
-        name, split = split_source(channel.source)
+        parsed = split_source(channel.source)
+        assert parsed is not None, f"split_source parses every builtin: source, not {channel.source!r}"
+        name, split = parsed
         return ObjectSource(str(prepare_builtin(name) / split))
     if channel.source.startswith("s3://"):
         return ObjectSource(channel.source, s3_endpoint)
@@ -58,17 +62,18 @@ def channel_objects(channel: ChannelPlan, s3_endpoint: str | None = None) -> tup
     return source, source.list()
 
 
-def list_host_channel(opt_ml: str | None, channel: str) -> list[tuple[str, int]]:
+def list_host_channel(opt_ml: str | None, channel: str) -> Sequence[tuple[str, int]]:
     """`list_record_files` of a channel as the host running this sees it."""
     return list_record_files(channel_dir(opt_ml, channel), channel)
 
 
-def list_record_files(directory: Path, channel: str) -> list[tuple[str, int]]:
-    """(relative path, size) of every data file under `directory` (a FastFile view's objects), sorted;
-    hidden files skipped."""
+def list_record_files(directory: Path, channel: str) -> Sequence[tuple[str, int]]:
+    """(relative path, size) of every data file under `directory` (a FastFile view's objects, as its
+    `FileList`), sorted; hidden files skipped."""
     if not directory.is_dir():
         raise DataError(f"channel '{channel}': {directory} does not exist on this host")
     view = read_view(directory)
+    files: FileList | list[tuple[str, int]]
     if view is not None:
         files = view[1]
     else:

@@ -126,10 +126,11 @@ class LazyFile(io.BufferedReader):
     def __init__(self, raw: LazyObject):
         super().__init__(raw, buffer_size=BLOCK)
         self.size = raw.size
+        self._name = raw.name  # `self.raw` is typed as any raw stream, which need not have a name
 
     @property
     def name(self) -> str:
-        return self.raw.name
+        return self._name
 
 
 _NO_VIEW = object()

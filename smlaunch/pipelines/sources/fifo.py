@@ -29,7 +29,8 @@ POLL_FIRST_S, POLL_MAX_S = 0.001, 0.05
 """Waiting for a FIFO: poll fast at first (it usually appears within milliseconds), then back off."""
 
 
-def fifo_path(data_dir: str | os.PathLike, channel: str, epoch: int) -> Path:
+def fifo_path(data_dir: str | os.PathLike, channel: str, epoch: int | str) -> Path:
+    """The FIFO of `channel`'s `epoch` (a placeholder such as "<epoch>" in a message where it is unknown)."""
     return Path(data_dir) / f"{channel}_{epoch}"
 
 

@@ -98,7 +98,7 @@ class FileList(Sequence):
             return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other, strict=False))
         return NotImplemented
 
-    __hash__ = None
+    # No __hash__: defining __eq__ alone leaves the class unhashable (its __hash__ is None).
 
     def __repr__(self) -> str:
         head = ", ".join(repr(pair) for pair in self[:3])

@@ -31,6 +31,7 @@ import os
 import sys
 from contextlib import contextmanager
 from functools import partial
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -128,7 +129,9 @@ class ChannelDatasource(Datasource):
     @property
     def listing(self) -> ChannelListing:
         if isinstance(self._listing, ray.ObjectRef):  # shipped by reference (`share_listing`)
-            self._listing = ray.get(self._listing)
+            listing: ChannelListing = ray.get(self._listing)
+            self._listing = listing
+            return listing
         return self._listing
 
     def share_listing(self) -> ChannelDatasource:
@@ -226,7 +229,7 @@ class ChannelDatasource(Datasource):
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
         if data_context is None and self._last_epoch[1] is None:
-            key = (parallelism, per_task_row_limit)
+            key: tuple = (parallelism, per_task_row_limit)
             if key not in self._estimated:
                 self._estimated[key] = self._estimates(parallelism, per_task_row_limit)
             return self._estimated[key]
@@ -315,7 +318,8 @@ class ChannelDatasource(Datasource):
                 read = partial(
                     _read_units, self.channel, host, packed, self.roots, self.listing.classes, self.num_classes
                 )
-                read.__name__ = f"read_{self.channel.name}"  # Ray's warning for a read task over 1 MiB needs one
+                # Ray's warning for a read task over 1 MiB needs a name; a partial takes attributes (it has a __dict__).
+                read.__name__ = f"read_{self.channel.name}"  # type: ignore[attr-defined]  # typeshed's partial has none
                 tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
             offset += len(units)
         if not tasks:  # a resumed epoch drawn to its end: Ray Data's planning divides by the task count
@@ -368,7 +372,12 @@ def _read_units(
             num_returns="streaming", num_cpus=0, max_retries=0, label_selector=host_selector(holder)
         )
         try:
-            for ref in stream.remote(channel, holder, units, roots, classes, num_classes, block_bytes):
+            # num_returns="streaming" makes `remote` return a generator of refs; Ray's stub says one ref.
+            refs = cast(
+                "ray.ObjectRefGenerator",
+                stream.remote(channel, holder, units, roots, classes, num_classes, block_bytes),
+            )
+            for ref in refs:
                 yield ray.get(ref)
         except (
             ray.exceptions.RayActorError,
@@ -388,7 +397,7 @@ def _files(units) -> list[str]:
 
 
 def _read_here(
-    channel: ChannelPlan, host: str, units, roots: dict[str, str | None], classes, num_classes, block_bytes: int
+    channel: ChannelPlan, host: str | None, units, roots: dict[str, str | None], classes, num_classes, block_bytes: int
 ):
     """`units`' rows in Arrow tables of about `block_bytes` (Ray Data's target block size, which
     its output buffer would merge the rows into anyway: `rows.row_blocks`), each row with its
@@ -396,7 +405,7 @@ def _read_here(
     file is entered past its drawn head where the checkpoint knows the offset (`seeks`), and the
     rows drawn after it are dropped before they are decoded. The files are read at a lower CPU
     priority than the chain's (`read_priority`)."""
-    if host not in roots:
+    if host is None or host not in roots:
         raise DataError(
             f"channel '{channel.name}': read task landed on host {host}, which does not "
             f"receive the channel (hosts: {sorted(roots)})"
@@ -528,7 +537,8 @@ def _unit_samples(
             first = seek[0] + skipped
             stream.seek(offset)
         items = unit_samples(channel, stream, source, group, num_classes, offset, first)
-        held, held_tag = _END, None
+        held = _END
+        held_tag: tuple | None = None
         n = first - 1
         for end, item in items:
             if piece and isinstance(item, pa.Table) and item.num_rows > piece:

@@ -49,7 +49,7 @@ def list_on_host(opt_ml, channel: str, record_format: str, label: str | None):
     directory = channel_dir(opt_ml, channel)
     if not directory.is_dir():
         raise DataError(f"channel '{channel}': {directory} does not exist on this host")
-    answer = {"files": FileList.of([]), "folders": [], "imaged": [], "row_groups": {}, "max_label": None}
+    answer: dict = {"files": FileList.of([]), "folders": [], "imaged": [], "row_groups": {}, "max_label": None}
     view = read_view(directory)
     if view is not None:
         answer["files"] = _view_files(view[1], record_format, answer)

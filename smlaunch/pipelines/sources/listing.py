@@ -80,7 +80,7 @@ def _collect(channel: str, streams, stall_s: float) -> dict:
     from smlaunch.console import Progress
 
     seen = {host: (-1, time.monotonic()) for host in streams.hosts}  # files seen, when that count last grew
-    answers = {}
+    answers: dict[str, dict] = {}
     with Progress(f"listing channel '{channel}'", unit="file", leave=False) as bar:
         try:
             while len(answers) < len(seen):

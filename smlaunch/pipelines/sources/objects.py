@@ -12,6 +12,7 @@ under `/opt/ml/input/data/<channel>`: `s3://b/train/a/x.rec` with prefix `train/
 
 from __future__ import annotations
 
+import builtins
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -115,7 +116,7 @@ class ObjectSource:
         )
         return response["Body"].read()
 
-    def objects(self) -> list[ChannelObject]:
+    def objects(self) -> builtins.list[ChannelObject]:  # `list` in this class is the method above
         return [ChannelObject(rel, size, functools.partial(self.read, rel)) for rel, size in self.list()]
 
 

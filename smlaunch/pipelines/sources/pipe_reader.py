@@ -22,7 +22,10 @@ that line and a new run resumes from the last complete checkpoint (`trainer.resu
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from functools import partial
+from typing import BinaryIO
 
 import google_crc32c
 import ray
@@ -59,8 +62,8 @@ class PipeHostReader:
         self.num_classes = num_classes
         self.keep = keep
         self.epochs = PipeEpochs(channel_dir(opt_ml, channel.name).parent, channel.name, timeout_s=timeout_s)
-        self._context = None
-        self._blocks = None
+        self._context: AbstractContextManager[BinaryIO] | None = None
+        self._blocks: Iterator | None = None
         self._tasks: collections.deque = collections.deque(maxlen=16)
 
     def current_epoch(self) -> int:
@@ -98,6 +101,8 @@ class PipeHostReader:
 
     def next_block(self):
         """The next Arrow block of this epoch, or None once the FIFO is exhausted (then closed)."""
+        if self._blocks is None:
+            raise RuntimeError(f"channel '{self.channel.name}': next_block with no epoch open (call start_epoch)")
         try:
             return next(self._blocks)
         except StopIteration:
@@ -184,7 +189,7 @@ class PipeChannelDatasource(Datasource):
 def _read_host(channel: ChannelPlan, host, opt_ml, keep, timeout_s, num_classes=None):
     if not host_alive(host):  # a retry, or a lost block being rebuilt, after the host died
         raise lost_error(channel.name, channel.hosts, host, opt_ml, None)
-    reader = PipeHostReader.options(
+    reader = PipeHostReader.options(  # type: ignore[attr-defined]  # mypy drops class decorators: an ActorClass
         name=reader_name(channel.name, host),
         namespace="smlaunch",
         get_if_exists=True,

@@ -61,7 +61,9 @@ def behind_the_chain(blocks: Iterator, ahead: int = 2) -> Iterator:
             hand((exc, None))
         finally:
             with contextlib.suppress(Exception):
-                blocks.close()  # this thread ran it: its files are closed here
+                close = getattr(blocks, "close", None)  # a generator's; a plain iterator has none
+                if close is not None:
+                    close()  # this thread ran it: its files are closed here
 
     maker = threading.Thread(target=make, name="smlaunch-read", daemon=True)
     maker.start()

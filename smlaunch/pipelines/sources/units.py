@@ -212,7 +212,7 @@ class LazyUnits:
     def __init__(self, share, picked: np.ndarray, places, drawn: dict, open_units: int, seeks: dict | None):
         self.share, self.places, self.drawn, self.seeks, self.open_units = share, places, drawn, seeks, open_units
         self.picked = picked.astype(np.int32) if len(picked) and picked.max() < 2**31 else picked
-        self._packed = None
+        self._packed: PackedUnits | None = None
 
     def resolve(self) -> PackedUnits:
         if self._packed is None:

@@ -5,6 +5,7 @@ readers."""
 import io
 import re
 import tarfile
+import typing
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from smlaunch.config.channel_rules import CLASSES_FROM_DATA, RECORD_FORMATS
-from smlaunch.config.formats import LAYOUTS
+from smlaunch.config.formats import LAYOUTS, RecordFormat
 from smlaunch.pipelines.formats import CHANNEL_FORMATS, LOOKS_LIKE, parquet, recordio, tfrecord, webdataset
 from smlaunch.pipelines.formats.sniff import HEAD_BYTES, suggestion
 
@@ -42,7 +43,7 @@ def test_the_table_has_a_reader_module_for_each_format():
     modules = (tfrecord, recordio, webdataset, parquet)
     assert list(LOOKS_LIKE) == list(CHANNEL_FORMATS)  # each format's reader module says how its files start
     assert all(LOOKS_LIKE[module.__name__.rsplit(".", 1)[1]] is module.matches for module in modules)
-    assert RECORD_FORMATS == tuple(CHANNEL_FORMATS)  # the config's choices
+    assert RECORD_FORMATS == tuple(CHANNEL_FORMATS) == typing.get_args(RecordFormat)  # the config's choices
     assert CLASSES_FROM_DATA == ("image_folder", "parquet")
     assert {spec.layout for spec in CHANNEL_FORMATS.values()} == set(LAYOUTS)  # each layout has its reader
 
