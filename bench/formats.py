@@ -47,7 +47,7 @@ Runs alternate sides (and which goes first); each side keeps its best of `--runs
 readers' own cost from Ray Data's, two more figures are printed:
 
 - **reader alone**: best of `--runs` per File-mode format, each side's reader on one core with no Ray and
-  no DataLoader workers: ours is a read task's body (`file_reader._read_here`) over every file,
+  no DataLoader workers: ours is a read task's body (`read_task.read_here`) over every file,
   the reference the same loop with `num_workers=0` (webdataset: the first 2 shards on both sides);
 - **Ray Data floor**: the same rows already made into 64-row Arrow blocks in the object store,
   handed on by `cpus` read tasks that do nothing else, through `read_datasource` + `iter_batches`,
@@ -125,7 +125,7 @@ def ours_alone(source, files: int | None) -> tuple[float, int, int]:
     """Our reader with no Ray: one read task's body over the channel's first `files` files (all: None)."""
     import ray.data
 
-    from smlaunch.pipelines.sources.file_reader import _read_here
+    from smlaunch.pipelines.sources.read_task import read_here
 
     units = [(rel, group, size) for rel, size, group in source.shares()[None]]  # Units iterate as (rel, bytes, group)
     if files:
@@ -134,7 +134,7 @@ def ours_alone(source, files: int | None) -> tuple[float, int, int]:
     started = time.perf_counter()
     block_bytes = ray.data.DataContext.get_current().target_max_block_size  # the job's, as a read task has it
     blocks = list(
-        _read_here(source.channel, HOST, units, source.roots, source.listing.classes, source.num_classes, block_bytes)
+        read_here(source.channel, HOST, units, source.roots, source.listing.classes, source.num_classes, block_bytes)
     )
     return time.perf_counter() - started, sum(b.num_rows for b in blocks), len(blocks)
 

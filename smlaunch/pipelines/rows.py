@@ -314,7 +314,7 @@ def folder_tables(
 
     A file is one sample with a known class, so the only checks are an empty file and a label at or
     above `num_classes`; such a file is handed on as a `Sample` (between the tables, in order), for
-    `row_blocks` to name it and apply the skip policy. With `file_reader.folder_files`, the
+    `row_blocks` to name it and apply the skip policy. With `read_task.folder_files`, the
     reader does 1.8x the files per second of the per-sample path (BENCHMARKS.md, formats)."""
     images: list[bytes] = []
     labels: list[int] = []

@@ -11,7 +11,7 @@ JPEGs (2-core VM, warm cache; BENCHMARKS.md, scale_listing):
   read each size took 6.2 s against 1.0 s. A folder's files get the mean size of up to
   `SIZE_SAMPLE` files stat'ed evenly through it: sizes feed the read tasks' size estimates, and
   the image reader reads one listed size and reads on whenever a file's length differs
-  (`file_reader.folder_files`), so a guessed size costs it at most one more `read`, never bytes.
+  (`read_task.folder_files`), so a guessed size costs it at most one more `read`, never bytes.
   A FastFile view's sizes are the object store's, exact.
 * image folders filtered by extension while walking, and each class's folder noted, so the
   driver never parses a million paths to find the classes;

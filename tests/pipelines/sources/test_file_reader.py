@@ -249,7 +249,7 @@ def test_folder_files_reads_whole_files_whatever_size_they_were_listed_with(tmp_
     now is (it changed since the listing) still comes back whole, and so does an empty file."""
     import os
 
-    from smlaunch.pipelines.sources.file_reader import folder_files
+    from smlaunch.pipelines.sources.read_task import folder_files
 
     (tmp_path / "cls").mkdir()
     wrong = []
@@ -268,7 +268,7 @@ def test_packed_units_come_back_as_they_went_in_whatever_the_paths_hold():
     characters (an S3 key may hold any), an empty path, row groups or none, listed sizes."""
     import pickle
 
-    from smlaunch.pipelines.sources.file_reader import PackedUnits
+    from smlaunch.pipelines.sources.units import PackedUnits
 
     for units in (
         [],
