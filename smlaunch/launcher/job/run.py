@@ -157,7 +157,7 @@ def train_on_cluster(
     from smlaunch.cluster.sampler import Samplers
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
-    from smlaunch.launcher.job.train_spec import builtin_rows, resumed_step, train_spec
+    from smlaunch.launcher.job.train_spec import resumed_step, train_spec
     from smlaunch.launcher.report.job_report import build_report
     from smlaunch.launcher.report.live_events import LiveEvents
     from smlaunch.launcher.report.phases import mark
@@ -218,7 +218,7 @@ def train_on_cluster(
     if isinstance(data_classes, list):
         result["classes"] = data_classes
     return build_report(
-        plan, result, cfg.trainer.batch_size, timings, samples, cfg.monitor.model_dump(), builtin_rows(cfg, "train")
+        plan, result, cfg.trainer.batch_size, timings, samples, cfg.monitor.model_dump(), spec.epoch_rows
     )
 
 

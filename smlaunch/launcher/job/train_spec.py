@@ -1,6 +1,8 @@
-"""The train workers' spec (`trainers.spec.TrainSpec`) from the config and the final plan.
+"""The train workers' spec (`trainers.spec.TrainSpec`) from the config and the final plan, derived
+once: what the rest of the run needs of the config (the report's epoch size, the workers' classes)
+is read from the spec, not derived again.
 
-Pure but for reading a builtin dataset's manifest (its class count and rows per epoch). The schema
+Pure but for reading a builtin dataset's manifest (its class count and rows per epoch), once. The schema
 guarantees a crop op, and `model.num_classes` unless the train channel's data can tell the class
 count (a builtin dataset, image folders, Parquet): the caller reads that from the data and passes it.
 """
@@ -30,7 +32,7 @@ def train_spec(
     from smlaunch.trainers.spec import TrainSpec
 
     crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
-    rows = builtin_rows(cfg, "train")
+    rows, builtin_classes = _builtin_train_facts(cfg)
     t = cfg.trainer
     total = t.steps or (t.epochs * (rows // plan.global_batch) if rows and t.epochs else None)
     # A user's task has classes only if it says so (`model.num_classes`); classification always has them.
@@ -38,7 +40,9 @@ def train_spec(
         num_classes, names = None, None
     else:
         num_classes, names = (
-            _classes(cfg, data_classes) if cfg.task is None else (cfg.model.num_classes if cfg.model else None, None)
+            _classes(cfg, data_classes, builtin_classes)
+            if cfg.task is None
+            else (cfg.model.num_classes if cfg.model else None, None)
         )
     factory = cfg.model.factory if cfg.model else None
     label = cfg.model.label if cfg.model else cfg.trainer.loop
@@ -89,9 +93,9 @@ def pretrained_weights(cfg: LaunchConfig) -> str | None:
     return str(Path(weights).expanduser().resolve())
 
 
-def _classes(cfg: LaunchConfig, data_classes) -> tuple[int, tuple[str, ...] | None]:
+def _classes(cfg: LaunchConfig, data_classes, builtin_classes: int | None) -> tuple[int, tuple[str, ...] | None]:
     """(num_classes, class names where known): `model.num_classes`, else the data's, else a builtin
-    dataset's. A set `model.num_classes` must agree with the class folders the data has, and leave
+    dataset's (`builtin_classes`). A set `model.num_classes` must agree with the class folders the data has, and leave
     room for the largest label it holds; the model would otherwise mislabel or fail mid-run."""
     from smlaunch.errors import ConfigError
 
@@ -120,7 +124,12 @@ def _classes(cfg: LaunchConfig, data_classes) -> tuple[int, tuple[str, ...] | No
                 f"class{'' if counted == 1 else 'es'}{shown}; a classifier needs at least 2"
             )
         return counted, names
-    return _builtin_classes(cfg), None
+    if builtin_classes is None:
+        raise ConfigError(
+            f"model.num_classes: not set, and the class count of the train channel ({source}) "
+            "was not read from its data; set model.num_classes"
+        )
+    return builtin_classes, None
 
 
 def _preview(names: tuple[str, ...], shown: int = 5) -> str:
@@ -131,13 +140,16 @@ def config_hash(cfg: LaunchConfig) -> str:
     return hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
-def builtin_rows(cfg: LaunchConfig, channel: str) -> int | None:
+def _builtin_train_facts(cfg: LaunchConfig) -> tuple[int | None, int | None]:
+    """(rows per epoch, class count) of a builtin train channel, from its manifest; (None, None) for
+    any other source."""
     from smlaunch.pipelines.builtin import builtin_manifest, split_source
 
-    source = cfg.channels[channel].source
-    parsed = split_source(source)
-    manifest = builtin_manifest(source)
-    return None if parsed is None or manifest is None else manifest["splits"][parsed[1]]["records"]
+    source = cfg.channels["train"].source
+    parsed, manifest = split_source(source), builtin_manifest(source)
+    if parsed is None or manifest is None:
+        return None, None
+    return manifest["splits"][parsed[1]]["records"], manifest["classes"]
 
 
 def resumed_step(resume_from: str | None) -> int:
@@ -153,20 +165,6 @@ def resumed_step(resume_from: str | None) -> int:
         return int(json.loads((Path(resume_from) / "meta.json").read_text())["step"])
     except (OSError, ValueError, KeyError, TypeError, UserError):
         return 0
-
-
-def _builtin_classes(cfg: LaunchConfig) -> int:
-    from smlaunch.errors import ConfigError
-    from smlaunch.pipelines.builtin import builtin_manifest
-
-    source = cfg.channels["train"].source
-    manifest = builtin_manifest(source)
-    if manifest is None:
-        raise ConfigError(
-            f"model.num_classes: not set, and the class count of the train channel ({source}) "
-            "was not read from its data; set model.num_classes"
-        )
-    return manifest["classes"]
 
 
 def _normalize(cfg: LaunchConfig) -> dict:
