@@ -169,23 +169,28 @@ def test_a_user_op_by_module_path_and_its_errors(configs, monkeypatch):
 
 def test_a_user_op_or_map_op_that_raises_is_one_line_naming_the_op_and_the_user_s_line(configs, monkeypatch):
     """A `UserCodeError`: the job ends at its first occurrence (`trainers.failures`), with this line
-    rather than Ray's nested traceback of the data task."""
+    rather than Ray's nested traceback of the data task. The host is the one the task runs on (the
+    node's label; here pinned, since the suite may or may not have Ray connected)."""
+    from smlaunch.cluster import labels
     from smlaunch.errors import UserCodeError
+    from smlaunch.pipelines.ops import chain
 
+    for module in (labels, chain):
+        monkeypatch.setattr(module, "this_host", lambda: "algo-2")
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))  # sample_user_ops, also when run alone
     monkeypatch.setenv("SM_LAUNCH_CODE_DIR", str(Path(__file__).parents[1]))
     raising = _ops(configs, "pipeline.ops.3={op: user, function: 'sample_user_ops:raising'}")
     with pytest.raises(UserCodeError) as caught:
         Chain(raising, ["h"], seed=1)(_batch())
     assert str(caught.value) == (
-        "pipeline user op sample_user_ops:raising failed on a data host, at "
+        "pipeline user op sample_user_ops:raising failed on algo-2, at "
         "sample_user_ops.py:19 in _check: ValueError: an image of 32 rows"
     )
     mapped = _ops(configs, "pipeline.ops.3={op: map, function: 'sample_user_ops:raising_map'}")
     with pytest.raises(UserCodeError) as caught:
         Chain(mapped, ["h"], seed=1)(_batch())
     assert str(caught.value) == (
-        "pipeline.ops.3 map op sample_user_ops:raising_map failed on a data host, at "
+        "pipeline.ops.3 map op sample_user_ops:raising_map failed on algo-2, at "
         "sample_user_ops.py:23 in raising_map: KeyError: 'x1'"
     )
 
