@@ -53,9 +53,8 @@ def user_error_in(exc: BaseException) -> str | None:
                 continue
             if isinstance(cls, type) and issubclass(cls, UserError):
                 return match.group(3).strip()
-        current = (
-            getattr(current, "controller_failure", None) or current.__cause__ or current.__context__
-        )  # Ray Train's ControllerError
+        # Ray Train's ControllerError holds the controller's error as `controller_failure`.
+        current = getattr(current, "controller_failure", None) or current.__cause__ or current.__context__
     return None
 
 

@@ -33,8 +33,8 @@ def test_groups_are_found_by_their_labels_and_a_cluster_without_gpus_gets_cpu_st
         node(2, ray_subcluster="data", sm__group="data_group"),
         node(3, ray_subcluster="data", sm__group="data_group"),
         node(4, alive=False, ray_subcluster="data", sm__group="data_group"),  # a dead node is not a host
-        node(5),
-    ]  # an unlabelled node of the cluster: not the job's
+        node(5),  # an unlabelled node of the cluster: not the job's
+    ]
     attached = match_groups(cfg(), nodes, "head:6379")
     assert {g: [n.address for n in ns] for g, ns in attached.groups.items()} == {
         "train_group": ["10.0.0.1"],

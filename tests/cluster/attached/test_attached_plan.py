@@ -23,8 +23,8 @@ def test_hosts_are_the_matched_nodes_by_id_and_outputs_go_to_the_run_directory()
         node(1, gpus=4, ray_subcluster="train", sm__group="train_group"),
         node(2, ray_subcluster="data", sm__group="data_group"),
         node(3, ray_subcluster="data", sm__group="data_group"),
-        node(4),
-    ]  # not the job's: no work, and it carries no ray-subcluster, so the selectors stay by label
+        node(4),  # not the job's: no work, and it carries no ray-subcluster, so the selectors stay by label
+    ]
     plan = plan_of(nodes, "cluster.instance_groups.0.instance_type=ml.g5.12xlarge")
     ids = [n["NodeID"] for n in nodes]
     assert [(h.name, h.role, h.subcluster, h.num_gpus) for h in plan.hosts] == [
@@ -93,8 +93,8 @@ def test_a_node_labelled_like_the_data_group_but_not_matched_turns_the_selector_
     nodes = [
         node(1, ray_subcluster="train", sm__group="train_group"),
         node(2, ray_subcluster="data", sm__group="data_group"),
-        node(3, ray_subcluster="data", team="other"),
-    ]  # another team's data node: no work of ours
+        node(3, ray_subcluster="data", team="other"),  # another team's data node: no work of ours
+    ]
     plan = plan_of(nodes)
     assert plan.data_selector == {"ray.io/node-id": f"in({nodes[1]['NodeID']})"}
     assert plan.train_selector == {"ray-subcluster": "train"}

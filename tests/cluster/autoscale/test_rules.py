@@ -70,9 +70,8 @@ def test_on_a_running_cluster_the_data_selector_is_the_label_new_hosts_carry(con
         1,
         4,
     )
-    assert (
-        plan.preprocess_slots == 8
-    )  # the chain's pool sized for the largest group; Ray Data's budget follows the nodes
+    # the chain's pool sized for the largest group; Ray Data's budget follows the nodes
+    assert plan.preprocess_slots == 8
     # the chain runs under Ray Data's own object store budget, as a fixed job's: a budget of the
     # elastic job's own made Ray Data's scheduling loop spin on the train host (issue 57)
     spec = train_spec(cfg, plan)

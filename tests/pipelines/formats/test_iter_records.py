@@ -91,12 +91,12 @@ def flipped(old: bytes) -> bytes:
 RECORDS = [os.urandom(n) for n in (10, 0, 3000, 100, 70_000, 5, 200, 9)]
 BAD_LENGTH_CRC = {
     "tfrecord": lambda at: (at + 9, at + 10, flipped),  # a byte of the length CRC
-    "recordio": lambda at: (at, at + 4, b"XXXX"),
-}  # the magic
+    "recordio": lambda at: (at, at + 4, b"XXXX"),  # the magic
+}
 BAD_DATA = {
     "tfrecord": lambda at: (at + 12, at + 13, flipped),  # a data byte
-    "recordio": lambda at: (at + 4, at + 8, struct.pack("<I", 3 << 29 | 4)),
-}  # a last part, orphaned
+    "recordio": lambda at: (at + 4, at + 8, struct.pack("<I", 3 << 29 | 4)),  # a last part, orphaned
+}
 
 
 @pytest.mark.parametrize("module,format", [(tfrecord, "tfrecord"), (recordio, "recordio")])
