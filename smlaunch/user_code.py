@@ -97,6 +97,9 @@ def user_functions(cfg) -> list[tuple[str, str]]:
     named += [("trainer.loop", cfg.trainer.loop)] if cfg.trainer.loop else []
     if cfg.task is not None:
         named += [("task.loss", cfg.task.loss)] + ([("task.evaluate", cfg.task.evaluate)] if cfg.task.evaluate else [])
+        named += [(f"task.{k}", getattr(cfg.task, k)) for k in ("metrics", "predict") if getattr(cfg.task, k)]
+    named += [(f"{k}.factory", getattr(cfg, k).factory) for k in ("optimizer", "schedule") if getattr(cfg, k)]
+    named += [(f"trainer.callbacks.{i}", name) for i, name in enumerate(cfg.trainer.callbacks)]
     named += [
         (f"pipeline.ops.{i}.function", op.function) for i, op in enumerate(cfg.pipeline.ops) if op.op in ("user", "map")
     ]

@@ -91,3 +91,18 @@ class TaskConfig(StrictModel):
     model in eval mode, no grad), returning `{metric: float}` for that batch; each metric is
     averaged over all validation rows of all ranks (a batch's value weighed by its rows), printed as
     `validation step=N epoch=E <metric>=<value> ...` and put in report.json. Default: the mean `loss`."""
+    metrics: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
+    """`package.module:function` returning `{name: torchmetrics.Metric}`: metrics over the whole
+    validation set, across all ranks, each row once (AUROC, F1, mAP are not means of batches). Each
+    metric's `update` gets what `predict` returns; its `compute` is on the validation line as
+    `name=value`. Needs `predict`."""
+    predict: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
+    """`package.module:function` called as `predict(model, batch)` on each validation batch, returning
+    `(preds, target)` for every metric of `metrics`."""
+
+    @model_validator(mode="after")
+    def _metrics_and_predict(self):
+        if (self.metrics is None) != (self.predict is None):
+            missing = "task.predict" if self.predict is None else "task.metrics"
+            raise ValueError(f"{missing}: task.metrics and task.predict go together (predict feeds each metric)")
+        return self

@@ -21,6 +21,7 @@ from smlaunch.config.instance_types import InstanceSpec, check_training_type, is
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.model_task import ModelConfig, TaskConfig
 from smlaunch.config.op_specs import FUNCTION_PATTERN, IMAGE_OPS, OpSpec
+from smlaunch.config.recipe import EarlyStopConfig, EmaConfig, FactoryConfig, KeepBestConfig, recipe_problem
 from smlaunch.config.sagemaker import SageMakerConfig
 
 
@@ -171,10 +172,12 @@ class TrainerConfig(StrictModel):
     """Passes over the train channel. Exactly one of `steps` and `epochs`; refused with `loop` (the loop
     decides its epochs)."""
     optimizer: Literal["adamw", "sgd"] = "adamw"
-    """AdamW, or SGD with `momentum`."""
+    """AdamW, or SGD with `momentum`. Your own optimizer: the top-level `optimizer.factory`
+    (`docs/recipe.md`)."""
     learning_rate: float = Field(default=1e-3, gt=0)
     """The peak rate: linear warmup (`warmup_steps`), then cosine decay to zero over the run's optimizer
-    steps. Times the workers with `lr_scaling: linear`."""
+    steps. Times the workers with `lr_scaling: linear`. Your own schedule: the top-level
+    `schedule.factory`."""
     weight_decay: float = Field(default=0.05, ge=0)
     """The optimizer's weight decay."""
     momentum: float = Field(default=0.9, ge=0, lt=1)
@@ -183,8 +186,31 @@ class TrainerConfig(StrictModel):
     """Linear warmup before the cosine decay; default a tenth of the run, at most 100."""
     grad_accum_steps: int = Field(default=1, gt=0)
     """Micro-batches whose gradients add up to one optimizer step (DDP syncs on the last one only)."""
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
-    """`auto`: bf16 autocast on GPU, fp32 on CPU."""
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    """`auto`: bf16 autocast on compute capability 8.0 and above (A10G, L4, A100, H100), fp16 with a
+    GradScaler on 7.x (T4, V100), fp32 on CPU; `plan` says which and why. `fp16`: autocast with a
+    GradScaler (a step whose gradients overflow is skipped, counted on the step lines as `skipped=N`,
+    and does not advance the schedule); refused where the train instances have no GPU, and fp32 on a
+    local run's CPU stand-ins."""
+    clip_grad_norm: float | None = Field(default=None, gt=0)
+    """Clip the gradients to this global L2 norm (after unscaling, before the optimizer step). The norm
+    before clipping is on every step line as `grad_norm=`, clipped or not."""
+    compile: bool = False
+    """`torch.compile` the model (in place, before DDP wraps it). A model that fails to compile trains
+    eagerly, with one warning line."""
+    ema: EmaConfig | None = None
+    """Keep an exponential moving average of the weights (e.g. `{decay: 0.999}`): validation measures the
+    average, and `model.pt` holds it."""
+    keep_best: KeepBestConfig | None = None
+    """`{metric: NAME, mode: min|max}`: `model.pt` holds the weights of the best validation by `metric`
+    (report.json's `summary.best` says which step); checkpoints still hold the last step, for resume.
+    Needs a validation channel."""
+    early_stop: EarlyStopConfig | None = None
+    """`{metric, mode, patience, min_delta}`: stop after `patience` validations without an improvement of
+    more than `min_delta`; the job prints `early stop ...`, saves and exits 0. Needs a validation channel."""
+    callbacks: list[str] = Field(default=[], max_length=32)
+    """Your callbacks, each `package.module:Class` (built with no arguments on every rank), whose methods
+    the loop calls on its events (`docs/recipe.md#events`)."""
     checkpoint_interval: int = Field(default=0, ge=0)
     """Steps between checkpoints; 0 = none by step count (still at the end, on SIGTERM, and by
     `checkpoint_every_s`)."""
@@ -239,6 +265,14 @@ class TrainerConfig(StrictModel):
     progress bar its total)."""
     loop_config: dict = {}
     """The loop's `config` argument."""
+
+    @field_validator("callbacks")
+    @classmethod
+    def _callback_names(cls, value: list[str]) -> list[str]:
+        for i, name in enumerate(value):
+            if not re.match(FUNCTION_PATTERN, name):
+                raise ValueError(f"trainer.callbacks.{i}: {name!r} is not package.module:Class")
+        return value
 
     @model_validator(mode="after")
     def _length(self):
@@ -340,6 +374,14 @@ class LaunchConfig(StrictModel):
     task: TaskConfig | None = None
     """Your loss and metrics (`TaskConfig`); default: classification of `image` by `label`."""
     trainer: TrainerConfig
+    optimizer: FactoryConfig | None = None
+    """Your optimizer: `factory` called as `factory(model, **params)` on every rank, returning a
+    `torch.optim.Optimizer` (parameter groups allowed: every trainable parameter in exactly one).
+    Default: `trainer.optimizer` (AdamW or SGD)."""
+    schedule: FactoryConfig | None = None
+    """Your learning-rate schedule: `factory` called as `factory(optimizer, total_steps, **params)`,
+    returning a `torch.optim.lr_scheduler.LRScheduler` stepped once per optimizer step. Default: linear
+    warmup then cosine to zero (`trainer.warmup_steps`)."""
     run: RunConfig = RunConfig()
     monitor: MonitorConfig = MonitorConfig()
     sagemaker: SageMakerConfig | None = None
@@ -376,6 +418,9 @@ class LaunchConfig(StrictModel):
         if "train" not in self.channels:
             raise ValueError(f"channels: a channel named 'train' is required; channels: {sorted(self.channels)}")
         train = self.channels["train"]
+        problem = recipe_problem(self)
+        if problem:
+            raise ValueError(problem)
         if self.trainer.loop is not None:
             if self.model is not None or self.task is not None:
                 raise ValueError(

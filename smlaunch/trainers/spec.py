@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smlaunch.cluster.topology import WorkerPlan
+from smlaunch.config.recipe import FactoryConfig
 from smlaunch.config.schema import TrainerConfig
 
 
@@ -67,6 +68,13 @@ class TrainSpec:
     task_loss: str | None = None
     """`task.loss` (and `task.evaluate`): the user's task (`trainers.task`); None: classification."""
     task_evaluate: str | None = None
+    task_metrics: str | None = None
+    """`task.metrics` and `task.predict`: whole-set validation metrics (`trainers.metrics`)."""
+    task_predict: str | None = None
+    optimizer: FactoryConfig | None = None
+    """The top-level `optimizer` (your factory); None: `trainer.optimizer` (`trainers.optim`)."""
+    schedule: FactoryConfig | None = None
+    """The top-level `schedule` (your factory); None: warmup-cosine."""
     normalize_in_chain: bool = True
     """The chain ends in `normalize`: a user's task gets `image` normalised (always, for classification)."""
     validation: bool = True
@@ -91,7 +99,16 @@ class TrainSpec:
     def user_functions(self) -> dict[str, str]:
         """Config field -> `module:function` of the user's functions the built-in loop calls (for the
         line an error in them ends the job with: `trainers.failures`)."""
-        named = {"model.factory": self.model_factory, "task.loss": self.task_loss, "task.evaluate": self.task_evaluate}
+        named = {
+            "model.factory": self.model_factory,
+            "task.loss": self.task_loss,
+            "task.evaluate": self.task_evaluate,
+            "task.metrics": self.task_metrics,
+            "task.predict": self.task_predict,
+            "optimizer.factory": self.optimizer.factory if self.optimizer else None,
+            "schedule.factory": self.schedule.factory if self.schedule else None,
+        }
+        named.update({f"trainer.callbacks.{i}": name for i, name in enumerate(self.trainer.callbacks)})
         return {field: path for field, path in named.items() if path}
 
     def card(self) -> dict:

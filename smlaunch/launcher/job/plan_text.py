@@ -85,6 +85,7 @@ def plan_lines(cfg, plan) -> list[str]:
         )
     if not cfg.trainer.loop:
         lines.append(validation_line(cfg))
+        lines.append(recipe_line(cfg, plan))
     from smlaunch.user_code import code_summary
 
     code = code_summary(cfg)
@@ -117,6 +118,43 @@ def validation_line(cfg) -> str:
         f"validation: none (no channel named 'validation'{unread}): the model trains and is saved "
         "without a held-out measurement"
     )
+
+
+def planned_precision(cfg, plan) -> tuple[str, str]:
+    """(precision, why) the ranks will choose (`config.precision`): from the train instance type's GPU
+    model where the workers use GPUs, else as on CPU (a local run's stand-ins)."""
+    from smlaunch.config.instance_types import known_spec
+    from smlaunch.config.precision import capability_of, choose_precision
+
+    on_gpu = [w for w in plan.workers if w.on_gpu]
+    capability = None
+    if on_gpu:
+        spec = known_spec(plan.host(on_gpu[0].host).instance_type)
+        capability = capability_of(spec.accelerator if spec else None) or (8, 0)  # unknown GPU: as the ranks see it
+    return choose_precision(cfg.trainer.precision, capability)
+
+
+def recipe_line(cfg, plan) -> str:
+    """The built-in loop's recipe (`docs/recipe.md`): optimizer, schedule, precision and why, and
+    the features that are on."""
+    t = cfg.trainer
+    precision, why = planned_precision(cfg, plan)
+    parts = [
+        f"optimizer {cfg.optimizer.factory if cfg.optimizer else t.optimizer}",
+        f"schedule {cfg.schedule.factory if cfg.schedule else 'warmup-cosine'}",
+        f"precision {precision} ({why})",
+    ]
+    parts += [f"clip_grad_norm {t.clip_grad_norm:g}"] if t.clip_grad_norm else []
+    parts += ["compile"] if t.compile else []
+    parts += [f"EMA decay {t.ema.decay:g}"] if t.ema else []
+    parts += [f"keep best {t.keep_best.metric} ({t.keep_best.mode})"] if t.keep_best else []
+    if t.early_stop:
+        e = t.early_stop
+        parts.append(f"early stop on {e.metric} ({e.mode}, patience {e.patience}, min_delta {e.min_delta:g})")
+    if cfg.task is not None and cfg.task.metrics:
+        parts.append(f"whole-set metrics {cfg.task.metrics}")
+    parts += [f"callbacks {', '.join(t.callbacks)}"] if t.callbacks else []
+    return "recipe: " + "; ".join(parts)
 
 
 def loop_line(cfg, plan) -> str:

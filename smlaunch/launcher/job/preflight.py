@@ -23,7 +23,7 @@ opening a million files is not."""
 def preflight(cfg: LaunchConfig, sources: bool = True) -> None:
     """`ConfigError` listing every problem; `sources=False` skips local folders (a SageMaker host,
     where channels arrive under /opt/ml instead)."""
-    problems = model_problems(cfg) + op_problems(cfg)
+    problems = model_problems(cfg) + op_problems(cfg) + recipe_problems(cfg)
     if sources:
         problems += source_problems(cfg)
     if problems:
@@ -73,6 +73,70 @@ def model_problems(cfg: LaunchConfig) -> list[str]:
         elif path.stat().st_size == 0:
             problems.append(f"model.pretrained: {weights} is empty")
     return problems
+
+
+def recipe_problems(cfg: LaunchConfig) -> list[str]:
+    """The recipe's functions import and bind as the loop calls them (`optimizer.factory(model,
+    **params)`, `schedule.factory(optimizer, total_steps, **params)`, `task.metrics()`,
+    `task.predict(model, batch)`, each of `trainer.callbacks` a class), and fp16 has GPUs to run on.
+    What they return is checked on the ranks, before the first step (`trainers.optim`)."""
+    from smlaunch.cluster.topology import config_train_group
+    from smlaunch.user_code import check
+
+    if cfg.trainer.loop:  # the schema refused the recipe's keys beside your loop
+        return []
+    calls = [
+        (cfg.optimizer, "optimizer.factory", (None,)),
+        (cfg.schedule, "schedule.factory", (None, 0)),
+    ]
+    problems = [check(c.factory, field, args, dict(c.params)) for c, field, args in calls if c is not None]
+    if cfg.schedule is not None and not problems[-1]:
+        problems.append(_schedule_problem(cfg.schedule.factory, dict(cfg.schedule.params)))
+    if cfg.task is not None and cfg.task.metrics and cfg.task.predict:
+        problems += [check(cfg.task.metrics, "task.metrics"), check(cfg.task.predict, "task.predict", (None, None))]
+    problems += [_class_problem(name, f"trainer.callbacks.{i}") for i, name in enumerate(cfg.trainer.callbacks)]
+    if cfg.trainer.precision == "fp16":
+        try:
+            group = {g.name: g for g in cfg.cluster.instance_groups}[config_train_group(cfg)[0]]
+        except ConfigError:
+            group = None  # no group has GPUs: the plan says so in its own line
+        if group is None or group.spec.gpus == 0:
+            where = f"the train instances ({group.instance_type})" if group else "no instance group"
+            problems.append(f"trainer.precision: fp16 needs a GPU, and {where} have none; use auto or fp32")
+    return [p for p in problems if p]
+
+
+def _schedule_problem(factory: str, params: dict) -> str | None:
+    """Whether `schedule.factory` returns a scheduler: called on a stand-in optimizer (one parameter, the
+    model is not built at `plan`). A factory that fails on the stand-in is left to the ranks, which
+    call it on the real optimizer."""
+    import torch
+
+    from smlaunch.user_code import resolve
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    try:
+        made = resolve(factory, "schedule.factory")(optimizer, 1000, **params)
+    except Exception:  # any: it may need a real model's groups; the ranks will say
+        return None
+    if all(callable(getattr(made, name, None)) for name in ("step", "state_dict", "load_state_dict")):
+        return None
+    return (
+        f"schedule.factory: {factory} returned {type(made).__name__}; return a "
+        "torch.optim.lr_scheduler.LRScheduler of the optimizer it is given"
+    )
+
+
+def _class_problem(path: str, field: str) -> str | None:
+    import inspect
+
+    from smlaunch.user_code import resolve
+
+    try:
+        found = resolve(path, field)
+    except ConfigError as exc:
+        return str(exc)
+    return None if inspect.isclass(found) else f"{field}: {path} is not a class (a callback is package.module:Class)"
 
 
 def op_problems(cfg: LaunchConfig) -> list[str]:
