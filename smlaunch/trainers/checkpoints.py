@@ -1,7 +1,7 @@
 """Checkpoints that survive spot interruptions: written by rank 0, found again by a new run.
 
 A checkpoint is a directory `<checkpoint dir>/<run>/step-<NNNNNNNN>/` holding `state.pt` (a
-`TrainState`: model, optimizer, scheduler, step, the epoch's data position; the one format the
+`TrainState`: model, optimizer, scheduler, the recipe's state, step, the epoch's data position; the one format the
 built-in loop writes and resumes from) and `meta.json` (the step and the SHA-256 and size of
 `state.pt`). Ray Train copies the directory into the checkpoint dir; on SageMaker that is
 `/opt/ml/checkpoints`, which SageMaker syncs to S3 and restores into a new job. Each launch writes
@@ -47,6 +47,12 @@ class TrainState:
     """`pipelines.position.EpochPosition.state()` of the epoch in progress."""
     consumed_ids: Any = None
     """The ids the epoch in progress has drawn (int64 array), where rows have no position."""
+    recipe: dict | None = None
+    """`trainers.recipe.Recipe.state_dict()` (precision, GradScaler, skipped steps, EMA) and, under
+    `callbacks`, each callback's state (keep-best, early stop, yours); None in an older checkpoint."""
+    validation: list | None = None
+    """The run's validation results so far (a few numbers per pass): report.json lists the whole run's,
+    across restarts and resumes."""
 
     @property
     def epoch(self) -> int:
@@ -61,7 +67,7 @@ class TrainState:
         """The state of a `state.pt` read from `where`; a UserError in one line for one of another
         format (an older smlaunch's, or another program's)."""
         fields = set(cls.__dataclass_fields__)
-        missing = sorted(fields - {"position", "consumed_ids"} - set(state))
+        missing = sorted(fields - {"position", "consumed_ids", "recipe", "validation"} - set(state))
         if missing or not isinstance(state.get("position"), dict | None):
             why = f"no {', '.join(missing)}" if missing else "its position is a count of batches, an older format"
             raise UserError(

@@ -37,6 +37,7 @@ NCCL cannot gather objects.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -66,6 +67,12 @@ class StepNumbers:
     """The numbers a user's loss returned beside it (`task.METRIC_SLOTS`, in `metric_names`' order),
     summed over this rank's micro-batches that returned them (`metric_micro`)."""
     metric_micro: int = 0
+    lr: float = 0.0
+    """The rate the step used, and the gradient norm before clipping: the same on every rank (DDP
+    averaged the gradients), so their sum over ranks is divided by the ranks again (`record`)."""
+    grad_norm: float = 0.0
+    skipped: int = 0
+    """fp16 steps skipped so far (the same count on every rank: the overflow is in the averaged gradients)."""
 
     def as_list(self) -> list[float]:
         return [
@@ -78,6 +85,9 @@ class StepNumbers:
             self.chain_rows,
             *self.metric_sums,
             self.metric_micro,
+            self.lr,
+            self.grad_norm,
+            self.skipped,
         ]
 
 
@@ -88,6 +98,8 @@ class Decision:
     stop: bool
     checkpoint: bool
     """Rank 0 found a timed checkpoint due: every rank saves after this step."""
+    end: bool
+    """A callback on some rank asked the run to end (`RunView.request_stop`): every rank finishes now."""
     previous: list[float] | None
     """The previous step's numbers summed over ranks (as `StepNumbers.as_list`), or None."""
 
@@ -112,6 +124,11 @@ def record(step: int, epoch: int, numbers: list[float], world: int, metric_names
     }
     if metric_names and len(numbers) > 15 and numbers[15]:
         entry["metrics"] = {name: round(numbers[7 + i] / numbers[15], 6) for i, name in enumerate(metric_names)}
+    if len(numbers) > 18:
+        norm = numbers[17] / world
+        entry["lr"] = float(f"{numbers[16] / world:.6g}")
+        entry["grad_norm"] = round(norm, 6) if math.isfinite(norm) else None  # an fp16 overflow: skipped
+        entry["skipped_steps"] = round(numbers[18] / world)
     return entry
 
 
@@ -168,7 +185,12 @@ class Control:
         return self._preemption_notice()
 
     def exchange(
-        self, full: bool, any_data: bool, previous: StepNumbers | None, checkpoint_due: bool = False
+        self,
+        full: bool,
+        any_data: bool,
+        previous: StepNumbers | None,
+        checkpoint_due: bool = False,
+        end: bool = False,
     ) -> Decision:
         """The step's decision; raises on every rank (`HostLost`) when rank 0's guard found a host lost.
         `checkpoint_due` counts on rank 0 only."""
@@ -181,6 +203,7 @@ class Control:
             float(lost is not None),
             float(checkpoint_due and self.rank == 0),
             float(polled),
+            float(end),
         ] + (previous or StepNumbers()).as_list()
         if self.world > 1:
             values = self._all_reduce(values)
@@ -192,7 +215,8 @@ class Control:
             any_data=values[1] > 0,
             stop=values[2] > 0 or preempted,
             checkpoint=values[4] > 0,
-            previous=values[6:] if previous is not None else None,
+            end=values[6] > 0,
+            previous=values[7:] if previous is not None else None,
         )
 
     def _lost_elsewhere(self) -> Exception:

@@ -37,17 +37,22 @@ def all_reduce(tensor, world: int):
 
 
 def validate(model, batches, task, device, host_rows, step: int, epoch: int, control, autocast) -> dict:
-    """The task's metrics (`trainers.task`: accuracy and loss for classification) over this rank's
-    validation shard (`batches`), each a mean over all ranks' rows: a batch's mean weighs its rows.
+    """The task's metrics over the validation set, the same dict on every rank: `task.measure`'s
+    per-batch means (the loss, a user's `task.evaluate`) averaged over all ranks' rows, a batch's
+    mean weighed by its rows; and the whole-set metrics (`trainers.metrics`: accuracy, a user's
+    `task.metrics`) updated with every row of every rank once and computed together.
 
     Ranks' shards may differ in batches (a shard can even be empty: a few large blocks split over
     many ranks), so nothing inside the loop may be a collective. A DDP model's forward is one: it
     broadcasts the buffers (BatchNorm statistics) from rank 0 on every call, so a rank with more
     batches waited in that broadcast while the others waited in the final all-reduce, for ever. The
-    buffers are broadcast once here, before the loop, and the forward runs on the wrapped module.
-    The sums meet on rank 0 as Python numbers (`control.gather`): an empty shard knows no metric
-    names, and a user's metrics are only known by name once computed."""
+    buffers are broadcast once here, before the loop, and the forward runs on the bare module (the
+    EMA's average, with `trainer.ema`). The means meet on rank 0 as Python numbers
+    (`control.gather`): an empty shard knows no metric names, and a user's metrics are only known by
+    name once computed."""
     import torch
+
+    from smlaunch.trainers.metrics import compute_all
 
     net = getattr(model, "module", model)
     if control.world > 1:
@@ -55,7 +60,9 @@ def validate(model, batches, task, device, host_rows, step: int, epoch: int, con
 
         for buffer in net.buffers():  # every rank validates with rank 0's statistics, as DDP's forward would
             dist.broadcast(buffer, 0)
+    was_training = net.training
     net.eval()
+    whole = {name: metric.to(device) for name, metric in task.metrics().items()}
     sums: dict[str, float] = {}
     rows = 0
     with torch.no_grad():
@@ -63,11 +70,15 @@ def validate(model, batches, task, device, host_rows, step: int, epoch: int, con
             count_hosts(host_rows, batch)
             n = len(batch["id"])
             with autocast():
-                metrics = task.evaluate(net, task.inputs(batch, device))
-            for name, value in metrics.items():
+                means, pair = task.measure(net, task.inputs(batch, device))
+            for name, value in means.items():
                 sums[name] = sums.get(name, 0.0) + float(value) * n
+            if pair is not None:
+                for metric in whole.values():
+                    metric.update(*pair)
             rows += n
-    net.train()
+    net.train(was_training)
+    computed = compute_all(whole, "task.metrics")  # a collective: every rank, every metric, in order
     parts = control.gather((sums, rows), control.rank)
     result = None
     if parts is not None:
@@ -76,6 +87,7 @@ def validate(model, batches, task, device, host_rows, step: int, epoch: int, con
         result = {
             "step": step,
             "epoch": epoch,
+            **{name: round(value, 6) for name, value in computed.items()},
             **{name: round(sum(part.get(name, 0.0) for part, _ in parts) / max(total, 1), 5) for name in names},
             "rows": int(total),
         }

@@ -13,18 +13,19 @@ import os
 CLASSES = "classes.json"
 
 
-def save_model(model, config: dict, step: int, final: dict) -> None:
-    """Into `config["model_dir"]`; an `s3://` one gets the files through a temporary directory."""
+def save_model(model, config: dict, step: int, final: dict, state: dict | None = None) -> None:
+    """Into `config["model_dir"]`; an `s3://` one gets the files through a temporary directory.
+    `state`: the weights to save instead of `model`'s own (`trainer.keep_best`'s best validation's)."""
     if config["model_dir"].startswith("s3://"):
         import tempfile
 
         from smlaunch.trainers.s3_store import upload_dir
 
         with tempfile.TemporaryDirectory(prefix="smlaunch-model-") as tmp:
-            _save(model, {**config, "model_dir": tmp}, step, final)
+            _save(model, {**config, "model_dir": tmp}, step, final, state)
             upload_dir(tmp, config["model_dir"])
         return
-    _save(model, config, step, final)
+    _save(model, config, step, final, state)
 
 
 def cpu_state_dict(model) -> dict:
@@ -40,18 +41,18 @@ def cpu_state_dict(model) -> dict:
     return out
 
 
-def _save(model, config: dict, step: int, final: dict) -> None:
+def _save(model, config: dict, step: int, final: dict, state: dict | None = None) -> None:
     import torch
 
     model_dir = config["model_dir"]
     os.makedirs(model_dir, exist_ok=True)
-    torch.save(cpu_state_dict(model), os.path.join(model_dir, "model.pt"))
+    torch.save(state if state is not None else cpu_state_dict(model), os.path.join(model_dir, "model.pt"))
     names = config.get("class_names")
     card = {
         "model": config["model"],
         "num_classes": config["num_classes"],
         "steps": step,
-        "final_metrics": final,
+        "final_metrics": {k: v for k, v in final.items() if k != "best"},
         "config_sha256": config["config_sha256"],
     }
     if config["image_size"]:
@@ -69,6 +70,8 @@ def _save(model, config: dict, step: int, final: dict) -> None:
             f"{config['image_size']}) (timm.create_model with num_classes, and img_size where the "
             "model takes one); model.load_state_dict(torch.load('model.pt'))"
         )
+    if final.get("best"):
+        card["best"] = final["best"]  # model.pt holds this validation's weights (`trainer.keep_best`)
     if names is not None:
         card["classes"] = list(names)
     if config.get("pretrained"):

@@ -16,12 +16,7 @@ skips what it had already drawn, is `trainers.resume`.
 
 from __future__ import annotations
 
-import contextlib
 import time
-
-NOTICE_WAIT_S = 3.0
-"""How long a validation pass that failed waits for a preemption notice that explains it (a drain
-Ray Train's watcher had not seen yet) before the failure counts as the run's."""
 
 
 def train_loop(spec) -> dict:
@@ -54,19 +49,22 @@ class _Run:
         import torch
 
         from smlaunch.cluster.run_relay import EventSender
+        from smlaunch.config.precision import choose_precision
         from smlaunch.pipelines.sources.host_loss import LostHostGuard
         from smlaunch.series import StepLog
         from smlaunch.trainers.accounting import Accountant
+        from smlaunch.trainers.callbacks import Callbacks, RunView
         from smlaunch.trainers.checkpoints import CheckpointLog
         from smlaunch.trainers.control import Control
         from smlaunch.trainers.epoch_progress import EpochProgress
         from smlaunch.trainers.mixing import LabelMix
         from smlaunch.trainers.model import build_model
         from smlaunch.trainers.next_epoch import NextEpoch
-        from smlaunch.trainers.optim import build_optimizer, build_schedule
+        from smlaunch.trainers.recipe import CompiledForward, Recipe, run_capability
         from smlaunch.trainers.resume import initial_state
+        from smlaunch.trainers.run_callbacks import ConsoleLog, PhaseMarks, StepCheckpoints
         from smlaunch.trainers.task import make_task
-        from smlaunch.trainers.validation import schedule
+        from smlaunch.trainers.validation import EpochValidation, schedule
 
         self.spec, self.trainer, self.phase_marks = spec, spec.trainer, phase_marks
         self.doing = "while starting"  # what the rank was doing, for the line an error ends the job with
@@ -96,25 +94,37 @@ class _Run:
         if not self._done():
             self.first_epoch = NextEpoch(self._torch_batches(ray.train.get_dataset_shard("train")))
             phase_marks["data_asked"] = time.time()
-        self.raw_model = build_model(spec)
+        # On the rank's device before the optimizer, the EMA copy and a checkpoint's optimizer state are
+        # made from it: `load_state_dict` puts the state where the parameters are at that moment.
+        self.raw_model = build_model(spec).to(self.device)
         phase_marks["model_built"] = time.time()
-        self.optimizer = build_optimizer(self.raw_model, self.trainer, spec.learning_rate)
-        self.schedule = build_schedule(self.optimizer, self.trainer, spec.total_steps)
+        precision, why = choose_precision(self.trainer.precision, run_capability(self.device, self.control, self.rank))
+        self.console.put("note", text=f"precision: {precision} ({why})")
+        # The optimizer, schedule, GradScaler and EMA (`trainers.recipe`), and the callbacks around the
+        # steps (`trainers.callbacks`): built here, before DDP wraps the model and compile changes it.
+        self.recipe = Recipe(self.raw_model, spec, self.device, precision)
+        # The loop's own parts first (checkpoints by step, phase marks, validation passes, step lines),
+        # then keep-best, early stop and the user's: one list, called on named events.
+        builtin = (StepCheckpoints(self), PhaseMarks(phase_marks), EpochValidation(self, schedule(spec)))
+        self.callbacks = Callbacks(self.trainer, self.trainer.callbacks, builtin + (ConsoleLog(self.console),))
+        self.view = RunView(self)
+        self.checkpoint_due = False  # rank 0's clock found a timed checkpoint due, in this step's exchange
+        self.last_outcome = None  # the last optimizer step's `StepOutcome` (`trainers.recipe`)
+        self.stop_request: str | None = None  # a callback's (early stop): the run ends after the event
+        self.validation: list[dict] = []  # the run's passes, a resumed run's earlier ones too
         if state is not None:
             self._restore_weights(state)
         elif spec.pretrained:
             self._fine_tune_from(spec.pretrained)
+        self.compiled = CompiledForward(self.raw_model, self.console) if self.trainer.compile else None
         # DDP's wrap broadcasts rank 0's parameters and buffers to every rank (init_sync), so the weights
         # file is read once, by rank 0, and the other ranks' random initialisation is overwritten.
         self.model = ray.train.torch.prepare_model(self.raw_model)
-        self.autocast = _autocast(self.trainer.precision, self.device)
         hosts = list(spec.host_names)
         self.host_rows = torch.zeros(len(hosts) + 1, dtype=torch.long, device=self.device)  # last: unknown host
         self.train_rows = torch.zeros_like(self.host_rows)
         self.train_prep = torch.zeros(len(hosts) + 1, dtype=torch.float64, device=self.device)  # chain seconds
         self.steps = StepLog()  # bounded: buckets of the whole run, the latest steps exact (`smlaunch.series`)
-        self.validation: list[dict] = []
-        self.validates = schedule(spec)  # no validation channel: no pass, ever
         self.accounting = Accountant("train", spec.epoch_rows, self.world)
         self.mix = LabelMix(spec.num_classes, self.device) if self.task.builtin else None  # labels' mix per batch
         self.stopped, self.stopped_by = False, None
@@ -140,9 +150,11 @@ class _Run:
             raise ConfigError(failure)
 
     def _restore_weights(self, state) -> None:
+        from smlaunch.trainers.recipe import restore
+
         self.raw_model.load_state_dict(state.model)
-        self.optimizer.load_state_dict(state.optimizer)
-        self.schedule.load_state_dict(state.scheduler)
+        restore(self.recipe, self.callbacks, state)
+        self.validation = list(state.validation or [])
         self.console.put(
             "resumed",
             step=self.step,
@@ -165,17 +177,15 @@ class _Run:
         shard = ray.train.get_dataset_shard("train")
         pending = None  # this rank's numbers of the last step, summed over ranks one exchange later
         started, self.first_epoch = self.first_epoch, None  # its batches already asked for (`trainers.next_epoch`)
-        while not self.stopped and not self._done():
+        self.callbacks.fire("on_train_start", self.view)
+        while not self.stopped and not self.stop_request and not self._done():
             pending, exhausted = self._epoch(shard, pending, started)
             started = None
             if exhausted:
                 self._close_epoch(complete=True)
                 if not self._done():
                     started = NextEpoch(self._torch_batches(shard))
-                if self.validates.after_epoch(self.epochs_done) and not self._validate_unless_preempted(
-                    self.epochs_done
-                ):
-                    break
+                self.callbacks.fire("on_epoch_end", self.view)  # a validation pass, a preemption's stop
         if pending is not None:
             self._record(self.control.flush(pending))
         self.cut_short = bool(self.progress.ids.parts)  # the step count (or a stop) ended the run inside an epoch
@@ -204,12 +214,16 @@ class _Run:
                 bool(micro),
                 pending,
                 checkpoint_due=self.rank == 0 and self.checkpoint_log.due(),
+                end=bool(self.stop_request),
             )
             if decision.previous is not None:
                 self._record(decision.previous)
             pending = None
             if decision.stop:
-                self._stop()
+                self.stop()
+                return None, False
+            if decision.end:  # a callback asked, on some rank: every rank finishes here
+                self.stop_request = self.stop_request or "a callback on another rank ended the run"
                 return None, False
             if not decision.any_data:
                 if steps_here == 0 and not resumed:  # no step now, nor in any epoch after: stop, not loop
@@ -217,12 +231,8 @@ class _Run:
                 return None, True
             steps_here += 1
             pending = self._train_step(micro, decision.all_full, waited, started)
-            self.phase_marks["last_step"] = now = time.time()
-            self.phase_marks.setdefault("first_step", now)
-            if self.trainer.checkpoint_interval and self.step % self.trainer.checkpoint_interval == 0:
-                self._save("interval")
-            elif decision.checkpoint:
-                self._save("timer")
+            self.checkpoint_due = decision.checkpoint
+            self.callbacks.fire("on_step_end", self.view, self.last_outcome)  # checkpoints, phase marks, yours
         return pending, False
 
     def _raise_empty_epoch(self):
@@ -287,12 +297,12 @@ class _Run:
         if self.rank == 0:
             entry = record(self.step, self.epochs_done + 1, summed, self.world, self.task.metric_names)
             self.steps.add(entry)
-            self.console.put("step", **entry)
+            self.callbacks.fire("on_log", self.view, entry)  # the console's step lines, yours
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         self.guard.check(force=True)
         if not self.checkpoint_log.holds(self.step, self.epochs_done):
-            self._save("stop")
+            self.save("stop")
         notice = self.control.preempted
         self.stopped_by = (
             f"Ray's preemption notice (nodes {', '.join(notice.preempted_node_ids)} drained)" if notice else None
@@ -331,71 +341,30 @@ class _Run:
             self.epochs_done += 1
         progress.next_epoch(self.epochs_done)
 
-    def _validate(self, epoch: int) -> None:
-        import ray.train
-
-        from smlaunch.trainers.evaluate import validate
-
-        self.doing = f"in the validation at step {self.step}"
-        batches = ray.train.get_dataset_shard("validation").iter_torch_batches(
-            batch_size=256, device=self.device, pin_memory=self.device.type == "cuda"
-        )
-        self.validation.append(
-            validate(
-                self.model,
-                batches,
-                self.task,
-                self.device,
-                self.host_rows,
-                self.step,
-                epoch,
-                self.control,
-                self.autocast,
-            )
-        )
-        self.console.put("validation", **self.validation[-1])
-
-    def _validate_unless_preempted(self, epoch: int) -> bool:
-        """Validate, unless a train node is being drained (then stop: False). A validation pass on a
-        draining node cannot start: Ray Train starts the validation dataset's coordinator actor on
-        first use, pinned to a train node (`NodeAffinitySchedulingStrategy`, soft=False), and a draining
-        node takes no new actor, so the pass fails with `ActorUnschedulableError`; a restart cannot be
-        placed there either, and the job would end in 3 x 60 s with exit 1 instead of a checkpoint.
-        The step loop asks for the notice at most once a second, so a drain just before an epoch's end
-        (or the run's) is asked for here again, on every rank (a barrier); a pass that fails because
-        the notice came a moment after this ask stops the run too."""
-        if self.control.notice() is None:
-            try:
-                self._validate(epoch)
-                return True
-            except Exception:
-                if self.control.notice(wait_s=NOTICE_WAIT_S) is None:
-                    raise
-        self._stop()
-        return False
-
     def _finish(self) -> None:
-        if self.validates.at_end(self.validation, self.step):
-            if not self._validate_unless_preempted(self.epochs_done + self.cut_short):
-                return
-            self.phase_marks["final_validation"] = time.time()
+        self.callbacks.fire("on_train_end", self.view)  # first the final validation pass (`EpochValidation`)
+        if self.stopped:  # that pass met a drain: stopped, checkpointed
+            return
         self.doing = f"while finishing at step {self.step}"
         if not self.checkpoint_log.holds(self.step):
-            self._save("end")
+            self.save("end")
         if self.rank == 0:
             from smlaunch.trainers.export import save_model
 
+            keep = self.callbacks.keep_best
             save_model(
-                self.raw_model,
+                self.recipe.validated,
                 self.spec.card(),
                 self.step,
                 {
                     "loss": self.steps.last["loss"] if self.steps.last else None,
                     "validation": self.validation[-1] if self.validation else None,
+                    "best": keep.best() if keep else None,
                 },
+                state=keep.weights if keep else None,
             )
 
-    def _save(self, why: str) -> None:
+    def save(self, why: str) -> None:
         """A checkpoint: every rank reports (a barrier), rank 0 writes the state, with the ids the group
         has drawn in the current epoch (its data position, whatever the next world size). `why`
         (interval, timer, stop, end) and the seconds it took go into the report's `checkpoints`:
@@ -410,6 +379,7 @@ class _Run:
         import ray.train
 
         from smlaunch.trainers.checkpoints import TrainState, checkpoint_name, save_train_state
+        from smlaunch.trainers.recipe import checkpoint_fields
 
         self.guard.check(force=True)
         where = self.progress.checkpoint_fields(self.control)
@@ -418,8 +388,8 @@ class _Run:
             if self.rank == 0:
                 state = TrainState(
                     model=self.raw_model.state_dict(),
-                    optimizer=self.optimizer.state_dict(),
-                    scheduler=self.schedule.state_dict(),
+                    **checkpoint_fields(self.recipe, self.callbacks),
+                    validation=self.validation,
                     step=self.step,
                     epochs_done=self.epochs_done,
                     world_size=self.world,
@@ -454,6 +424,9 @@ class _Run:
             "epochs": self.epochs_done + self.cut_short,
             "epochs_complete": self.epochs_done,
             "stopped_at_step": self.step if self.stopped else None,
+            "stopped_early": bool(self.stop_request),
+            "best": self.callbacks.keep_best.best() if self.callbacks.keep_best else None,
+            "skipped_steps": self.recipe.skipped,
             "stopped_by": self.stopped_by,
             "resumed_from": self.resumed_from,
             "resumed_at_step": self.resumed_at_step,
@@ -472,12 +445,3 @@ class _Run:
 
     def _done(self) -> bool:
         return self.step >= self.trainer.steps if self.trainer.steps else self.epochs_done >= self.trainer.epochs
-
-
-def _autocast(precision: str, device):
-    """bf16 autocast on GPU ('auto' or 'bf16'); plain fp32 otherwise."""
-    import torch
-
-    if device.type == "cuda" and precision in ("auto", "bf16"):
-        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext

@@ -1,5 +1,6 @@
 """One optimizer step of the loop (`trainers.loop`): the task's loss over the step's micro-batches,
-under DDP, autocast and accumulation, then the optimizer; what the step took, for the report.
+under DDP, autocast and accumulation, then the recipe's step (`trainers.recipe`: unscale, clip,
+optimizer, schedule, EMA); what the step took, for the report.
 
 DDP's own sync when every rank holds a full step, else a drain step with the gradients summed
 explicitly (`control.sum_gradients`). A drain step runs the bare module, not the DDP wrapper:
@@ -22,7 +23,7 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
     from smlaunch.trainers.evaluate import count_hosts
     from smlaunch.trainers.task import METRIC_SLOTS, metric_values
 
-    task, accum = run.task, run.trainer.grad_accum_steps
+    task, accum, recipe = run.task, run.trainer.grad_accum_steps, run.recipe
     losses, rows, chain, metrics = [], 0, [], []
     for i, batch in enumerate(micro):
         run.progress.record(batch)
@@ -32,9 +33,13 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
         count_hosts(run.train_rows, batch, run.train_prep)
         model = run.model if all_full else run.raw_model
         defer = all_full and run.world > 1 and i < len(micro) - 1  # DDP syncs on the last micro-batch
-        with run.model.no_sync() if defer else contextlib.nullcontext(), run.autocast():
-            loss, numbers = task.loss(model, task.inputs(batch, run.device))
-        (loss / accum if all_full else loss).backward()
+        with run.model.no_sync() if defer else contextlib.nullcontext(), recipe.autocast():
+            inputs = task.inputs(batch, run.device)
+            if run.compiled is not None:  # the first forward compiles; a failure trains eagerly (`CompiledForward`)
+                loss, numbers = run.compiled.call(lambda: task.loss(model, inputs))  # noqa: B023 (called at once)
+            else:
+                loss, numbers = task.loss(model, inputs)
+        recipe.backward(loss / accum if all_full else loss)
         losses.append(loss.detach().float())
         if numbers:
             metrics.append(numbers)
@@ -45,12 +50,11 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
             chain.append(torch.stack([seconds[timed].double().sum(), timed.double().sum()]))
     if not all_full:
         sum_gradients(run.raw_model, len(micro), run.world)
-    run.optimizer.step()
-    run.optimizer.zero_grad(set_to_none=True)
-    run.schedule.step()
+    outcome = recipe.step()
     if run.device.type == "cuda":
         torch.cuda.synchronize(run.device)
     run.step += 1
+    run.last_outcome = outcome  # for the loop's `on_step_end`, once the step's numbers are taken
     loss_sum = torch.stack(losses).sum().item() if losses else 0.0
     chain_s, chain_rows = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0)
     sums = (
@@ -68,4 +72,7 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
         int(chain_rows),
         tuple(sums),
         len(metrics),
+        outcome.lr,
+        float(outcome.grad_norm),
+        recipe.skipped,
     )

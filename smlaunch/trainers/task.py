@@ -8,11 +8,14 @@ only, as torchtitan's `loss_fn` or Composer's `ComposerModel.loss`/`eval_forward
 * `inputs(batch)`: what the model's side sees of a batch: its fields on the rank's device, without
   the reader's bookkeeping (ids, positions, hosts, chain times);
 * `loss(model, inputs)`: `(scalar tensor, {name: float})`;
-* `evaluate(model, inputs)`: `{metric: float}` for one validation batch, a mean over its rows.
+* `measure(model, inputs)`: for one validation batch, `{metric: float}` (means over its rows) and
+  the `(preds, target)` its whole-set metrics are updated with (`trainers.metrics`), or None;
+* `metrics()`: the whole-set metrics, fresh (torchmetrics `Metric`s by name).
 
-`Classification` is the built-in task (cross-entropy on `image` and `label`; accuracy and loss);
-`UserTask` calls the user's `task.loss` and `task.evaluate` in the same places, so a user's task
-gets every guarantee the built-in one has by construction.
+`Classification` is the built-in task (cross-entropy on `image` and `label`; the loss, and accuracy
+and top-5 as whole-set metrics); `UserTask` calls the user's `task.loss`, `task.evaluate`,
+`task.metrics` and `task.predict` in the same places, so a user's task gets every guarantee the
+built-in one has by construction.
 """
 
 from __future__ import annotations
@@ -28,17 +31,24 @@ METRIC_SLOTS = 8
 def make_task(spec):
     """The run's task: the user's (`task.loss`) or the built-in classification."""
     if spec.task_loss:
-        return UserTask(spec.task_loss, spec.task_evaluate, spec.normalize if spec.normalize_in_chain else None)
-    return Classification(spec.normalize)
+        return UserTask(
+            spec.task_loss,
+            spec.task_evaluate,
+            spec.normalize if spec.normalize_in_chain else None,
+            spec.task_metrics,
+            spec.task_predict,
+        )
+    return Classification(spec.normalize, spec.num_classes)
 
 
 class Classification:
-    """Cross-entropy of the model's logits for `image` against `label`; accuracy and loss in validation."""
+    """Cross-entropy of the model's logits for `image` against `label`; in validation the loss, and
+    accuracy (top-5 too past 5 classes) over the whole set."""
 
     builtin = True
 
-    def __init__(self, normalize: dict):
-        self.normalize = normalize
+    def __init__(self, normalize: dict, num_classes: int | None = None):
+        self.normalize, self.num_classes = normalize, num_classes
         self.metric_names: tuple[str, ...] = ()
 
     def inputs(self, batch: dict, device) -> dict:
@@ -51,15 +61,17 @@ class Classification:
 
         return F.cross_entropy(model(inputs["image"]).float(), inputs["label"]), {}
 
-    def evaluate(self, model, inputs: dict) -> dict:
+    def measure(self, model, inputs: dict):
         import torch.nn.functional as F
 
         logits = model(inputs["image"]).float()
         labels = inputs["label"]
-        return {
-            "accuracy": (logits.argmax(1) == labels).double().mean(),
-            "loss": F.cross_entropy(logits, labels).double(),
-        }
+        return {"loss": F.cross_entropy(logits, labels).double()}, (logits, labels)
+
+    def metrics(self) -> dict:
+        from smlaunch.trainers.metrics import classification_metrics
+
+        return classification_metrics(self.num_classes)
 
 
 @dataclass
@@ -70,6 +82,8 @@ class UserTask:
     evaluate_path: str | None = None
     normalize: dict | None = None
     """The chain's trailing `normalize`, applied to `image` on the device; None: images stay uint8."""
+    metrics_path: str | None = None
+    predict_path: str | None = None
     builtin = False
 
     def __post_init__(self):
@@ -77,6 +91,7 @@ class UserTask:
 
         self._loss = resolve(self.loss_path, "task.loss")
         self._evaluate = resolve(self.evaluate_path, "task.evaluate") if self.evaluate_path else None
+        self._predict = resolve(self.predict_path, "task.predict") if self.predict_path else None
         self.metric_names: tuple[str, ...] = ()
 
     def inputs(self, batch: dict, device) -> dict:
@@ -110,18 +125,30 @@ class UserTask:
             self.metric_names = tuple(sorted(metrics))[:METRIC_SLOTS]
         return value, metrics
 
-    def evaluate(self, model, inputs: dict) -> dict:
+    def measure(self, model, inputs: dict):
         from smlaunch.errors import UserError
 
+        pair = None
+        if self._predict is not None:
+            pair = self._predict(model, inputs)
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise UserError(
+                    f"task.predict {self.predict_path} returned {type(pair).__name__}; return (preds, target)"
+                )
         if self._evaluate is None:
-            return {"loss": self.loss(model, inputs)[0].double()}
+            return {"loss": self.loss(model, inputs)[0].double()}, pair
         out = self._evaluate(model, inputs)
         if not isinstance(out, dict) or not out:
             raise UserError(
                 f"task.evaluate {self.evaluate_path} returned {type(out).__name__}; return "
                 "{metric: float} for the batch"
             )
-        return out
+        return out, pair
+
+    def metrics(self) -> dict:
+        from smlaunch.trainers.metrics import user_metrics
+
+        return user_metrics(self.metrics_path) if self.metrics_path else {}
 
 
 def metric_values(metrics: dict, names: tuple[str, ...]) -> list[float]:

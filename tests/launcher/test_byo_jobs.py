@@ -106,8 +106,29 @@ def test_plan_checks_the_user_s_factory_task_and_map_op_by_name_in_one_line_each
     assert "pipeline.ops.0.function: stack_features(batch, rng, train, noise=0.0) cannot take" in line
 
 
+RECIPE = {
+    "optimizer": {"factory": "regression:grouped_adamw", "params": {"lr": 0.01, "head_lr": 0.02}},
+    "schedule": {"factory": "regression:cliff", "params": {"drop_at": 50, "factor": 300.0}},
+    "task": {"metrics": "regression:auroc_metrics", "predict": "regression:predict_above"},
+    "trainer": {
+        "clip_grad_norm": 5.0,
+        "ema": {"decay": 0.5},
+        "keep_best": {"metric": "mse", "mode": "min"},
+        "early_stop": {"metric": "mse", "mode": "min", "patience": 1},
+        "callbacks": ["regression:EventLog"],
+        "checkpoint_interval": 20,
+    },
+}
+"""The user's recipe on the regression job: an optimizer factory with two named parameter groups, a
+schedule that multiplies the rate by 300 from step 50 on (the run degrades after its second epoch),
+clipping, EMA, keep-best and early stop on the validation MSE, a whole-set AUROC, and a callback
+that logs every event and kills rank 1 once at step 62."""
+
+
 @pytest.mark.ray
-def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metrics_on_two_ranks(tmp_path):
+def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metrics_and_recipe_on_two_ranks(
+    tmp_path,
+):
     """Run by the user's own script through the Python API (`smlaunch.run` on a dict). Float
     columns pandas wrote, stacked by the user's `map` op on the data hosts; the user's MLP
     factory and MSE loss (which also returns its MAE) on two DDP ranks; the user's evaluate. It
@@ -115,9 +136,17 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     read every row once an epoch, report the user's metrics on the step and validation lines and
     in report.json, and save a model the factory's own module loads. A job of its own: every other
     job trains on images and starts from the CLI; this one is tabular data entered through the
-    Python API, which no other job uses."""
+    Python API, which no other job uses.
+
+    The user's recipe (`RECIPE`, issue 78) rides this job, the one with the user's code on two ranks:
+    each step used the rate the user's schedule gives it, before and after the restart rank 1's
+    death causes at step 62 (from the checkpoint of step 60); the second epoch's validation (step 50)
+    is the best, and the third (step 75), after the cliff, is worse: the run stops early there and
+    exits 0, and `model.pt` holds the best validation's weights (the EMA's), kept across the restart:
+    its MSE and its whole-set AUROC (over both ranks' rows, each once) are the validation's, and the
+    AUROC is scikit-learn's on the saved model."""
     folder, module = _project(tmp_path)
-    config = yaml.safe_load(_config(folder, tmp_path, "regression").read_text())
+    config = yaml.safe_load(_config(folder, tmp_path, "regression", **RECIPE).read_text())
     (folder / "job.json").write_text(json.dumps(config))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
@@ -126,34 +155,52 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     summary = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
-    assert summary["steps"] == 100 and summary["train_workers"] == 2, summary
+    assert summary["steps"] == 75 and summary["train_workers"] == 2, summary  # 3 of 4 epochs: stopped early
     plan_error = next(line for line in result.stdout.splitlines() if line.startswith("PLAN ERROR "))
     assert plan_error == (
         "PLAN ERROR model.factory: mlp(inputs, hidden=32) cannot take these arguments (got an "
         "unexpected keyword argument 'depth')"
     ), plan_error
     assert "train_workers=2" in out
+    assert (folder / "killed-once").exists(), out[-3000:]  # the restart happened
     steps = [line for line in out.splitlines() if line.startswith("step=")]
-    assert steps and all(" mae=" in line for line in steps), steps
+    assert steps and all(" mae=" in line and " lr=" in line and " grad_norm=" in line for line in steps), steps
+    early = [line for line in out.splitlines() if line.startswith("early stop")]
+    assert len(early) == 1 and "at step 75: mse" in early[0] and "at step 50" in early[0], early
     validations = [line for line in out.splitlines() if line.startswith("validation step=")]
-    assert validations and all(" mse=" in v and " mae=" in v and "accuracy" not in v for v in validations)
+    assert validations and all(" mse=" in v and " mae=" in v and " auroc=" in v for v in validations)
     report = json.loads((tmp_path / "runs/regression/hosts/algo-1/opt/ml/output/data/report.json").read_text())
-    final = report["validation"][-1]
-    assert final["rows"] == 400 and final["mse"] < 0.2 and final["mae"] < 0.35, report["validation"]
-    assert report["validation"][0]["mse"] > final["mse"]  # it went on learning after the first epoch
-    for epoch in report["sample_accounting"]["epochs"]:
-        assert (epoch["complete"], epoch["distinct"], epoch["duplicated"], epoch["missing"]) == (True, 1600, 0, 0)
+    by_step = {v["step"]: v for v in report["validation"]}
+    assert set(by_step) == {25, 50, 75}, report["validation"]  # the whole run's, kept across the restart
+    best = report["summary"]["best"]
+    assert best["step"] == 50 and best["metric"] == "mse" and report["summary"]["stopped_early"] is True, best
+    assert by_step[50]["rows"] == 400 and by_step[50]["mse"] < 0.2 and by_step[50]["mae"] < 0.35, by_step
+    assert by_step[75]["mse"] > 10 * by_step[50]["mse"], by_step  # the cliff ruined it
+    # Every step used the rate the user's schedule gives it (first group), through the restart.
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    step_ends = [e for e in events if e["event"] == "step_end"]
+    assert {e["step"] for e in step_ends} == set(range(1, 76)), sorted({e["step"] for e in step_ends})
+    assert all(e["lr"] == pytest.approx(0.01 if e["step"] <= 50 else 3.0) for e in step_ends), step_ends
+    assert [e["event"] for e in events].count("train_start") == 2 and events[-1]["event"] == "train_end"
+    for epoch in report["sample_accounting"]["epochs"]:  # the restarted group's epoch 3, resumed at its position
+        assert epoch["complete"] and epoch["duplicated"] == 0 and epoch["missing"] == 0, epoch
     assert report["summary"]["data_node_row_fraction"] == 1.0  # the map op ran on the data hosts only
     model_dir = tmp_path / "runs/regression/hosts/algo-1/opt/ml/model"
     card = json.loads((model_dir / "model.json").read_text())
     assert card["model"] == "regression:mlp" and card["model_params"] == {"inputs": 4, "hidden": 32}
+    assert card["best"] == best
+    import pandas as pd
     import torch
+    from sklearn.metrics import roc_auc_score
 
     net = module.mlp(**card["model_params"])
-    net.load_state_dict(torch.load(model_dir / "model.pt"))
-    x = torch.tensor(module.make_frame(200, seed=99)[list(module.FEATURES)].to_numpy())
-    want = x @ torch.tensor(module.WEIGHTS) + module.BIAS
-    assert torch.nn.functional.mse_loss(net(x).squeeze(1), want).item() < 0.2
+    net.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True))
+    frame = pd.read_parquet(folder / "data" / "validation")
+    x, y = torch.tensor(frame[list(module.FEATURES)].to_numpy()), torch.tensor(frame["y"].to_numpy())
+    with torch.no_grad():
+        pred = net(x).squeeze(1)
+    assert torch.nn.functional.mse_loss(pred, y).item() == pytest.approx(by_step[50]["mse"], rel=1e-4)
+    assert abs(roc_auc_score((y > 0.5).numpy(), pred.numpy()) - by_step[50]["auroc"]) < 1e-5
 
 
 def _smallest_project(tmp_path: Path, **trainer) -> Path:

@@ -88,7 +88,11 @@ def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(co
             2 * world,
             *[0.0] * 8,
             0.0,
-        ]  # no loss metrics (classification)
+            0.0,
+            0.0,
+            0.0,
+        ]  # no loss metrics (classification); the rate, norm and skipped count the step set (none here)
+        assert not decision.end
         assert out[rank]["broadcast"] == "from 0"
     assert out[0]["gathered"] == [r * 10 for r in range(world)]
 
@@ -113,7 +117,7 @@ def test_one_rank_needs_no_collective():
     control._stop_locally = lambda: (False, False)
     decision = control.exchange(True, True, None)
     assert decision.all_full and decision.any_data and not decision.stop and decision.previous is None
-    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2, 0.0, 0, *[0.0] * 8, 0]
+    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2, 0.0, 0, *[0.0] * 8, 0, 0.0, 0.0, 0]
     model = _model()
     model(torch.ones(1, 4)).sum().backward()
     before = model.weight.grad.clone()

@@ -1,5 +1,8 @@
 """Validation across ranks whose shards differ in size, in real gloo process groups of 3.
 
+Whole-set metrics (torchmetrics, issue 78) are computed over every rank's rows once, an empty
+rank included: an AUROC over 3 ranks equals scikit-learn's over all rows.
+
 Ray Data can hand one rank several blocks of the validation set and another none (a few large
 blocks over many ranks). No rank may then wait in a collective the others never reach: with the
 DDP-wrapped model's forward (a buffer broadcast per call) the ranks with more batches waited for
@@ -53,8 +56,25 @@ class LabelMean:
     def inputs(self, batch, device):
         return {"label": batch["label"].to(device)}
 
-    def evaluate(self, model, inputs):
-        return {"label_mean": inputs["label"].double().mean(), "one": 1.0}
+    def measure(self, model, inputs):
+        return {"label_mean": inputs["label"].double().mean(), "one": 1.0}, None
+
+    def metrics(self):
+        return {}
+
+
+class Scored(Classification):
+    """A user's whole-set metrics (`task.metrics`, `task.predict`): AUROC and F1 of "label is not 0"
+    from the first logit's complement, as torchmetrics computes them."""
+
+    def measure(self, model, inputs):
+        logits = model(inputs["image"]).float()
+        return {}, (1 - logits.softmax(1)[:, 0], (inputs["label"] > 0).long())
+
+    def metrics(self):
+        from torchmetrics.classification import BinaryAUROC, BinaryF1Score
+
+        return {"auroc": BinaryAUROC(), "f1": BinaryF1Score()}
 
 
 def _rank_main(rank: int, world: int, port: int, counts: list[int], out) -> None:
@@ -70,7 +90,7 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out) -> None
     result = validate(
         model,
         _batches(rank, counts),
-        Classification(NORM),
+        Classification(NORM, 3),
         torch.device("cpu"),
         host_rows,
         7,
@@ -89,7 +109,18 @@ def _rank_main(rank: int, world: int, port: int, counts: list[int], out) -> None
         control,
         contextlib.nullcontext,
     )
-    out.put((rank, result, host_rows.tolist(), model.module.training, users))
+    scored = validate(
+        model,
+        _batches(rank, counts),
+        Scored(NORM, 3),
+        torch.device("cpu"),
+        torch.zeros_like(host_rows),
+        7,
+        1,
+        control,
+        contextlib.nullcontext,
+    )
+    out.put((rank, result, host_rows.tolist(), model.module.training, users, scored))
     dist.destroy_process_group()
 
 
@@ -105,8 +136,8 @@ def test_ranks_with_uneven_validation_shards_all_return_the_totals_over_every_ra
     try:
         results = {}
         for _ in range(world):
-            rank, result, host_rows, training, users = out.get(timeout=DEADLINE_S)  # a hang fails here, in time
-            results[rank] = (result, host_rows, training, users)
+            rank, result, host_rows, training, users, scored = out.get(timeout=DEADLINE_S)  # a hang fails here
+            results[rank] = (result, host_rows, training, users, scored)
     finally:
         for p in procs:
             p.join(5)
@@ -128,8 +159,15 @@ def test_ranks_with_uneven_validation_shards_all_return_the_totals_over_every_ra
         "accuracy": round((logits.argmax(1) == labels).double().mean().item(), 5),
         "loss": round(torch.nn.functional.cross_entropy(logits, labels).item(), 5),
     }
+    from sklearn.metrics import f1_score, roc_auc_score
+
+    score, positive = (1 - logits.softmax(1)[:, 0]).numpy(), (labels > 0).numpy()
     for rank in range(world):
-        result, host_rows, training, users = results[rank]
+        result, host_rows, training, users, scored = results[rank]
+        # Whole-set metrics over every rank's rows once (rank 1's empty shard included): scikit-learn's.
+        assert scored["rows"] == 20 and set(scored) == {"step", "epoch", "rows", "auroc", "f1"}, scored
+        assert abs(scored["auroc"] - roc_auc_score(positive, score)) < 1e-5, scored
+        assert abs(scored["f1"] - f1_score(positive, score > 0.5)) < 1e-5, scored
         assert result["rows"] == expected["rows"] and result["step"] == 7 and result["epoch"] == 1, result
         assert abs(result["accuracy"] - expected["accuracy"]) < 1e-5 and abs(result["loss"] - expected["loss"]) < 1e-4
         assert host_rows[rank] == 5 * counts[rank] and sum(host_rows) == 5 * counts[rank]  # this rank's rows

@@ -8,7 +8,7 @@ Rank 0 posts a record per optimizer step, each validation result and its notes t
   otherwise);
 * the metric lines, every `trainer.log_every` steps and at step 1, in the exact form
   `sm-launch submit`'s MetricDefinitions read from a SageMaker job's stdout:
-  `step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x>`, and
+  `step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x> lr=<x> grad_norm=<x>`, and
   `validation step=<n> epoch=<n> accuracy=<x> loss=<x>`;
 * notes and warnings the workers sent;
 * the same scalars as TensorBoard events, written as they come (`live_events`), when given a writer.
@@ -42,6 +42,10 @@ def metric_line(record: dict) -> str:
             + f"images_per_sec={record['images_per_s']:.1f} data_wait_pct={wait:.1f}"
         )
     extra = "".join(f" {name}={value:.6g}" for name, value in (record.get("metrics") or {}).items())
+    if "lr" in record:  # the built-in loop's recipe: the rate the step used, the norm before clipping
+        norm = record["grad_norm"]
+        extra = f" lr={record['lr']:.6g} grad_norm={'inf' if norm is None else f'{norm:.6g}'}" + extra
+        extra += f" skipped={record['skipped_steps']}" if record.get("skipped_steps") else ""
     return (
         f"step={record['step']} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "
         f"data_wait_pct={100 * record['data_wait_s'] / record['step_time_s'] if record['step_time_s'] else 0:.1f}"

@@ -57,6 +57,9 @@ def build_report(
             "stopped_by": (result.get("stopped_by") or "request (SIGTERM)")
             if result.get("stopped_at_step") is not None
             else None,
+            "stopped_early": bool(result.get("stopped_early")),
+            "best": result.get("best"),
+            "skipped_steps": result.get("skipped_steps", 0),
             "corrupt_records_skipped": sum(c["skipped"] for c in result.get("corrupt_records", {}).values()),
             "samples_duplicated": accounting.get("duplicated"),
             "samples_missing": accounting.get("missing"),
@@ -201,6 +204,20 @@ class Rendering:
             raise self._error
 
 
+def _recipe_lines(s: dict) -> list[str]:
+    """What the recipe decided: the weights model.pt holds (`trainer.keep_best`), an early stop, and
+    fp16 steps the GradScaler skipped."""
+    lines = []
+    if s.get("best"):
+        b = s["best"]
+        lines.append(f"model.pt: the best validation, {b['metric']}={b['value']:.6g} at step {b['step']}")
+    if s.get("stopped_early"):
+        lines.append(f"stopped early (trainer.early_stop) after {s['steps']} steps")
+    if s.get("skipped_steps"):
+        lines.append(f"skipped_steps={s['skipped_steps']} (fp16 overflow: the GradScaler lowered its scale)")
+    return lines
+
+
 def summary_lines(report: dict) -> list[str]:
     from smlaunch.launcher.report.render import epochs_text
 
@@ -227,6 +244,7 @@ def summary_lines(report: dict) -> list[str]:
                 else "validation=none"
             )
             + f" final_loss={s['final_loss']}",
+            *_recipe_lines(s),
             f"data_node_row_fraction={s['data_node_row_fraction']} rows_by_host={report['rows_by_host']}",
         ]
         + _checkpoint_lines(s)

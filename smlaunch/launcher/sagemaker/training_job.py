@@ -61,8 +61,11 @@ METRIC_DEFINITIONS = [
     {"Name": "train:loss", "Regex": r"step=\d+ loss=([-+0-9.eE]+|nan|inf) images_per_sec="},
     {"Name": "train:images_per_sec", "Regex": r"images_per_sec=([0-9.]+)"},
     {"Name": "train:data_wait_pct", "Regex": r"data_wait_pct=([0-9.]+)"},
-    {"Name": "validation:accuracy", "Regex": r"validation step=\d+ epoch=\d+ accuracy=([0-9.]+)"},
-    {"Name": "validation:loss", "Regex": r"validation step=\d+ epoch=\d+ accuracy=\S+ loss=([-+0-9.eE]+|nan|inf)"},
+    {"Name": "train:lr", "Regex": r"data_wait_pct=\S+ lr=([-+0-9.eE]+)"},
+    {"Name": "train:grad_norm", "Regex": r"data_wait_pct=\S+ lr=\S+ grad_norm=([-+0-9.eE]+|nan|inf)"},
+    # the validation line's metrics come in the task's order (whole-set metrics first): matched by name
+    {"Name": "validation:accuracy", "Regex": r"validation step=\d+ epoch=\d+ .*?\baccuracy=([0-9.]+)"},
+    {"Name": "validation:loss", "Regex": r"validation step=\d+ epoch=\d+ .*?\bloss=([-+0-9.eE]+|nan|inf)"},
 ]
 
 

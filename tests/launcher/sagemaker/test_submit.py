@@ -425,10 +425,19 @@ def test_metric_regexes_match_the_lines_the_launcher_prints():
     from smlaunch.launcher.job.train_progress import metric_line, validation_line
 
     step_line = metric_line(
-        {"step": 20, "loss": 12.3456789, "images_per_s": 12.3456789, "data_wait_s": 0.5, "step_time_s": 2.0}
+        {
+            "step": 20,
+            "loss": 12.3456789,
+            "images_per_s": 12.3456789,
+            "data_wait_s": 0.5,
+            "step_time_s": 2.0,
+            "lr": 0.000125,
+            "grad_norm": 3.25,
+            "skipped_steps": 0,
+        }
     )
-    val_line = validation_line({"step": 20, "epoch": 3, "accuracy": 0.5, "loss": 12.3456789})
-    assert step_line == "step=20 loss=12.3457 images_per_sec=12.3 data_wait_pct=25.0"
+    val_line = validation_line({"step": 20, "epoch": 3, "accuracy": 0.5, "top5": 0.75, "loss": 12.3456789})
+    assert step_line == "step=20 loss=12.3457 images_per_sec=12.3 data_wait_pct=25.0 lr=0.000125 grad_norm=3.25"
     regexes = {m["Name"]: re.compile(m["Regex"]) for m in METRIC_DEFINITIONS}
     for name, regex in regexes.items():
         line = val_line if name.startswith("validation:") else step_line
@@ -437,6 +446,11 @@ def test_metric_regexes_match_the_lines_the_launcher_prints():
         float(match.group(1))
     assert regexes["train:loss"].search(step_line).group(1) == "12.3457"
     assert regexes["validation:loss"].search(val_line).group(1) == "12.3457"
+    assert regexes["train:lr"].search(step_line).group(1) == "0.000125"
+    assert regexes["train:grad_norm"].search(step_line).group(1) == "3.25"
+    # A user's metric named like ours is not ours: `val_loss=` is not `loss=`.
+    users = validation_line({"step": 20, "epoch": 3, "val_loss": 9.0, "loss": 1.5})
+    assert regexes["validation:loss"].search(users).group(1) == "1.5000"
     assert not regexes["train:loss"].search(val_line) and not regexes["train:step"].search(val_line)
     assert not regexes["validation:accuracy"].search(step_line)
 

@@ -58,3 +58,70 @@ def mse_with_a_bug_at_step_5(model, batch):
     if _CALLS[0] == 5:
         raise ValueError(f"batch of {len(batch['y'])} rows has no column 'x5'")
     return column_mse(model, batch)
+
+
+# --- the recipe (docs/recipe.md), as its users write it ------------------------------------------
+
+
+def grouped_adamw(model, lr, head_lr):
+    """Two parameter groups, as timm's or nanoGPT's factories make them: the output layer at its own
+    rate, named so the step lines can say which is which."""
+    head = list(model[-1].parameters())
+    body = [p for p in model.parameters() if all(p is not h for h in head)]
+    return torch.optim.AdamW(
+        [{"params": body, "lr": lr, "name": "body"}, {"params": head, "lr": head_lr, "name": "head"}], weight_decay=0.0
+    )
+
+
+def cliff(optimizer, total_steps, drop_at, factor):
+    """A schedule that ruins a good run: the rate times `factor` from step `drop_at` on."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 if step < drop_at else factor)
+
+
+def auroc_metrics():
+    """Whole-set metrics, as torchmetrics writes them: AUROC of the prediction for "y is above 0.5"."""
+    from torchmetrics.classification import BinaryAUROC
+
+    return {"auroc": BinaryAUROC()}
+
+
+def predict_above(model, batch):
+    return model(batch["x"]).squeeze(1), (batch["y"] > 0.5).long()
+
+
+class EventLog:
+    """A user's callback: logs every event (rank 0) to events.jsonl beside this module, and once, at
+    step `KILL_AT`, kills rank 1's process: the job must resume from its last checkpoint with the
+    recipe's state (schedule, EMA, best weights, patience left) as it was."""
+
+    KILL_AT = 62
+
+    def __init__(self):
+        import pathlib
+
+        self.folder = pathlib.Path(__file__).resolve().parent
+
+    def _log(self, run, event, **fields):
+        import json
+
+        if run.rank == 0:
+            with open(self.folder / "events.jsonl", "a") as f:
+                f.write(json.dumps({"event": event, "step": run.step, **fields}) + "\n")
+
+    def on_train_start(self, run):
+        self._log(run, "train_start", world=run.world_size)
+
+    def on_step_end(self, run, outcome):
+        self._log(run, "step_end", lr=outcome.lr, stepped=outcome.stepped)
+        marker = self.folder / "killed-once"
+        if run.step == self.KILL_AT and run.rank == 1 and not marker.exists():
+            import os
+
+            marker.write_text("rank 1 killed itself at step 62\n")
+            os._exit(1)
+
+    def on_validation_end(self, run, metrics):
+        self._log(run, "validation_end", metrics=metrics)
+
+    def on_train_end(self, run):
+        self._log(run, "train_end")
