@@ -224,6 +224,8 @@ class _Run:
                 return None, False
             if decision.end:  # a callback asked, on some rank: every rank finishes here
                 self.stop_request = self.stop_request or "a callback on another rank ended the run"
+                if self.rank == 0:
+                    self.console.put("note", text=self.stop_request)
                 return None, False
             if not decision.any_data:
                 if steps_here == 0 and not resumed:  # no step now, nor in any epoch after: stop, not loop
