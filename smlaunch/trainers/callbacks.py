@@ -180,6 +180,17 @@ class Callbacks:
         self.items: list[Any] = [*builtin, *(c for c in (self.keep_best, self.early_stop) if c is not None)]
         self.items += [resolve(path, f"trainer.callbacks.{i}")() for i, path in enumerate(user_paths)]
 
+    def stopped_early_line(self, step: int) -> str | None:
+        """For a run resumed from a checkpoint of one that had stopped early (a rerun of the same
+        config): the line it ends on at once, as a finished run's rerun trains no further."""
+        e = self.early_stop
+        if e is None or not e.stopped:
+            return None
+        return (
+            f"early stop: this run had stopped early at step {step} (best {e.metric}={e.best:.6g} at step "
+            f"{e.best_step}); nothing left to train"
+        )
+
     def fire(self, event: str, run: RunView, *args) -> None:
         for callback in self.items:
             hook = getattr(callback, event, None)

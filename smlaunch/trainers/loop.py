@@ -110,6 +110,7 @@ class _Run:
         self.view = RunView(self)
         self.checkpoint_due = False  # rank 0's clock found a timed checkpoint due, in this step's exchange
         self.last_outcome = None  # the last optimizer step's `StepOutcome` (`trainers.recipe`)
+        self.group_rates: dict[int, dict] = {}  # rank 0: step -> named groups' rates, until recorded
         self.stop_request: str | None = None  # a callback's (early stop): the run ends after the event
         self.validation: list[dict] = []  # the run's passes, a resumed run's earlier ones too
         if state is not None:
@@ -166,6 +167,9 @@ class _Run:
                 else ""
             ),
         )
+        self.stop_request = self.callbacks.stopped_early_line(self.step)  # a rerun of a run that stopped early
+        if self.stop_request and self.rank == 0:
+            self.console.put("note", text=self.stop_request)
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -298,6 +302,9 @@ class _Run:
 
         if self.rank == 0:
             entry = record(self.step, self.epochs_done + 1, summed, self.world, self.task.metric_names)
+            if self.group_rates:
+                entry["lrs"] = self.group_rates.get(self.step)
+                self.group_rates = {s: r for s, r in self.group_rates.items() if s > self.step}
             self.steps.add(entry)
             self.callbacks.fire("on_log", self.view, entry)  # the console's step lines, yours
 

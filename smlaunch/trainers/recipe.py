@@ -32,6 +32,8 @@ class StepOutcome:
     now); inf or nan on an fp16 overflow."""
     stepped: bool
     """False: the GradScaler skipped the step (overflow): no schedule or EMA update."""
+    group_lrs: dict[str, float] | None = None
+    """Each named parameter group's rate (a group's `name` key), where the optimizer names two or more."""
 
 
 class Recipe:
@@ -80,7 +82,9 @@ class Recipe:
         """After the step's last backward (and a drain step's explicit gradient sum)."""
         import torch
 
-        lr = float(self.optimizer.param_groups[0]["lr"])
+        groups = self.optimizer.param_groups
+        lr = float(groups[0]["lr"])
+        named = {str(g["name"]): float(g["lr"]) for g in groups if "name" in g}
         self.scaler.unscale_(self.optimizer)
         if self.clip:
             norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip, foreach=None)
@@ -97,7 +101,7 @@ class Recipe:
         else:
             self.skipped += 1
         self.optimizer.zero_grad(set_to_none=True)
-        return StepOutcome(lr, norm.detach(), stepped)
+        return StepOutcome(lr, norm.detach(), stepped, named if len(named) > 1 else None)
 
     @property
     def validated(self):

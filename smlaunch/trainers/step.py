@@ -55,6 +55,8 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
         torch.cuda.synchronize(run.device)
     run.step += 1
     run.last_outcome = outcome  # for the loop's `on_step_end`, once the step's numbers are taken
+    if outcome.group_lrs and run.rank == 0:  # rank 0's step record, one exchange later, names the groups' rates
+        run.group_rates[run.step] = outcome.group_lrs
     loss_sum = torch.stack(losses).sum().item() if losses else 0.0
     chain_s, chain_rows = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0)
     sums = (

@@ -110,6 +110,9 @@ def test_a_run_interrupted_at_a_checkpoint_resumes_to_the_same_weights_as_one_th
     for a, b in zip(recipe.ema.state_dict().values(), recipe3.ema.state_dict().values(), strict=True):
         assert torch.equal(a, b)  # the EMA and its n_averaged too
     assert recipe.optimizer.param_groups[1]["lr"] == recipe3.optimizer.param_groups[1]["lr"] == pytest.approx(0.01)
+    x, y = _batch(0)
+    recipe3.backward(torch.nn.functional.mse_loss(model3(x), y))
+    assert recipe3.step().group_lrs == {"body": pytest.approx(0.005), "head": pytest.approx(0.01)}  # named groups
     assert callbacks.state_dict()["EarlyStop"] == callbacks3.state_dict()["EarlyStop"]
     best, best3 = callbacks.keep_best, callbacks3.keep_best
     assert (best.step, best.value) == (best3.step, best3.value)
@@ -249,6 +252,13 @@ def test_keep_best_and_early_stop_decide_from_the_metric_and_name_the_metrics_th
     assert run.stop_request == (
         "early stop at step 4: auroc has not improved by more than 0.01 in 2 validations; best auroc=0.75 at step 2"
     )
+    # A rerun of the same config resumes a run that had stopped early: it ends at once, on this line.
+    resumed = Callbacks(trainer)
+    resumed.load_state_dict(callbacks.state_dict())
+    assert resumed.stopped_early_line(4) == (
+        "early stop: this run had stopped early at step 4 (best auroc=0.75 at step 2); nothing left to train"
+    )
+    assert Callbacks(trainer).stopped_early_line(4) is None
     with pytest.raises(UserError) as caught:
         Callbacks(trainer).fire("on_validation_end", view, {"step": 1, "epoch": 1, "loss": 0.3, "rows": 10})
     assert str(caught.value) == "trainer.keep_best.metric: validation gave no 'auroc'; it gave loss"

@@ -44,7 +44,8 @@ def metric_line(record: dict) -> str:
     extra = "".join(f" {name}={value:.6g}" for name, value in (record.get("metrics") or {}).items())
     if "lr" in record:  # the built-in loop's recipe: the rate the step used, the norm before clipping
         norm = record["grad_norm"]
-        extra = f" lr={record['lr']:.6g} grad_norm={'inf' if norm is None else f'{norm:.6g}'}" + extra
+        rates = "".join(f" lr_{name}={rate:.6g}" for name, rate in (record.get("lrs") or {}).items())
+        extra = f" lr={record['lr']:.6g} grad_norm={'inf' if norm is None else f'{norm:.6g}'}{rates}" + extra
         extra += f" skipped={record['skipped_steps']}" if record.get("skipped_steps") else ""
     return (
         f"step={record['step']} loss={record['loss']:.4f} images_per_sec={record['images_per_s']:.1f} "

@@ -448,6 +448,22 @@ def test_metric_regexes_match_the_lines_the_launcher_prints():
     assert regexes["validation:loss"].search(val_line).group(1) == "12.3457"
     assert regexes["train:lr"].search(step_line).group(1) == "0.000125"
     assert regexes["train:grad_norm"].search(step_line).group(1) == "3.25"
+    # Named parameter groups' rates follow the norm; the regexes read the same numbers.
+    grouped = metric_line(
+        {
+            "step": 20,
+            "loss": 1.0,
+            "images_per_s": 1.0,
+            "data_wait_s": 0.5,
+            "step_time_s": 2.0,
+            "lr": 0.000125,
+            "lrs": {"body": 0.000125, "head": 0.0005},
+            "grad_norm": 3.25,
+        }
+    )
+    assert grouped.endswith("lr=0.000125 grad_norm=3.25 lr_body=0.000125 lr_head=0.0005"), grouped
+    assert regexes["train:grad_norm"].search(grouped).group(1) == "3.25"
+    assert regexes["train:lr"].search(grouped).group(1) == "0.000125"
     # A user's metric named like ours is not ours: `val_loss=` is not `loss=`.
     users = validation_line({"step": 20, "epoch": 3, "val_loss": 9.0, "loss": 1.5})
     assert regexes["validation:loss"].search(users).group(1) == "1.5000"
