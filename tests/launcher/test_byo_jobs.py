@@ -143,9 +143,11 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     death causes at step 62 (from the checkpoint of step 60); the second epoch's validation (step 50)
     is the best, and the third, after the cliff, is worse: the run stops early there and exits 0 (at
     step 75, or a step or two later: the resumed epoch's rest splits between the ranks by blocks,
-    which may end the ranks' shares a batch apart and add a drain step), and `model.pt` holds the best validation's weights (the EMA's), kept across the restart:
-    its MSE and its whole-set AUROC (over both ranks' rows, each once) are the validation's, and the
-    AUROC is scikit-learn's on the saved model."""
+    which may end the ranks' shares a batch apart and add a drain step), and `model.pt` holds the
+    best validation's weights (the EMA's), kept across the restart: its MSE and its whole-set AUROC
+    (over both ranks' rows, each once) are the validation's, and the AUROC is scikit-learn's on the
+    saved model. The same config run again from the CLI resumes it and ends at once: nothing is left
+    to train after an early stop."""
     folder, module = _project(tmp_path)
     config = yaml.safe_load(_config(folder, tmp_path, "regression", **RECIPE).read_text())
     (folder / "job.json").write_text(json.dumps(config))
