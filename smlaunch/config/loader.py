@@ -1,7 +1,11 @@
 """YAML + `--set` overrides -> a validated `LaunchConfig`, with one-line errors.
 
-YAML is read with `safe_load` only: a config is data and can never run code. Pydantic's errors
-are rewritten to name the dotted field and, for an unknown key, the keys that are valid there.
+YAML is read by a safe loader only: a config is data and can never run code. It is bounded too: a
+file over `MAX_CONFIG_BYTES`, or one whose aliases would expand past `MAX_ALIASES` nodes (an alias
+bomb: 9 levels of 9 aliases is 387 million nodes from a 1 KiB file), is refused in one line before
+anything is built, and a key written twice in one mapping is an error naming both lines (YAML's own
+loaders keep the last one silently). Pydantic's errors are rewritten to name the dotted field and,
+for an unknown key, the keys that are valid there.
 """
 
 from __future__ import annotations
@@ -17,16 +21,81 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from smlaunch.config.base import NOT_A_NUMBER
 from smlaunch.config.op_specs import OP_NAMES
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.errors import ConfigError
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A config is a few KiB; 1 MiB is a generous bound."""
+MAX_ALIASES = 10_000
+"""Nodes a document's aliases may expand to (a config uses a handful of aliases, if any)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that counts the nodes its aliases expand to and refuses duplicate keys."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.expanded = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            anchor = self.anchors.get(event.anchor)
+            self.expanded += _size(anchor) if anchor is not None else 1
+            if self.expanded > MAX_ALIASES:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"its aliases expand past {MAX_ALIASES} nodes (an alias bomb?)", event.start_mark
+                )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
+                        f"{key_node.start_mark.line + 1}); keep one",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _size(node: Any, budget: int = MAX_ALIASES + 1) -> int:
+    """Nodes under `node`, itself included, counted up to `budget`: what an alias to it expands to."""
+    count, stack = 0, [node]
+    while stack and count <= budget:
+        current = stack.pop()
+        count += 1
+        if isinstance(current.value, list):
+            for item in current.value:
+                stack.extend(item if isinstance(item, tuple) else (item,))
+    return count
+
+
+def safe_load_bounded(text: str) -> Any:
+    """`yaml.safe_load`, bounded (the module's docstring says how)."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LaunchConfig:
     """Read `path`, apply `KEY=VALUE` overrides (dotted keys, list indices allowed), validate."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {path}: {size} bytes, more than a config's {MAX_CONFIG_BYTES}")
+        raw = safe_load_bounded(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except UnicodeDecodeError as exc:
@@ -58,7 +127,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if not sep or not all(parts):
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted KEY, e.g. trainer.steps=100")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = safe_load_bounded(value) if value.strip() else ""
     except yaml.YAMLError:
         raise ConfigError(f"--set {item!r}: value is not valid YAML") from None
     node: Any = raw
@@ -90,6 +159,10 @@ def _describe(error: Mapping[str, Any]) -> str:
         valid = f"; valid keys: {', '.join(parent.model_fields)}" if parent else ""
         return f"{loc}: unknown key{valid}"
     message = error["msg"].removeprefix("Value error, ")
+    head, sep, rest = message.partition(": ")
+    parent = _model_at(error["loc"])
+    if loc and sep and rest.startswith(NOT_A_NUMBER) and parent is not None and head in parent.model_fields:
+        return f"{loc}.{head}: {rest}"  # `StrictModel`'s rule on one of a section's keys, named as a field
     if error["type"] == "missing":
         return f"{loc}: required field is missing"
     if error["type"] == "union_tag_invalid":  # an op name not in the registry

@@ -362,8 +362,9 @@ class LaunchConfig(StrictModel):
 
     job: str = Field(default="smlaunch-job", pattern=r"^[A-Za-z0-9][A-Za-z0-9\-]{0,62}$")
     """The job's name: it names the run directory (`<job>-<timestamp>`) and a submitted training job."""
-    seed: int = 0
-    """Seeds the model's initialisation and each epoch's data order."""
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    """Seeds the model's initialisation and each epoch's data order; 0..2^32-1, what NumPy's and torch's
+    generators take."""
     cluster: ClusterConfig
     channels: dict[str, ChannelConfig] = Field(min_length=1)
     """Input channels by name; a name is 1-64 letters, digits, `.`, `-` or `_`."""
