@@ -40,6 +40,14 @@ def test_the_keys_a_new_user_tries_load_and_the_plan_names_each_one(configs):
         ],
     )
     assert recipe_problems(cfg) == []
+    # The recipe's functions are the user's code: they ship with it (`run --address`, submit, KubeRay).
+    from smlaunch.user_code import user_functions
+
+    assert dict(user_functions(cfg)) == {
+        "optimizer.factory": f"{PROJECT}:grouped_adamw",
+        "schedule.factory": f"{PROJECT}:cliff",
+        "trainer.callbacks.0": f"{PROJECT}:EventLog",
+    }
     plan = build_plan(cfg, LocalEnvironment(cpus=4, gpus=0, started="t"))
     line = next(line for line in plan_lines(cfg, plan) if line.startswith("recipe: "))
     assert line == (

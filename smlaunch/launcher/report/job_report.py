@@ -212,7 +212,7 @@ def _recipe_lines(s: dict) -> list[str]:
         b = s["best"]
         lines.append(f"model.pt: the best validation, {b['metric']}={b['value']:.6g} at step {b['step']}")
     if s.get("stopped_early"):
-        lines.append(f"stopped early (trainer.early_stop) after {s['steps']} steps")
+        lines.append(f"stopped early after {s['steps']} steps (a callback asked: trainer.early_stop, or yours)")
     if s.get("skipped_steps"):
         lines.append(f"skipped_steps={s['skipped_steps']} (fp16 overflow: the GradScaler lowered its scale)")
     return lines
