@@ -8,10 +8,19 @@ built-in loop writes and resumes from) and `meta.json` (the step and the SHA-256
 under a run name of its own and only rank 0 writes, so names never collide between runs, ranks or
 hosts. A copy cut short (the host was reclaimed mid-write) lacks `meta.json` or fails its hash,
 and `latest_complete` passes over it: a half-written checkpoint is never resumed from.
+
+A checkpoint is data, never code. The hash only vouches that a file was not cut short: anyone who
+can write the checkpoint folder (or its S3 prefix) can also rewrite `meta.json`. So `state.pt` is
+read with `torch.load(weights_only=True)`, which unpickles tensors, numbers, strings and
+containers only, and a file that needs more (a planted pickle calling `os.system`, or another
+program's checkpoint) is refused in one line naming it. What is written is held to the same
+types (`checkpoint_data`): NumPy values become tensors and numbers, and a callback whose state
+holds any other object is named when the checkpoint is written, not when a resume cannot read it.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
@@ -46,7 +55,7 @@ class TrainState:
     position: dict | None = None
     """`pipelines.position.EpochPosition.state()` of the epoch in progress."""
     consumed_ids: Any = None
-    """The ids the epoch in progress has drawn (int64 array), where rows have no position."""
+    """The ids the epoch in progress has drawn (an int64 tensor), where rows have no position."""
     recipe: dict | None = None
     """`trainers.recipe.Recipe.state_dict()` (precision, GradScaler, skipped steps, EMA) and, under
     `callbacks`, each callback's state (keep-best, early stop, yours); None in an older checkpoint."""
@@ -97,7 +106,7 @@ def write_state(directory: str, state: dict) -> None:
     import torch
 
     path = Path(directory) / STATE
-    torch.save(state, path)
+    torch.save(checkpoint_data(state), path)
     meta = {"step": state["step"], "epoch": state["epoch"], "size": path.stat().st_size, "sha256": _sha256(path)}
     (Path(directory) / META).write_text(json.dumps(meta))
 
@@ -120,7 +129,11 @@ def latest_complete(root: str | os.PathLike) -> Path | str | None:
     if not root.is_dir():
         return None
     found = sorted(root.glob("*/step-*"), key=lambda p: (p.name, p.stat().st_mtime), reverse=True)
+    inside = root.resolve()
     for directory in found:
+        if not directory.resolve().is_relative_to(inside):  # a link out of the folder: not this job's to read
+            log.warning(f"checkpoint {directory} leads outside {root} ({directory.resolve()}); skipping it")
+            continue
         if is_complete(directory):
             return directory
         log.warning(f"checkpoint {directory} is incomplete (cut short while written); skipping it")
@@ -129,14 +142,62 @@ def latest_complete(root: str | os.PathLike) -> Path | str | None:
 
 def load_state(directory: str | os.PathLike) -> dict:
     """The state in `directory`, or in the `s3://` checkpoint it names (downloaded, hash checked)."""
-    import torch
-
     if str(directory).startswith("s3://"):
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="smlaunch-resume-") as tmp:
-            return torch.load(_fetch_from_s3(str(directory), tmp) / STATE, map_location="cpu", weights_only=False)
-    return torch.load(Path(directory) / STATE, map_location="cpu", weights_only=False)
+            return _read_data(_fetch_from_s3(str(directory), tmp) / STATE, f"{directory}/{STATE}")
+    return _read_data(Path(directory) / STATE, str(Path(directory) / STATE))
+
+
+def _read_data(path: Path, name: str) -> dict:
+    """`state.pt` unpickled as weights only: tensors, numbers, strings and containers; a UserError
+    naming the file and the first object it would have built otherwise."""
+    import pickle
+
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL (\S+)", str(exc))
+        what = f" ({found.group(1)})" if found else ""
+        raise UserError(
+            f"checkpoint {name}: holds more than tensors and numbers{what}, and a checkpoint is read as data "
+            "only (torch.load weights_only): not resuming from it; delete that step- folder if you did not "
+            "write it, or set trainer.resume: false"
+        ) from None
+    if not isinstance(state, dict):
+        raise UserError(f"checkpoint {name}: holds a {type(state).__name__}, not a checkpoint's dict")
+    return state
+
+
+_DATA = (type(None), bool, int, float, complex, str, bytes)
+"""What `torch.load(weights_only=True)` reads besides tensors, sizes, dtypes, devices and containers."""
+
+
+def checkpoint_data(value: Any, where: str = "state") -> Any:
+    """`value` in the types a weights-only load reads back: NumPy arrays as tensors, NumPy scalars as
+    numbers; a UserError naming the key of anything else (a callback's state holding an object),
+    which the resume could not read."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, _DATA + (torch.Tensor, torch.Size, torch.dtype, torch.device)):
+        return value
+    if type(value) in (dict, collections.OrderedDict):
+        return type(value)((checkpoint_data(k, where), checkpoint_data(v, f"{where}.{k}")) for k, v in value.items())
+    if type(value) in (list, tuple, set):
+        return type(value)(checkpoint_data(v, f"{where}.{i}") for i, v in enumerate(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return torch.from_numpy(np.ascontiguousarray(value))
+    raise UserError(
+        f"checkpoint: {where} is a {type(value).__module__}.{type(value).__qualname__}; a checkpoint holds "
+        "tensors, numbers, strings, lists and dicts only (it is read back as data, never code): "
+        "return those from state_dict()"
+    )
 
 
 def _latest_complete_on_s3(uri: str) -> str | None:
@@ -146,7 +207,8 @@ def _latest_complete_on_s3(uri: str) -> str | None:
 
     bucket, key = split(uri)
     sizes = {item["Key"]: item["Size"] for item in list_objects(bucket, f"{key}/" if key else "")}
-    pattern = re.compile(re.escape(f"{key}/" if key else "") + r"[^/]+/step-\d+/" + re.escape(META) + "$")
+    # A run's name is one key segment, never `.` or `..`: keys are written as paths on download.
+    pattern = re.compile(re.escape(f"{key}/" if key else "") + r"(?!\.\.?/)[^/]+/step-\d+/" + re.escape(META) + "$")
     for meta_key in sorted((k for k in sizes if pattern.match(k)), key=lambda k: k.split("/")[-2], reverse=True):
         directory = meta_key.rsplit("/", 1)[0]
         try:

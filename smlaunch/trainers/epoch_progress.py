@@ -108,13 +108,15 @@ class EpochProgress:
         """The data position a checkpoint stores (`TrainState.position` or `.consumed_ids`), merged
         from every rank (a collective); on rank 0 only, the others' is empty."""
         import numpy as np
+        import torch
 
         if self.merge(control):  # the epoch's position: a few KiB, whatever its size
             return {"position": self._rank0_position().state()} if self.rank == 0 else {}
         drawn = control.gather(self.ids.snapshot(), self.rank)  # a Pipe channel's rows: the ids drawn
         if self.rank != 0:
             return {}
-        return {"consumed_ids": np.unique(np.concatenate(drawn)) if drawn else np.zeros(0, np.int64)}
+        ids = np.unique(np.concatenate(drawn)) if drawn else np.zeros(0, np.int64)
+        return {"consumed_ids": torch.from_numpy(ids)}  # a tensor: what a weights-only load reads back
 
     def _rank0_position(self) -> EpochPosition:
         """The epoch's merged position, which only rank 0 keeps."""

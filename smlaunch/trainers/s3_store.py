@@ -113,13 +113,21 @@ def upload_dir(local: str | os.PathLike, uri: str) -> int:
 
 
 def download_dir(uri: str, local: str | os.PathLike) -> int:
-    """Every object under `uri/` into `local` by its relative key; the count downloaded."""
+    """Every object under `uri/` into `local` by its relative key; the count downloaded. A key is a
+    name, not a path: one that would land outside `local` (`../`, an absolute part) is refused in one
+    line before anything of it is written, whoever put it in the bucket."""
     bucket, key = split(uri)
     count = 0
+    inside = Path(local).resolve()
     for item in list_objects(bucket, f"{key}/"):
         if item["Key"].endswith("/"):  # a folder marker (pyarrow writes them), not a file
             continue
         target = Path(local, item["Key"][len(key) + 1 :])
+        if not target.resolve().is_relative_to(inside):
+            raise UserError(
+                f"s3://{bucket}/{item['Key']}: its key leads outside {uri}/ (a `..` or absolute part); "
+                "not downloading it: delete that object"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         with _one_line(f"downloading s3://{bucket}/{item['Key']}"):
             _client().download_file(bucket, item["Key"], str(target))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from support.byo import copy_project, project_module, smallest_config, write_frames
+from support.hostile import plant_checkpoint
 
 
 def _project(tmp_path: Path):
@@ -147,7 +149,9 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
     best validation's weights (the EMA's), kept across the restart: its MSE and its whole-set AUROC
     (over both ranks' rows, each once) are the validation's, and the AUROC is scikit-learn's on the
     saved model. The same config run again from the CLI resumes it and ends at once: nothing is left
-    to train after an early stop."""
+    to train after an early stop. Before that rerun, a pickle planted as the newest checkpoint (its
+    hash rewritten to match) is refused in one line and runs nothing: issue 79's attack rides this
+    resume, the one whole job that reruns from the CLI."""
     folder, module = _project(tmp_path)
     config = yaml.safe_load(_config(folder, tmp_path, "regression", **RECIPE).read_text())
     (folder / "job.json").write_text(json.dumps(config))
@@ -206,6 +210,17 @@ def test_a_regression_from_pandas_parquet_trains_with_the_user_s_model_loss_metr
         pred = net(x).squeeze(1)
     assert torch.nn.functional.mse_loss(pred, y).item() == pytest.approx(by_step[50]["mse"], rel=1e-4)
     assert abs(roc_auc_score((y > 0.5).numpy(), pred.numpy()) - by_step[50]["auroc"]) < 1e-5
+    # A pickle planted as the newest checkpoint, its meta.json rewritten to vouch for it: the rerun
+    # picks it (complete, the highest step) and refuses it in one line, and nothing ran (issue 79).
+    checkpoints = tmp_path / "runs/regression/hosts/algo-1/opt/ml/checkpoints"
+    planted = checkpoints / "run-planted" / "step-99999999"
+    plant_checkpoint(planted, tmp_path / "pwned", step=99999999)
+    refused = _sm_launch(folder, "run", "regression.yaml")
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    line = f"checkpoint {planted}/state.pt: holds more than tensors and numbers (posix.system), and a checkpoint"
+    assert line in refused.stdout + refused.stderr, (refused.stdout + refused.stderr)[-3000:]
+    assert not (tmp_path / "pwned").exists()
+    shutil.rmtree(planted.parent)
     # The same config again, from a terminal's CLI: it resumes the run that stopped early, and a run
     # that stopped early has nothing left to train (as a finished one has not): no step, the same model.
     again = _sm_launch(folder, "run", "regression.yaml")

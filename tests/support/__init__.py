@@ -11,6 +11,7 @@
 - `constructed_runs`: a report built from chosen rates, for the advisor, render and client tests.
 - `user_layouts`: the digits written as users' tools write them (image folders, WebDataset,
   Parquet, slim TFRecords, manifests).
+- `hostile`: what an attacker who can write one file plants (a checkpoint that runs a command).
 
 - `s3`: the local S3 server's fixtures (registered for every folder by tests/conftest.py) and
   `aws_environment`, which points a client at it with throwaway credentials.

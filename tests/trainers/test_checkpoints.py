@@ -2,11 +2,13 @@
 
 import json
 import logging
+from pathlib import Path
 
 import torch
 
 from smlaunch.trainers.checkpoints import is_complete, latest_complete, load_state, write_state
 from smlaunch.trainers.optim import warmup_cosine
+from support.hostile import plant_checkpoint
 
 
 def _write(root, run, step):
@@ -113,3 +115,71 @@ def test_the_loop_s_state_round_trips_and_an_older_format_is_refused_in_one_line
     write_state(str(tmp_path / "other"), {"step": 1, "epoch": 1, "weights": 1})
     with pytest.raises(UserError, match=r"\(no config_sha256, epochs_done, model, optimizer, scheduler, world_size\)"):
         load_train_state(tmp_path / "other")
+
+
+def test_a_planted_pickle_with_a_matching_hash_is_refused_in_one_line_and_runs_nothing(tmp_path):
+    """The hash vouches for a whole file, not for who wrote it: the newest, complete checkpoint is
+    found, and reading it (weights only) refuses the object it would have built."""
+    import pytest
+
+    from smlaunch.errors import UserError
+    from smlaunch.trainers.checkpoints import latest_complete, load_train_state
+
+    marker = tmp_path / "ran"
+    planted = tmp_path / "checkpoints" / "run-2" / "step-00000009"
+    plant_checkpoint(planted, marker)
+    assert latest_complete(tmp_path / "checkpoints") == planted
+    with pytest.raises(UserError) as refused:
+        load_train_state(planted)
+    assert str(refused.value) == (
+        f"checkpoint {planted}/state.pt: holds more than tensors and numbers (posix.system), and a checkpoint is "
+        "read as data only (torch.load weights_only): not resuming from it; delete that step- folder if you "
+        "did not write it, or set trainer.resume: false"
+    )
+    assert not marker.exists()
+
+
+def test_what_a_checkpoint_holds_is_data_numpy_converted_and_an_object_named_at_write(tmp_path):
+    """NumPy values (ids, a callback's best score) are written as tensors and numbers, so the
+    weights-only read takes them back; a callback whose state holds an object is named when the
+    checkpoint is written, not at a resume that could not read it."""
+    import collections
+
+    import numpy as np
+    import pytest
+
+    from smlaunch.errors import UserError
+    from smlaunch.trainers.checkpoints import load_state, write_state
+
+    state = {
+        "step": 3,
+        "epoch": 1,
+        "ids": np.arange(4, dtype=np.int64),
+        "recipe": {
+            "callbacks": {"Mine": {"best": np.float32(0.5), "seen": (1, 2), "order": collections.OrderedDict(a=1)}}
+        },
+    }
+    write_state(str(tmp_path), state)
+    back = load_state(tmp_path)
+    assert back["ids"].tolist() == [0, 1, 2, 3] and back["recipe"]["callbacks"]["Mine"]["best"] == 0.5
+    assert back["recipe"]["callbacks"]["Mine"]["seen"] == (1, 2)
+    state["recipe"]["callbacks"]["Mine"]["when"] = Path("/tmp")
+    with pytest.raises(UserError) as refused:
+        write_state(str(tmp_path / "x"), state)
+    assert str(refused.value).startswith(
+        "checkpoint: state.recipe.callbacks.Mine.when is a pathlib.PosixPath; a checkpoint holds tensors, numbers, "
+    )
+
+
+def test_a_step_folder_linked_out_of_the_checkpoint_folder_is_not_read(tmp_path):
+    from smlaunch.trainers.checkpoints import latest_complete, write_state
+
+    outside = tmp_path / "elsewhere" / "step-00000050"
+    outside.mkdir(parents=True)
+    write_state(str(outside), {"step": 50, "epoch": 1})
+    (tmp_path / "checkpoints" / "run-1").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "run-1" / "step-00000050").symlink_to(outside)
+    inside = tmp_path / "checkpoints" / "run-1" / "step-00000010"
+    inside.mkdir()
+    write_state(str(inside), {"step": 10, "epoch": 1})
+    assert latest_complete(tmp_path / "checkpoints") == inside

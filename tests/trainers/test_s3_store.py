@@ -69,3 +69,23 @@ def test_a_bucket_that_is_missing_fails_before_any_work_and_ray_gets_a_filesyste
         s3.endpoint_url.removeprefix("http://"),
     )
     assert s3_store.ray_storage("/tmp/x") == ("/tmp/x", None)
+
+
+def test_a_key_with_dot_dot_is_refused_before_anything_lands_outside_the_folder(s3, tmp_path):
+    """Whoever can write the bucket can name a key `run-1/step-8/../../../x`: S3 keeps it as text,
+    and a download that joined it to a path would write outside its folder."""
+    uri = "s3://runs/jobs/c/checkpoints/run-1/step-00000008"
+    s3_store.upload_dir(checkpoint(tmp_path, 8), uri)
+    s3.client().put_object(Bucket="runs", Key="jobs/c/checkpoints/run-1/step-00000008/../../../../escaped", Body=b"x")
+    local = tmp_path / "deep" / "down" / "here"
+    local.mkdir(parents=True)
+    with pytest.raises(UserError) as refused:
+        s3_store.download_dir(uri, local)
+    assert str(refused.value) == (
+        f"s3://runs/jobs/c/checkpoints/run-1/step-00000008/../../../../escaped: its key leads outside {uri}/ "
+        "(a `..` or absolute part); not downloading it: delete that object"
+    )
+    assert not any(tmp_path.rglob("escaped"))
+    # a run folder named `..` is never taken for a run
+    s3_store.upload_dir(checkpoint(tmp_path, 9), "s3://runs/jobs/d/checkpoints/../step-00000009")
+    assert latest_complete("s3://runs/jobs/d/checkpoints") is None
