@@ -26,14 +26,42 @@ def code_folder() -> str:
     return os.environ.get("SM_LAUNCH_CODE_DIR") or os.getcwd()
 
 
+def standard_library_problem(path: str) -> str | None:
+    """Why `path` (`package.module:function`) may not be named in a config, or None.
+
+    A config names your code, never Python's own: `os:system`, `subprocess:run`, `builtins:eval`,
+    `importlib:import_module`, `pickle:loads` and every other module of the standard library
+    (`sys.stdlib_module_names`, `builtins` included) would turn whoever can write a config into
+    whoever can run a command on every host, called with the `params` the config gives. Nothing a
+    model, loss, op, metric or callback needs is a bare standard-library function; wrap it in your
+    own module if one is."""
+    top = path.partition(":")[0].split(".", 1)[0]
+    if top in sys.stdlib_module_names or top == "builtins":
+        return (
+            f"a function of Python's standard library ({top}): a config names your own code or an installed "
+            "package's, never os, subprocess, builtins, importlib, pickle or the like"
+        )
+    return None
+
+
 def resolve(path: str, field: str) -> Callable:
-    """The function `path` names; a one-line `ConfigError` naming `field` when it is not there."""
+    """The function `path` names; a one-line `ConfigError` naming `field` when it is not there (or is
+    Python's own: `standard_library_problem`, the rule every path that imports user code goes through)."""
+    refused = standard_library_problem(path)
+    if refused:
+        raise ConfigError(f"{field}: {path} is {refused}")
     folder = code_folder()
     if folder not in sys.path:
         sys.path.insert(0, folder)  # as `python -m` puts the working folder first
     module_name, _, name = path.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except (SystemExit, KeyboardInterrupt) as exc:  # a script's `sys.exit()` (or `exit()`) run at import
+        raise ConfigError(
+            f"{field}: importing {module_name} from {folder} raised {type(exc).__name__}({exc}): a module the "
+            "config names must not end the process as it imports; put its script part under "
+            '`if __name__ == "__main__":`'
+        ) from None
     except Exception as exc:  # an ImportError, or the module's own code failing as it imports
         raise ConfigError(f"{field}: cannot import {module_name} from {folder} ({type(exc).__name__}: {exc})") from None
     function = getattr(module, name, None)

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from smlaunch.config.base import StrictModel
-from smlaunch.config.op_specs import FUNCTION_PATTERN
+from smlaunch.config.op_specs import FunctionPath
 
 
 class ModelConfig(StrictModel):
@@ -23,7 +23,7 @@ class ModelConfig(StrictModel):
     """A timm model (`timm.list_models()`), e.g. `resnet10t`, `vit_small_patch16_224`. Checked at `plan`
     against timm's registry (its names are cached per timm version, so `plan` need not import torch);
     an unknown name gets close matches. Exactly one of `name` and `factory`."""
-    factory: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
+    factory: FunctionPath | None = None
     """Your model: `package.module:function`, imported from the folder sm-launch runs in and called on
     every rank as `function(**params)`; it returns a `torch.nn.Module`. Checked at `plan` (the module
     imports, the function exists, `params` bind) without building the model. Exactly one of `name` and
@@ -80,23 +80,23 @@ class TaskConfig(StrictModel):
     """What training minimises and validation measures, as your functions; without a `task`, the
     built-in classification (cross-entropy on `image` and `label`, accuracy and loss)."""
 
-    loss: str = Field(pattern=FUNCTION_PATTERN)
+    loss: FunctionPath
     """`package.module:function` called as `loss(model, batch)` on every micro-batch, under DDP,
     autocast and accumulation as the built-in loss is; `batch` is a dict of tensors on the rank's
     device, one per field of the chain's output. It returns a scalar tensor, or `(tensor, {name:
     float})` whose numbers (at most 8, the same names each call) join the step lines and TensorBoard,
     averaged over ranks."""
-    evaluate: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
+    evaluate: FunctionPath | None = None
     """`package.module:function` called as `evaluate(model, batch)` on each validation batch (the
     model in eval mode, no grad), returning `{metric: float}` for that batch; each metric is
     averaged over all validation rows of all ranks (a batch's value weighed by its rows), printed as
     `validation step=N epoch=E <metric>=<value> ...` and put in report.json. Default: the mean `loss`."""
-    metrics: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
+    metrics: FunctionPath | None = None
     """`package.module:function` returning `{name: torchmetrics.Metric}`: metrics over the whole
     validation set, across all ranks, each row once (AUROC, F1, mAP are not means of batches). Each
     metric's `update` gets what `predict` returns; its `compute` is on the validation line as
     `name=value`. Needs `predict`."""
-    predict: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
+    predict: FunctionPath | None = None
     """`package.module:function` called as `predict(model, batch)` on each validation batch, returning
     `(preds, target)` for every metric of `metrics`."""
 

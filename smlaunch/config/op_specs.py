@@ -10,12 +10,25 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from smlaunch.config.base import StrictModel
+from smlaunch.user_code import standard_library_problem
 
 FUNCTION_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 """`package.module:function`: user code is imported by name, never evaluated."""
+
+
+def _not_standard_library(path: str) -> str:
+    refused = standard_library_problem(path)
+    if refused:
+        raise ValueError(refused)
+    return path
+
+
+FunctionPath = Annotated[str, StringConstraints(pattern=FUNCTION_PATTERN), AfterValidator(_not_standard_library)]
+"""A config field naming your function: `package.module:function`, never one of Python's standard
+library (`user_code.standard_library_problem`), refused at load with the field's name."""
 
 
 class _Op(StrictModel):
@@ -146,7 +159,7 @@ class UserOp(_ImageOp):
     the same. A missing module or function fails before the cluster starts."""
 
     op: Literal["user"]
-    function: str = Field(pattern=FUNCTION_PATTERN)
+    function: FunctionPath
     """`package.module:function`, imported from the folder sm-launch runs in."""
     params: dict = {}
     """Keyword arguments the function is called with (checked against its signature at `plan`)."""
@@ -159,7 +172,7 @@ class MapOp(_Op):
     fields, not rows; `id` and the reader's bookkeeping are kept for it."""
 
     op: Literal["map"]
-    function: str = Field(pattern=FUNCTION_PATTERN)
+    function: FunctionPath
     """`package.module:function`, imported from the folder sm-launch runs in."""
     params: dict = {}
     """Keyword arguments the function is called with (checked against its signature at `plan`)."""

@@ -9,13 +9,13 @@ from typing import Literal
 from pydantic import Field
 
 from smlaunch.config.base import StrictModel
-from smlaunch.config.op_specs import FUNCTION_PATTERN
+from smlaunch.config.op_specs import FunctionPath
 
 
 class FactoryConfig(StrictModel):
     """Your function, `package.module:function`, and its keyword arguments."""
 
-    factory: str = Field(pattern=FUNCTION_PATTERN)
+    factory: FunctionPath
     """Imported from the folder sm-launch runs in (or an installed package), never evaluated; checked at
     `plan` (it imports, its arguments bind)."""
     params: dict = {}

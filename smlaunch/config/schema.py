@@ -20,9 +20,10 @@ from smlaunch.config.channel_rules import CLASSES_FROM_DATA
 from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.model_task import ModelConfig, TaskConfig
-from smlaunch.config.op_specs import FUNCTION_PATTERN, IMAGE_OPS, OpSpec
+from smlaunch.config.op_specs import FUNCTION_PATTERN, IMAGE_OPS, FunctionPath, OpSpec
 from smlaunch.config.recipe import EarlyStopConfig, EmaConfig, FactoryConfig, KeepBestConfig, recipe_problem
 from smlaunch.config.sagemaker import SageMakerConfig
+from smlaunch.user_code import standard_library_problem
 
 
 class InstanceGroup(StrictModel):
@@ -258,7 +259,7 @@ class TrainerConfig(StrictModel):
     """`linear`: the optimizer's peak rate is `learning_rate` x workers, as the global batch grows with
     them (Goyal et al., 2017: keep the rate per sample; use it with warmup). See
     `docs/training.md#batch-and-learning-rate`."""
-    loop: str | None = Field(default=None, pattern=FUNCTION_PATTERN)
+    loop: FunctionPath | None = None
     """Your own Ray Train loop, `package.module:function` taking `config`
     (`docs/byo.md#your-own-ray-train-loop`): called on every planned worker as `function(config)` instead
     of the built-in loop; `model`, `task` and `steps`/`epochs` are then not needed (`steps` gives the
@@ -272,6 +273,9 @@ class TrainerConfig(StrictModel):
         for i, name in enumerate(value):
             if not re.match(FUNCTION_PATTERN, name):
                 raise ValueError(f"trainer.callbacks.{i}: {name!r} is not package.module:Class")
+            refused = standard_library_problem(name)
+            if refused:
+                raise ValueError(f"{name} is {refused}")
         return value
 
     @model_validator(mode="after")

@@ -119,6 +119,71 @@ def test_a_user_op_must_be_module_colon_function(tmp_path, function):
     assert "pipeline.ops.2.function: String should match pattern" in result.stderr
 
 
+STANDARD_LIBRARY = [
+    "os:system",
+    "subprocess:call",
+    "builtins:eval",
+    "importlib:import_module",
+    "shutil:rmtree",
+    "sys:exit",
+    "pickle:loads",
+    "os.path:join",
+    "posix:system",
+    "_posixsubprocess:fork_exec",
+]
+FIELDS = {  # each field that names a function, and the --set values that put `path` in it
+    "model.factory": lambda path: [f"model={{factory: '{path}', params: {{command: 'touch pwned'}}}}"],
+    "task.loss": lambda path: [f"task={{loss: '{path}'}}"],
+    "task.metrics": lambda path: [f"task={{loss: 'x:y', metrics: '{path}', predict: 'x:y'}}"],
+    "pipeline.ops.2.function": lambda path: [f"pipeline.ops.2={{op: map, function: '{path}'}}"],
+    "optimizer.factory": lambda path: [f"optimizer={{factory: '{path}'}}"],
+    "schedule.factory": lambda path: [f"schedule={{factory: '{path}'}}"],
+    "trainer.callbacks": lambda path: [f"trainer.callbacks=['{path}']"],
+    "trainer.loop": lambda path: [f"trainer.loop='{path}'"],
+}
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("path", STANDARD_LIBRARY)
+def test_a_standard_library_function_is_refused_at_load_naming_the_field(field, path):
+    """`os:system` as a model factory, `builtins:eval` as a loss: a config that can name Python's own
+    functions is a command line. Refused when the config loads (so at `plan`, before any import)."""
+    from smlaunch.config import load_config
+    from smlaunch.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(str(TINY), FIELDS[field](path))
+    message = str(refused.value)
+    assert "\n" not in message and f": {field}: " in message, message
+    top = path.split(":")[0].split(".")[0]
+    assert f"a function of Python's standard library ({top}): a config names your own code" in message, message
+
+
+def test_plan_refuses_os_system_as_a_model_factory_and_runs_nothing(tmp_path):
+    result = sm_launch("plan", str(TINY), "--set", FIELDS["model.factory"]("os:system")[0], cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"sm-launch: error: {TINY}: model.factory: a function of Python's standard library")
+    assert not (tmp_path / "pwned").exists()
+    # the rule also stands where the code is imported (a data host, a rank), whatever built the name
+    from smlaunch.errors import ConfigError
+    from smlaunch.user_code import resolve
+
+    with pytest.raises(ConfigError, match=r"^model.factory: os:system is a function of Python's standard library"):
+        resolve("os:system", "model.factory")
+
+
+@pytest.mark.parametrize("ending", ["import sys\nsys.exit(3)", "exit()", "raise KeyboardInterrupt"])
+def test_a_module_that_ends_the_process_as_it_imports_is_one_clear_line(tmp_path, ending):
+    """A user's script with its `sys.exit()` at the top level: importing it would end `plan` (exit 3,
+    no message) or a data host. It is a config error naming the field."""
+    (tmp_path / "quits.py").write_text(f"{ending}\n\ndef model(**kw):\n    pass\n")
+    result = sm_launch("plan", str(TINY), "--set", "model={factory: 'quits:model'}", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stdout + result.stderr
+    kind = "KeyboardInterrupt" if "Keyboard" in ending else "SystemExit"
+    assert result.stderr.startswith(f"sm-launch: error: model.factory: importing quits from {tmp_path} raised {kind}(")
+    assert "must not end the process as it imports" in result.stderr
+
+
 def test_yaml_aliases_do_not_blow_up(tmp_path):
     """A 'billion laughs' of aliases: safe_load shares the nodes; validation must still refuse it
     quickly, since `job` must be a string."""
