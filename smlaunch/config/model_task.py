@@ -35,7 +35,8 @@ class ModelConfig(StrictModel):
     image folder's class folders, or a Parquet label column's largest value + 1 (from the files'
     statistics). Required for `tfrecord`, `recordio` and `webdataset` train channels. A label outside
     `0..num_classes-1` is a bad sample (it fails, or is skipped under the channel's
-    `max_corrupted_records`)."""
+    `max_corrupted_records`); with a `task`, so is a decoded mask holding another value (but
+    `task.ignore_index`)."""
     pretrained: Literal[False] | str = False
     """`false`: train from scratch. A weights file (`.safetensors`, `.pth`, `.pt`, `.bin`; local, or
     `s3://` on SageMaker, where `submit` uploads a local one) loaded through timm on rank 0 before
@@ -99,6 +100,11 @@ class TaskConfig(StrictModel):
     predict: FunctionPath | None = None
     """`package.module:function` called as `predict(model, batch)` on each validation batch, returning
     `(preds, target)` for every metric of `metrics`."""
+    ignore_index: int | None = Field(default=None, ge=0, le=255)
+    """A mask value that marks pixels of no class (255 for VOC's object borders): allowed in a decoded
+    mask beside the classes `0..model.num_classes-1`, which are checked as each mask is decoded (a
+    value outside both is one error line naming the file). Your loss must skip it
+    (`cross_entropy(..., ignore_index=255)`)."""
 
     @model_validator(mode="after")
     def _metrics_and_predict(self):

@@ -89,6 +89,10 @@ def build_datasets(
                     train=channel.name == "train",
                     channel=channel.name,
                     max_corrupted_records=channel.max_corrupted_records,
+                    # A user's task's classes (`model.num_classes`) bound its masks' values; the
+                    # built-in classification's bound the labels, and its chain moves no masks.
+                    num_classes=num_classes if cfg.task is not None else None,
+                    ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
                 ),
                 batch_size=cfg.pipeline.batch_size,
                 batch_format="numpy",

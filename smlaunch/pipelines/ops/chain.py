@@ -23,16 +23,18 @@ from smlaunch.cluster.labels import this_host
 from smlaunch.config import op_specs as specs
 from smlaunch.config.columns import BOOKKEEPING_COLUMNS, POSITION_COLUMNS
 from smlaunch.errors import DataError
+from smlaunch.pipelines.ops.masks import check_mask_sizes, check_mask_values, mask_classes
 from smlaunch.pipelines.ops.transforms import OPS, UndecodableImage, blur_image, center_crop
 
 _PROCESS_WARM = False
 """Whether this worker process has run a batch already (its imports are done)."""
 
 
-def plan_steps(ops: list) -> list[Callable]:
+def plan_steps(ops: list, checks: MaskChecks | None = None) -> list[Callable]:
     """A run of image ops as callables `(fields, rng, train) -> fields`, each on its op's `field`
-    (and its `masks`); `normalize` is left to the trainer's device, and blurs that a center crop of
-    the same field (moving no masks) follows are fused with it."""
+    (and its `masks`, checked to be its size); `normalize` is left to the trainer's device, and blurs
+    that a center crop of the same field (moving no masks) follows are fused with it. `checks`: the
+    masks whose decoded values are checked against their classes."""
     steps: list[Callable] = []
     pending_blurs: list[specs.GaussianBlur] = []
     for spec in ops:
@@ -47,13 +49,13 @@ def plan_steps(ops: list) -> list[Callable]:
                 pending_blurs = [spec]
                 continue
             if spec.op != "normalize":
-                steps.append(_single(spec))
+                steps.append(_single(spec, checks))
         pending_blurs = []
     steps.extend(_single(b) for b in pending_blurs)
     return steps
 
 
-def plan_stages(ops: list) -> list:
+def plan_stages(ops: list, checks: MaskChecks | None = None) -> list:
     """The chain as stages in order: each run of image ops as one list of steps (`plan_steps`),
     each `map` op as a `MapStage` over the whole batch."""
     stages: list = []
@@ -61,14 +63,23 @@ def plan_stages(ops: list) -> list:
     for index, spec in enumerate(ops):
         if spec.op == "map":
             if run:
-                stages.append(plan_steps(run))
+                stages.append(plan_steps(run, checks))
             stages.append(MapStage(spec, index))
             run = []
         else:
             run.append(spec)
     if run:
-        stages.append(plan_steps(run))
+        stages.append(plan_steps(run, checks))
     return stages
+
+
+class MaskChecks:
+    """What a chain checks of its masks' values as they are decoded (`ops.masks`): each checked
+    mask field's class count (`masks.mask_classes`), and the value allowed beside the classes (an
+    ignore index; None: none)."""
+
+    def __init__(self, classes: dict[str, int], ignore_index: int | None = None):
+        self.classes, self.ignore_index = classes, ignore_index
 
 
 class MapStage:
@@ -117,9 +128,18 @@ def _rows(values, keep: np.ndarray):
     return np.asarray(values)[keep]
 
 
-def _single(spec) -> Callable:
+def _single(spec, checks: MaskChecks | None = None) -> Callable:
     function = OPS[spec.op]
     field, masks = spec.field, getattr(spec, "masks", ())
+    if spec.op == "decode_image" and checks is not None and field in checks.classes:
+        classes, ignore = checks.classes[field], checks.ignore_index
+
+        def decode_mask(fields: dict, rng, train: bool) -> dict:
+            fields[field] = function(_listed(fields[field]), spec, rng, train)
+            check_mask_values(fields[field], field, classes, ignore)
+            return fields
+
+        return decode_mask
     if not masks:
 
         def step(fields: dict, rng, train: bool) -> dict:
@@ -129,7 +149,9 @@ def _single(spec) -> Callable:
         return step
 
     def joint(fields: dict, rng, train: bool) -> dict:  # the masks move with the image's own draws
-        fields[field], moved = function(_listed(fields[field]), spec, rng, train, [_listed(fields[m]) for m in masks])
+        images, moving = _listed(fields[field]), {m: _listed(fields[m]) for m in masks}
+        check_mask_sizes(images, moving, field)
+        fields[field], moved = function(images, spec, rng, train, list(moving.values()))
         fields.update(zip(masks, moved, strict=False))
         return fields
 
@@ -185,8 +207,13 @@ class Chain:
         seed: int | None = None,
         channel: str | None = None,
         max_corrupted_records: int = 0,
+        num_classes: int | None = None,
+        ignore_index: int | None = None,
     ):
+        """`num_classes`: the task's classes, which a mask's decoded values must be (`masks.mask_classes`;
+        None: not checked), besides `ignore_index`."""
         self.channel = channel
+        self.mask_checks = MaskChecks(mask_classes(list(ops), num_classes), ignore_index)
         self.max_corrupted_records = max_corrupted_records
         self.ops = list(ops)
         self.host_names = host_names
@@ -207,7 +234,7 @@ class Chain:
             try:
                 out = self._run(dict(fields), ids, stages)
                 break
-            except UndecodableImage as exc:  # `row` of the images decode_image was given: the batch's
+            except UndecodableImage as exc:  # `row` of the images an op was given: the batch's
                 row, reason = exc.row, exc.reason
             self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
             keep = np.arange(len(ids)) != row
@@ -234,7 +261,7 @@ class Chain:
     def _planned(self) -> list:
         """The stages, planned on the first batch."""
         if self._stages is None:
-            self._stages = plan_stages(self.ops)
+            self._stages = plan_stages(self.ops, self.mask_checks)
         return self._stages
 
     def _run(self, fields: dict, ids: np.ndarray, stages: list) -> dict:

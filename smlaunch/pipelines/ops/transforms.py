@@ -29,6 +29,9 @@ def decode_image(images, spec: specs.DecodeImage, rng, train: bool) -> Images:
     2x on 32 px ones, and ahead of TorchCodec 0.17 (which torchvision 0.29 points to, deprecating
     its own decoders), so it is kept while it exists; without it every image goes through PIL.
     Grayscale from a colour JPEG is libjpeg's luma plane, within a few levels of PIL's convert("L").
+    What torchvision decodes to more than 8 bits a channel (a 16-bit PNG: uint16) goes to PIL too, which
+    reads 16-bit colour to 8 bits by the high byte and refuses 16-bit grayscale (`_decode_pil`).
+    Every image leaves checked (`checked_pixels`).
     """
     import warnings
 
@@ -37,7 +40,7 @@ def decode_image(images, spec: specs.DecodeImage, rng, train: bool) -> Images:
         from torchvision.io import ImageReadMode
         from torchvision.io import decode_image as tv_decode
     except ImportError:
-        return [_decode_pil(data, spec.mode, i) for i, data in enumerate(images)]
+        return [_decode_pil(data, spec.mode, i, spec.field) for i, data in enumerate(images)]
     read_mode = ImageReadMode.RGB if spec.mode == "RGB" else ImageReadMode.GRAY
     out = []
     with warnings.catch_warnings():
@@ -45,18 +48,34 @@ def decode_image(images, spec: specs.DecodeImage, rng, train: bool) -> Images:
         for i, data in enumerate(images):
             try:
                 chw = tv_decode(torch.from_numpy(np.frombuffer(data, np.uint8).copy()), mode=read_mode)
-                out.append(chw.permute(1, 2, 0).contiguous().numpy())
             except RuntimeError:
-                out.append(_decode_pil(data, spec.mode, i))
+                chw = None
+            if chw is None or chw.dtype != torch.uint8:
+                out.append(_decode_pil(data, spec.mode, i, spec.field))
+                continue
+            try:
+                hwc = chw.permute(1, 2, 0).contiguous().numpy()
+            except RuntimeError:  # not 3 dims (an animated GIF's frames): PIL takes the first
+                hwc = _decode_pil(data, spec.mode, i, spec.field)
+            out.append(checked_pixels(hwc, spec.mode, spec.field, i))
     return out
 
 
-def _decode_pil(data: bytes, mode: str, row: int) -> np.ndarray:
+HIGH_DEPTH_MODES = frozenset({"I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
+"""PIL's grayscale modes of more than 8 bits: `convert` to RGB or L clips them at 255 (a 16-bit mask's
+ids 255 and up would all read 255), so they are refused, not converted."""
+
+
+def _decode_pil(data: bytes, mode: str, row: int, field: str = "image") -> np.ndarray:
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as img:
-            return np.asarray(img.convert(mode)).reshape(img.height, img.width, -1)
+            if img.mode in HIGH_DEPTH_MODES:
+                raise UndecodableImage(row, _high_depth(field, f"PIL mode {img.mode}", img.width, img.height))
+            return checked_pixels(np.asarray(img.convert(mode)).reshape(img.height, img.width, -1), mode, field, row)
+    except UndecodableImage:
+        raise
     except Exception as exc:  # PIL raises several types for bad bytes
         reason = re.sub(r" <_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))
         raise UndecodableImage(
@@ -64,9 +83,38 @@ def _decode_pil(data: bytes, mode: str, row: int) -> np.ndarray:
         ) from None
 
 
+def checked_pixels(pixels: np.ndarray, mode: str, field: str, row: int) -> np.ndarray:
+    """`pixels` if they are what the ops and the model take: HWC uint8 of `mode`'s channels, not empty.
+
+    Else an `UndecodableImage` (the chain names the file). Why: the ops after do not look, and wrong
+    pixels train wrong rather than fail: `to_uint8_chw` casts uint16 modulo 256 (a mask's class 300
+    would train as 44), and a crop cuts any array. The decoders make such pixels today only where
+    `decode_image` hands them to PIL instead (16-bit, several frames); this keeps a change of theirs
+    from reaching the crops unseen, for a dtype and shape compare a row."""
+    channels = 3 if mode == "RGB" else 1
+    if pixels.dtype != np.uint8:
+        height, width = pixels.shape[:2] if pixels.ndim >= 2 else (0, 0)
+        raise UndecodableImage(row, _high_depth(field, f"{pixels.dtype} pixels", width, height))
+    if pixels.ndim != 3 or pixels.shape[2] != channels or not pixels.shape[0] or not pixels.shape[1]:
+        raise UndecodableImage(
+            row,
+            f"field {field}: decodes to shape {'x'.join(map(str, pixels.shape))}, not height x width x "
+            f"{channels} (decode_image mode {mode})",
+        )
+    return pixels
+
+
+def _high_depth(field: str, what: str, width: int, height: int) -> str:
+    return (
+        f"field {field}: a {width}x{height} image of more than 8 bits a channel ({what}); decode_image makes "
+        "8-bit pixels and would wrap or clip them: save the file with 8 bits a channel"
+    )
+
+
 class UndecodableImage(DataError):
-    """An image of a batch that no decoder reads; `row` is its index in the batch, which the chain
-    turns into the sample id."""
+    """An image of a batch that no decoder reads, or that decodes to what would train wrong (a 16-bit
+    image, a mask value outside its classes or a mask not its image's size: `ops.masks`); `row` is its
+    index in the batch, which the chain turns into the sample id (and the run's counter into its file)."""
 
     def __init__(self, row: int, message: str):
         super().__init__(f"row {row} of the batch: {message}")
