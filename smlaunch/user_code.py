@@ -16,6 +16,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Set
+from dataclasses import dataclass, field
 
 from smlaunch.errors import ConfigError, UserCodeError
 
@@ -147,32 +148,117 @@ def data_folders(cfg) -> set[str]:
     }
 
 
-def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = frozenset()) -> list[tuple[str, str, int]]:
-    """(path relative to `folder`, path, bytes) of what ships from `folder`, sorted, leaving out
-    `LEFT_OUT` folders, virtual environments and the folders in `skip` (`data_folders`); a
-    `ConfigError` naming the largest entries once past `limit` (the walk stops soon after, so
-    sm-launch run from a dataset's folder answers at once)."""
-    files: list[tuple[str, str, int]] = []
+SECRET_FOLDERS = frozenset({".aws", ".ssh", ".gnupg"})
+"""Folders of credentials by convention, at any depth: the AWS CLI's, SSH's, GnuPG's."""
+SECRET_FILES = (".env*", "id_*", "!id_*.py", "*.pem", "*.key", "*.p12", ".netrc", ".pypirc")
+"""Files that hold credentials by convention (gitignore syntax): dotenv files, SSH keys (`id_rsa`;
+a module `id_map.py` is code and ships), TLS keys and certificates, `.netrc`, `.pypirc`. With
+`SECRET_FOLDERS`, never shipped, whatever `.smlaunchignore` says."""
+IGNORE_FILE = ".smlaunchignore"
+"""Patterns (gitignore syntax) of what else a folder keeps from the job: data, notebooks, outputs."""
+
+
+@dataclass
+class Shipment:
+    """What ships from a code folder, and what is left out of it and why."""
+
+    files: list[tuple[str, str, int]]
+    """(path relative to the folder, path, bytes), sorted."""
+    secrets: list[str] = field(default_factory=list)
+    """Relative paths left out because they may hold credentials (`SECRET_FOLDERS`, `SECRET_FILES`);
+    a folder's ends in `/`."""
+    ignored: list[str] = field(default_factory=list)
+    """Relative paths left out by the folder's `.smlaunchignore`."""
+    skipped: list[str] = field(default_factory=list)
+    """Relative folders left out as never code: version control, caches, virtual environments, run
+    folders (`LEFT_OUT`), and the config's own data folders."""
+
+    @property
+    def size(self) -> int:
+        return sum(size for _, _, size in self.files)
+
+    def excluded_patterns(self) -> list[str]:
+        """The left-out paths as anchored patterns (`/rel`, `/rel/`), for Ray's `excludes` of a
+        `working_dir`: Ray uploads exactly what this walk ships."""
+        return [f"/{rel}" for rel in self.secrets + self.ignored]
+
+    def left_out_text(self) -> str:
+        """`; left out: ...` for the plan, naming each reason's first paths; empty when nothing was."""
+        parts = []
+        for paths, why in (
+            (self.secrets, "may hold credentials"),
+            (self.ignored, f"listed in {IGNORE_FILE}"),
+            (self.skipped, "version control, caches, environments, run or data folders"),
+        ):
+            if paths:
+                shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+                parts.append(f"{shown} ({why})")
+        return "; left out: " + "; ".join(parts) if parts else ""
+
+
+def _specs(folder: str):
+    """(secret files' spec, the folder's `.smlaunchignore` spec or None), gitignore semantics (pathspec)."""
+    import pathspec
+
+    secrets = pathspec.GitIgnoreSpec.from_lines(SECRET_FILES)
+    ignore_file = os.path.join(folder, IGNORE_FILE)
+    try:
+        with open(ignore_file, encoding="utf-8") as f:
+            lines = f.read(1 << 20).splitlines()
+    except FileNotFoundError:
+        return secrets, None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{ignore_file}: cannot read it ({exc})") from None
+    return secrets, pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def shipment(folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = frozenset()) -> Shipment:
+    """What ships from `folder` (`Shipment`), leaving out what may hold credentials
+    (`SECRET_FOLDERS`, `SECRET_FILES`), what the folder's `.smlaunchignore` lists, `LEFT_OUT` folders, virtual
+    environments and the folders in `skip` (`data_folders`). A `ConfigError` naming the largest
+    entries once past `limit` (the walk stops soon after, so sm-launch run from a dataset's folder
+    answers at once)."""
+    secret_spec, ignore_spec = _specs(folder)
+    out = Shipment(files=[])
     total = 0
     sizes: dict[str, int] = {}
+
+    def left_out(rel: str) -> list[str] | None:
+        is_folder = rel.endswith("/")
+        name = os.path.basename(rel.rstrip("/"))
+        if name in SECRET_FOLDERS if is_folder else secret_spec.match_file(name):  # by name, at any depth
+            return out.secrets
+        if ignore_spec is not None and ignore_spec.match_file(rel):
+            return out.ignored
+        return None
+
     for directory, dirs, names in os.walk(folder):
-        dirs[:] = sorted(
-            d
-            for d in dirs
-            if d not in LEFT_OUT
-            and not _is_venv(os.path.join(directory, d))
-            and os.path.realpath(os.path.join(directory, d)) not in skip
-        )
+        kept = []
+        for d in sorted(dirs):
+            path = os.path.join(directory, d)
+            rel = os.path.relpath(path, folder) + "/"
+            where = left_out(rel)
+            if where is not None:
+                where.append(rel)
+            elif d in LEFT_OUT or _is_venv(path) or os.path.realpath(path) in skip:
+                out.skipped.append(rel)
+            else:
+                kept.append(d)
+        dirs[:] = kept
         for name in sorted(names):
             if name.endswith(LEFT_OUT_SUFFIXES):
                 continue
             path = os.path.join(directory, name)
+            rel = os.path.relpath(path, folder)
+            where = left_out(rel)
+            if where is not None:
+                where.append(rel)
+                continue
             try:
                 size = os.stat(path).st_size
             except OSError:
                 continue
-            rel = os.path.relpath(path, folder)
-            files.append((rel, path, size))
+            out.files.append((rel, path, size))
             total += size
             top = rel.split(os.sep, 1)[0]
             sizes[top] = sizes.get(top, 0) + size
@@ -183,21 +269,27 @@ def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = froz
                 raise ConfigError(
                     f"the code folder {folder} holds over {limit >> 20} MiB ({largest}, ...): your modules "
                     "ship with the job from the folder sm-launch runs in; run it from a folder of code "
-                    "only (move the data out, or read it through a channel)"
+                    f"only (move the data out, read it through a channel, or list it in {IGNORE_FILE})"
                 )
-    return files
+    return out
+
+
+def code_files(folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = frozenset()) -> list[tuple[str, str, int]]:
+    """(path relative to `folder`, path, bytes) of what ships from `folder` (`shipment`), sorted."""
+    return shipment(folder, limit, skip).files
 
 
 def code_summary(cfg) -> str | None:
-    """What `plan` says of the code that ships: the folder, its files and size; None when the
-    config names no function of the user's."""
+    """What `plan` says of the code that ships: the folder, its files and size, and what is left out
+    and why; None when the config names no function of the user's."""
     if not user_functions(cfg):
         return None
     folder = code_folder()
-    files = code_files(folder, skip=data_folders(cfg))
-    size = sum(size for _, _, size in files)
-    return f"code: {folder} ({len(files)} files, {size / 2**20:.2f} MiB) ships with the job for " + ", ".join(
-        path for _, path in user_functions(cfg)
+    shipped = shipment(folder, skip=data_folders(cfg))
+    return (
+        f"code: {folder} ({len(shipped.files)} files, {shipped.size / 2**20:.2f} MiB) ships with the job for "
+        + ", ".join(path for _, path in user_functions(cfg))
+        + shipped.left_out_text()
     )
 
 

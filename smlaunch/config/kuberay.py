@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from smlaunch.config.base import StrictModel
+from smlaunch.config.sagemaker import environment_names
 
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """An RFC 1123 label, what Kubernetes wants of a namespace and of the names derived from the job."""
@@ -53,3 +54,17 @@ class KubeRayConfig(StrictModel):
     """Where `shared_volume_claim` is mounted in every pod."""
     service_account: str | None = Field(default=None, pattern=K8S_NAME, max_length=253)
     """The pods' service account (e.g. one with an IAM role for `s3://` channels on EKS)."""
+    environment: dict[str, str] = {}
+    """Extra variables for every pod (they win over the ones smlaunch sets). One whose name looks
+    secret (TOKEN, SECRET, PASSWORD, KEY, CREDENTIAL, AUTH) goes into a Kubernetes `Secret`,
+    `<job>-env`, that the pods read by `secretKeyRef`; its value is `***` in the ConfigMap's config
+    and in what `plan` prints (`docs/security.md`). `RAY_AUTH_MODE` and `RAY_AUTH_TOKEN` are
+    KubeRay's (token authentication) and refused here."""
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+                raise ValueError(f"{key} is set by KubeRay (authOptions.mode: token makes the cluster's token)")
+        return environment_names(value)

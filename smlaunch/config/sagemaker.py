@@ -20,6 +20,15 @@ MAX_RUN_LIMIT_S = 28 * 24 * 3600
 """MaxRuntimeInSeconds may not exceed 28 days (API `StoppingCondition`)."""
 
 
+def environment_names(value: dict[str, str]) -> dict[str, str]:
+    """`value` when every key is a valid environment variable name (a letter or `_`, then letters,
+    digits and `_`); the first bad one's ValueError otherwise."""
+    for key in value:
+        if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+    return value
+
+
 KmsKeyId = Annotated[str, Field(pattern=r"^[a-zA-Z0-9:/_-]+$", max_length=2048)]
 """A KMS key id, key ARN, alias name (`alias/...`) or alias ARN; botocore's `KmsKeyId` shape."""
 SubnetId = Annotated[str, Field(pattern=r"^subnet-[0-9a-z]+$", max_length=32)]
@@ -148,9 +157,7 @@ class SageMakerConfig(StrictModel):
         for key in value:
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by sm-launch submit (the Ray token is generated per job)")
-            if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-        return value
+        return environment_names(value)
 
     @field_validator("data_hosts", mode="before")
     @classmethod

@@ -115,15 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="smlaunch_entry")
     parser.add_argument("--config", default=os.environ.get("SMLAUNCH_CONFIG", "smlaunch-config.yaml"))
     args, ignored = parser.parse_known_args(argv)
+    sys.path.insert(0, str(PROJECT))  # the shipped package: its redaction and process_tree are standard library only
     if ignored:
-        print(f"smlaunch_entry: ignoring arguments {ignored} (hyperparameters other than config)", flush=True)
+        from smlaunch.redaction import masked_arguments
+
+        shown = masked_arguments(ignored)
+        print(f"smlaunch_entry: ignoring arguments {shown} (hyperparameters other than config)", flush=True)
     config = PROJECT / args.config
     if not config.is_file():
         return _fail(f"config {config} does not exist (--config / SMLAUNCH_CONFIG are relative to {PROJECT})")
     command = os.environ.get("SMLAUNCH_COMMAND", "run")
     if command not in COMMANDS:
         return _fail(f"SMLAUNCH_COMMAND={command!r}: expected one of {', '.join(COMMANDS)}")
-    sys.path.insert(0, str(PROJECT))  # the shipped package: its process_tree module is standard library only
     from smlaunch.cluster.process_tree import SUPERVISOR_ENV, is_alive, supervisor
 
     watched = supervisor()  # now: an install takes 20-30 s, and the supervisor may be gone by then

@@ -62,13 +62,14 @@ def _save(model, config: dict, step: int, final: dict, state: dict | None = None
         card["model_params"] = config["model_params"]
         card["task"] = config.get("task")
         card["load"] = (
-            f"model = {config['model']}(**model_params) (your factory); model.load_state_dict(torch.load('model.pt'))"
+            f"model = {config['model']}(**model_params) (your factory); "
+            "model.load_state_dict(torch.load('model.pt', weights_only=True))"
         )
     else:
         card["load"] = (
             f"smlaunch.trainers.model.create_model({config['model']!r}, {config['num_classes']}, "
             f"{config['image_size']}) (timm.create_model with num_classes, and img_size where the "
-            "model takes one); model.load_state_dict(torch.load('model.pt'))"
+            "model takes one); model.load_state_dict(torch.load('model.pt', weights_only=True))"
         )
     if final.get("best"):
         card["best"] = final["best"]  # model.pt holds this validation's weights (`trainer.keep_best`)

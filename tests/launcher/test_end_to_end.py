@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from smlaunch.pipelines.sources.fastfile import read_view
 
+CONFIG_SECRET = "hf_sentinel_config_4c1d7e"
 SENTINELS = {
     "AWS_ACCESS_KEY_ID": "AKIASENTINEL0000KEYID",
     "AWS_SECRET_ACCESS_KEY": "sentinel-secret-0d4b2e8f9a",
@@ -59,7 +61,8 @@ class TerminalRun:
 @pytest.fixture(scope="module")
 def tiny_job(tmp_path_factory) -> TerminalRun:
     """The job as a person runs it, once for the tests below: `sm-launch` typed into a terminal (a
-    pseudo-terminal of 120x40), with sentinel credentials in its environment (issue 9).
+    pseudo-terminal of 120x40), with sentinel credentials in its environment (issue 9) and a sentinel
+    `HF_TOKEN` in its config's `sagemaker.environment` (issue 79).
 
     The train host has two GPUs here (`gpus: 2`), so two train workers (CPU stand-ins) share it:
     DDP on one host, each epoch split unevenly between the ranks, every sample once, the same
@@ -82,6 +85,9 @@ def tiny_job(tmp_path_factory) -> TerminalRun:
             "cluster.instance_groups.0.gpus=2",
             "--set",
             "trainer.steps=30",
+            "--set",  # a secret in the config's environment: masked in every file and line (issue 79)
+            "sagemaker={image_uri: 'img:1', role_arn: 'arn:aws:iam::111122223333:role/R', bucket: b, "
+            f"environment: {{HF_TOKEN: {CONFIG_SECRET}, NCCL_DEBUG: WARN}}}}",
         ],
         env={**os.environ, **SENTINELS},
         timeout_s=420,
@@ -188,9 +194,12 @@ def test_no_credential_shows_in_output_report_config_trees_or_logs(tiny_job):
     texts = {"terminal": tiny_job.output}
     texts.update({str(p): p.read_bytes().decode("latin-1") for p in tiny_job.run.rglob("*") if p.is_file()})
     assert len(texts) > 20
+    sentinels = {**SENTINELS, "HF_TOKEN in the config": CONFIG_SECRET}
     assert not [
-        f"{name} in {where}" for where, text in texts.items() for name, value in SENTINELS.items() if value in text
+        f"{name} in {where}" for where, text in texts.items() for name, value in sentinels.items() if value in text
     ]
+    saved = yaml.safe_load((tiny_job.run / "resolved_config.yaml").read_text())  # the name stays, its value not
+    assert saved["sagemaker"]["environment"] == {"HF_TOKEN": "***", "NCCL_DEBUG": "WARN"}
 
 
 @pytest.mark.ray
@@ -209,7 +218,7 @@ def test_the_final_model_reloads_with_timm_and_its_card_describes_it(tiny_job):
     card = json.loads((head / "model" / "model.json").read_text())
     assert card["model"] == "test_resnet" and card["num_classes"] == 10 and card["input_size"] == [3, 16, 16]
     model = timm.create_model(card["model"], num_classes=card["num_classes"])
-    model.load_state_dict(torch.load(head / "model" / "model.pt"))
+    model.load_state_dict(torch.load(head / "model" / "model.pt", weights_only=True))
     assert model.eval()(torch.zeros(1, 3, 16, 16)).shape == (1, 10)
     assert not (head / "output" / "failure").exists()
 

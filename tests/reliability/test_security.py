@@ -316,3 +316,131 @@ def test_a_ray_client_without_the_cluster_token_cannot_join(tmp_path):
         assert token not in (tmp_path / "ray-node.log").read_text()
     finally:
         node.stop()
+
+
+# ---- secrets in the config: shown by name, never by value (issue 79) -----------------------------
+
+HETERO = ROOT / "configs" / "hetero.yaml"
+SECRET = "hf_sentinel_9b2f0c7d1e"
+SECRET_SETS = [
+    "--set",
+    f"sagemaker.environment={{HF_TOKEN: {SECRET}, WANDB_API_KEY: {SECRET}-wandb, db_password: {SECRET}-db, "
+    "NCCL_DEBUG: WARN}",
+    "--set",
+    f"kuberay.environment={{HF_TOKEN: {SECRET}, NCCL_DEBUG: WARN}}",
+]
+
+
+def test_a_secret_in_the_config_s_environment_shows_as_stars_in_plan_json_and_dry_run(tmp_path):
+    """`plan`, `plan --json` and `submit --dry-run`: each name is there, no secret value is; a
+    variable whose name looks like no secret keeps its value."""
+    import json
+
+    planned = sm_launch("plan", str(HETERO), *SECRET_SETS, cwd=tmp_path)
+    as_json = sm_launch("plan", str(HETERO), "--json", *SECRET_SETS, cwd=tmp_path)
+    dry = sm_launch("submit", str(HETERO), "--dry-run", *SECRET_SETS, cwd=tmp_path)
+    for result in (planned, as_json, dry):
+        assert result.returncode == 0, result.stderr
+        assert SECRET not in result.stdout + result.stderr
+    assert (
+        "    HF_TOKEN: '***'\n    WANDB_API_KEY: '***'\n    db_password: '***'\n    NCCL_DEBUG: WARN\n"
+        in planned.stdout
+    )
+    shown = json.loads(as_json.stdout)["config"]
+    assert (
+        shown["sagemaker"]["environment"]["HF_TOKEN"] == "***" and shown["kuberay"]["environment"]["HF_TOKEN"] == "***"
+    )
+    environment = json.loads(dry.stdout)["Environment"]
+    assert (environment["HF_TOKEN"], environment["NCCL_DEBUG"]) == ("***", "WARN")
+    assert environment["SMLAUNCH_RAY_TOKEN"] == "<generated, 43 chars>"
+
+
+def test_kuberay_puts_a_secret_in_a_secret_the_pods_reference_and_nowhere_else(tmp_path):
+    """The manifest's one copy of the value is the Kubernetes Secret; the ConfigMap's config and
+    every pod spec hold none (a pod reads it by `secretKeyRef`)."""
+    result = sm_launch("kuberay", str(HETERO), "--image", "img:1", *SECRET_SETS, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    secret, config_map, job = yaml.safe_load_all(result.stdout)
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", "hetero-digits-env")
+    assert secret["stringData"] == {"HF_TOKEN": SECRET}
+    assert SECRET not in yaml.safe_dump(config_map) + yaml.safe_dump(job)
+    assert yaml.safe_load(config_map["data"]["config.yaml"])["kuberay"]["environment"]["HF_TOKEN"] == "***"
+    cluster = job["spec"]["rayClusterSpec"]
+    pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
+    for group in pods:
+        env = {e["name"]: e for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert env["HF_TOKEN"] == {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "hetero-digits-env", "key": "HF_TOKEN"}},
+        }
+        assert env["NCCL_DEBUG"] == {"name": "NCCL_DEBUG", "value": "WARN"}
+    assert "the Secret hetero-digits-env holds the values of HF_TOKEN" in result.stderr
+
+
+def test_hyperparameters_with_secret_names_are_masked_in_the_entry_script_s_line(tmp_path, monkeypatch, capsys):
+    """SageMaker passes hyperparameters as arguments; the entry script names the ones it ignores."""
+    from smlaunch.launcher.sm_entry import main
+    from smlaunch.redaction import masked_arguments
+
+    assert masked_arguments(["--api_key", "k1", "--lr", "0.1", "--HF_TOKEN=t1", "--auth"]) == [
+        "--api_key",
+        "***",
+        "--lr",
+        "0.1",
+        "--HF_TOKEN=***",
+        "--auth",
+    ]
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path))
+    assert main(["--config", "missing.yaml", "--HF_TOKEN", SECRET, "--epochs", "3"]) == 1
+    out = capsys.readouterr().out
+    assert "ignoring arguments ['--HF_TOKEN', '***', '--epochs', '3']" in out and SECRET not in out
+
+
+# ---- what ships from the code folder ------------------------------------------------------------
+
+
+def _project_with_credentials(folder: Path) -> None:
+    """A user's folder as found in the wild: code, and the credentials beside it."""
+    (folder / "mine.py").write_text("def loss(model, batch):\n    return model(batch['image']).sum()\n")
+    (folder / "id_map.py").write_text("IDS = {}\n")  # a module named like a key: code, and it ships
+    planted = [
+        ".env",
+        ".env.production",
+        ".aws/credentials",
+        ".ssh/id_ed25519",
+        "id_rsa",
+        "certs/server.pem",
+        "tls.key",
+        ".netrc",
+        "scratch/big.npy",
+    ]
+    for rel in planted:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(f"SENTINEL-{rel}\n")
+    (folder / ".smlaunchignore").write_text("# not code\nscratch/\n")
+
+
+def test_credentials_and_ignored_files_stay_out_of_the_code_that_ships_and_plan_says_so(tmp_path):
+    """`plan` counts the files that ship and names what it left out and why; submit's tarball (its
+    `user_code/`) holds exactly those files. Ray's working_dir for `--address` leaves out the same
+    (tests/launcher/attached/test_attached.py's project, on a real cluster)."""
+    import tarfile
+
+    from smlaunch.launcher.sagemaker.sourcedir import pack_sourcedir
+    from smlaunch.user_code import shipment
+
+    _project_with_credentials(tmp_path)
+    result = sm_launch("plan", str(TINY), "--set", "task={loss: 'mine:loss'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    code = next(line for line in result.stdout.splitlines() if line.startswith("code: "))
+    assert code == (
+        f"code: {tmp_path} (3 files, 0.00 MiB) ships with the job for mine:loss; left out: .aws/, .ssh/, .env, "
+        ".env.production and 4 more (may hold credentials); scratch/ (listed in .smlaunchignore)"
+    )
+    shipped = shipment(str(tmp_path))
+    assert [rel for rel, _, _ in shipped.files] == [".smlaunchignore", "id_map.py", "mine.py"]
+    names = pack_sourcedir({"job": "x"}, tmp_path / "sourcedir.tar.gz", shipped.files)
+    assert [n for n in names if n.startswith("user_code/")] == [f"user_code/{rel}" for rel, _, _ in shipped.files]
+    with tarfile.open(tmp_path / "sourcedir.tar.gz") as tar:
+        texts = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]  # type: ignore[union-attr]
+    assert len(texts) == len(names) and not [t for t in texts if b"SENTINEL-" in t]

@@ -193,7 +193,7 @@ def assert_model_reloads_to_its_final_validation(configs, model_dir: Path, card:
     from smlaunch.trainers.model import create_model
 
     model = create_model(card["model"], card["num_classes"], card["input_size"][1])
-    model.load_state_dict(torch.load(model_dir / "model.pt"))
+    model.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True))
     rows = [
         example_row(r)
         for shard in sorted((prepare_builtin("digits") / "validation").iterdir())

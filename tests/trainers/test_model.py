@@ -231,7 +231,7 @@ def test_class_names_are_saved_next_to_the_model(tmp_path):
     save_model(model, card, step=5, final={"loss": 1.0})
     # model.pt is the state dict itself, module versions included, with its tensors on the CPU
     # (a GPU run's must load where there is no CUDA; checked on a GPU machine, see BENCHMARKS.md)
-    saved_state = torch.load(tmp_path / "model" / "model.pt")
+    saved_state = torch.load(tmp_path / "model" / "model.pt", weights_only=True)
     assert list(saved_state) == list(model.state_dict()) and saved_state._metadata == model.state_dict()._metadata
     assert all(v.device.type == "cpu" and torch.equal(v, model.state_dict()[k]) for k, v in saved_state.items())
     assert json.loads((tmp_path / "model" / "classes.json").read_text()) == ["cat", "dog", "eel"]

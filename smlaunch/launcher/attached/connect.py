@@ -44,9 +44,9 @@ def connected(
     console.quiet_ray()
     runtime_env: dict[str, object] = {"env_vars": dict(env_vars)} if env_vars else {}
     if code is not None:
-        from smlaunch.user_code import LEFT_OUT, LEFT_OUT_SUFFIXES, code_files
+        from smlaunch.user_code import LEFT_OUT, LEFT_OUT_SUFFIXES, shipment
 
-        code_files(code, skip=data)  # refused in one line past the limit, before anything is uploaded
+        shipped = shipment(code, skip=data)  # refused in one line past the limit, before anything is uploaded
         real = os.path.realpath(code)
         inside = [os.path.relpath(d, real) for d in sorted(data) if d.startswith(real + os.sep)]
         runtime_env.update(
@@ -54,7 +54,8 @@ def connected(
             excludes=[f"{name}/" for name in sorted(LEFT_OUT)]
             + [f"*{suffix}" for suffix in LEFT_OUT_SUFFIXES]
             + _venvs(code)
-            + [f"/{rel}/" for rel in inside],
+            + [f"/{rel}/" for rel in inside]
+            + shipped.excluded_patterns(),  # credentials and .smlaunchignore's: what `plan` says is left out
         )
     try:
         ray.init(address=address, runtime_env=runtime_env or None, **console.ray_init_options())

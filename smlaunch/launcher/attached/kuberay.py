@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import Any
 
 import yaml
 
@@ -37,7 +38,9 @@ from smlaunch.cluster.node import worker_pool_env
 from smlaunch.cluster.topology import config_train_group
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.schema import LaunchConfig
+from smlaunch.config.shown import shown_config
 from smlaunch.errors import ConfigError
+from smlaunch.redaction import looks_secret
 
 CONFIG_DIR = "/home/ray/smlaunch"
 """Where the ConfigMap is mounted in the head pod (the `ray` user's home in Ray's images)."""
@@ -82,8 +85,9 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {**metadata, "name": f"{name}-config"},
-        "data": {"config.yaml": yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)},
+        "data": {"config.yaml": yaml.safe_dump(shown_config(cfg, exclude_none=True), sort_keys=False)},
     }
+    secret = secret_of(kuberay, {**metadata, "name": f"{name}-env"})
     head_of = next((g for g in groups if g.name == kuberay.head_group), None)
     scaled = scaled_group(cfg)
     workers = []
@@ -100,19 +104,19 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
                 "maxReplicas": high,
                 "labels": {SUBCLUSTER: subcluster, GROUP_LABEL: group.name},
                 "rayStartParams": ray_resources(group),
-                "template": pod(group, image, kuberay, container="ray-worker"),
+                "template": pod(group, image, kuberay, container="ray-worker", secret=secret),
             }
         )
     if head_of is None:
         head = {
             "rayStartParams": {"num-cpus": "0", "num-gpus": "0"},
-            "template": pod(None, image, kuberay, container="ray-head", config_map=f"{name}-config"),
+            "template": pod(None, image, kuberay, container="ray-head", config_map=f"{name}-config", secret=secret),
         }
     else:
         head = {
             "labels": {SUBCLUSTER: "train" if head_of.name == train_group else "data", GROUP_LABEL: head_of.name},
             "rayStartParams": ray_resources(head_of),
-            "template": pod(head_of, image, kuberay, container="ray-head", config_map=f"{name}-config"),
+            "template": pod(head_of, image, kuberay, container="ray-head", config_map=f"{name}-config", secret=secret),
         }
     job = {
         "apiVersion": "ray.io/v1",
@@ -133,7 +137,18 @@ def manifest(cfg: LaunchConfig, image: str | None, ray_version: str) -> list[dic
             },
         },
     }
-    return [config_map, job]
+    return ([secret] if secret else []) + [config_map, job]
+
+
+def secret_of(kuberay: KubeRayConfig, metadata: dict) -> dict | None:
+    """The Kubernetes Secret holding `kuberay.environment`'s secret-looking variables (None when
+    there are none): the pods read them by `secretKeyRef`, so their values are in no ConfigMap and
+    no pod spec, where anyone who may list pods or read the RayJob would see them. The manifest is
+    applied with `kubectl apply -f -`: it is the one place the values are, and is not kept."""
+    hidden = {k: v for k, v in kuberay.environment.items() if looks_secret(k)}
+    if not hidden:
+        return None
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque", "stringData": hidden}
 
 
 def worker_counts(cfg: LaunchConfig, group, head_of, scaled) -> tuple[int, int, int]:
@@ -251,8 +266,17 @@ def pod_memory(group) -> str | None:
     return f"{int(gib * NODE_MEMORY_FRACTION * 1024)}Mi" if gib else None
 
 
-def pod(group, image: str, kuberay: KubeRayConfig, *, container: str, config_map: str | None = None) -> dict:
-    """The pod template of a group's hosts (or of a head pod of its own when `group` is None)."""
+def pod(
+    group,
+    image: str,
+    kuberay: KubeRayConfig,
+    *,
+    container: str,
+    config_map: str | None = None,
+    secret: dict | None = None,
+) -> dict:
+    """The pod template of a group's hosts (or of a head pod of its own when `group` is None);
+    `secret`: the job's Secret of `kuberay.environment` (`secret_of`), read by reference."""
     if group is None:
         requests = {"cpu": str(kuberay.head_cpus), "memory": f"{int(kuberay.head_memory_gib * 1024)}Mi"}
         limits = {"memory": requests["memory"]}
@@ -269,12 +293,19 @@ def pod(group, image: str, kuberay: KubeRayConfig, *, container: str, config_map
         "PYTHONUNBUFFERED": "1",
         # the raylet's pool as every other path sets it, for the Ray CPUs the pod's `ray start` gets
         **(worker_pool_env(pod_cpus(group)) if group is not None else {}),
+        **kuberay.environment,
     }
-    spec_container = {
+    hidden = secret["stringData"] if secret else {}
+    spec_container: dict[str, Any] = {
         "name": container,
         "image": image,
         "resources": {"requests": requests, "limits": limits},
-        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "env": [
+            {"name": k, "valueFrom": {"secretKeyRef": {"name": secret["metadata"]["name"], "key": k}}}
+            if secret and k in hidden
+            else {"name": k, "value": v}
+            for k, v in env.items()
+        ],
     }
     if container == "ray-head":
         spec_container["ports"] = [

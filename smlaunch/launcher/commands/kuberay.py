@@ -34,5 +34,13 @@ def main(args, failure) -> int:
         print(f"sm-launch: warning: {note}", file=sys.stderr)
     for note in code_notes(cfg):
         print(f"sm-launch: note: {note}", file=sys.stderr)
+    for document in documents:
+        if document["kind"] == "Secret":
+            names = ", ".join(document["stringData"])
+            print(
+                f"sm-launch: note: the Secret {document['metadata']['name']} holds the values of {names} "
+                "(kuberay.environment): pipe the manifest to kubectl apply -f - rather than keep it in a file",
+                file=sys.stderr,
+            )
     log.log(RESULT, manifest_yaml(documents).rstrip())
     return 0

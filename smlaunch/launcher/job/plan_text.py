@@ -6,21 +6,26 @@ plan, shared by the commands and by the paths that learn their plan only once at
 
 from __future__ import annotations
 
+from smlaunch.redaction import masked
 from smlaunch.text import plural
 
 
 def plan_json(cfg, plan) -> dict:
     """Everything `plan` prints, as data: the plan's fields (hosts, channels, `workers` as
     {rank, host, gpu}, global batch, learning rate, notes, ...) and the resolved config."""
-    return {**plan.to_dict(), "config": cfg.model_dump(mode="json")}
+    from smlaunch.config.shown import shown_config
+
+    return {**plan.to_dict(), "config": shown_config(cfg)}
 
 
 def plan_lines(cfg, plan) -> list[str]:
     import yaml
 
+    from smlaunch.config.shown import shown_config
+
     lines = [
         "# resolved config",
-        *yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False).splitlines(),
+        *yaml.safe_dump(shown_config(cfg), sort_keys=False).splitlines(),
         "",
         "# plan",
     ]
@@ -44,7 +49,8 @@ def plan_lines(cfg, plan) -> list[str]:
             + (" (linear scaling)" if t.lr_scaling == "linear" else "")
         )
     if plan.worker_env:
-        lines.append("train workers' environment: " + " ".join(f"{k}={v}" for k, v in plan.worker_env.items()))
+        shown = masked(plan.worker_env)
+        lines.append("train workers' environment: " + " ".join(f"{k}={v}" for k, v in shown.items()))
     lines.append(
         f"preprocessing selector: {plan.preprocess_selector}"
         + ("" if plan.data_selector else " (no CPU-only group: the train hosts' CPUs)")

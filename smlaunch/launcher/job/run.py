@@ -129,9 +129,9 @@ def prepare_job(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
         if found:
             log.info(f"resuming from checkpoint {found}")
     Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(plan.run_dir) / "resolved_config.yaml").write_text(
-        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
-    )
+    from smlaunch.config.shown import shown_config
+
+    (Path(plan.run_dir) / "resolved_config.yaml").write_text(yaml.safe_dump(shown_config(cfg), sort_keys=False))
     return str(found) if found else None
 
 

@@ -137,13 +137,12 @@ def simulate(cfg, plan, command: str, stop) -> int:
     """Every host of `plan` as its own `sm-launch COMMAND` process on this machine; returns the
     job's status (0 when every host exited 0, else the first host's non-zero status). A stop
     (SIGTERM, Ctrl-C) is passed to every host, as StopTrainingJob sends it to every container."""
+    from smlaunch.config.shown import shown_config
     from smlaunch.launcher.local.run import local_data
     from smlaunch.text import plural
 
     with local_data(cfg, plan):
-        hosts = SimulatedHosts(
-            Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts}, cfg.model_dump(mode="json")
-        )
+        hosts = SimulatedHosts(Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts}, shown_config(cfg))
         try:
             for host in plan.hosts:
                 hosts.start(host.name, command)

@@ -40,8 +40,9 @@ def resolved_config(cfg: LaunchConfig, uris: dict[str, str], pretrained: str | N
     from `channel_uris`, which has none for a file system channel), and `model.pretrained` becomes
     `pretrained` when given."""
     from smlaunch.config.loader import validate_config
+    from smlaunch.config.shown import shown_config
 
-    data = cfg.model_dump(mode="json", exclude_none=True)
+    data = shown_config(cfg, exclude_none=True)  # the environment's secrets travel as the job's Environment
     for name, ch in cfg.channels.items():
         if ch.file_system is None and not ch.source.startswith("builtin:"):
             data["channels"][name]["source"] = uris[name]

@@ -300,9 +300,15 @@ def _account_settings(sm, request: dict) -> None:
 
 
 def masked(request: dict) -> dict:
-    """A copy safe to print or log: the Ray token replaced by its length."""
+    """A copy safe to print or log: the Ray token replaced by its length, and the value of every
+    other secret-looking variable or hyperparameter by `***` (`smlaunch.redaction`)."""
+    from smlaunch.redaction import masked as masked_values
+
     out = json.loads(json.dumps(request))
     token = out.get("Environment", {}).get(TOKEN_ENV)
+    for section in ("Environment", "HyperParameters"):
+        if section in out:
+            out[section] = masked_values(out[section])
     if token is not None:
         out["Environment"][TOKEN_ENV] = f"<generated, {len(token)} chars>"
     return out

@@ -240,7 +240,9 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
     """The user's project (a model factory, a per-pixel loss, IoU; tests/support/byo_project) in a
     folder of its own, its data WebDataset shards of images and masks (TarWriter). The cluster was
     started from another folder and nothing puts the project on PYTHONPATH: sm-launch, run in the
-    project folder, ships it as the job's working_dir, leaving out its virtualenv, caches and runs.
+    project folder, ships it as the job's working_dir, leaving out its virtualenv, caches and runs,
+    and what may hold credentials (`.env`, keys, `.aws/`) or its `.smlaunchignore` lists: the plan
+    says so, and Ray's unpacked copy on the nodes holds none of it (issue 79).
     Images and masks are decoded, cut by one crop and one flip per row (the mask nearest-neighbour),
     the image jittered and normalised on the device: it must learn the squares' masks. (A crop that
     left a mask behind fails the loss's shapes or its pixels; pixel-exact alignment, flips
@@ -258,6 +260,20 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "env")], check=True, timeout=60)
     (folder / "__pycache__").mkdir(exist_ok=True)
     (folder / "__pycache__" / "big.pyc").write_bytes(b"\0" * (120 << 20))  # over the limit, were it shipped
+    # Credentials as users leave them in a project folder, and a folder its .smlaunchignore keeps back:
+    # none ships (issue 79). The SSH folder sits one level down, where a key is as easily left.
+    planted = {
+        ".env": "HF_TOKEN=",
+        ".aws/credentials": "aws_secret_access_key=",
+        "id_rsa": "-----BEGIN ",
+        "deploy.pem": "-----BEGIN CERT",
+        "tools/.ssh/id_ed25519": "-----BEGIN ",
+        "scratch/notes.txt": "",
+    }
+    for rel, text in planted.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(f"{text}SENTINEL-{rel}\n")
+    (folder / ".smlaunchignore").write_text("# my notes stay here\nscratch/\n")
     groups = [
         {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
         {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2},
@@ -275,8 +291,13 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
     )
     assert planned.returncode == 0, planned.stderr[-2000:]
     code = next(line for line in planned.stdout.splitlines() if line.startswith("code: "))
-    assert code.startswith(f"code: {folder} (") and code.endswith(
-        "ships with the job for segmentation:fcn, segmentation:pixel_loss, segmentation:iou"
+    assert (
+        code.startswith(f"code: {folder} (")
+        and (
+            "ships with the job for segmentation:fcn, segmentation:pixel_loss, segmentation:iou; left out: .aws/, "
+            ".env, deploy.pem, id_rsa and 1 more (may hold credentials); scratch/ (listed in .smlaunchignore); "
+        )
+        in code
     ), code
     ran = subprocess.run(
         [sys.executable, "-m", "smlaunch", "run", "segmentation.yaml", "--address", address],
@@ -287,6 +308,12 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
         cwd=folder,
     )
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
+    unpacked = [d for d in RAY_TEMP["dir"].glob("session_*/runtime_resources/working_dir_files/*") if d.is_dir()]
+    shipped = [d for d in unpacked if (d / "segmentation.py").is_file()]
+    assert shipped, unpacked  # the project arrived, and none of what may hold credentials with it
+    assert not [
+        f for d in shipped for f in d.rglob("*") if f.is_file() and "SENTINEL-" in f.read_text(errors="replace")
+    ]
     report = json.loads((tmp_path / "runs/segmentation/output/data/report.json").read_text())
     final = report["validation"][-1]
     assert final["rows"] == 192 and final["iou"] > 0.7 and final["pixel_accuracy"] > 0.9, report["validation"]

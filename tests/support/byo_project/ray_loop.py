@@ -26,7 +26,7 @@ def train_func(config):
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as folder:
-            state = torch.load(os.path.join(folder, "state.pt"))
+            state = torch.load(os.path.join(folder, "state.pt"), weights_only=True)
         getattr(model, "module", model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, epoch = state["step"], state["epoch"]
