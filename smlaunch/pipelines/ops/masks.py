@@ -73,8 +73,8 @@ def _outside_message(field: str, outside: np.ndarray, pixels: int, mask: np.ndar
     return (
         f"field {field}: mask value{plural} {shown} outside classes 0..{classes - 1} (model.num_classes: "
         f"{classes}) in {pixels} of {mask.size} pixels; a mask's pixels are class ids (a palette or colour "
-        f"mask read with mode L gives grey levels): fix the file, or set model.num_classes to at least "
-        f"{int(outside[-1]) + 1} if they are classes"
+        f"mask read with mode L gives grey levels): fix the file, set model.num_classes to at least "
+        f"{int(outside[-1]) + 1} if they are classes, or task.ignore_index if one marks pixels of no class"
     )
 
 

@@ -110,7 +110,8 @@ def test_a_mask_value_outside_the_task_s_classes_is_one_line_naming_the_sample(t
     assert line == (
         f"sample id {sample}: field mask: mask value 7 outside classes 0..4 (model.num_classes: 5) in 16 of 768 "
         "pixels; a mask's pixels are class ids (a palette or colour mask read with mode L gives grey levels): fix "
-        "the file, or set model.num_classes to at least 8 if they are classes"
+        "the file, set model.num_classes to at least 8 if they are classes, or task.ignore_index if one marks "
+        "pixels of no class"
     )
     assert place is not None and place.startswith("shard-0000.tar sample at byte ")  # the id leads to the file
 
@@ -236,5 +237,6 @@ def test_in_a_ray_pipeline_the_line_names_the_channel_and_the_file_and_no_batch_
     assert describe_error(raised.value) == (
         f"channel 'train': {place} (sample id {sample}): field mask: mask value 9 outside classes 0..4 "
         "(model.num_classes: 5) in 1 of 768 pixels; a mask's pixels are class ids (a palette or colour mask read "
-        "with mode L gives grey levels): fix the file, or set model.num_classes to at least 10 if they are classes"
+        "with mode L gives grey levels): fix the file, set model.num_classes to at least 10 if they are classes, "
+        "or task.ignore_index if one marks pixels of no class"
     )
