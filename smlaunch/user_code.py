@@ -96,6 +96,9 @@ def check(path: str, field: str, args: tuple = (), params: dict | None = None) -
 CODE_LIMIT_BYTES = 100 << 20
 """The most a code folder may ship (Ray's `working_dir` allows 500 MiB; a folder past 100 MiB is
 data, not code, and would be uploaded with every job)."""
+CODE_LIMIT_FILES = 20_000
+"""The most files a code folder may ship: a folder of more (an ImageNet of tiny files beside the code,
+under the byte limit) is data, and walking all of it would cost `plan` a minute."""
 LEFT_OUT = frozenset(
     {
         ".git",
@@ -212,16 +215,19 @@ def _specs(folder: str):
     return secrets, pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def shipment(folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = frozenset()) -> Shipment:
+def shipment(
+    folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = frozenset(), files_limit: int = CODE_LIMIT_FILES
+) -> Shipment:
     """What ships from `folder` (`Shipment`), leaving out what may hold credentials
     (`SECRET_FOLDERS`, `SECRET_FILES`), what the folder's `.smlaunchignore` lists, `LEFT_OUT` folders, virtual
     environments and the folders in `skip` (`data_folders`). A `ConfigError` naming the largest
-    entries once past `limit` (the walk stops soon after, so sm-launch run from a dataset's folder
-    answers at once)."""
+    entries once past `limit` bytes or `files_limit` files (the walk stops there, so sm-launch run
+    from a dataset's folder answers at once)."""
     secret_spec, ignore_spec = _specs(folder)
     out = Shipment(files=[])
     total = 0
     sizes: dict[str, int] = {}
+    counts: dict[str, int] = {}
 
     def left_out(rel: str) -> list[str] | None:
         is_folder = rel.endswith("/")
@@ -262,6 +268,14 @@ def shipment(folder: str, limit: int = CODE_LIMIT_BYTES, skip: Set[str] = frozen
             total += size
             top = rel.split(os.sep, 1)[0]
             sizes[top] = sizes.get(top, 0) + size
+            counts[top] = counts.get(top, 0) + 1
+            if len(out.files) > files_limit:
+                most = ", ".join(f"{n} ({c:,})" for n, c in sorted(counts.items(), key=lambda x: -x[1])[:3])
+                raise ConfigError(
+                    f"the code folder {folder} holds over {files_limit:,} files ({most}, ...): your modules "
+                    "ship with the job from the folder sm-launch runs in; run it from a folder of code "
+                    f"only (move the data out, read it through a channel, or list it in {IGNORE_FILE})"
+                )
             if total > limit:
                 largest = ", ".join(
                     f"{n} ({s / 2**20:.1f} MiB)" for n, s in sorted(sizes.items(), key=lambda x: -x[1])[:3]

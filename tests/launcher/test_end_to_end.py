@@ -86,7 +86,7 @@ def tiny_job(tmp_path_factory) -> TerminalRun:
             "--set",
             "trainer.steps=30",
             "--set",  # a secret in the config's environment: masked in every file and line (issue 79)
-            "sagemaker={image_uri: 'img:1', role_arn: 'arn:aws:iam::111122223333:role/R', bucket: b, "
+            "sagemaker={image_uri: 'img:1', role_arn: 'arn:aws:iam::111122223333:role/R', bucket: my-bucket, "
             f"environment: {{HF_TOKEN: {CONFIG_SECRET}, NCCL_DEBUG: WARN}}}}",
         ],
         env={**os.environ, **SENTINELS},

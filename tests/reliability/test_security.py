@@ -444,3 +444,21 @@ def test_credentials_and_ignored_files_stay_out_of_the_code_that_ships_and_plan_
     with tarfile.open(tmp_path / "sourcedir.tar.gz") as tar:
         texts = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]  # type: ignore[union-attr]
     assert len(texts) == len(names) and not [t for t in texts if b"SENTINEL-" in t]
+
+
+def test_a_code_folder_of_many_small_files_is_refused_by_count_unless_ignored(tmp_path):
+    """Tiny files stay under the byte limit: an ImageNet of them beside the code is refused by count,
+    soon (the walk stops there), and `.smlaunchignore` naming the folder lets the code ship alone."""
+    from smlaunch.errors import ConfigError
+    from smlaunch.user_code import shipment
+
+    (tmp_path / "mine.py").write_text("")
+    (tmp_path / "images").mkdir()
+    for i in range(60):
+        (tmp_path / "images" / f"{i:05d}.jpg").write_bytes(b"")
+    with pytest.raises(ConfigError) as refused:
+        shipment(str(tmp_path), files_limit=50)
+    assert str(refused.value).startswith(f"the code folder {tmp_path} holds over 50 files (images (50), mine.py (1), ...)")
+    (tmp_path / ".smlaunchignore").write_text("images/\n")
+    shipped = shipment(str(tmp_path), files_limit=50)
+    assert [rel for rel, _, _ in shipped.files] == [".smlaunchignore", "mine.py"] and shipped.ignored == ["images/"]
