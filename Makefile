@@ -75,6 +75,7 @@ bench: setup
 	$(VENV)/bin/python bench/long_run.py
 	$(VENV)/bin/python bench/checkpoint_cost.py
 	$(VENV)/bin/python bench/recipe.py
+	$(VENV)/bin/python bench/security.py
 
 clean:
 	rm -rf $(VENV) .venv-sdk runs .pytest_cache

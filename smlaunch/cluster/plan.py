@@ -260,6 +260,11 @@ def stop_protection(trainer, pid1) -> tuple[float, str | None]:
         return configured or 0.0, None
     if pid1.stop_is_clean:
         return configured or 0.0, f"stop: {pid1.what_a_stop_does()}"
+    if trainer.loop:  # no timed checkpoints: your loop writes the ones it reports
+        return 0.0, (
+            f"stop: {pid1.what_a_stop_does()}; your loop (trainer.loop) checkpoints when it reports one, so a stop "
+            "loses what it trained since its last"
+        )
     every = UNSAFE_STOP_CHECKPOINT_S if configured is None else configured
     cadence = (
         f"checkpointing every {every:g} s instead (trainer.checkpoint_every_s"

@@ -17,6 +17,7 @@ from smlaunch.config.autoscale import AutoscaleConfig
 from smlaunch.config.base import StrictModel
 from smlaunch.config.channel import BUILTIN_SEEDS, ChannelConfig
 from smlaunch.config.channel_rules import CLASSES_FROM_DATA
+from smlaunch.config.consistency import cross_problem
 from smlaunch.config.instance_types import InstanceSpec, check_training_type, is_cpu_only, known_spec
 from smlaunch.config.kuberay import KubeRayConfig
 from smlaunch.config.model_task import ModelConfig, TaskConfig
@@ -72,6 +73,11 @@ class InstanceGroup(StrictModel):
         )
 
 
+OBJECT_STORE_SHARE = 0.8
+"""The most of a host's memory `cluster.object_store_mb` may take (Ray's default is 30 %; Ray refuses to
+start a node whose memory is not above its object store, and a store near it starves the workers)."""
+
+
 class ClusterConfig(StrictModel):
     """The job's instance groups and which one trains."""
 
@@ -95,6 +101,14 @@ class ClusterConfig(StrictModel):
 
     @model_validator(mode="after")
     def _groups(self):
+        for host in self.instance_groups:
+            memory = host.spec.memory_gib
+            if self.object_store_mb and memory and self.object_store_mb > OBJECT_STORE_SHARE * memory * 1024:
+                raise ValueError(
+                    f"cluster.object_store_mb: {self.object_store_mb} MiB is over {OBJECT_STORE_SHARE:.0%} of "
+                    f"{host.instance_type}'s {memory:g} GiB (group {host.name}): Ray's workers would be left "
+                    "too little; leave it out (Ray takes 30 %) or lower it"
+                )
         names = [g.name for g in self.instance_groups]
         if len(set(names)) != len(names):
             raise ValueError(f"instance group names must be unique, got {names}")
@@ -155,7 +169,7 @@ class PipelineConfig(StrictModel):
             if not decoded or decoded[0] > at:
                 raise ValueError(
                     f"masks: {mask} is moved before it is decoded; add {{op: decode_image, field: {mask}, "
-                    "mode: L}} before that op"
+                    "mode: L} before that op"
                 )
         return self
 
@@ -244,9 +258,9 @@ class TrainerConfig(StrictModel):
     (hence at most 90: Ray's shutdown on every host needs the rest); on Kubernetes keep it below the
     pod's `terminationGracePeriodSeconds`."""
     validation_every_epochs: int = Field(default=1, ge=0)
-    """With `steps`: validate every N passes over the data (0: only at the end). With `epochs`: every
-    epoch. Always at the end. Only with a channel named `validation`: without one there is no
-    validation (`plan` prints `validation: none`)."""
+    """Validate every N passes over the data (0: only at the end), with `steps` or `epochs`; always at
+    the end. Only with a channel named `validation`: without one there is no validation (`plan` prints
+    `validation: none`)."""
     log_every: int = Field(default=10, gt=0)
     """Steps between metric lines (`step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x>`); step 1
     prints one too."""
@@ -282,6 +296,11 @@ class TrainerConfig(StrictModel):
     def _length(self):
         if self.loop is None and (self.steps is None) == (self.epochs is None):
             raise ValueError("set exactly one of trainer.steps or trainer.epochs")
+        if self.steps is not None and self.warmup_steps is not None and self.warmup_steps >= self.steps:
+            raise ValueError(
+                f"trainer.warmup_steps: {self.warmup_steps} is not below trainer.steps ({self.steps}): the rate "
+                "would never reach trainer.learning_rate; warm up for a tenth of the run or less"
+            )
         if self.loop is not None and self.epochs is not None:
             raise ValueError(
                 "trainer.epochs: your loop (trainer.loop) decides its epochs; pass them in "
@@ -438,6 +457,9 @@ class LaunchConfig(StrictModel):
                 "model: required (model.name, a timm model, or model.factory) unless trainer.loop "
                 "runs your own Ray Train loop"
             )
+        problem = cross_problem(self)
+        if problem:
+            raise ValueError(problem)
         if self.task is None and not self.pipeline.has_images:
             raise ValueError(
                 "pipeline.ops: the built-in classification task trains on images (decode_image ... "

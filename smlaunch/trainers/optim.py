@@ -101,12 +101,18 @@ def check_optimizer(optimizer, model, factory: str) -> None:
         )
 
 
-def warmup_cosine(total: int | None, warmup: int | None = None):
-    """LR factor per step: linear warmup (default a tenth of the run, at most 100 steps), then cosine
-    to zero over `total` (constant after warmup if the length is unknown)."""
+def warmup_length(total: int | None, warmup: int | None = None) -> int:
+    """Steps of linear warmup: `warmup` (at least 1), else a tenth of the run, at most 100 (100 where
+    the run's length is unknown). One rule for the schedule and for the line `plan` prints of it."""
     if warmup is None:
-        warmup = max(1, min(100, (total or 1000) // 10))
-    warmup = max(1, warmup)
+        warmup = min(100, (total or 1000) // 10)
+    return max(1, warmup)
+
+
+def warmup_cosine(total: int | None, warmup: int | None = None):
+    """LR factor per step: linear warmup (`warmup_length`), then cosine to zero over `total`
+    (constant after warmup if the length is unknown: `plan` says so, and why)."""
+    warmup = warmup_length(total, warmup)
 
     def factor(s: int) -> float:
         ramp = min(1.0, (s + 1) / warmup)

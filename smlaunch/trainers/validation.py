@@ -26,11 +26,11 @@ Ray Train's watcher had not seen yet) before the failure counts as the run's."""
 class ChannelValidation:
     """Passes over the `validation` channel."""
 
-    def __init__(self, every_epochs: int, by_epochs: bool):
-        self.every_epochs, self.by_epochs = every_epochs, by_epochs
+    def __init__(self, every_epochs: int):
+        self.every_epochs = every_epochs
 
     def after_epoch(self, epochs_done: int) -> bool:
-        return self.by_epochs or bool(self.every_epochs) and epochs_done % self.every_epochs == 0
+        return bool(self.every_epochs) and epochs_done % self.every_epochs == 0
 
     def at_end(self, done: list[dict[str, Any]], step: int) -> bool:
         return not done or done[-1]["step"] != step
@@ -50,7 +50,7 @@ def schedule(spec: TrainSpec) -> ChannelValidation | NoValidation:
     """The run's validation schedule (`spec`: the workers' `TrainSpec`)."""
     if not spec.validation:
         return NoValidation()
-    return ChannelValidation(spec.trainer.validation_every_epochs, by_epochs=bool(spec.trainer.epochs))
+    return ChannelValidation(spec.trainer.validation_every_epochs)
 
 
 class EpochValidation(Callback):

@@ -458,7 +458,9 @@ def test_a_code_folder_of_many_small_files_is_refused_by_count_unless_ignored(tm
         (tmp_path / "images" / f"{i:05d}.jpg").write_bytes(b"")
     with pytest.raises(ConfigError) as refused:
         shipment(str(tmp_path), files_limit=50)
-    assert str(refused.value).startswith(f"the code folder {tmp_path} holds over 50 files (images (50), mine.py (1), ...)")
+    assert str(refused.value).startswith(
+        f"the code folder {tmp_path} holds over 50 files (images (50), mine.py (1), ...)"
+    )
     (tmp_path / ".smlaunchignore").write_text("images/\n")
     shipped = shipment(str(tmp_path), files_limit=50)
     assert [rel for rel, _, _ in shipped.files] == [".smlaunchignore", "mine.py"] and shipped.ignored == ["images/"]

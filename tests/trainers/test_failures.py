@@ -133,7 +133,7 @@ def test_an_error_in_the_user_s_loss_names_the_field_the_function_and_its_deepes
 
 def test_an_error_of_ours_is_an_internal_error_at_our_line(tmp_path, monkeypatch):
     monkeypatch.setenv("SM_LAUNCH_CODE_DIR", str(tmp_path))
-    schedule = ChannelValidation(every_epochs=1, by_epochs=False)
+    schedule = ChannelValidation(every_epochs=1)
     line, users = describe(
         _raised(lambda: schedule.at_end([{"epoch": 1}], 15)),
         0,
@@ -146,16 +146,15 @@ def test_an_error_of_ours_is_an_internal_error_at_our_line(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize(
-    "every, by_epochs, after, at_end",
+    "every, after, at_end",
     [
-        (1, False, [True, True, True], True),
-        (2, False, [False, True, False], True),
-        (0, False, [False] * 3, True),
-        (0, True, [True, True, True], True),
+        (1, [True, True, True], True),
+        (2, [False, True, False], True),
+        (0, [False] * 3, True),  # with `steps` or `epochs` alike: only at the end
     ],
 )
-def test_a_channel_s_schedule_validates_after_its_epochs_and_at_the_end(every, by_epochs, after, at_end):
-    schedule = ChannelValidation(every, by_epochs)
+def test_a_channel_s_schedule_validates_after_its_epochs_and_at_the_end(every, after, at_end):
+    schedule = ChannelValidation(every)
     assert [schedule.after_epoch(n) for n in (1, 2, 3)] == after
     assert schedule.at_end([], 10) is at_end and schedule.at_end([{"step": 9}], 10)
     assert not schedule.at_end([{"step": 10}], 10)  # the last epoch's pass was at the last step

@@ -116,7 +116,7 @@ def validation_line(cfg) -> str:
     t = cfg.trainer
     if cfg.validates:
         every = t.validation_every_epochs
-        when = "after every epoch" if t.epochs or every == 1 else f"after every {every}th epoch" if every else ""
+        when = "after every epoch" if every == 1 else f"after every {every}th epoch" if every else ""
         return f"validation: channel 'validation', {when + ' and ' if when else ''}at the end of the run"
     others = [f"'{name}'" for name in cfg.channels if name != "train"]
     unread = f"; {', '.join(others)} {'is' if len(others) == 1 else 'are'} not read" if others else ""
@@ -143,11 +143,13 @@ def planned_precision(cfg, plan) -> tuple[str, str]:
 def recipe_line(cfg, plan) -> str:
     """The built-in loop's recipe (`docs/recipe.md`): optimizer, schedule, precision and why, and
     the features that are on."""
+    from smlaunch.launcher.job.train_spec import schedule_course
+
     t = cfg.trainer
     precision, why = planned_precision(cfg, plan)
     parts = [
         f"optimizer {cfg.optimizer.factory if cfg.optimizer else t.optimizer}",
-        f"schedule {cfg.schedule.factory if cfg.schedule else 'warmup-cosine'}",
+        f"schedule {cfg.schedule.factory if cfg.schedule else 'warmup-cosine ' + schedule_course(cfg, plan)}",
         f"precision {precision} ({why})",
     ]
     parts += [f"clip_grad_norm {t.clip_grad_norm:g}"] if t.clip_grad_norm else []
@@ -266,7 +268,7 @@ def _order(cfg, c) -> str:
         return "one fixed order"
     text = f"new order each epoch (seed {cfg.seed}), {c.open_units} files open per pass"
     buffer = cfg.channels[c.name].shuffle.buffer_rows
-    if c.name == "train" and buffer:
+    if c.name == "train" and buffer and not cfg.trainer.loop:  # the built-in loop's buffer; your loop has none
         from smlaunch.config.op_specs import CenterCrop, RandomResizedCrop
 
         crop = next(

@@ -23,11 +23,18 @@ opening a million files is not."""
 def preflight(cfg: LaunchConfig, sources: bool = True) -> None:
     """`ConfigError` listing every problem; `sources=False` skips local folders (a SageMaker host,
     where channels arrive under /opt/ml instead)."""
-    problems = model_problems(cfg) + op_problems(cfg) + recipe_problems(cfg)
+    problems = code_problems(cfg)
     if sources:
         problems += source_problems(cfg)
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def code_problems(cfg: LaunchConfig) -> list[str]:
+    """Every check but the local sources': the model, the ops, the recipe, and what the config says
+    against the data it names (`fit_problems`). `submit` runs these as `plan` does, with its own look
+    at the folders it uploads: none of them may wait for a billed host."""
+    return model_problems(cfg) + op_problems(cfg) + recipe_problems(cfg) + fit_problems(cfg)
 
 
 def model_problems(cfg: LaunchConfig) -> list[str]:
@@ -104,6 +111,45 @@ def recipe_problems(cfg: LaunchConfig) -> list[str]:
             where = f"the train instances ({group.instance_type})" if group else "no instance group"
             problems.append(f"trainer.precision: fp16 needs a GPU, and {where} have none; use auto or fp32")
     return [p for p in problems if p]
+
+
+def fit_problems(cfg: LaunchConfig) -> list[str]:
+    """What the config says against a builtin train dataset it names, from the dataset's manifest
+    (its classes and rows are constants): a class count below the labels (each label past it a bad
+    sample in a data task), and a batch no rank's share of an epoch fills (the first epoch would end
+    the run with no step). Other sources are only known once listed or read."""
+    from smlaunch.cluster.topology import config_train_group, place_workers
+    from smlaunch.pipelines.builtin import builtin_facts
+    from smlaunch.text import plural
+
+    train = cfg.channels["train"]
+    facts = builtin_facts(train.source)
+    if cfg.trainer.loop or facts is None:
+        return []
+    classes, rows = facts
+    problems = []
+    if cfg.model and cfg.model.num_classes is not None and cfg.model.num_classes < classes:
+        problems.append(
+            f"model.num_classes: {cfg.model.num_classes}, and {train.source} has {classes} classes (labels "
+            f"0..{classes - 1}); leave it out to take the dataset's, or set it to {classes} or more"
+        )
+    try:
+        group = {g.name: g for g in cfg.cluster.instance_groups}[config_train_group(cfg)[0]]
+    except ConfigError:
+        return problems  # no train group: the plan names it
+    workers = len(
+        place_workers(
+            [(f"{group.name}-{i}", group.spec.gpus) for i in range(group.instance_count)], cfg.trainer.max_workers
+        )
+    )
+    share = rows // max(1, workers)
+    if share < cfg.trainer.batch_size:
+        problems.append(
+            f"trainer.batch_size: {cfg.trainer.batch_size}, and {train.source}'s {rows} rows an epoch "
+            f"over {plural(workers, 'train worker')} are {share} each: no full batch, so no step; use a batch of "
+            f"at most {share}"
+        )
+    return problems
 
 
 def _schedule_problem(factory: str, params: dict) -> str | None:

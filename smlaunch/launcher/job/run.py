@@ -157,7 +157,7 @@ def train_on_cluster(
     from smlaunch.cluster.sampler import Samplers
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
-    from smlaunch.launcher.job.train_spec import resumed_step, train_spec
+    from smlaunch.launcher.job.train_spec import listed_rows, resumed_step, train_spec
     from smlaunch.launcher.report.job_report import build_report
     from smlaunch.launcher.report.live_events import LiveEvents
     from smlaunch.launcher.report.phases import mark
@@ -169,12 +169,14 @@ def train_on_cluster(
     listings = listed.result() if listed is not None else list_channels(plan)
     mark(marks, "listed")
     data_classes = _data_classes(listings.get("train"))
+    train = next(c for c in plan.channels if c.name == "train")
     spec = train_spec(
         cfg,
         plan,
         resume_from,
         data_classes=data_classes,
-        train_units=_unit_count(listings.get("train"), next(c for c in plan.channels if c.name == "train")),
+        train_units=_unit_count(listings.get("train"), train),
+        train_rows=listed_rows(listings.get("train"), train),  # the schedule's length with trainer.epochs
     )
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()

@@ -5,6 +5,12 @@ is read from the spec, not derived again.
 Pure but for reading a builtin dataset's manifest (its class count and rows per epoch), once. The schema
 guarantees a crop op, and `model.num_classes` unless the train channel's data can tell the class
 count (a builtin dataset, image folders, Parquet): the caller reads that from the data and passes it.
+
+The run's length in optimizer steps (`total_steps`: the schedule's cosine and the progress bar's total)
+is `trainer.steps`, or, with `trainer.epochs`, counted from the rows of an epoch where they are known
+before training: a builtin dataset's manifest, or an image folder's listing (a file is a row). Elsewhere
+(TFRecord, RecordIO, WebDataset, Parquet, Pipe mode) it is None and the schedule stays constant after
+warmup; `schedule_unknown` says why, for `plan`, which lists nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from smlaunch.cluster.plan import LaunchPlan
+from smlaunch.cluster.plan import ChannelPlan, LaunchPlan
+from smlaunch.config.formats import CHANNEL_FORMATS
 from smlaunch.config.schema import LaunchConfig
 from smlaunch.trainers.s3_store import is_s3, join
 
@@ -24,9 +31,12 @@ def train_spec(
     resume_from: str | None = None,
     data_classes: list[str] | tuple[str, ...] | int | None = None,
     train_units: int | None = None,
+    train_rows: int | None = None,
 ):
     """`data_classes`: what the train channel's data says of its classes: their names (image
-    folders; label i is name i), a count (Parquet: the largest label + 1), or None (not read)."""
+    folders; label i is name i), a count (Parquet: the largest label + 1), or None (not read).
+    `train_rows`: the rows of an epoch as the train channel's listing counts them (`listed_rows`),
+    or None; a builtin dataset's manifest counts them itself."""
     from smlaunch.errors import ConfigError
     from smlaunch.pipelines.sources.host_loss import fragile_channels
     from smlaunch.trainers.spec import TrainSpec
@@ -34,7 +44,7 @@ def train_spec(
     crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
     rows, builtin_classes = _builtin_train_facts(cfg)
     t = cfg.trainer
-    total = t.steps or (t.epochs * (rows // plan.global_batch) if rows and t.epochs else None)
+    total = total_steps(cfg, plan, rows or train_rows)
     # A user's task has classes only if it says so (`model.num_classes`); classification always has them.
     if cfg.trainer.loop:  # the user's loop: its model, classes and loss are its own
         num_classes, names = None, None
@@ -83,6 +93,96 @@ def train_spec(
         train_units=train_units,
         checkpoint_every_s=plan.checkpoint_every_s,
         validation=cfg.validates,
+    )
+
+
+def total_steps(cfg: LaunchConfig, plan: LaunchPlan, rows: int | None) -> int | None:
+    """The run's optimizer steps: `trainer.steps`, or `trainer.epochs` of `epoch_steps` where the
+    rows of an epoch are known, else None (the schedule then stays constant after warmup)."""
+    t = cfg.trainer
+    if t.steps:
+        return t.steps
+    if not (t.epochs and rows):
+        return None
+    return t.epochs * epoch_steps(cfg, plan, rows) or None
+
+
+def epoch_steps(cfg: LaunchConfig, plan: LaunchPlan, rows: int) -> int:
+    """Optimizer steps the built-in loop takes over an epoch of `rows` rows, the ranks' shares taken
+    as even: each rank trains on the full micro-batches of its share only (a final partial one is
+    counted, not trained on), and a step takes up to `grad_accum_steps` of them, so an epoch's last
+    step may take fewer (`trainers.loop`). Never fewer steps than `rows // global batch`, and one
+    more at most: the cosine is not at zero while the run still trains. Shares are uneven
+    (`streaming_split(equal=False)` deals blocks as the ranks ask), and the few drain steps that adds
+    per epoch fall past the count, at the decay's tail, where the rate is ~0 anyway."""
+    t = cfg.trainer
+    share = -(-rows // max(1, len(plan.workers)))
+    return -(-(share // t.batch_size) // t.grad_accum_steps)
+
+
+def listed_rows(listing, channel: ChannelPlan) -> int | None:
+    """Rows of an epoch of `channel` as its listing (`pipelines.sources.listing`) counts them: an
+    image folder's files, each one sample (every host's under ShardedByS3Key, where each host holds
+    its own; else the first host's, which stands for all, as `run._unit_count` counts units). None
+    for any other format: a record file's samples are counted only by reading it, and a Parquet
+    listing holds row groups, not rows."""
+    if listing is None or not counted_by_listing(channel):
+        return None
+    sharded = channel.distribution == "ShardedByS3Key" and channel.file_system is None
+    shares = listing.files.values() if sharded else [next(iter(listing.files.values()))]
+    return sum(len(files) for files in shares)
+
+
+def counted_by_listing(channel: ChannelPlan) -> bool:
+    """Whether the channel's listing counts its rows (`listed_rows`): image folders, one file a row."""
+    return channel.input_mode != "Pipe" and CHANNEL_FORMATS[channel.record_format].layout == "images"
+
+
+def schedule_unknown(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
+    """Why the run's length is not known before training, so the built-in schedule stays constant
+    after warmup; None where `trainer.steps` sets it or the rows of an epoch are counted before the
+    first step (a builtin dataset's manifest, an image folder's listing)."""
+    if cfg.trainer.steps or not cfg.trainer.epochs:
+        return None
+    channel = next(c for c in plan.channels if c.name == "train")
+    if cfg.channels["train"].source.startswith("builtin:") or counted_by_listing(channel):
+        return None
+    if channel.input_mode == "Pipe":
+        return f"trainer.epochs over a Pipe channel ({channel.record_format}) has no known length before it is read"
+    if CHANNEL_FORMATS[channel.record_format].layout == "row_groups":
+        return (
+            f"trainer.epochs over a {channel.record_format} channel has no known length before training "
+            "(its listing counts row groups, not rows)"
+        )
+    return f"trainer.epochs over a {channel.record_format} channel has no known length before it is read"
+
+
+def schedule_course(cfg: LaunchConfig, plan: LaunchPlan) -> str:
+    """The built-in schedule's course as `plan` prints it, `(warmup N steps, then ...)`: cosine to
+    zero at the last step where the run's length is known, or counted before the first step (from a
+    builtin dataset's manifest or the train channel's listing, which `plan` reads neither of), else
+    constant, and why (`schedule_unknown`): a plan must not promise a decay the run will not make."""
+    from smlaunch.text import plural
+    from smlaunch.trainers.optim import warmup_length
+
+    t = cfg.trainer
+    why = schedule_unknown(cfg, plan)
+    if why is not None:
+        warmup = plural(warmup_length(None, t.warmup_steps), "step")
+        return f"(warmup {warmup}, then constant: {why}; set trainer.steps for a cosine decay)"
+    if t.steps:
+        return (
+            f"(warmup {plural(warmup_length(t.steps, t.warmup_steps), 'step')}, then cosine to zero at step {t.steps})"
+        )
+    warmup = (
+        plural(warmup_length(None, t.warmup_steps), "step")
+        if t.warmup_steps is not None
+        else "a tenth of the run up to 100 steps"
+    )
+    train = next(c for c in plan.channels if c.name == "train")
+    counted = "when the train channel is listed" if counted_by_listing(train) else "from the builtin dataset's manifest"
+    return (
+        f"(warmup {warmup}, then cosine to zero over the steps of {plural(t.epochs or 0, 'epoch')}, counted {counted})"
     )
 
 

@@ -146,13 +146,13 @@ def submit(
 
 
 def _preflight(cfg: LaunchConfig) -> None:
-    """`preflight` as `plan` and `run` apply it (the model, user ops, local sources), but of the local
+    """`preflight` as `plan` and `run` apply it (the model, ops, recipe, local sources), but of the local
     sources only the folders submit uploads: a file system channel's stand-in folder need not exist
     here, and a local ManifestFile is a file, checked by `config_problems`."""
-    from smlaunch.launcher.job.preflight import model_problems, op_problems, source_problems
+    from smlaunch.launcher.job.preflight import code_problems, source_problems
 
     folders = {name: ch for name, ch in cfg.channels.items() if ch.file_system is None and not ch.is_manifest_file}
-    problems = model_problems(cfg) + op_problems(cfg) + source_problems(cfg.model_copy(update={"channels": folders}))
+    problems = code_problems(cfg) + source_problems(cfg.model_copy(update={"channels": folders}))
     if problems:
         raise ConfigError("; ".join(problems))
 

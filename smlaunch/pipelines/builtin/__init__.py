@@ -22,6 +22,20 @@ def prepare_builtin(name: str, root: Path | None = None) -> Path:
     return prepare_cached(VERSION, write_splits, root)
 
 
+def builtin_facts(source: str) -> tuple[int, int] | None:
+    """(classes, rows) of the builtin split a source names, without building the dataset (`plan` must not
+    write to the console, nor wait for a build); None for other sources and unknown names or splits."""
+    parsed = split_source(source)
+    if parsed is None or parsed[0] not in NAMES:
+        return None
+    if parsed[0] == "digits":
+        from smlaunch.pipelines.builtin import digits as module
+    else:
+        from smlaunch.pipelines.builtin import synthetic as module  # type: ignore[no-redef]
+    rows = module.ROWS.get(parsed[1])
+    return None if rows is None else (module.CLASSES, rows)
+
+
 def split_source(source: str) -> tuple[str, str] | None:
     """`builtin:<name>/<split>` -> (name, split); None for other sources."""
     if not source.startswith("builtin:"):

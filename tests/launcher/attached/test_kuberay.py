@@ -123,6 +123,8 @@ def test_the_head_can_be_a_host_of_the_train_group_and_settings_reach_the_manife
         "--set",
         "cluster.instance_groups.1.instance_count=4",
         "--set",
+        "trainer.batch_size=32",  # digits' 1437 rows over 24 ranks: 59 each, short of hetero.yaml's 64
+        "--set",
         "kuberay={image: reg/smlaunch:2, head_group: train_group, namespace: vision, node_selector: none, "
         "service_account: s3-reader, max_run_s: 600}",
     )
@@ -318,7 +320,7 @@ def test_a_user_s_functions_must_be_in_the_image_and_the_note_names_their_files(
         "--set",
         "task=null",
         "--set",
-        "trainer.loop=ray_loop:train_func",
+        "trainer={loop: 'ray_loop:train_func', steps: 300}",
     )
     assert code == 0, err
     assert problems(validator, documents[1]) == []

@@ -304,8 +304,8 @@ def test_a_user_s_project_ships_in_the_tarball_and_each_host_finds_its_functions
         else [
             "model=null",
             "task=null",
-            "trainer.loop=ray_loop:train_func",
-            "trainer.loop_config={lr: 0.05, batch_size: 8}",
+            # a trainer section of the loop's: the built-in loop's keys would be refused beside it
+            "trainer={loop: 'ray_loop:train_func', loop_config: {lr: 0.05, batch_size: 8}, steps: 300}",
         ]
     )
     status, out, err = submit(

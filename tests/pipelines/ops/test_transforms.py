@@ -58,7 +58,9 @@ def test_blur_repeat_smooths_more(configs):
 
 
 def test_grayscale_decode_gives_one_channel(configs):
-    out = Chain(_ops(configs, "pipeline.ops.0.mode=L"), [], seed=0)(_batch(2))
+    # a grey image for a model of the user's, which may take one channel (the built-in classification's is refused)
+    user = ["task={loss: 'x:y'}", "model={factory: 'x:y'}"]
+    out = Chain(_ops(configs, "pipeline.ops.0.mode=L", *user), [], seed=0)(_batch(2))
     assert out["image"].shape == (2, 1, 32, 32)
 
 
