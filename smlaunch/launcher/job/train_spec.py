@@ -41,7 +41,13 @@ def train_spec(
     from smlaunch.pipelines.sources.host_loss import fragile_channels
     from smlaunch.trainers.spec import TrainSpec
 
-    crops = [op.size for op in cfg.pipeline.ops if op.op in ("random_resized_crop", "center_crop")]
+    # The model's input size: the image's last crop, or a `resize` after it (a square stays a square).
+    sizing = [
+        op
+        for op in cfg.pipeline.ops
+        if op.op in ("random_resized_crop", "center_crop", "resize") and getattr(op, "field", "image") == "image"
+    ]
+    cropped = any(op.op != "resize" for op in sizing)
     rows, builtin_classes = _builtin_train_facts(cfg)
     t = cfg.trainer
     total = total_steps(cfg, plan, rows or train_rows)
@@ -61,7 +67,7 @@ def train_spec(
     return TrainSpec(
         model=label,
         num_classes=num_classes,
-        image_size=crops[-1] if crops else None,
+        image_size=sizing[-1].size if cropped else None,
         model_factory=factory,
         model_params=dict(cfg.model.params) if cfg.model and factory else None,
         task_loss=cfg.task.loss if cfg.task else None,

@@ -212,3 +212,23 @@ def test_the_warmup_plan_prints_is_the_one_the_schedule_takes(total, warmup):
     for s in (0, 1, expected - 1, expected, 39, 4999, 10**6):
         ramp = min(1.0, (s + 1) / expected)
         assert factor(s) == (ramp if not total else ramp * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+
+
+@pytest.mark.parametrize(
+    "ops, size",
+    [
+        ([], 16),  # tiny.yaml: random_resized_crop 16
+        ([{"op": "resize", "size": 24}], 24),  # a resize after the crop: the model sees 24 px
+    ],
+)
+def test_the_model_s_input_size_is_the_image_s_last_crop_or_a_resize_after_it(ops, size):
+    """A ViT is built for `image_size` (timm's `img_size`): the last crop's size alone would build it for
+    16 px and fail at the first forward on the 24 px the chain gives."""
+    import yaml
+
+    chain = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())["pipeline"]["ops"]
+    chain = chain[:-1] + ops + chain[-1:]
+    flow = yaml.safe_dump(chain, default_flow_style=True, width=10_000).strip()
+    cfg = load_config(str(ROOT / "configs" / "tiny.yaml"), [f"pipeline.ops={flow}"])
+    plan = build_plan(cfg, LocalEnvironment(cpus=4, gpus=0, started="t"))
+    assert train_spec(cfg, plan).image_size == size
