@@ -261,6 +261,8 @@ def _describe(error: Mapping[str, Any]) -> str:
         got += f"; {hint}" if hint else ""
     if loc and sep and (head == loc or head.startswith(loc + ".")):
         return f"{message}{got}"  # a section's rule that names its own key in full (`cluster.object_store_mb: ...`)
+    if loc and sep and loc.endswith("." + head):
+        return f"{loc}: {rest}{got}"  # a field's rule that names the field (`pretrained: ...`): named once
     return f"{loc}: {message}{got}" if loc else f"{message}{got}"
 
 

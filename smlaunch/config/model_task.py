@@ -74,6 +74,10 @@ class ModelConfig(StrictModel):
             )
         if isinstance(value, str) and not value.strip():
             raise ValueError("pretrained: an empty path; name a weights file or use false")
+        if isinstance(value, str) and value.startswith("s3://"):
+            bucket, _, key = value.removeprefix("s3://").partition("/")
+            if not bucket or not key or key.endswith("/"):  # else refused only on rank 0, on the cluster
+                raise ValueError(f"pretrained: {value} names no object (expected s3://bucket/key of a weights file)")
         return value
 
 

@@ -123,3 +123,10 @@ def test_plan_refuses_what_a_builtin_dataset_s_manifest_contradicts_and_submit_r
         "submit", HETERO, "--dry-run", "--set", "trainer.precision=fp16", "--set", "cluster.train_group=data_group"
     )
     assert fp16.returncode == 2 and "trainer.precision: fp16 needs a GPU" in fp16.stderr and not fp16.stdout
+
+
+def test_a_pretrained_s3_uri_without_an_object_is_refused_at_load():
+    """Before, only rank 0 said so, on the cluster (`plan` looks nothing up on S3)."""
+    assert refused("model.pretrained=s3://bucket/") == (
+        "model.pretrained: s3://bucket/ names no object (expected s3://bucket/key of a weights file) (got 's3://bucket/')"
+    )
