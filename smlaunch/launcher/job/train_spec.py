@@ -8,9 +8,10 @@ count (a builtin dataset, image folders, Parquet): the caller reads that from th
 
 The run's length in optimizer steps (`total_steps`: the schedule's cosine and the progress bar's total)
 is `trainer.steps`, or, with `trainer.epochs`, counted from the rows of an epoch where they are known
-before training: a builtin dataset's manifest, or an image folder's listing (a file is a row). Elsewhere
-(TFRecord, RecordIO, WebDataset, Parquet, Pipe mode) it is None and the schedule stays constant after
-warmup; `schedule_unknown` says why, for `plan`, which lists nothing.
+before training: a builtin dataset's manifest, or the train channel's listing (an image folder's files,
+a file a row; Parquet footers' row counts). Elsewhere (TFRecord, RecordIO, WebDataset, Pipe mode) it is
+None and the schedule stays constant after warmup; `schedule_unknown` says why, for `plan`, which lists
+nothing.
 """
 
 from __future__ import annotations
@@ -128,26 +129,29 @@ def epoch_steps(cfg: LaunchConfig, plan: LaunchPlan, rows: int) -> int:
 
 def listed_rows(listing, channel: ChannelPlan) -> int | None:
     """Rows of an epoch of `channel` as its listing (`pipelines.sources.listing`) counts them: an
-    image folder's files, each one sample (every host's under ShardedByS3Key, where each host holds
-    its own; else the first host's, which stands for all, as `run._unit_count` counts units). None
-    for any other format: a record file's samples are counted only by reading it, and a Parquet
-    listing holds row groups, not rows."""
+    image folder's files, each one sample, or the rows in a Parquet host's footers; every host's under
+    ShardedByS3Key, where each host holds its own, else the first host's, which stands for all (as
+    `run._unit_count` counts units). None for any other format: a record file's samples are counted
+    only by reading it."""
     if listing is None or not counted_by_listing(channel):
         return None
     sharded = channel.distribution == "ShardedByS3Key" and channel.file_system is None
-    shares = listing.files.values() if sharded else [next(iter(listing.files.values()))]
-    return sum(len(files) for files in shares)
+    hosts = list(listing.files) if sharded else [next(iter(listing.files))]
+    if CHANNEL_FORMATS[channel.record_format].layout == "row_groups":
+        return sum(listing.rows[host] for host in hosts)
+    return sum(len(listing.files[host]) for host in hosts)
 
 
 def counted_by_listing(channel: ChannelPlan) -> bool:
-    """Whether the channel's listing counts its rows (`listed_rows`): image folders, one file a row."""
-    return channel.input_mode != "Pipe" and CHANNEL_FORMATS[channel.record_format].layout == "images"
+    """Whether the channel's listing counts its rows (`listed_rows`): image folders (a file a row) and
+    Parquet (its footers' row counts), unless in Pipe mode, which lists nothing."""
+    return channel.input_mode != "Pipe" and CHANNEL_FORMATS[channel.record_format].layout in ("images", "row_groups")
 
 
 def schedule_unknown(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
     """Why the run's length is not known before training, so the built-in schedule stays constant
     after warmup; None where `trainer.steps` sets it or the rows of an epoch are counted before the
-    first step (a builtin dataset's manifest, an image folder's listing)."""
+    first step (a builtin dataset's manifest, an image folder's or a Parquet channel's listing)."""
     if cfg.trainer.steps or not cfg.trainer.epochs:
         return None
     channel = next(c for c in plan.channels if c.name == "train")
@@ -155,11 +159,6 @@ def schedule_unknown(cfg: LaunchConfig, plan: LaunchPlan) -> str | None:
         return None
     if channel.input_mode == "Pipe":
         return f"trainer.epochs over a Pipe channel ({channel.record_format}) has no known length before it is read"
-    if CHANNEL_FORMATS[channel.record_format].layout == "row_groups":
-        return (
-            f"trainer.epochs over a {channel.record_format} channel has no known length before training "
-            "(its listing counts row groups, not rows)"
-        )
     return f"trainer.epochs over a {channel.record_format} channel has no known length before it is read"
 
 

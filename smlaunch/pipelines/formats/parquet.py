@@ -35,23 +35,24 @@ def open_parquet(stream: BinaryIO | str, source: str):
         raise DataError(f"{source}: not a readable Parquet file ({exc})") from None
 
 
-def describe(stream: BinaryIO | str, source: str, label: str | None) -> tuple[int, int | None]:
-    """(row groups, largest label in the statistics, or None when a row group has none)."""
+def describe(stream: BinaryIO | str, source: str, label: str | None) -> tuple[int, int, int | None]:
+    """(row groups, rows, largest label in the statistics, or None when a row group has none): what
+    the footer alone tells, so a listing knows an epoch's rows and classes without reading a page."""
     metadata = open_parquet(stream, source).metadata
-    groups = metadata.num_row_groups
+    groups, rows = metadata.num_row_groups, metadata.num_rows
     if label is None:
-        return groups, None
+        return groups, rows, None
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     if label not in names:
-        return groups, None
+        return groups, rows, None
     index = names.index(label)
     largest = None
     for g in range(groups):
         stats = metadata.row_group(g).column(index).statistics
         if stats is None or not stats.has_min_max:
-            return groups, None
+            return groups, rows, None
         largest = stats.max if largest is None else max(largest, stats.max)
-    return groups, largest
+    return groups, rows, largest
 
 
 def iter_groups(

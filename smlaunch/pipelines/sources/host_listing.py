@@ -17,8 +17,9 @@ JPEGs (2-core VM, warm cache; BENCHMARKS.md, scale_listing):
   driver never parses a million paths to find the classes;
 * the answer packed (`FileList`): one string and two arrays to pickle and ship.
 
-Parquet footers (row groups, the label's statistics) are read by a pool of threads: on FastFile
-each is ranged GETs, and pyarrow and the socket release the GIL while waiting.
+Parquet footers (row groups, rows, the label's statistics) are read by a pool of threads: on
+FastFile each is ranged GETs, and pyarrow and the socket release the GIL while waiting. The host's
+rows are answered as one sum, not per file: all an epoch's length needs (`train_spec.listed_rows`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ FOOTER_THREADS = 16
 
 def list_on_host(opt_ml, channel: str, record_format: str, label: str | None):
     """Yield progress, then this host's answer: `files` (a `FileList`), and for image folders the
-    top-level `folders` and the `imaged` ones (holding an image), for Parquet `row_groups` and
-    `max_label`. An absent or empty channel directory answers no files."""
+    top-level `folders` and the `imaged` ones (holding an image), for Parquet `row_groups`, `rows`
+    (the sum of its files' footers' row counts) and `max_label`. An absent or empty channel
+    directory answers no files."""
     from smlaunch.pipelines.sources.channels import channel_dir
     from smlaunch.pipelines.sources.fastfile import read_view
 
@@ -49,7 +51,14 @@ def list_on_host(opt_ml, channel: str, record_format: str, label: str | None):
     directory = channel_dir(opt_ml, channel)
     if not directory.is_dir():
         raise DataError(f"channel '{channel}': {directory} does not exist on this host")
-    answer: dict = {"files": FileList.of([]), "folders": [], "imaged": [], "row_groups": {}, "max_label": None}
+    answer: dict = {
+        "files": FileList.of([]),
+        "folders": [],
+        "imaged": [],
+        "row_groups": {},
+        "rows": 0,
+        "max_label": None,
+    }
     view = read_view(directory)
     if view is not None:
         answer["files"] = _view_files(view[1], record_format, answer)
@@ -128,7 +137,7 @@ def _mean_size(directory: Path, rels: list[str]) -> list[int] | int:
 
 
 def _footers(directory: Path, source, channel: str, answer: dict, label: str | None):
-    """Fill `row_groups` and `max_label` from every Parquet file's footer, `FOOTER_THREADS` at a
+    """Fill `row_groups`, `rows` and `max_label` from every Parquet file's footer, `FOOTER_THREADS` at a
     time; yields progress as footers arrive. Results do not depend on the order they arrive in."""
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -155,5 +164,6 @@ def _footers(directory: Path, source, channel: str, answer: dict, label: str | N
             if done:
                 yield "progress", len(files) + len(results)
     answer["row_groups"] = {rel: results[rel][0] for rel in files.rels()}
-    largest = [results[rel][1] for rel in files.rels()]
+    answer["rows"] = sum(rows for _, rows, _ in results.values())
+    largest = [results[rel][2] for rel in files.rels()]
     answer["max_label"] = None if None in largest else max(largest)

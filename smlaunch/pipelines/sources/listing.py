@@ -7,8 +7,10 @@ cannot know alone:
 
 * image folders: the class names, from every host's listing (under ShardedByS3Key a host may
   hold no image of some class, and labels must mean the same on every host);
-* Parquet: each file's row groups (the unit of parallel reading) and the largest label in the
-  column statistics, so `model.num_classes` can come from the data without a pass over it.
+* Parquet: each file's row groups (the unit of parallel reading), each host's rows (the sum of its
+  footers' row counts: an epoch's length, which `trainer.epochs` decays the learning rate over) and
+  the largest label in the column statistics, so `model.num_classes` can come from the data without
+  a pass over it. Rows are kept as one int a host, not per file or row group: all the length needs.
 
 There is no fixed timeout: 1.28 million files take seconds, a slow mount minutes. Each host
 reports progress while it lists, and a listing fails only when a host makes none for `STALL_S`.
@@ -37,6 +39,8 @@ class ChannelListing:
     host holds everything). Sizes of a walked image folder are estimates (`host_listing`)."""
     row_groups: dict[str, int] = field(default_factory=dict)
     """Parquet: relative path -> row groups."""
+    rows: dict[str, int] = field(default_factory=dict)
+    """Parquet: receiving host (as in `files`) -> rows in its files, from their footers."""
     classes: list[str] | None = None
     """Image folders: the sorted class names."""
     max_label: int | None = None
@@ -69,6 +73,7 @@ def list_channel(channel, roots: dict[str, str | None], stall_s: float = STALL_S
     if spec.layout == "row_groups":
         for answer in answers.values():
             listing.row_groups.update(answer["row_groups"])
+        listing.rows = {h: int(answers[h]["rows"]) for h in files}
         labels = [a["max_label"] for a in answers.values() if len(a["files"])]
         listing.max_label = None if None in labels else int(max(labels))
     return listing

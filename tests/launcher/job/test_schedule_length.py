@@ -1,8 +1,9 @@
 """The run's length in optimizer steps with `trainer.epochs` (`train_spec.total_steps`), which the
 built-in schedule decays over: counted from the train channel's listing where it counts rows (image
-folders), and said to be unknown, by `plan` too, where it does not (Parquet, TFRecord, Pipe mode).
-Without it the rate stayed at its peak after warmup for every epoch of an image-folder run, while
-`plan` printed a warmup-cosine schedule. No Ray: the real lister runs in threads (`here=True`)."""
+folders' files, Parquet footers' row counts), and said to be unknown, by `plan` too, where it does not
+(TFRecord, Pipe mode). Without it the rate stayed at its peak after warmup for every epoch of an
+image-folder or Parquet run, while `plan` printed a warmup-cosine schedule. No Ray: the real lister
+runs in threads (`here=True`)."""
 
 from __future__ import annotations
 
@@ -135,30 +136,67 @@ def test_an_epochs_steps_are_the_loops_over_even_shares_and_never_fewer_than_row
                     assert rows // (batch * workers * accum) <= steps <= rows // (batch * workers * accum) + 1
 
 
-def write_parquet(folder: Path, rows: int) -> None:
+def write_parquet(folder: Path, name: str, rows: int, group_rows: int = 10) -> None:
+    """One Parquet file of `rows` rows in row groups of `group_rows` (the last one shorter)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
     table = pa.table({"image": [b"x"] * rows, "label": [r % 2 for r in range(rows)]})
-    pq.write_table(table, folder / "part-0.parquet", row_group_size=10)
+    pq.write_table(table, folder / name, row_group_size=group_rows)
 
 
-def test_a_parquet_channel_has_no_length_before_training_and_plan_says_the_rate_stays_constant(tmp_path):
-    """Its listing reads row groups and the largest label from each footer, not row counts: the run's
-    length stays unknown (a follow-up could list them), and `plan` says so instead of a cosine."""
-    cfg, plan = job(tmp_path, {"source": str(tmp_path), "record_format": "parquet"}, epochs=5)
-    for host in ("algo-2", "algo-3"):
-        write_parquet(channel_folder(tmp_path, host), rows=95)
+def test_a_sharded_parquet_epoch_is_counted_from_its_footers_and_the_cosine_ends_with_the_run(tmp_path):
+    """Two data hosts hold their own files (ShardedByS3Key), several a host, of several row groups
+    each, some short: the rows are the footers' counts, every host's (95 + 33 + 7 on one, 60 + 41 on
+    the other: 236), not the row groups (26) the reader cuts them into. 236 rows over 4 ranks are 59
+    a rank, 7 full micro-batches of 8, 4 steps of 2 (the last of one) an epoch, while
+    `rows // global batch` says 3. `plan` says the cosine runs over the epochs, as for image folders."""
+    cfg, plan = job(
+        tmp_path,
+        {"source": str(tmp_path), "record_format": "parquet", "s3_distribution": "ShardedByS3Key"},
+        epochs=5,
+        batch_size=8,
+        grad_accum_steps=2,
+    )
+    shards = {"algo-2": {"a/part-0.parquet": 95, "a/part-1.parquet": 33, "a/part-2.parquet": 7}}
+    shards["algo-3"] = {"b/part-0.parquet": 60, "b/part-1.parquet": 41}
+    for host, files in shards.items():
+        for name, rows in files.items():
+            write_parquet(channel_folder(tmp_path, host), name, rows)
     channel, listing = listed(tmp_path, plan)
-    assert listing.row_groups == {"part-0.parquet": 10}
-    assert listed_rows(listing, channel) is None
-    assert train_spec(cfg, plan, data_classes=listing.num_classes).total_steps is None
+    assert (channel.hosts, channel.distribution, len(plan.workers), plan.global_batch) == (
+        ("algo-2", "algo-3"),
+        "ShardedByS3Key",
+        4,
+        64,
+    )
+    assert listing.row_groups == {name: -(-rows // 10) for files in shards.values() for name, rows in files.items()}
+    assert listing.rows == {"algo-2": 135, "algo-3": 101}  # one int a host, however many files and groups
+    rows = listed_rows(listing, channel)
+    assert rows == 236 and sum(listing.row_groups.values()) == 26 and rows // plan.global_batch == 3
+    spec = train_spec(cfg, plan, data_classes=listing.num_classes, train_rows=rows)
+    assert spec.total_steps == 5 * loop_steps(236, 4, 8, 2) == 20
+    rate = warmup_cosine(spec.total_steps, cfg.trainer.warmup_steps)
+    assert 0 < rate(spec.total_steps - 1) < 0.05  # ~0 at the last step, where it stayed at its peak before
     assert (
-        "schedule warmup-cosine (warmup 100 steps, then constant: trainer.epochs over a parquet channel has no "
-        "known length before training (its listing counts row groups, not rows); set trainer.steps for a cosine "
-        "decay);"
+        "schedule warmup-cosine (warmup a tenth of the run up to 100 steps, then cosine to zero over the steps of "
+        "5 epochs, counted when the train channel is listed);"
     ) in recipe_line(cfg, plan)
+
+
+def test_a_replicated_parquet_channel_is_counted_once(tmp_path):
+    """FullyReplicated: every host holds every file and each row is read once, so the first host's
+    rows (the lister reads only its footers), not the hosts' sum."""
+    cfg, plan = job(tmp_path, {"source": str(tmp_path), "record_format": "parquet"}, epochs=2, batch_size=4)
+    for host in ("algo-2", "algo-3"):
+        for i, rows in enumerate((25, 12)):
+            write_parquet(channel_folder(tmp_path, host), f"part-{i}.parquet", rows, group_rows=4)
+    channel, listing = listed(tmp_path, plan)
+    assert listing.rows == {"algo-2": 37} and listing.row_groups == {"part-0.parquet": 7, "part-1.parquet": 3}
+    rows = listed_rows(listing, channel)
+    assert rows == 37
+    assert total_steps(cfg, plan, rows) == 2 * loop_steps(37, 4, 4, 1) == 2 * 2
 
 
 def test_a_tfrecord_channel_has_no_length_before_it_is_read_and_plan_says_the_rate_stays_constant(tmp_path):

@@ -110,7 +110,7 @@ def write_parquets(folder: Path, groups_per_file) -> None:
 
 
 @pytest.mark.ray
-def test_parallel_parquet_footers_give_the_row_groups_and_labels_a_sequential_read_gives(data_cluster, tmp_path):
+def test_parallel_parquet_footers_give_the_row_groups_rows_and_labels_a_sequential_read_gives(data_cluster, tmp_path):
     from smlaunch.pipelines.formats.parquet import describe
     from smlaunch.pipelines.sources.listing import list_channel
 
@@ -123,8 +123,10 @@ def test_parallel_parquet_footers_give_the_row_groups_and_labels_a_sequential_re
     for path in sorted(folder.glob("part-*.parquet")):
         with open(path, "rb") as f:
             sequential[path.name] = describe(f, str(path), "label")
-    assert listing.row_groups == {rel: groups for rel, (groups, _) in sequential.items()}
-    assert listing.max_label == max(top for _, top in sequential.values())
+    assert listing.row_groups == {rel: groups for rel, (groups, _, _) in sequential.items()}
+    assert listing.rows == {"algo-2": sum(rows for _, rows, _ in sequential.values())}
+    assert listing.rows["algo-2"] == 10 * sum(listing.row_groups.values())  # 10 rows a group (write_parquets)
+    assert listing.max_label == max(top for _, _, top in sequential.values())
     assert [rel for rel, _ in listing.files["algo-2"]] == sorted(sequential)  # _SUCCESS is no data file
 
 

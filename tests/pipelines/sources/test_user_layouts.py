@@ -186,6 +186,7 @@ def test_parquet_written_by_pyarrow_split_by_row_group(data_cluster, tmp_path, r
 
     def groups(listing):
         assert sorted(listing.row_groups.values()) == [3, 3] and listing.num_classes == 10
+        assert listing.rows == {"algo-2": len(rows)}  # from the footers, the first host standing for all
 
     got = read(
         data_cluster,
