@@ -95,6 +95,12 @@ NAMED_FIELD_FORMATS = ("parquet", "webdataset", "tfrecord", "recordio")
 """Formats whose readers take any fields (`fields` naming more than image, label and id)."""
 
 
+def names_whole_batch(fields: dict | None) -> bool:
+    """Whether a channel's `fields` lists its whole batch (it names more than image, label and id),
+    rather than renaming those over the format's defaults."""
+    return bool(fields) and not set(fields or ()) <= set(RENAMED)
+
+
 def resolved_fields(record_format: str, fields: dict | None) -> dict[str, str | None]:
     """The batch's fields and where each is in the records. `fields` naming only image, label and
     id renames those over the format's defaults; naming any other field lists the whole batch
@@ -103,6 +109,6 @@ def resolved_fields(record_format: str, fields: dict | None) -> dict[str, str | 
     base = dict(CHANNEL_FORMATS[record_format].fields or {"image": None, "label": None, "id": None})
     if not fields:
         return base
-    if set(fields) <= set(RENAMED):
+    if not names_whole_batch(fields):
         return {**base, **fields}
     return {"image": None, "label": None, "id": None, **fields}

@@ -10,7 +10,7 @@ naming the field.
 
 from __future__ import annotations
 
-from smlaunch.config.channel_rules import RENAMED
+from smlaunch.config.channel_rules import names_whole_batch
 
 VALIDATED_CHANNELS = ("train", "validation")
 """The channels the built-in loop reads through the chain (a user's loop reads any; see `cross_problem`)."""
@@ -20,9 +20,8 @@ def batch_field_names(channel) -> set[str]:
     """The fields a channel's batches carry, by name: a `fields` naming more than image, label and id
     lists them all; otherwise image and label (renamed or not), as an image folder and a builtin
     dataset always give."""
-    fields = channel.fields
-    if fields and not set(fields) <= set(RENAMED):
-        return set(fields) | {"id"}
+    if names_whole_batch(channel.fields):
+        return set(channel.fields) | {"id"}
     return {"image", "label", "id"}
 
 
