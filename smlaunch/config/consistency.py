@@ -28,6 +28,13 @@ def batch_field_names(channel) -> set[str]:
 def cross_problem(cfg) -> str | None:
     """The first rule between sections the config breaks, as one line; None when it breaks none.
     Rules about the chain's fields stop at its first `map` op: a map may add, drop or change fields."""
+    default_buffer = type(cfg.channels["train"].shuffle).model_fields["buffer_rows"].default
+    for name, channel in cfg.channels.items():
+        if name != "train" and channel.shuffle.buffer_rows != default_buffer:
+            return (
+                f"channels.{name}.shuffle.buffer_rows: only the train channel's batches pass a shuffle buffer "
+                "(validation reads one fixed order); remove it"
+            )
     if cfg.trainer.loop is not None:
         return None
     channels = {name: cfg.channels[name] for name in VALIDATED_CHANNELS if name in cfg.channels}

@@ -57,6 +57,10 @@ def test_keep_best_and_early_stop_take_their_mode_from_the_metric_s_name_and_ref
             "cluster.object_store_mb: 65536 MiB is over 80% of ml.g5.xlarge's 16 GiB (group gpu)",
         ),
         (
+            ["channels.validation.shuffle.buffer_rows=64"],
+            "channels.validation.shuffle.buffer_rows: only the train channel's batches pass a shuffle buffer",
+        ),
+        (
             ["pipeline.ops.0.mode=L"],
             "pipeline.ops.0.mode: L decodes the image to one channel, and the built-in classification normalises "
             "three channels; use mode: RGB",
