@@ -151,9 +151,7 @@ def _download(uri: str, directory: str) -> str:
 
     from smlaunch.pipelines.sources.objects import s3_client
 
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    if not bucket or not key or key.endswith("/"):
-        raise ConfigError(f"model.pretrained: {uri} names no object (expected s3://bucket/key of a weights file)")
+    bucket, _, key = uri.removeprefix("s3://").partition("/")  # an object's URI: `ModelConfig` refused others at load
     local = os.path.join(directory, os.path.basename(key))
     # The endpoint is passed, not left to the client: `s3_client` caches one client per argument.
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")

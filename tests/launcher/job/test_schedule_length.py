@@ -38,6 +38,13 @@ def job(tmp_path: Path, train: dict, **trainer):
     return cfg, build_plan(cfg, LocalEnvironment(cpus=8, gpus=0, started="t"))
 
 
+def sharded_job(tmp_path: Path, record_format: str, epochs: int):
+    """`job` with the train channel sharded over the data hosts (ShardedByS3Key), in micro-batches of 8
+    accumulated two to a step: the shape where `rows // global batch` miscounts an epoch."""
+    train = {"source": str(tmp_path), "record_format": record_format, "s3_distribution": "ShardedByS3Key"}
+    return job(tmp_path, train, epochs=epochs, batch_size=8, grad_accum_steps=2)
+
+
 def listed(tmp_path: Path, plan):
     """The train channel listed by the real lister, on the hosts' trees under `tmp_path/hosts`."""
     channel = next(c for c in plan.channels if c.name == "train")
@@ -76,13 +83,7 @@ def test_an_image_folder_epoch_is_counted_from_its_listing_and_the_cosine_ends_w
     """Sharded over two data hosts, 80 images each: 160 rows, 40 a rank, 5 full micro-batches of 8 a
     rank, 3 steps of 2 (the last of one). `rows // global batch` would say 2, and the last third of
     the run would train at a rate of zero."""
-    cfg, plan = job(
-        tmp_path,
-        {"source": str(tmp_path), "record_format": "image_folder", "s3_distribution": "ShardedByS3Key"},
-        epochs=3,
-        batch_size=8,
-        grad_accum_steps=2,
-    )
+    cfg, plan = sharded_job(tmp_path, "image_folder", epochs=3)
     for host in ("algo-2", "algo-3"):
         write_images(channel_folder(tmp_path, host), per_class=40)
     channel, listing = listed(tmp_path, plan)
@@ -152,13 +153,7 @@ def test_a_sharded_parquet_epoch_is_counted_from_its_footers_and_the_cosine_ends
     the other: 236), not the row groups (26) the reader cuts them into. 236 rows over 4 ranks are 59
     a rank, 7 full micro-batches of 8, 4 steps of 2 (the last of one) an epoch, while
     `rows // global batch` says 3. `plan` says the cosine runs over the epochs, as for image folders."""
-    cfg, plan = job(
-        tmp_path,
-        {"source": str(tmp_path), "record_format": "parquet", "s3_distribution": "ShardedByS3Key"},
-        epochs=5,
-        batch_size=8,
-        grad_accum_steps=2,
-    )
+    cfg, plan = sharded_job(tmp_path, "parquet", epochs=5)
     shards = {"algo-2": {"a/part-0.parquet": 95, "a/part-1.parquet": 33, "a/part-2.parquet": 7}}
     shards["algo-3"] = {"b/part-0.parquet": 60, "b/part-1.parquet": 41}
     for host, files in shards.items():
