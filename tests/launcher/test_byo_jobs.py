@@ -294,7 +294,9 @@ def test_the_smallest_config_trains_across_an_epoch_s_end_to_its_own_with_no_val
     failed every attempt). A job of its own: every other job has a validation channel, and asserts
     what its passes measure. The same config over two whole epochs on a cluster started elsewhere
     (`run --address`) is test_attached.py's."""
-    folder = _smallest_project(tmp_path, steps=30)
+    # The default rate (1e-3) moves this model's loss by less than its batches' noise in 30 steps; at
+    # 0.02 the last five steps' loss is about a sixteenth of the first five's (3 runs), a claim that can fail.
+    folder = _smallest_project(tmp_path, steps=30, learning_rate=0.02)
     result = _sm_launch(folder, "smallest.yaml")
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
@@ -309,7 +311,7 @@ def test_the_smallest_config_trains_across_an_epoch_s_end_to_its_own_with_no_val
     assert (first["complete"], first["distinct"], first["duplicated"], first["missing"]) == (True, 1600, 0, 0)
     assert not second["complete"] and second["rows"] == 5 * 64
     losses = [s["loss"] for s in report["steps"]]
-    assert sum(losses[-5:]) < sum(losses[:5]), losses  # it learned
+    assert sum(losses[-5:]) < 0.3 * sum(losses[:5]), losses  # it learned
     card = json.loads((head / "model" / "model.json").read_text())
     assert card["steps"] == 30 and card["final_metrics"]["validation"] is None
     assert (head / "model" / "model.pt").stat().st_size > 0
