@@ -163,6 +163,9 @@ class UserOp(_ImageOp):
     """`package.module:function`, imported from the folder sm-launch runs in."""
     params: dict = {}
     """Keyword arguments the function is called with (checked against its signature at `plan`)."""
+    deterministic: bool = False
+    """True: the same input gives the same output, every call (it draws nothing from `rng`), so its
+    output may be cached across epochs (`pipeline.cache`). False, the default: random."""
 
 
 class MapOp(_Op):
@@ -176,6 +179,9 @@ class MapOp(_Op):
     """`package.module:function`, imported from the folder sm-launch runs in."""
     params: dict = {}
     """Keyword arguments the function is called with (checked against its signature at `plan`)."""
+    deterministic: bool = False
+    """True: the same batch gives the same rows, every call (it draws nothing from `rng`), so its
+    output may be cached across epochs (`pipeline.cache`). False, the default: random."""
 
 
 class ToUint8CHW(_ImageOp):

@@ -134,6 +134,13 @@ class PipelineConfig(StrictModel):
     was meant."""
     batch_size: int = Field(default=64, gt=0)
     """Rows per preprocessing call, and per block read, so the first batch waits for one batch's work."""
+    cache: bool | Literal["auto"] = False
+    """Cache the train channel's deterministic prefix (the ops before the first random one) across
+    epochs: epoch 1 writes it, later epochs read it and run only the rest. `auto`: on for a run of
+    two epochs or more whose prefix decodes images (`docs/cache.md`); the plan says which and why."""
+    cache_dir: str | None = None
+    """Where the cache lives: a folder every host sees, or an `s3://` prefix. Default: `<run.dir>/cache`
+    on a local run; elsewhere set it (no folder there is every host's)."""
 
     @property
     def has_images(self) -> bool:

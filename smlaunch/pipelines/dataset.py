@@ -32,11 +32,13 @@ def build_datasets(
     listings: dict | None = None,
     num_classes: int | None = None,
     shared: list | None = None,
+    cache=None,
 ) -> dict:
     """Each channel's dataset; `listings` from `list_channels` (listed here when None);
     `num_classes` bounds the labels (a label at or above it is a bad sample); `shared`, if given,
     gets the object refs of the listings' arrays the read tasks gather their paths from
-    (`units.LazyUnits`), for the warm-up to bring to the data hosts (`warmup`)."""
+    (`units.LazyUnits`), for the warm-up to bring to the data hosts (`warmup`); `cache`: the run's
+    `CacheSpec` for the train channel (`pipelines.cache`), or None."""
     import ray
     import ray.data
 
@@ -75,6 +77,7 @@ def build_datasets(
                 chain_slots=plan.preprocess_slots if plan.elastic else 0,
                 block_units=ELASTIC_BLOCK_BATCHES * cfg.pipeline.batch_size if plan.elastic else 0,
                 head_rows=first_window_rows(cfg, plan),
+                cache=cache if channel.name == "train" else None,
             ).share_listing()
             if shared is not None:
                 shared.extend(source.shared_arrays())
@@ -93,6 +96,7 @@ def build_datasets(
                     # built-in classification's bound the labels, and its chain moves no masks.
                     num_classes=num_classes if cfg.task is not None else None,
                     ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
+                    cache=cache if channel.name == "train" else None,
                 ),
                 batch_size=cfg.pipeline.batch_size,
                 batch_format="numpy",

@@ -53,6 +53,7 @@ class _Run:
         from smlaunch.pipelines.sources.host_loss import LostHostGuard
         from smlaunch.series import StepLog
         from smlaunch.trainers.accounting import Accountant
+        from smlaunch.trainers.cache_epochs import CacheEpochs
         from smlaunch.trainers.callbacks import Callbacks, RunView
         from smlaunch.trainers.checkpoints import CheckpointLog
         from smlaunch.trainers.control import Control
@@ -127,6 +128,7 @@ class _Run:
         self.train_prep = torch.zeros(len(hosts) + 1, dtype=torch.float64, device=self.device)  # chain seconds
         self.steps = StepLog()  # bounded: buckets of the whole run, the latest steps exact (`smlaunch.series`)
         self.accounting = Accountant("train", spec.epoch_rows, self.world)
+        self.cache = CacheEpochs(spec.cache, self.rank)  # `pipeline.cache`: sealed by rank 0 between epochs
         self.mix = LabelMix(spec.num_classes, self.device) if self.task.builtin else None  # labels' mix per batch
         self.stopped, self.stopped_by = False, None
         self.cut_short = False  # the run ended inside an epoch
@@ -337,9 +339,12 @@ class _Run:
             complete,
             0,
             positions=progress.merged if positions else None,
-            units=self.spec.train_units,
+            units=self.cache.units(self.spec.train_units),
             resumed_by_position=progress.resumed_by_position,
         )
+        if complete:  # before any rank asks for the next epoch: it reads the cache this sealed
+            delivered = progress.merged.delivered if positions and progress.merged is not None else None
+            self.cache.close(ids[0] if ids else None, delivered, self.console)
         progress.resumed_by_position = 0
         mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None
         if mixed is not None and self.rank == 0 and len(self.accounting.epochs) > records:

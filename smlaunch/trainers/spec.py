@@ -9,6 +9,7 @@ the plan each host made before joining. It travels to every worker (pickled by R
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from smlaunch.cluster.topology import WorkerPlan
 from smlaunch.config.recipe import FactoryConfig
@@ -60,6 +61,8 @@ class TrainSpec:
     train_units: int | None = None
     """Units (files or Parquet row groups) of a File or FastFile train channel: what a complete
     epoch's positions must cover (`pipelines.position`); None for a Pipe channel."""
+    cache: Any = None
+    """The run's `pipelines.cache.store.CacheSpec` (None: no cache): rank 0 seals it between epochs."""
     checkpoint_every_s: float = 0.0
     """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
     model_factory: str | None = None

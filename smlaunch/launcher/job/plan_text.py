@@ -92,6 +92,10 @@ def plan_lines(cfg, plan) -> list[str]:
     if not cfg.trainer.loop:
         lines.append(validation_line(cfg))
         lines.append(recipe_line(cfg, plan))
+    if cfg.pipeline.ops:
+        from smlaunch.launcher.job.cache_setup import cache_line
+
+        lines.append(cache_line(cfg, plan))
     from smlaunch.user_code import code_summary
 
     code = code_summary(cfg)

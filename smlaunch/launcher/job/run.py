@@ -12,6 +12,7 @@ trainer, a stop the trainer does not honour in time) and the run's timings (`clu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -155,6 +156,7 @@ def train_on_cluster(
     from smlaunch.cluster.autoscale.controller import running
     from smlaunch.cluster.run_relay import start_relay
     from smlaunch.cluster.sampler import Samplers
+    from smlaunch.launcher.job.cache_setup import run_cache
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
     from smlaunch.launcher.job.train_spec import listed_rows, resumed_step, train_spec
@@ -178,11 +180,14 @@ def train_on_cluster(
         train_units=_unit_count(listings.get("train"), train),
         train_rows=listed_rows(listings.get("train"), train),  # the schedule's length with trainer.epochs
     )
+    cache, line = run_cache(cfg, plan, listings.get("train"), spec.epoch_rows)  # `pipeline.cache`: keyed by the listing
+    log.info(line)
+    spec = dataclasses.replace(spec, cache=cache)
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
     started = time.perf_counter()
     try:
         shared: list = []  # the listings' arrays the read tasks gather their paths from
-        datasets = build_datasets(cfg, plan, listings, spec.num_classes, shared=shared)
+        datasets = build_datasets(cfg, plan, listings, spec.num_classes, shared=shared, cache=cache)
         set_ray_train_environment()  # before the warm-up: it takes the runtime environment Ray Train will set
         warm_preprocess_workers(plan, cfg.pipeline.ops, shared=shared)  # while Ray Train starts its workers
         try:  # TensorBoard is a view: a folder that cannot be written costs the events, not the job

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from smlaunch.cluster.labels import this_host
 from smlaunch.config import op_specs as specs
 from smlaunch.config.columns import BOOKKEEPING_COLUMNS, POSITION_COLUMNS
 from smlaunch.errors import DataError
+from smlaunch.pipelines.cache.reader import CACHED_COLUMN
 from smlaunch.pipelines.ops.masks import check_mask_sizes, check_mask_values, mask_classes
 from smlaunch.pipelines.ops.transforms import OPS, UndecodableImage, blur_image, center_crop
 
@@ -111,7 +113,11 @@ class MapStage:
         for name, values in out.items():
             if name in BOOKKEEPING_COLUMNS:
                 continue  # the reader's bookkeeping is the chain's to carry
-            values = values if isinstance(values, np.ndarray) else np.asarray(values)
+            if not isinstance(values, np.ndarray):
+                try:
+                    values = np.asarray(values)
+                except ValueError:  # rows of their own shapes (decoded images of different sizes) stay a list
+                    values = list(values)
             if len(values) != rows:
                 raise DataError(
                     f"map op {self.spec.function}: field {name!r} has {len(values)} rows, the batch "
@@ -209,9 +215,12 @@ class Chain:
         max_corrupted_records: int = 0,
         num_classes: int | None = None,
         ignore_index: int | None = None,
+        cache=None,
     ):
         """`num_classes`: the task's classes, which a mask's decoded values must be (`masks.mask_classes`;
-        None: not checked), besides `ignore_index`."""
+        None: not checked), besides `ignore_index`. `cache`: the run's `CacheSpec` (None: no cache):
+        each batch read from the channel writes its prefix output, and a batch read from the cache
+        runs only the ops after the prefix."""
         self.channel = channel
         self.mask_checks = MaskChecks(mask_classes(list(ops), num_classes), ignore_index)
         self.max_corrupted_records = max_corrupted_records
@@ -219,20 +228,28 @@ class Chain:
         self.host_names = host_names
         self.train = train
         self.seed = seed
-        self._stages: list | None = None
+        self.cache = cache
+        self._stages: tuple[list, list] | None = None
+        self._writer: Any = None  # the `cache.writer.ShardWriter`, made in the worker on the first batch
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        stages = self._planned()
+        prefix, tail = self._planned()
         ids = np.asarray(batch["id"], dtype=np.int64)
         # A File channel's positions and seeks (`pipelines.order`): what a checkpoint resumes from.
         kept = {name: np.asarray(batch[name], dtype=np.int64) for name in POSITION_COLUMNS if name in batch}
-        fields = {name: values for name, values in batch.items() if name not in ("id", *POSITION_COLUMNS)}
-        if "label" in fields:
+        cached = CACHED_COLUMN in batch
+        skipped = ("id", CACHED_COLUMN, *POSITION_COLUMNS)
+        fields: dict[str, Any] = {name: values for name, values in batch.items() if name not in skipped}
+        if cached:  # the prefix's output, read back from the cache: only the rest of the chain runs
+            from smlaunch.pipelines.cache.blobs import field_from_blobs
+
+            fields = {name: field_from_blobs(values) for name, values in fields.items()}
+        elif "label" in fields:
             fields["label"] = np.asarray(fields["label"], dtype=np.int64)
         started = time.perf_counter()
-        while True:
+        while not cached:
             try:
-                out = self._run(dict(fields), ids, stages)
+                fields = self._run(dict(fields), ids, prefix)
                 break
             except UndecodableImage as exc:  # `row` of the images an op was given: the batch's
                 row, reason = exc.row, exc.reason
@@ -241,6 +258,9 @@ class Chain:
             fields = {name: _rows(values, keep) for name, values in fields.items()}
             ids = ids[keep]
             kept = {name: values[keep] for name, values in kept.items()}
+        if self.cache is not None and not cached and len(ids):
+            self._write(ids, fields)
+        out = self._run(fields, ids, tail)
         # Each row carries its share of the batch's chain time: summed per host by the trainer,
         # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
         # worker process's first batch pays for its imports (torchvision: seconds) and is marked
@@ -258,11 +278,22 @@ class Chain:
         out.update(kept)
         return out
 
-    def _planned(self) -> list:
-        """The stages, planned on the first batch."""
+    def _planned(self) -> tuple[list, list]:
+        """The stages of the prefix a cache holds and of the rest (all in the first without a
+        cache), planned on the first batch."""
         if self._stages is None:
-            self._stages = plan_stages(self.ops, self.mask_checks)
+            n = self.cache.prefix if self.cache is not None else len(self.ops)
+            self._stages = (plan_stages(self.ops[:n], self.mask_checks), plan_stages(self.ops[n:], self.mask_checks))
         return self._stages
+
+    def _write(self, ids: np.ndarray, fields: dict) -> None:
+        """The batch's prefix output as a cache shard; a failed write (a full disk) turns the cache
+        off for the run, in one line, and the batch goes on (`cache.writer`)."""
+        from smlaunch.pipelines.cache.writer import ShardWriter
+
+        if self._writer is None:
+            self._writer = ShardWriter(self.cache)
+        self._writer.write(ids, fields)
 
     def _run(self, fields: dict, ids: np.ndarray, stages: list) -> dict:
         """The `stages` over the batch's `fields`; the random draws depend on the seed and the rows' ids only."""

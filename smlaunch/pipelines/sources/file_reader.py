@@ -82,8 +82,13 @@ class ChannelDatasource(Datasource):
         chain_slots: int = 0,
         block_units: int = 0,
         head_rows: int = 0,
+        cache=None,
     ):
         self.channel = channel
+        self.cache = cache
+        """The run's `CacheSpec` (train channel; None: no cache): an epoch planned once the cache is
+        sealed reads its shards instead of the channel (`cache.reader`)."""
+        self._manifest: dict | None = None
         self.head_rows = head_rows
         """Rows the ranks' iterators hold before their first batch (all ranks; see `units.headed_runs`)."""
         self.chain_slots = chain_slots
@@ -216,11 +221,19 @@ class ChannelDatasource(Datasource):
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
         budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
         if data_context is None and self._last_epoch[1] is None:
-            key: tuple = (parallelism, per_task_row_limit)
+            key: tuple = (parallelism, per_task_row_limit, self._sealed() is not None)
             if key not in self._estimated:
                 self._estimated[key] = self._estimates(parallelism, per_task_row_limit)
             return self._estimated[key]
         epoch, resume = self._epoch(data_context)
+        manifest = self._sealed()
+        if manifest is not None:
+            from smlaunch.pipelines.cache.reader import cache_read_tasks
+
+            readers = max(1, self.read_slots())
+            return cache_read_tasks(
+                self.cache.root, manifest, self.channel, self.seed, epoch, readers, resume, per_task_row_limit
+            )
         # A worker group restarted within the run may plan the same epoch again, resumed this time.
         key = (parallelism, per_task_row_limit, epoch, None if resume is None else resume["delivered"])
         if key not in self._tasks:
@@ -237,6 +250,17 @@ class ChannelDatasource(Datasource):
         from smlaunch.pipelines.order import epoch_order
 
         tasks, epoch = [], self._last_epoch[0]
+        manifest = self._sealed()
+        if manifest is not None:  # an epoch of the cache: its tasks, counted and sized as they will run
+            from smlaunch.pipelines.cache.reader import cache_read_tasks
+
+            real = cache_read_tasks(
+                self.cache.root, manifest, self.channel, self.seed, epoch, self.read_slots(), None, per_task_row_limit
+            )
+            return [
+                ReadTask(partial(_estimate_only, self.channel.name), t.metadata, per_task_row_limit=per_task_row_limit)
+                for t in real
+            ]
         for host, units in self.shares().items():
             order = epoch_order(len(units), self.channel.name, self.seed, epoch if self.channel.shuffle else None)
             sizes = np.concatenate([[0], np.cumsum(units.sizes[order])])
@@ -248,6 +272,14 @@ class ChannelDatasource(Datasource):
                     ReadTask(partial(_estimate_only, self.channel.name), meta, per_task_row_limit=per_task_row_limit)
                 )
         return tasks
+
+    def _sealed(self) -> dict | None:
+        """The cache's manifest once it is sealed (then kept: a sealed cache does not change)."""
+        if self.cache is not None and self._manifest is None:
+            from smlaunch.pipelines.cache.store import CacheStore
+
+            self._manifest = CacheStore(self.cache.root).manifest()
+        return self._manifest
 
     def _epoch(self, data_context) -> tuple[int, dict | None]:
         """The epoch this pass reads (1-based), and the position to resume it from, if any.

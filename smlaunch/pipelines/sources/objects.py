@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smlaunch.errors import DataError
+from smlaunch.pipelines.s3_client import s3_client  # noqa: F401  # where the readers and stores take it from
 
 CHUNK = 1 << 20
 
@@ -118,16 +119,6 @@ class ObjectSource:
 
     def objects(self) -> builtins.list[ChannelObject]:  # `list` in this class is the method above
         return [ChannelObject(rel, size, functools.partial(self.read, rel)) for rel, size in self.list()]
-
-
-@functools.lru_cache(maxsize=8)
-def s3_client(endpoint_url: str | None = None):
-    """One boto3 S3 client per endpoint and process (clients are thread-safe; creating one costs ~50 ms)."""
-    import boto3
-
-    return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    )
 
 
 def local_objects(folder: str | os.PathLike) -> list[ChannelObject]:

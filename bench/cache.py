@@ -1,0 +1,155 @@
+"""The cached prefix (issue 80): the same 4-epoch job with `pipeline.cache: false` and `true`.
+
+A folder of `--images` JPEGs (256 px, noisy, ~60 KB each: what a camera's photo costs to decode,
+scaled down), one GPU host (a CPU train worker stands in) and one data host of 1 CPU, a chain
+whose deterministic prefix is decode + resize + blur and whose random rest is a crop, a flip and a
+jitter. Without the cache every epoch decodes, resizes and blurs every image; with it the first
+epoch does and writes the result, and epochs 2-4 read it back and run only the rest.
+
+- `cpu_per_row_ratio`: the data host's CPU seconds (its processes, sampled every 0.5 s by the run's
+  own sampler: chain, reads, Ray's workers) per row trained on, cached over uncached;
+- `speedup`: the trainer's images/s (report.json's steady steps), cached over uncached.
+
+The two jobs alternate for `--rounds` rounds (ABBA), each in a folder of its own, each cached run
+with a fresh cache (the first epoch writes it: the cost a job pays once); the ratios are of each
+side's medians.
+
+    python bench/cache.py [--images 2000] [--rounds 2]
+
+Ends with `RESULT cache cpu_per_row_ratio=<...> speedup=<...> goal=cpu_per_row_ratio<=0.35,speedup>=2.0`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from results_log import report_result  # bench/, this script's folder
+
+ROOT = Path(__file__).resolve().parents[1]
+PAUSE_S = 10
+
+
+def write_images(folder: Path, count: int) -> None:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        klass = folder / f"class-{i % 10}"
+        klass.mkdir(parents=True, exist_ok=True)
+        base = rng.integers(0, 255, (32, 32, 3), np.uint8)
+        image = Image.fromarray(base).resize((256, 256), Image.BICUBIC)
+        noisy = np.clip(np.asarray(image, np.int16) + rng.integers(-40, 40, (256, 256, 3)), 0, 255).astype(np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(noisy).save(out, "JPEG", quality=90)
+        (klass / f"{i:06d}.jpg").write_bytes(out.getvalue())
+
+
+def config(data: Path, cache: bool) -> dict:
+    return {
+        "job": "cachebench",
+        "cluster": {
+            "instance_groups": [
+                {"name": "gpu", "instance_type": "ml.g5.xlarge", "instance_count": 1},
+                {"name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+            ]
+        },
+        "channels": {"train": {"source": str(data), "record_format": "image_folder"}},
+        "pipeline": {
+            "batch_size": 64,
+            "cache": cache,
+            "ops": [
+                {"op": "decode_image"},
+                {"op": "resize", "size": 144},
+                {"op": "gaussian_blur", "kernel_size": 7, "sigma": 1.5, "repeat": 2},
+                {"op": "random_resized_crop", "size": 128, "scale": [0.35, 1.0]},
+                {"op": "horizontal_flip"},
+                {"op": "color_jitter", "brightness": 0.2},
+                {"op": "to_uint8_chw"},
+            ],
+        },
+        "model": {"name": "test_resnet"},
+        "trainer": {"batch_size": 64, "epochs": 4, "learning_rate": 0.01},
+    }
+
+
+def run_job(workdir: Path, data: Path, cache: bool) -> dict:
+    import yaml
+
+    folder = workdir / ("cached" if cache else "uncached")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "job.yaml").write_text(yaml.safe_dump(config(data, cache), sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", "job.yaml"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode:
+        raise SystemExit(f"{'cached' if cache else 'uncached'} job failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    report = json.loads(next(folder.glob("runs/*/hosts/algo-1/opt/ml/output/data/report.json")).read_text())
+    rows = sum(e["rows"] for e in report["sample_accounting"]["epochs"])
+    samples = report["samples"]["algo-2"]
+    cpu_s = sum(s["cpu_pct"] / 100 * samples["interval_s"] for s in samples["samples"])
+    line = next((x for x in done.stdout.splitlines() if x.startswith("cache: ")), "cache: ?")
+    out = {
+        "cache": cache,
+        "images_per_s": report["summary"]["images_per_s"],
+        "data_wait_pct": report["summary"]["data_wait_pct"],
+        "cpu_s": round(cpu_s, 2),
+        "rows": rows,
+        "cpu_per_row_ms": round(1000 * cpu_s / rows, 3),
+        "wall_s": round(time.monotonic() - started, 1),
+        "line": line,
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cachebench-") as tmp:
+        work = Path(tmp)
+        write_images(work / "data", args.images)
+        results: dict[bool, list[dict]] = {False: [], True: []}
+        for r in range(args.rounds):
+            for cache in (False, True) if r % 2 == 0 else (True, False):
+                results[cache].append(run_job(work, work / "data", cache))
+                time.sleep(PAUSE_S)
+
+    def median(cache: bool, key: str) -> float:
+        return statistics.median(x[key] for x in results[cache])
+
+    cpu_ratio = median(True, "cpu_per_row_ms") / median(False, "cpu_per_row_ms")
+    speedup = median(True, "images_per_s") / median(False, "images_per_s")
+    print(
+        f"uncached: {median(False, 'images_per_s'):.0f} images/s, {median(False, 'cpu_per_row_ms'):.2f} ms data-host "
+        f"CPU a row; cached: {median(True, 'images_per_s'):.0f} images/s, {median(True, 'cpu_per_row_ms'):.2f} ms"
+    )
+    report_result(
+        f"RESULT cache cpu_per_row_ratio={cpu_ratio:.3f} speedup={speedup:.2f} "
+        "goal=cpu_per_row_ratio<=0.35,speedup>=2.0"
+    )
+
+
+if __name__ == "__main__":
+    main()

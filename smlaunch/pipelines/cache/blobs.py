@@ -1,0 +1,74 @@
+"""A batch's fields as bytes and back, without pickle: how a cache shard holds them.
+
+Each row of a field becomes one blob, a small header (dtype, shape) and the row's bytes, so images
+of different sizes (a `resize` keeps the aspect ratio) and a map op's fixed-size arrays travel the
+same way: in a shard (concatenated, with offsets) and in the Arrow blocks a cached read yields (one
+binary column per field). Loading one needs NumPy only: no object is ever unpickled from a cache.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+BYTES = b"|b"
+"""The dtype tag of a field whose rows are raw bytes (an encoded image left undecoded)."""
+
+
+def row_blob(value) -> bytes:
+    """One row's value as a blob: `len(dtype) dtype ndim dims... bytes`, little-endian."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return struct.pack("<B", len(BYTES)) + BYTES + struct.pack("<B", 0) + bytes(value)
+    array = np.asarray(value)
+    array = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # (a 0-d one stays 0-d)
+    if array.dtype.hasobject:
+        raise TypeError(f"a field of {array.dtype} rows cannot be cached")
+    dtype = array.dtype.str.encode()
+    return struct.pack(f"<B{len(dtype)}sB{array.ndim}q", len(dtype), dtype, array.ndim, *array.shape) + array.tobytes()
+
+
+def from_blob(blob) -> Any:
+    """A row's value back from `row_blob` (an array over the blob's bytes, read-only; or bytes)."""
+    view = memoryview(blob)
+    size = view[0]
+    dtype = bytes(view[1 : 1 + size])
+    ndim = view[1 + size]
+    start = 2 + size + 8 * ndim
+    if dtype == BYTES:
+        return bytes(view[start:])
+    shape = struct.unpack(f"<{ndim}q", view[2 + size : start])
+    return np.frombuffer(view[start:], dtype=np.dtype(dtype.decode())).reshape(shape)
+
+
+def field_blobs(values) -> list[bytes]:
+    """A field's rows as blobs (a list of arrays, an array of rows, or an array of bytes objects)."""
+    return [row_blob(v) for v in values]
+
+
+def field_from_blobs(blobs) -> Any:
+    """A field back from its rows' blobs: one array when every row has the same shape and dtype
+    (labels, a map op's fixed-size outputs, images of one size), else a list of arrays (images of
+    their own sizes), or an array of bytes objects."""
+    rows = [from_blob(b) for b in blobs]
+    if rows and isinstance(rows[0], bytes):
+        out = np.empty(len(rows), dtype=object)
+        out[:] = rows
+        return out
+    if rows and all(r.shape == rows[0].shape and r.dtype == rows[0].dtype for r in rows):
+        return np.stack(rows)
+    return rows
+
+
+def pack(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Blobs as one uint8 array and their offsets (len + 1 of them)."""
+    offsets = np.zeros(len(blobs) + 1, np.int64)
+    np.cumsum([len(b) for b in blobs], out=offsets[1:])
+    return np.frombuffer(b"".join(blobs), np.uint8), offsets
+
+
+def unpack(data: np.ndarray, offsets: np.ndarray) -> list[memoryview]:
+    """The blobs of `pack`, as views of `data` (no copy)."""
+    view = memoryview(np.ascontiguousarray(data).data).cast("B")
+    return [view[int(a) : int(b)] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]

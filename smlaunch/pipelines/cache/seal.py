@@ -1,0 +1,65 @@
+"""Sealing a cache at the end of an epoch that wrote it: rank 0's step between two epochs.
+
+A sealed cache holds each sample of the epoch exactly once. Shards may overlap: a job restarted in
+its first epoch batches the rows it had not delivered differently the second time, so a row made
+before the restart but delivered after it is in two shards. The manifest keeps each id in the
+first shard (by name) that holds it and lists the others' copies as dropped, so a cached epoch
+reads each sample once. A cache that misses a sample of the epoch is not sealed: the next epoch
+runs the whole chain again and writes what is missing (a shard whose rows are already cached is
+only a duplicate the next seal drops).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from smlaunch.pipelines.cache.store import FORMAT_VERSION, CacheSpec, CacheStore
+
+log = logging.getLogger("smlaunch")
+READ_THREADS = 16
+"""Shards' id files read at once: on S3 each is a GET of a few hundred bytes."""
+
+
+def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) -> tuple[dict | None, str]:
+    """Seal the cache after an epoch that drew `epoch_ids` (every rank's; None: too many to keep, then
+    `epoch_rows` distinct rows are asked for): (the manifest, or None where it is not sealed; the line
+    that says so)."""
+    store = CacheStore(spec.root)
+    sealed = store.manifest()
+    if sealed is not None:
+        return sealed, f"cache: {sealed['rows']} rows in {len(sealed['shards'])} shards at {spec.root}"
+    if store.failed():
+        why = (store.get("FAILED") or b"").decode(errors="replace") or "a shard could not be written"
+        names = store.shards()
+        store.delete([f"shards/{n}.npz" for n in names] + [f"ids/{n}.npy" for n in names])
+        return (
+            None,
+            f"cache: off for the rest of the run ({why}); {len(names)} shards deleted; the job goes on uncached",
+        )
+    names = store.shards()
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        found = list(pool.map(store.shard_ids, names))
+    kept = [(n, ids) for n, ids in zip(names, found, strict=True) if ids is not None]
+    every = np.concatenate([ids for _, ids in kept]) if kept else np.zeros(0, np.int64)
+    owner = np.concatenate([np.full(len(ids), i) for i, (_, ids) in enumerate(kept)]) if kept else every
+    union, first = np.unique(every, return_index=True)
+    wanted = union if epoch_ids is None else np.unique(np.asarray(epoch_ids, np.int64))
+    missing = len(np.setdiff1d(wanted, union, assume_unique=True)) if epoch_ids is not None else 0
+    if missing or (epoch_ids is None and epoch_rows is not None and len(union) < epoch_rows):
+        short = missing or (epoch_rows or 0) - len(union)
+        return None, f"cache: {short} rows of the epoch are not cached yet; the next epoch runs the whole chain"
+    chosen = np.zeros(len(every), bool)
+    chosen[first] = True
+    chosen &= np.isin(every, wanted)  # a shard's row no longer in the channel is not read
+    shards = []
+    for i, (name, _) in enumerate(kept):
+        mine = owner == i
+        kept_rows = int(chosen[mine].sum())
+        if kept_rows:
+            shards.append([name, kept_rows, every[mine & ~chosen].tolist()])
+    manifest = {"format": FORMAT_VERSION, "fingerprint": spec.fingerprint, "rows": int(chosen.sum()), "shards": shards}
+    store.seal(manifest)
+    return manifest, f"cache: sealed, {manifest['rows']} rows in {len(shards)} shards at {spec.root}"

@@ -1,0 +1,142 @@
+"""The cache's files (`pipelines.cache`): shards written whole or not at all, read back without
+pickle, sealed only when they hold every sample of the epoch once, a full disk turning the cache
+off without failing a batch, and the same on the local S3-protocol server."""
+
+from __future__ import annotations
+
+import errno
+import io
+
+import numpy as np
+import pytest
+
+from smlaunch.config import op_specs
+from smlaunch.pipelines.cache.blobs import field_blobs, field_from_blobs
+from smlaunch.pipelines.cache.seal import seal
+from smlaunch.pipelines.cache.store import CacheSpec, CacheStore, CacheWriteFailed
+from smlaunch.pipelines.ops.chain import Chain
+
+
+def _batch(ids, size=6):
+    rng = np.random.default_rng(int(ids[0]))
+    images = [rng.integers(0, 255, (size + i % 3, size, 3), np.uint8) for i in range(len(ids))]
+    return np.asarray(ids, np.int64), {"image": images, "label": np.asarray(ids, np.int64) % 10}
+
+
+def test_fields_come_back_as_they_went_images_of_their_own_sizes_labels_bytes_and_no_pickle(tmp_path):
+    ids, fields = _batch([3, 1, 2])
+    fields["raw"] = np.array([b"ab", b"", b"xyz"], dtype=object)
+    fields["vector"] = np.arange(6, dtype=np.float32).reshape(3, 2)
+    store = CacheStore(str(tmp_path / "fp"))
+    name = store.write_shard(ids, fields)
+    assert store.shards() == [name] and name.endswith("-3")
+    assert store.write_shard(ids, fields) == name  # the same batch again: the same shard, not a copy
+    back_ids, blobs = store.read_shard(name)
+    assert back_ids.tolist() == [3, 1, 2]
+    back = {k: field_from_blobs(v) for k, v in blobs.items()}
+    assert [a.shape for a in back["image"]] == [(6, 6, 3), (7, 6, 3), (8, 6, 3)]
+    assert all(np.array_equal(a, b) for a, b in zip(back["image"], fields["image"], strict=True))
+    assert back["label"].tolist() == [3, 1, 2] and back["label"].dtype == np.int64
+    assert back["raw"].tolist() == [b"ab", b"", b"xyz"]
+    assert np.array_equal(back["vector"], fields["vector"])
+    with pytest.raises(TypeError, match="cannot be cached"):
+        field_blobs(np.array([{"a": 1}], dtype=object))
+    # A shard is loaded without pickle: one holding an object array is refused, nothing runs.
+    hostile = io.BytesIO()
+    np.savez(hostile, id=np.arange(1), data__image=np.array([object()], dtype=object), off__image=np.arange(2))
+    (tmp_path / "fp" / "shards" / "b-evil-1.npz").write_bytes(hostile.getvalue())
+    with pytest.raises(ValueError, match="allow_pickle"):
+        store.read_shard("b-evil-1")
+
+
+def test_a_seal_keeps_each_sample_once_across_overlapping_shards_and_refuses_a_cache_missing_one(tmp_path):
+    spec = CacheSpec(str(tmp_path / "fp"), 1, "fp")
+    store = CacheStore(spec.root)
+    store.write_shard(*_batch([0, 1, 2, 3]))
+    # A restart in epoch 1 batched the rows it had not delivered differently: 2 and 3 twice.
+    store.write_shard(*_batch([2, 3, 4]))
+    manifest, line = seal(spec, np.arange(6), None)
+    assert manifest is None and "1 rows of the epoch are not cached yet" in line
+    assert store.manifest() is None  # nothing half-sealed: readers trust only FINAL
+    store.write_shard(*_batch([5, 9]))  # 9: a row the epoch did not draw (no longer in the channel)
+    manifest, line = seal(spec, np.array([5, 4, 3, 2, 1, 0, 0]), None)
+    assert manifest is not None and manifest["rows"] == 6 and line.startswith("cache: sealed, 6 rows in 3 shards")
+    kept = {name: (rows, dropped) for name, rows, dropped in manifest["shards"]}
+    assert sorted(rows for rows, _ in kept.values()) == [1, 1, 4]  # 4 and 5 each beside a duplicate, or 9
+    read = []
+    for name, (_, dropped) in kept.items():
+        ids, _ = store.read_shard(name)
+        read += [i for i in ids.tolist() if i not in dropped]
+    assert sorted(read) == [0, 1, 2, 3, 4, 5]
+    assert store.manifest() == manifest and seal(spec, None, 6)[0] == manifest  # sealed once, read as sealed
+
+
+def test_a_full_disk_mid_write_leaves_no_partial_shard_turns_the_cache_off_and_the_batch_goes_on(tmp_path, monkeypatch):
+    """ENOSPC from the writer's `write` (a patched file object, as a full tmpfs raises it)."""
+    import builtins
+
+    spec = CacheSpec(str(tmp_path / "fp"), 1, "fp")
+    ops = [
+        op_specs.DecodeImage(op="decode_image"),
+        op_specs.RandomResizedCrop(op="random_resized_crop", size=4),
+        op_specs.ToUint8CHW(op="to_uint8_chw"),
+    ]
+    chain = Chain(ops, ["algo-1"], cache=spec)
+    from PIL import Image
+
+    def png(i):
+        out = io.BytesIO()
+        Image.fromarray(np.full((8, 8, 3), i, np.uint8)).save(out, "PNG")
+        return out.getvalue()
+
+    batch = {"image": np.array([png(i) for i in range(4)], dtype=object), "label": np.arange(4), "id": np.arange(4)}
+    out = chain(dict(batch))
+    assert out["image"].shape == (4, 3, 4, 4)
+    assert len(CacheStore(spec.root).shards()) == 1
+    real_open = builtins.open
+
+    class Full(io.BufferedWriter):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_open(path, mode="r", *args, **kwargs):
+        if "w" in mode and str(path).startswith(str(tmp_path)):
+            real_open(path, mode).close()  # the file is created, then the disk fills mid-write
+            return Full(io.BytesIO())
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", full_open)
+    second = chain({**batch, "id": np.arange(4, 8)})
+    assert second["id"].tolist() == [4, 5, 6, 7] and second["image"].shape == (4, 3, 4, 4)  # the batch went on
+    monkeypatch.setattr(builtins, "open", real_open)
+    leftovers = [p.name for p in (tmp_path / "fp").rglob("*") if p.is_file()]
+    assert not [n for n in leftovers if n.endswith(".tmp")], leftovers  # no partial file stays
+    chain({**batch, "id": np.arange(8, 12)})  # the writer is off: nothing more is written
+    assert len(CacheStore(spec.root).shards()) == 1
+    manifest, line = seal(spec, np.arange(12), None)
+    assert manifest is None and line.startswith("cache: off for the rest of the run (a shard could not be written)")
+    assert CacheStore(spec.root).shards() == []  # the seal deleted what was written
+    with pytest.raises(CacheWriteFailed):
+        monkeypatch.setattr(builtins, "open", full_open)
+        CacheStore(spec.root).put("x", b"1")
+
+
+def test_the_cache_on_the_local_s3_server_is_written_sealed_read_and_deleted_the_same_way(s3):
+    s3.create_bucket(Bucket="cache")
+    spec = CacheSpec("s3://cache/jobs/fp", 1, "fp")
+    store = CacheStore(spec.root)
+    first = store.write_shard(*_batch([0, 1, 2]))
+    store.write_shard(*_batch([2, 3]))
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="cache")["Contents"])
+    assert keys == sorted(
+        [f"jobs/fp/ids/{first}.npy", f"jobs/fp/shards/{first}.npz"]
+        + [f"jobs/fp/{d}/{n}.{e}" for n in store.shards() if n != first for d, e in (("ids", "npy"), ("shards", "npz"))]
+    )
+    manifest, _ = seal(spec, np.arange(4), None)
+    assert manifest["rows"] == 4 and store.manifest() == manifest
+    ids, blobs = store.read_shard(first)
+    assert ids.tolist() == [0, 1, 2] and len(field_from_blobs(blobs["image"])) == 3
+    store.fail("disk full")
+    assert store.failed()
+    store.delete([f"shards/{n}.npz" for n in store.shards()])
+    assert store.shards() == []
