@@ -76,6 +76,7 @@ bench: setup
 	$(VENV)/bin/python bench/checkpoint_cost.py
 	$(VENV)/bin/python bench/recipe.py
 	$(VENV)/bin/python bench/security.py
+	$(VENV)/bin/python bench/cache.py
 
 clean:
 	rm -rf $(VENV) .venv-sdk runs .pytest_cache

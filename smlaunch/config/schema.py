@@ -134,7 +134,7 @@ class PipelineConfig(StrictModel):
     was meant."""
     batch_size: int = Field(default=64, gt=0)
     """Rows per preprocessing call, and per block read, so the first batch waits for one batch's work."""
-    cache: bool | Literal["auto"] = False
+    cache: bool | Literal["auto"] = "auto"
     """Cache the train channel's deterministic prefix (the ops before the first random one) across
     epochs: epoch 1 writes it, later epochs read it and run only the rest. `auto`: on for a run of
     two epochs or more whose prefix decodes images (`docs/cache.md`); the plan says which and why."""

@@ -152,4 +152,4 @@ def test_four_epochs_run_the_prefix_once_per_image_draw_the_rest_anew_and_a_chan
     assert new != fingerprint and "epoch 1 writes it" in line, line
     assert _prefix_rows(folder) == images
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="caches", Prefix=f"team/{new}/")["Contents"]]
-    assert f"team/{new}/FINAL" in keys and sum(k.endswith(".npz") for k in keys) > 1
+    assert f"team/{new}/FINAL" in keys and sum(k.endswith(".arrow") for k in keys) > 1

@@ -2,8 +2,8 @@
 
 Each row of a field becomes one blob, a small header (dtype, shape) and the row's bytes, so images
 of different sizes (a `resize` keeps the aspect ratio) and a map op's fixed-size arrays travel the
-same way: in a shard (concatenated, with offsets) and in the Arrow blocks a cached read yields (one
-binary column per field). Loading one needs NumPy only: no object is ever unpickled from a cache.
+same way: in a shard and in the Arrow blocks a cached read yields (one binary column per field).
+Loading one needs NumPy only: no object is ever unpickled from a cache.
 """
 
 from __future__ import annotations
@@ -61,14 +61,24 @@ def field_from_blobs(blobs) -> Any:
     return rows
 
 
-def pack(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Blobs as one uint8 array and their offsets (len + 1 of them)."""
-    offsets = np.zeros(len(blobs) + 1, np.int64)
-    np.cumsum([len(b) for b in blobs], out=offsets[1:])
-    return np.frombuffer(b"".join(blobs), np.uint8), offsets
-
-
-def unpack(data: np.ndarray, offsets: np.ndarray) -> list[memoryview]:
-    """The blobs of `pack`, as views of `data` (no copy)."""
-    view = memoryview(np.ascontiguousarray(data).data).cast("B")
-    return [view[int(a) : int(b)] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+def uniform_rows(column) -> np.ndarray | None:
+    """A binary column of blobs (an Arrow `large_binary` array) as one array of its rows, where every
+    row has the same dtype and shape (labels, images of one size): one copy of the pixels, no Python
+    object per row. None where the rows differ, or are bytes."""
+    if len(column) == 0 or column.null_count:
+        return None
+    _, offsets, data = column.buffers()
+    ends = np.frombuffer(offsets, np.int64, len(column) + 1, column.offset * 8)
+    lengths = np.diff(ends)
+    if (lengths != lengths[0]).any():
+        return None
+    raw = np.frombuffer(data, np.uint8)[ends[0] : ends[-1]].reshape(len(column), int(lengths[0]))
+    first = memoryview(raw[0])
+    size = first[0]
+    if bytes(first[1 : 1 + size]) == BYTES:
+        return None
+    header = 2 + size + 8 * first[1 + size]
+    if (raw[:, :header] != raw[0, :header]).any():  # another dtype or shape of the same length
+        return None
+    sample = from_blob(raw[0])
+    return raw[:, header:].copy().view(sample.dtype).reshape(len(column), *sample.shape)

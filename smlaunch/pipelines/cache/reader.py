@@ -74,9 +74,27 @@ def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_row
         if not tables:
             continue
         window = pa.concat_tables(tables, promote_options="none")
-        window = window.take(pa.array(rng.permutation(window.num_rows)))
+        window = _as_arrays(window.take(pa.array(rng.permutation(window.num_rows))))
         for offset in range(0, window.num_rows, block_rows):
             yield window.slice(offset, block_rows)
+
+
+def _as_arrays(table: pa.Table) -> pa.Table:
+    """Each field whose rows share one dtype and shape as an array column (a tensor column for
+    images), so the chain gets one array, not a Python object per row; other fields stay blobs."""
+    from ray.data.extensions import ArrowTensorArray
+
+    from smlaunch.pipelines.cache.blobs import uniform_rows
+
+    for index, name in enumerate(table.column_names):
+        if not pa.types.is_large_binary(table.schema.field(name).type):  # id, positions
+            continue
+        rows = uniform_rows(table.column(name).combine_chunks())
+        if rows is None:
+            continue
+        column = pa.array(rows) if rows.ndim == 1 else ArrowTensorArray.from_numpy(rows)
+        table = table.set_column(index, name, column)
+    return table
 
 
 def _shard_table(store, place: int, entry: list, drawn) -> pa.Table:
@@ -85,23 +103,20 @@ def _shard_table(store, place: int, entry: list, drawn) -> pa.Table:
     from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT
 
     name, _, dropped = entry
-    ids, fields = store.read_shard(name)
+    shard = store.read_shard(name)
+    ids = shard.column("id").to_numpy()
     keep = ~np.isin(ids, np.asarray(dropped, np.int64)) if dropped else np.ones(len(ids), bool)
     rows = np.flatnonzero(keep)
     ordinals = np.arange(len(rows), dtype=np.int64)
     pos = (np.int64(place) << UNIT_SHIFT) | ordinals
     if len(pos):
         pos[-1] |= LAST
-    columns = {name: pa.array([bytes(fields[name][i]) for i in rows], pa.binary()) for name in fields}
-    table = pa.table(
-        {
-            **columns,
-            "id": pa.array(ids[rows], pa.int64()),
-            "pos": pa.array(pos, pa.int64()),
-            "seek": pa.array(np.full(len(rows), NO_SEEK, np.int64)),
-            CACHED_COLUMN: pa.array(np.ones(len(rows), np.int8)),
-        }
+    table = shard if keep.all() else shard.take(pa.array(rows))
+    table = (
+        table.append_column("pos", pa.array(pos, pa.int64()))
+        .append_column("seek", pa.array(np.full(len(rows), NO_SEEK, np.int64)))
+        .append_column(CACHED_COLUMN, pa.array(np.ones(len(rows), np.int8)))
     )
-    if drawn:
+    if drawn is not None and len(drawn):
         table = table.filter(pa.array(~np.isin(ordinals, np.asarray(drawn, np.int64))))
     return table

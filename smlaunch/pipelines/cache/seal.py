@@ -34,7 +34,7 @@ def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) 
     if store.failed():
         why = (store.get("FAILED") or b"").decode(errors="replace") or "a shard could not be written"
         names = store.shards()
-        store.delete([f"shards/{n}.npz" for n in names] + [f"ids/{n}.npy" for n in names])
+        store.delete([f"shards/{n}.arrow" for n in names] + [f"ids/{n}.npy" for n in names])
         return (
             None,
             f"cache: off for the rest of the run ({why}); {len(names)} shards deleted; the job goes on uncached",

@@ -2,17 +2,19 @@
 
 Layout under `<cache_dir>/<fingerprint>/`:
 
-* `shards/<name>.npz`: one chain call's prefix output (its rows' ids and each field's blobs,
-  `blobs`), written whole or not at all: to a temporary name then renamed in a folder, one PUT on
-  S3 (an object is whole or absent). A shard's name is a digest of its rows' ids, so a retried call
-  (the same batch) writes the same shard again instead of a second copy;
+* `shards/<name>.arrow`: one chain call's prefix output, an Arrow IPC file (its rows' `id` and a
+  binary column of `blobs` per field, read back without a copy), written whole or not at all: to
+  a temporary name then renamed in a folder, one PUT on S3 (an object is whole or absent). A
+  shard's name is a digest of its rows' ids, so a retried call (the same batch) writes the same
+  shard again instead of a second copy;
 * `ids/<name>.npy`: the shard's ids alone, written first, so sealing reads a few bytes per shard
   rather than the shard;
 * `manifest.json`, then `FINAL` last (tf.data's `metadata.final`): readers trust a cache only once
   `FINAL` is there, and read only the shards the manifest names;
 * `FAILED`: a write failed (a full disk); no call writes again, and the seal deletes the shards.
 
-Loading is `np.load(allow_pickle=False)`: a cache is data, never code, wherever it came from.
+Shards are Arrow IPC and the id files `np.load(allow_pickle=False)`: a cache is data, never code,
+wherever it came from.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smlaunch.pipelines.cache.blobs import field_blobs, pack, unpack
+from smlaunch.pipelines.cache.blobs import field_blobs
 
 FORMAT_VERSION = 1
 """Bumped whenever a shard's layout changes: part of the fingerprint, so an old cache is not read."""
@@ -136,38 +138,37 @@ class CacheStore:
 
     def write_shard(self, ids: np.ndarray, fields: dict) -> str:
         """The rows `ids` with their `fields` (name -> rows) as one shard; its name."""
+        import pyarrow as pa
+
         ids = np.asarray(ids, np.int64)
         name = shard_name(ids)
-        arrays: dict[str, np.ndarray] = {"id": ids}
-        for field, values in fields.items():
-            arrays[f"data__{field}"], arrays[f"off__{field}"] = pack(field_blobs(values))
-        ids_file, shard = io.BytesIO(), io.BytesIO()
+        columns = {"id": pa.array(ids, pa.int64())}
+        columns.update({field: pa.array(field_blobs(v), pa.large_binary()) for field, v in fields.items()})
+        table = pa.table(columns)
+        ids_file, shard = io.BytesIO(), pa.BufferOutputStream()
         np.save(ids_file, ids, allow_pickle=False)
-        np.savez(shard, allow_pickle=False, **arrays)
+        with pa.ipc.new_file(shard, table.schema) as writer:
+            writer.write_table(table)
         self.put(f"ids/{name}.npy", ids_file.getvalue())
-        self.put(f"shards/{name}.npz", shard.getvalue())
+        self.put(f"shards/{name}.arrow", shard.getvalue().to_pybytes())
         return name
 
-    def read_shard(self, name: str) -> tuple[np.ndarray, dict[str, list]]:
-        """A shard's ids and each field's blobs (views, no copy)."""
-        data = self.get(f"shards/{name}.npz")
+    def read_shard(self, name: str):
+        """A shard as an Arrow table: `id` and one binary column of blobs per field (`blobs`), over
+        the shard's bytes (no copy)."""
+        import pyarrow as pa
+
+        data = self.get(f"shards/{name}.arrow")
         if data is None:
-            raise FileNotFoundError(f"{self.root}/shards/{name}.npz")
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            ids = npz["id"]
-            fields = {
-                key.removeprefix("data__"): unpack(npz[key], npz["off__" + key.removeprefix("data__")])
-                for key in npz.files
-                if key.startswith("data__")
-            }
-        return ids, fields
+            raise FileNotFoundError(f"{self.root}/shards/{name}.arrow")
+        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
 
     def shard_ids(self, name: str) -> np.ndarray | None:
         data = self.get(f"ids/{name}.npy")
         return None if data is None else np.load(io.BytesIO(data), allow_pickle=False)
 
     def shards(self) -> list[str]:
-        return [n.removesuffix(".npz") for n in self.names("shards") if n.endswith(".npz")]
+        return [n.removesuffix(".arrow") for n in self.names("shards") if n.endswith(".arrow")]
 
     # --- state --------------------------------------------------------------------------------
 

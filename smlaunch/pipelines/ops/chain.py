@@ -243,7 +243,9 @@ class Chain:
         if cached:  # the prefix's output, read back from the cache: only the rest of the chain runs
             from smlaunch.pipelines.cache.blobs import field_from_blobs
 
-            fields = {name: field_from_blobs(values) for name, values in fields.items()}
+            fields = {
+                name: field_from_blobs(values) if values.dtype == object else values for name, values in fields.items()
+            }
         elif "label" in fields:
             fields["label"] = np.asarray(fields["label"], dtype=np.int64)
         started = time.perf_counter()
