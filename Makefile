@@ -77,6 +77,7 @@ bench: setup
 	$(VENV)/bin/python bench/recipe.py
 	$(VENV)/bin/python bench/security.py
 	$(VENV)/bin/python bench/cache.py
+	$(VENV)/bin/python bench/cache_scale.py --scratch /tmp/cache-scale-scratch
 
 clean:
 	rm -rf $(VENV) .venv-sdk runs .pytest_cache

@@ -8,15 +8,18 @@ epoch does and writes the result, and epochs 2-4 read it back and run only the r
 
 - `cpu_per_row_ratio`: the data host's CPU seconds (its processes, sampled every 0.5 s by the run's
   own sampler: chain, reads, Ray's workers) per row trained on, cached over uncached;
-- `speedup`: the trainer's images/s (report.json's steady steps), cached over uncached.
+- `speedup`: the trainer's images/s (report.json's steady steps), cached over uncached;
+- `epoch_cpu_ratio`: the data host's CPU within the steps of epochs 2-4 (first step to last), a row,
+  cached over uncached: what a cached epoch costs, without the job's start and end.
 
 The two jobs alternate for `--rounds` rounds (ABBA), each in a folder of its own, each cached run
 with a fresh cache (the first epoch writes it: the cost a job pays once); the ratios are of each
 side's medians.
 
-    python bench/cache.py [--images 2000] [--rounds 2]
+    python bench/cache.py [--images 8000] [--rounds 2]
 
-Ends with `RESULT cache cpu_per_row_ratio=<...> speedup=<...> goal=cpu_per_row_ratio<=0.35,speedup>=2.0`.
+Ends with `RESULT cache cpu_per_row_ratio=<...> speedup=<...> epoch_cpu_ratio=<...>
+goal=cpu_per_row_ratio<=0.35,speedup>=2.0`.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def run_job(workdir: Path, data: Path, cache: bool) -> dict:
     samples = report["samples"]["algo-2"]
     cpu_s = sum(s["cpu_pct"] / 100 * samples["interval_s"] for s in samples["samples"])
     line = next((x for x in done.stdout.splitlines() if x.startswith("cache: ")), "cache: ?")
+    epochs = epoch_cpu(report["steps"], samples)
     out = {
         "cache": cache,
         "images_per_s": report["summary"]["images_per_s"],
@@ -117,6 +121,7 @@ def run_job(workdir: Path, data: Path, cache: bool) -> dict:
         "cpu_s": round(cpu_s, 2),
         "rows": rows,
         "cpu_per_row_ms": round(1000 * cpu_s / rows, 3),
+        "epoch_cpu_ms": [round(1000 * cpu / (rows / 4), 3) for cpu in epochs],
         "wall_s": round(time.monotonic() - started, 1),
         "line": line,
     }
@@ -124,9 +129,21 @@ def run_job(workdir: Path, data: Path, cache: bool) -> dict:
     return out
 
 
+def epoch_cpu(steps: list[dict], samples: dict) -> list[float]:
+    """The data host's CPU seconds within each epoch's steps (its first step to its last): what an
+    epoch's rows cost, without the job's start (workers importing torch), its end and the gaps."""
+    spans: dict[int, list[float]] = {}
+    for step in steps:
+        spans.setdefault(step["epoch"], [step["t"], step["t"]])[1] = step["t"]
+    return [
+        sum(s["cpu_pct"] / 100 * samples["interval_s"] for s in samples["samples"] if a <= s["t"] <= b)
+        for _, (a, b) in sorted(spans.items())
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--images", type=int, default=8000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cachebench-") as tmp:
@@ -142,14 +159,22 @@ def main() -> None:
         return statistics.median(x[key] for x in results[cache])
 
     cpu_ratio = median(True, "cpu_per_row_ms") / median(False, "cpu_per_row_ms")
+    # Within the epochs' steps: the epochs after the first against the uncached ones.
+    later = statistics.median(statistics.mean(x["epoch_cpu_ms"][1:]) for x in results[True])
+    uncached_epoch = statistics.median(statistics.mean(x["epoch_cpu_ms"][1:]) for x in results[False])
+    first = statistics.median(x["epoch_cpu_ms"][0] for x in results[True])
     speedup = median(True, "images_per_s") / median(False, "images_per_s")
     print(
         f"uncached: {median(False, 'images_per_s'):.0f} images/s, {median(False, 'cpu_per_row_ms'):.2f} ms data-host "
         f"CPU a row; cached: {median(True, 'images_per_s'):.0f} images/s, {median(True, 'cpu_per_row_ms'):.2f} ms"
     )
+    print(
+        f"within the epochs' steps: uncached {uncached_epoch:.2f} ms a row an epoch; cached, epoch 1 {first:.2f} ms, "
+        f"epochs 2-4 {later:.2f} ms"
+    )
     report_result(
         f"RESULT cache cpu_per_row_ratio={cpu_ratio:.3f} speedup={speedup:.2f} "
-        "goal=cpu_per_row_ratio<=0.35,speedup>=2.0"
+        f"epoch_cpu_ratio={later / uncached_epoch:.3f} goal=cpu_per_row_ratio<=0.35,speedup>=2.0"
     )
 
 
