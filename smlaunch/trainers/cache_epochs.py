@@ -21,6 +21,10 @@ class CacheEpochs:
             manifest = CacheStore(spec.root).manifest()  # a cache sealed by an earlier run: every epoch reads it
             self.shards = len(manifest["shards"]) if manifest is not None else None
 
+    def space(self) -> str | None:
+        """What the next epoch's positions count in: the sealed cache's fingerprint, or None (files)."""
+        return self.spec.fingerprint if self.shards is not None else None
+
     def units(self, channel_units: int | None) -> int | None:
         """The units the next epoch's positions are counted in."""
         return self.shards if self.shards is not None else channel_units

@@ -145,3 +145,20 @@ def test_the_cache_on_the_local_s3_server_is_written_sealed_read_and_deleted_the
     assert store.failed()
     store.delete([f"shards/{n}.arrow" for n in store.shards()])
     assert store.shards() == []
+
+
+def test_a_resumed_epoch_is_read_from_what_its_checkpoint_s_positions_count_in():
+    """A checkpoint taken before the cache was sealed counts files: its epoch reads the files though
+    the cache is sealed now; one taken in a cached epoch reads the cache; one over a cache that is
+    gone starts its epoch over, saying so."""
+    from smlaunch.pipelines.cache.reader import epoch_source
+
+    sealed = {"shards": [["b-1", 4, []]], "rows": 4}
+    files_resume, cache_resume = {"epoch": 1, "space": None}, {"epoch": 2, "space": "fp"}
+    assert epoch_source(sealed, "fp", None) == (sealed, None, None)
+    assert epoch_source(None, "fp", None) == (None, None, None)
+    assert epoch_source(sealed, "fp", files_resume) == (None, files_resume, None)
+    assert epoch_source(sealed, "fp", {"epoch": 1}) == (None, {"epoch": 1}, None)  # a checkpoint from before
+    assert epoch_source(sealed, "fp", cache_resume) == (sealed, cache_resume, None)
+    manifest, resume, line = epoch_source(None, "fp", cache_resume)
+    assert (manifest, resume) == (None, None) and "counted its place in cache fp, which is not sealed here" in line
