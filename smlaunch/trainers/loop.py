@@ -346,7 +346,9 @@ class _Run:
         )
         if complete:  # before any rank asks for the next epoch: it reads the cache this sealed
             delivered = progress.merged.delivered if positions and progress.merged is not None else None
-            self.cache.close(ids[0] if ids else None, delivered, self.console)
+            # A resumed epoch's ids are the ones drawn since the resume: the cache is checked by its rows then.
+            drawn = ids[0] if ids and not progress.resumed_by_position else None
+            self.cache.close(drawn, delivered, self.console)
             progress.space = self.cache.space()  # the next epoch's positions count in the cache's shards
         progress.resumed_by_position = 0
         mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None
