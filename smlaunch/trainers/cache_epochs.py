@@ -21,12 +21,19 @@ class CacheEpochs:
             manifest = CacheStore(spec.root).manifest()  # a cache sealed by an earlier run: every epoch reads it
             self.shards = len(manifest["shards"]) if manifest is not None else None
 
+    def space(self) -> str | None:
+        """What the next epoch's positions count in: the sealed cache's fingerprint, or None (files)."""
+        return self.spec.fingerprint if self.shards is not None else None
+
     def units(self, channel_units: int | None) -> int | None:
         """The units the next epoch's positions are counted in."""
         return self.shards if self.shards is not None else channel_units
 
     def close(self, ids, rows: int | None, console) -> None:
-        """After a complete epoch (rank 0): seal the cache if that epoch wrote it, saying so."""
+        """After a complete epoch (rank 0): seal the cache if that epoch wrote it, saying so. `ids`:
+        every id the epoch drew (None where they are not all known: too many to keep, or an epoch
+        resumed from a checkpoint, whose earlier draws are known by their positions alone); `rows`:
+        the rows the epoch delivered, its positions' count."""
         if self.spec is None or self.rank != 0 or self.shards is not None:
             return
         from smlaunch.pipelines.cache.seal import seal

@@ -38,6 +38,10 @@ class EpochProgress:
         """Rows the resumed epoch had drawn before the checkpoint, known by their positions alone."""
         self.drawn_before: int | None = None
         """Rows the resumed epoch had drawn before the checkpoint (for the "resumed" note)."""
+        self.space: str | None = None
+        """What the current epoch's positions count in: the sealed cache's fingerprint (its shards),
+        or None (the channel's files); posted and checkpointed with them, so a resume reads the
+        epoch from what its positions count (`file_reader`, `pipelines.cache`)."""
 
     def record(self, batch: dict) -> None:
         """A batch this rank drew (trained on, or counted as the epoch's final partial one)."""
@@ -53,6 +57,7 @@ class EpochProgress:
             from smlaunch.pipelines.position import EpochPosition
 
             restored = EpochPosition.from_state(state.position)
+            self.space = state.position.get("space")  # the resumed epoch's positions count in this
             self.drawn_before = restored.delivered
             if self.rank == 0:
                 self.merged = restored
@@ -73,7 +78,7 @@ class EpochProgress:
             merged = self._rank0_position()
             if merged.epoch != epochs_done + 1:  # resumed from a checkpoint without positions
                 merged = self.merged = type(merged)(epochs_done + 1)
-            set_order("train", epochs_done, merged.state() if merged.delivered else None)
+            set_order("train", epochs_done, {**merged.state(), "space": self.space} if merged.delivered else None)
         control.broadcast(None)
 
     def full_batches(self, batches, batch_size: int):
@@ -111,7 +116,7 @@ class EpochProgress:
         import torch
 
         if self.merge(control):  # the epoch's position: a few KiB, whatever its size
-            return {"position": self._rank0_position().state()} if self.rank == 0 else {}
+            return {"position": {**self._rank0_position().state(), "space": self.space}} if self.rank == 0 else {}
         drawn = control.gather(self.ids.snapshot(), self.rank)  # a Pipe channel's rows: the ids drawn
         if self.rank != 0:
             return {}

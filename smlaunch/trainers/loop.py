@@ -87,6 +87,9 @@ class _Run:
         if state is not None:  # where the checkpoint's run stood: read before the first epoch's data is asked for
             self.step, self.epochs_done, self.resuming = state.step, state.epochs_done, True
             self.progress.resume(state)
+        self.cache = CacheEpochs(spec.cache, self.rank)  # `pipeline.cache`: sealed by rank 0 between epochs
+        if state is None or state.position is None:  # a resumed epoch's positions count in what they did
+            self.progress.space = self.cache.space()
         self.progress.post_order(self.control, self.epochs_done)
         # The first epoch's data is asked for now, before the model is built: Ray Data's execution
         # (its coordinator, read and chain tasks, the first blocks) starts while timm imports and
@@ -128,7 +131,6 @@ class _Run:
         self.train_prep = torch.zeros(len(hosts) + 1, dtype=torch.float64, device=self.device)  # chain seconds
         self.steps = StepLog()  # bounded: buckets of the whole run, the latest steps exact (`smlaunch.series`)
         self.accounting = Accountant("train", spec.epoch_rows, self.world)
-        self.cache = CacheEpochs(spec.cache, self.rank)  # `pipeline.cache`: sealed by rank 0 between epochs
         self.mix = LabelMix(spec.num_classes, self.device) if self.task.builtin else None  # labels' mix per batch
         self.stopped, self.stopped_by = False, None
         self.cut_short = False  # the run ended inside an epoch
@@ -344,7 +346,10 @@ class _Run:
         )
         if complete:  # before any rank asks for the next epoch: it reads the cache this sealed
             delivered = progress.merged.delivered if positions and progress.merged is not None else None
-            self.cache.close(ids[0] if ids else None, delivered, self.console)
+            # A resumed epoch's ids are the ones drawn since the resume: the cache is checked by its rows then.
+            drawn = ids[0] if ids and not progress.resumed_by_position else None
+            self.cache.close(drawn, delivered, self.console)
+            progress.space = self.cache.space()  # the next epoch's positions count in the cache's shards
         progress.resumed_by_position = 0
         mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None
         if mixed is not None and self.rank == 0 and len(self.accounting.epochs) > records:

@@ -22,6 +22,27 @@ TASK_SHARDS = 64
 """Shards per read task at most: a lost host's retry rereads at most this many."""
 
 
+def epoch_source(manifest: dict | None, fingerprint: str | None, resume: dict | None):
+    """Where an epoch is read from: (the manifest, or None for the channel's files; the position to
+    resume from; a line, where the epoch starts over). A resumed epoch is read from what its
+    positions count in (`EpochProgress.space`, the checkpoint's): the files where the checkpoint
+    came before the cache was sealed, though it is sealed now. Positions over a cache that is not
+    sealed here (deleted, another cache_dir) count nothing the files have: the epoch starts over."""
+    space = None if resume is None else resume.get("space")
+    if resume is None or (manifest is not None and space == fingerprint):
+        return manifest, resume, None
+    if space is None:
+        return None, resume, None
+    return (
+        manifest,
+        None,
+        (
+            f"the epoch's checkpoint counted its place in cache {space}, which is not sealed here: the epoch "
+            "starts over (its samples drawn before the stop are drawn again)"
+        ),
+    )
+
+
 def cache_read_tasks(
     root: str, manifest: dict, channel, seed: int, epoch: int, readers: int, resume, per_task_row_limit
 ) -> list:

@@ -24,9 +24,9 @@ READ_THREADS = 16
 
 
 def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) -> tuple[dict | None, str]:
-    """Seal the cache after an epoch that drew `epoch_ids` (every rank's; None: too many to keep, then
-    `epoch_rows` distinct rows are asked for): (the manifest, or None where it is not sealed; the line
-    that says so)."""
+    """Seal the cache after an epoch that drew `epoch_ids` (every rank's; None where they are not
+    all known, then the cache must hold `epoch_rows` distinct rows; with neither, never sealed):
+    (the manifest, or None where it is not sealed; the line that says so)."""
     store = CacheStore(spec.root)
     sealed = store.manifest()
     if sealed is not None:
@@ -48,8 +48,8 @@ def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) 
     union, first = np.unique(every, return_index=True)
     wanted = union if epoch_ids is None else np.unique(np.asarray(epoch_ids, np.int64))
     missing = len(np.setdiff1d(wanted, union, assume_unique=True)) if epoch_ids is not None else 0
-    if missing or (epoch_ids is None and epoch_rows is not None and len(union) < epoch_rows):
-        short = missing or (epoch_rows or 0) - len(union)
+    if missing or (epoch_ids is None and (epoch_rows is None or len(union) < epoch_rows)):
+        short = missing or (epoch_rows or len(union) + 1) - len(union)
         return None, f"cache: {short} rows of the epoch are not cached yet; the next epoch runs the whole chain"
     chosen = np.zeros(len(every), bool)
     chosen[first] = True

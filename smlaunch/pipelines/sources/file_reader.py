@@ -226,7 +226,7 @@ class ChannelDatasource(Datasource):
                 self._estimated[key] = self._estimates(parallelism, per_task_row_limit)
             return self._estimated[key]
         epoch, resume = self._epoch(data_context)
-        manifest = self._sealed()
+        manifest, resume = self._cache_for(resume)
         if manifest is not None:
             from smlaunch.pipelines.cache.reader import cache_read_tasks
 
@@ -272,6 +272,18 @@ class ChannelDatasource(Datasource):
                     ReadTask(partial(_estimate_only, self.channel.name), meta, per_task_row_limit=per_task_row_limit)
                 )
         return tasks
+
+    def _cache_for(self, resume: dict | None) -> tuple[dict | None, dict | None]:
+        """(the sealed cache's manifest, or None: read the channel; the position to resume from),
+        by `cache.reader.epoch_source`, saying it where an epoch starts over."""
+        from smlaunch.pipelines.cache.reader import epoch_source
+
+        manifest, resume, lost = epoch_source(self._sealed(), self.cache and self.cache.fingerprint, resume)
+        if lost:
+            import logging
+
+            logging.getLogger("smlaunch").warning(f"channel '{self.channel.name}': {lost}")
+        return manifest, resume
 
     def _sealed(self) -> dict | None:
         """The cache's manifest once it is sealed (then kept: a sealed cache does not change)."""

@@ -145,3 +145,33 @@ def test_the_cache_on_the_local_s3_server_is_written_sealed_read_and_deleted_the
     assert store.failed()
     store.delete([f"shards/{n}.arrow" for n in store.shards()])
     assert store.shards() == []
+
+
+def test_a_resumed_epoch_is_read_from_what_its_checkpoint_s_positions_count_in():
+    """A checkpoint taken before the cache was sealed counts files: its epoch reads the files though
+    the cache is sealed now; one taken in a cached epoch reads the cache; one over a cache that is
+    gone starts its epoch over, saying so."""
+    from smlaunch.pipelines.cache.reader import epoch_source
+
+    sealed = {"shards": [["b-1", 4, []]], "rows": 4}
+    files_resume, cache_resume = {"epoch": 1, "space": None}, {"epoch": 2, "space": "fp"}
+    assert epoch_source(sealed, "fp", None) == (sealed, None, None)
+    assert epoch_source(None, "fp", None) == (None, None, None)
+    assert epoch_source(sealed, "fp", files_resume) == (None, files_resume, None)
+    assert epoch_source(sealed, "fp", {"epoch": 1}) == (None, {"epoch": 1}, None)  # a checkpoint from before
+    assert epoch_source(sealed, "fp", cache_resume) == (sealed, cache_resume, None)
+    manifest, resume, line = epoch_source(None, "fp", cache_resume)
+    assert (manifest, resume) == (None, None) and "counted its place in cache fp, which is not sealed here" in line
+
+
+def test_after_an_epoch_resumed_mid_way_the_seal_counts_its_rows_and_keeps_the_earlier_run_s_shards(tmp_path):
+    """The ids of an epoch resumed from a checkpoint are only those drawn since: the rows written
+    before the stop are in the cache, and sealed with the rest (tests/reliability's resumed jobs)."""
+    spec = CacheSpec(str(tmp_path / "fp"), 1, "fp")
+    store = CacheStore(spec.root)
+    store.write_shard(*_batch([0, 1, 2, 3]))  # the run before the stop
+    store.write_shard(*_batch([4, 5]))  # the resumed run's rest of the epoch
+    assert seal(spec, None, 7)[0] is None  # the epoch delivered 7 rows: one is not cached
+    assert seal(spec, None, None)[0] is None  # nothing to check it by: never sealed
+    manifest, _ = seal(spec, None, 6)
+    assert manifest["rows"] == 6 and sorted(rows for _, rows, _ in manifest["shards"]) == [2, 4]
