@@ -35,6 +35,9 @@ PRIVATE_SYMBOLS = {
     "ray._private.state:GlobalState.get_draining_nodes": "idem",
     "ray._private.state:GlobalState.total_resources_per_node": "idem",
     "ray._private.state:GlobalState.available_resources_per_node": "idem",
+    "ray._private.state:GlobalState.actor_table": "the job's actors left on a data host the elastic loop gives "
+    "back (Ray Train's `PreemptionWatcher` lands on any node and kept a drained one up): the state API needs "
+    "the dashboard, which `ray[data,train]` lacks",
     "ray._private.worker:print_to_stdstream": "where the driver prints the raylets' warnings to stdout, whatever "
     "`log_to_driver` says: replaced to send them to the run's log",
     "ray.experimental.internal_kv:_internal_kv_get": "the job's stop key and elastic placement in Ray's KV store, "
@@ -107,6 +110,40 @@ def drain_node(node_id: str, why: str, deadline_ms: int, address: str | None = N
 def draining_nodes() -> set[str]:
     """The ids of the nodes being drained now."""
     return set(symbol("ray._private.state:state").get_draining_nodes())
+
+
+RESTARTED_ANYWHERE = frozenset({"PreemptionWatcher"})
+"""Actors of Ray's own that restart without end wherever there is room (Ray Train's preemption watcher:
+`max_restarts=-1`, no selector, created once the worker group starts, on any node): killed on a
+drained data host, they start again elsewhere."""
+
+
+def _job_actors_on(node_id: str) -> list[dict[str, Any]]:
+    import ray
+
+    table = symbol("ray._private.state:state").actor_table(None)
+    job = ray.get_runtime_context().get_job_id()
+    return [
+        actor
+        for actor in table.values()
+        if actor.get("State") == "ALIVE"
+        and not actor.get("IsDetached")
+        and actor.get("JobID") == job
+        and (actor.get("Address") or {}).get("NodeID") == node_id
+    ]
+
+
+def actors_on(node_id: str) -> list[str]:
+    """The class names of this job's live, non-detached actors on `node_id`. One still there keeps a
+    drained node up for as long as it lives (the state API, which would list them, needs the
+    dashboard)."""
+    return [str(actor.get("ActorClassName")) for actor in _job_actors_on(node_id)]
+
+
+def restartable_actor_pids(node_id: str) -> list[int]:
+    """The processes of `RESTARTED_ANYWHERE` actors of this job on `node_id`: Ray offers no way to
+    move an actor whose handle the caller lacks, but one killed on a draining node restarts elsewhere."""
+    return [int(actor["Pid"]) for actor in _job_actors_on(node_id) if actor.get("ActorClassName") in RESTARTED_ANYWHERE]
 
 
 def resources_per_node() -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:

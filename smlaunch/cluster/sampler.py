@@ -54,6 +54,21 @@ class HostSampler:
             "samples": list(self.series.items),
         }
 
+    def end_processes(self, pids: list[int]) -> list[int]:
+        """SIGKILL these processes of this host (actors Ray restarts elsewhere once the host drains:
+        `Samplers.release`); the ones that were there."""
+        import os
+        import signal
+
+        ended = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
+            except OSError:  # gone already, or not ours
+                pass
+        return ended
+
     def stop(self) -> dict:
         self._stop.set()
         if self._thread is not None:
@@ -176,6 +191,31 @@ class Samplers:
         # Not waited for: each sampler starts sampling as soon as its process is up, and the job
         # does not queue behind three process starts (`gather` waits for them, with a deadline).
         self.started = [a.start.remote() for a in self.actors.values()]  # refs to each host's name
+        self.released: dict[str, dict] = {}
+        """The series of hosts given back mid-run (`release`), for `gather`."""
+
+    def release(self, name: str, pids: list[int] | None = None, timeout_s: float = 10) -> None:
+        """A host given back while the job runs (elastic data hosts, `autoscale.min_data_hosts: 0`),
+        once it drains: its series now, and its sampler ended, since a live actor keeps a drained node
+        up (on the fake cluster the drained host stayed for minutes, its sampler the one actor there).
+        `pids`: other actors' processes there that Ray restarts elsewhere once killed (the draining
+        host takes no new actor): the sampler, on that host, ends them first. A host with no sampler
+        (one that joined mid-run) is left alone."""
+        import ray
+
+        actor = self.actors.pop(name, None)
+        if actor is None:
+            return
+        if pids:
+            try:
+                ray.get(actor.end_processes.remote(list(pids)), timeout=timeout_s)
+            except Exception:  # the host keeps running until they end: a cost, not a failure
+                pass
+        try:
+            self.released[name] = ray.get(actor.stop.remote(), timeout=timeout_s)
+        except Exception as exc:
+            self.released[name] = {"host": name, "samples": [], "error": type(exc).__name__}
+        ray.kill(actor, no_restart=True)
 
     def gather(self, timeout_s: float = 30) -> dict[str, dict]:
         """Every host's series; a host that does not answer in time is reported empty, not waited for."""
@@ -183,7 +223,7 @@ class Samplers:
 
         refs = {name: actor.stop.remote() for name, actor in self.actors.items()}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
-        out = {}
+        out = dict(self.released)
         for name, ref in refs.items():
             try:
                 out[name] = (

@@ -16,9 +16,11 @@ from smlaunch.config.base import StrictModel
 class AutoscaleConfig(StrictModel):
     """How many data hosts the job may hold, and the data wait it aims for (`docs/elastic.md`)."""
 
-    min_data_hosts: int = Field(default=1, ge=1)
+    min_data_hosts: int = Field(default=1, ge=0)
     """Never fewer (the hosts a running cluster has when the job starts also stay: they read the
-    channels)."""
+    channels). 0: none once the epoch reads a sealed cache of the chain's prefix (`pipeline.cache`
+    on: the plan refuses 0 without it), the random rest then running on the train hosts' spare
+    CPUs; back to one host, or those the job started with, if the cache is lost (`docs/elastic.md`)."""
     max_data_hosts: int = Field(ge=1)
     """Never more, whatever the wait: the cap on what the job can cost."""
     target_data_wait_pct: float = Field(default=5.0, gt=0, lt=100)

@@ -43,7 +43,6 @@ def build_datasets(
     import ray.data
 
     from smlaunch.pipelines.corrupt import start_counter
-    from smlaunch.pipelines.ops.chain import Chain
     from smlaunch.pipelines.places import SamplePlaces
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
     from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
@@ -81,31 +80,57 @@ def build_datasets(
             ).share_listing()
             if shared is not None:
                 shared.extend(source.shared_arrays())
-        ds = read_channel(source, channel)
-        placement = {"ray_remote_args_fn": _placement(plan)} if plan.elastic else {}
-        with warnings.catch_warnings():  # see `_placement`
-            warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
-            datasets[channel.name] = ds.map_batches(
-                Chain(
-                    cfg.pipeline.ops,
-                    host_names,
-                    train=channel.name == "train",
-                    channel=channel.name,
-                    max_corrupted_records=channel.max_corrupted_records,
-                    # A user's task's classes (`model.num_classes`) bound its masks' values; the
-                    # built-in classification's bound the labels, and its chain moves no masks.
-                    num_classes=num_classes if cfg.task is not None else None,
-                    ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
-                    cache=cache if channel.name == "train" else None,
-                ),
-                batch_size=cfg.pipeline.batch_size,
-                batch_format="numpy",
-                compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots),
-                num_cpus=1,
-                label_selector=plan.preprocess_selector,
-                **placement,
-            )
+        datasets[channel.name] = _chained(cfg, plan, source, channel, host_names, num_classes, cache)
+        if channel.name == "train" and cached_train(plan, cache):
+            datasets[CACHED_TRAIN] = _chained(cfg, plan, source, channel, host_names, num_classes, cache)
     return datasets
+
+
+CACHED_TRAIN = "train_cached"
+"""The train channel's second dataset (`cached_train`): the same reads and chain, budgeted by the
+train hosts' bucket, which the loop iterates in the epochs that read a sealed cache."""
+
+
+def cached_train(plan: LaunchPlan, cache) -> bool:
+    """Whether the train channel gets a second dataset for its cached epochs: with
+    `autoscale.min_data_hosts: 0` and a cache. Ray Data 2.60 budgets a Dataset by one `ray-subcluster`
+    bucket, fixed for the run: by the data hosts' bucket, with no data host left it runs no task at
+    all ("Cluster resources are not enough to run any task", a one-node run), so the epochs that may
+    run with none read through a dataset budgeted by the train hosts' spare CPUs instead (its tasks
+    still go to the data hosts while any is joined)."""
+    return cache is not None and plan.elastic is not None and plan.elastic.min_hosts == 0
+
+
+def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, host_names, num_classes, cache):
+    """The channel's read, then the chain (`ops.chain.Chain`) on the preprocessing hosts."""
+    import ray.data
+
+    from smlaunch.pipelines.ops.chain import Chain
+
+    ds = read_channel(source, channel, fallback_to_train_hosts(plan))
+    placement = {"ray_remote_args_fn": _placement(plan), **fallback_to_train_hosts(plan)} if plan.elastic else {}
+    with warnings.catch_warnings():  # see `_placement`
+        warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
+        return ds.map_batches(
+            Chain(
+                cfg.pipeline.ops,
+                host_names,
+                train=channel.name == "train",
+                channel=channel.name,
+                max_corrupted_records=channel.max_corrupted_records,
+                # A user's task's classes (`model.num_classes`) bound its masks' values; the
+                # built-in classification's bound the labels, and its chain moves no masks.
+                num_classes=num_classes if cfg.task is not None else None,
+                ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
+                cache=cache if channel.name == "train" else None,
+            ),
+            batch_size=cfg.pipeline.batch_size,
+            batch_format="numpy",
+            compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots),
+            num_cpus=1,
+            label_selector=plan.preprocess_selector,
+            **placement,
+        )
 
 
 def first_window_rows(cfg: LaunchConfig, plan: LaunchPlan) -> int:
@@ -113,6 +138,17 @@ def first_window_rows(cfg: LaunchConfig, plan: LaunchPlan) -> int:
     fetches `prefetch_batches` batches and a block more first; the shuffle buffer draws from two
     batches (`trainers.shuffle_buffer`)."""
     return plan.train_workers * (cfg.trainer.prefetch_batches + 2) * cfg.trainer.batch_size
+
+
+def fallback_to_train_hosts(plan: LaunchPlan) -> dict:
+    """With `autoscale.min_data_hosts: 0`, where the read's and the chain's tasks go once no data
+    host is left (the epoch reads a sealed cache, `launcher.job.cache_setup.without_data_hosts`):
+    the train hosts, as Ray's `fallback_strategy` (a label selector tried where the task's own
+    matches no node); {} otherwise. Those epochs read the train hosts' budgeted dataset
+    (`cached_train`)."""
+    if plan.elastic is None or plan.elastic.min_hosts:
+        return {}
+    return {"fallback_strategy": [{"label_selector": dict(plan.train_selector)}]}
 
 
 def _placement(plan: LaunchPlan):
@@ -168,7 +204,7 @@ def use_block_size(ctx, size: int | None) -> None:
         ctx.target_max_block_size = size
 
 
-def read_channel(source, channel):
+def read_channel(source, channel, fallback: dict | None = None):
     """The channel's read, on its hosts, in the number of blocks its source asks for
     (`block_count`; None: Ray Data plans it). Ray splits each read task's output evenly when a
     pass has fewer tasks than blocks.
@@ -189,12 +225,14 @@ def read_channel(source, channel):
     first, so a read of 1 CPU a task took a 1-CPU data host's only CPU for itself, and the
     chain ran only once the reads had filled the read's share of the object store (bench/
     scale_reads.py: first batch after 32 s, 575 MiB queued; at 0 CPU, 9.5 s, as on 2,000 files).
-    A read is mostly waiting on the disk or the network, and the OS shares the cores."""
+    A read is mostly waiting on the disk or the network, and the OS shares the cores. `fallback`:
+    where the read goes once the channel's hosts are gone (`fallback_to_train_hosts`)."""
     import ray.data
 
     return ray.data.read_datasource(
         source,
         label_selector={host_label(): f"in({','.join(channel.hosts)})"},
+        **(fallback or {}),
         override_num_blocks=source.block_count(),
         num_cpus=0,
         compute=ray.data.TaskPoolStrategy(size=source.read_slots()),

@@ -8,11 +8,15 @@ data, so the next epoch's read is planned against the sealed cache (`cache.reade
 
 from __future__ import annotations
 
+LOST = "lost"
+"""What rank 0 tells the others where a cache sealed earlier in the run is gone (`agree`)."""
+
 
 class CacheEpochs:
-    def __init__(self, spec, rank: int):
-        """`spec`: the run's `CacheSpec`, or None (no cache)."""
-        self.spec, self.rank = spec, rank
+    def __init__(self, spec, rank: int, two_datasets: bool = False):
+        """`spec`: the run's `CacheSpec`, or None (no cache); `two_datasets`: the train channel has a
+        second dataset for the epochs that read the sealed cache (`pipelines.dataset.cached_train`)."""
+        self.spec, self.rank, self.two_datasets = spec, rank, two_datasets
         self.shards: int | None = None
         """The sealed cache's shards: the units of every epoch from here on (None: not sealed)."""
         if spec is not None and rank == 0:
@@ -20,6 +24,39 @@ class CacheEpochs:
 
             manifest = CacheStore(spec.root).manifest()  # a cache sealed by an earlier run: every epoch reads it
             self.shards = len(manifest["shards"]) if manifest is not None else None
+
+    def dataset(self) -> str:
+        """The dataset the next epoch iterates: the cached epochs' own once the cache is sealed
+        (every rank the same: `agree`), else the train channel's."""
+        from smlaunch.pipelines.dataset import CACHED_TRAIN
+
+        return CACHED_TRAIN if self.two_datasets and self.shards is not None else "train"
+
+    def agree(self, control) -> None:
+        """With two datasets, before an epoch: rank 0 reads the marker again and every rank takes its
+        word, since all ranks must iterate the same dataset (one `streaming_split` feeds them all). A
+        cache sealed earlier in the run and gone now stops the run, in one line: the channels' files
+        may be on no host any more (the hosts that received them were given back, and trees are made
+        only on the hosts present at the start)."""
+        if not self.two_datasets:
+            return
+        shards: int | str | None = self.shards
+        if self.rank == 0:
+            from smlaunch.pipelines.cache.store import CacheStore
+
+            manifest = CacheStore(self.spec.root).manifest()
+            shards = len(manifest["shards"]) if manifest is not None else (LOST if self.shards is not None else None)
+        shards = control.broadcast(shards)
+        if shards == LOST:
+            from smlaunch.errors import DataError
+
+            raise DataError(
+                f"pipeline.cache: the sealed cache at {self.spec.root} is gone (its FINAL marker) since the last "
+                "epoch; with autoscale.min_data_hosts: 0 the hosts that received the channels may have been given "
+                "back, and a host that joins now has no view of them: the run stops. Run it again: epoch 1 "
+                "writes the cache anew"
+            )
+        self.shards = shards if isinstance(shards, int) else None
 
     def space(self) -> str | None:
         """What the next epoch's positions count in: the sealed cache's fingerprint, or None (files)."""

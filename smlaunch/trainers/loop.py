@@ -87,7 +87,8 @@ class _Run:
         if state is not None:  # where the checkpoint's run stood: read before the first epoch's data is asked for
             self.step, self.epochs_done, self.resuming = state.step, state.epochs_done, True
             self.progress.resume(state)
-        self.cache = CacheEpochs(spec.cache, self.rank)  # `pipeline.cache`: sealed by rank 0 between epochs
+        self.cache = CacheEpochs(spec.cache, self.rank, spec.cached_train_selector is not None)  # rank 0 seals it
+        self.cache.agree(self.control)
         if state is None or state.position is None:  # a resumed epoch's positions count in what they did
             self.progress.space = self.cache.space()
         self.progress.post_order(self.control, self.epochs_done)
@@ -96,7 +97,7 @@ class _Run:
         # builds the model and DDP wraps it, instead of after (issue 40; `trainers.next_epoch`).
         self.first_epoch = None
         if not self._done():
-            self.first_epoch = NextEpoch(self._torch_batches(ray.train.get_dataset_shard("train")))
+            self.first_epoch = NextEpoch(self._torch_batches(ray.train.get_dataset_shard(self.cache.dataset())))
             phase_marks["data_asked"] = time.time()
         # On the rank's device before the optimizer, the EMA copy and a checkpoint's optimizer state are
         # made from it: `load_state_dict` puts the state where the parameters are at that moment.
@@ -182,7 +183,7 @@ class _Run:
 
         from smlaunch.trainers.next_epoch import NextEpoch
 
-        shard = ray.train.get_dataset_shard("train")
+        shard = ray.train.get_dataset_shard(self.cache.dataset())
         pending = None  # this rank's numbers of the last step, summed over ranks one exchange later
         started, self.first_epoch = self.first_epoch, None  # its batches already asked for (`trainers.next_epoch`)
         self.callbacks.fire("on_train_start", self.view)
@@ -192,6 +193,7 @@ class _Run:
             if exhausted:
                 self._close_epoch(complete=True)
                 if not self._done():
+                    shard = ray.train.get_dataset_shard(self.cache.dataset())  # `pipeline.cache`: sealed now
                     started = NextEpoch(self._torch_batches(shard))
                 self.callbacks.fire("on_epoch_end", self.view)  # a validation pass, a preemption's stop
         if pending is not None:
@@ -349,6 +351,7 @@ class _Run:
             # A resumed epoch's ids are the ones drawn since the resume: the cache is checked by its rows then.
             drawn = ids[0] if ids and not progress.resumed_by_position else None
             self.cache.close(drawn, delivered, self.console)
+            self.cache.agree(self.control)
             progress.space = self.cache.space()  # the next epoch's positions count in the cache's shards
         progress.resumed_by_position = 0
         mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None

@@ -63,6 +63,9 @@ class TrainSpec:
     epoch's positions must cover (`pipelines.position`); None for a Pipe channel."""
     cache: Any = None
     """The run's `pipelines.cache.store.CacheSpec` (None: no cache): rank 0 seals it between epochs."""
+    cached_train_selector: dict | None = None
+    """With `autoscale.min_data_hosts: 0` and a cache: the bucket Ray Data budgets the cached
+    epochs' dataset by (the train hosts'; `pipelines.dataset.CACHED_TRAIN`); None: one train dataset."""
     checkpoint_every_s: float = 0.0
     """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
     model_factory: str | None = None

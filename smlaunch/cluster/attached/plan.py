@@ -113,7 +113,9 @@ def attached_plan(cfg: LaunchConfig, attached: AttachedCluster, started: str, st
     if elastic:
         notes.append(
             elastic.line() + f"; the {plural(len(attached.groups[elastic.group]), 'host')} here now read "
-            "the channels and stay, hosts added while training run the chain and go first"
+            "the channels and stay"
+            + (" while an epoch reads them (not a sealed cache)" if elastic.min_hosts == 0 else "")
+            + ", hosts added while training run the chain and go first"
         )
     return LaunchPlan(
         job=cfg.job,

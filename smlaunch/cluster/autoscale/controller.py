@@ -110,6 +110,16 @@ class ElasticDataHosts:
         """(clock, GPU-bound images/s) of the full windows of the last `PEAK_S`: the trainer's best lately."""
         self._warm_from = 0
         """`_steps_in` when the latest epoch began: the next `WARM_WINDOWS` windows are its warm-up."""
+        self.floor_until_cached = cfg.min_data_hosts
+        """With `autoscale.min_data_hosts: 0`, the fewest hosts while the epoch does not read a sealed
+        cache (the hosts the channels are read on): the group goes to none only over a cache."""
+        self.without_hosts: Callable[[], float | None] = lambda: None
+        """The chain tasks the train hosts would run at once with no data host, while the group may
+        go to none now (the epoch reads a sealed cache: the launcher sets this once it knows the
+        cache); None where it may not."""
+        self.on_drain: Callable[[str], None] = lambda node: None
+        """Called with a node given back, once it drains: what the job keeps there ends (the launcher
+        sets the host's sampler's release: a live actor keeps a drained node up)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -160,16 +170,32 @@ class ElasticDataHosts:
             self._restart_window(now)
         with self._lock:
             records, steps_in, warm_from = list(self.records), self._steps_in, self._warm_from
-        window = Window.of(records, self._busy_over(records), self.slots_per_host)
+        spare = self.without_hosts()
+        cfg = self.cfg
+        if spare is None and self.floor_until_cached > cfg.min_data_hosts:  # no cache sealed (or it was lost)
+            cfg = cfg.model_copy(update={"min_data_hosts": self.floor_until_cached})
+        window = Window.of(records, self._busy_over(records), self.slots_per_host, spare)
         too_few = {n: until - now for n, until in self._too_few.items() if until > now}
         if window.steps >= self.cfg.window_steps:
             self._peaks.append((now, window.gpu_bound_images_per_s))
         while self._peaks and self._peaks[0][0] < now - PEAK_S:
             self._peaks.popleft()
-        decision = decide(
+        if cfg is not self.cfg and len(joined) < cfg.min_data_hosts and not pending:
+            decision = Decision(
+                cfg.min_data_hosts,
+                1,
+                f"the epoch reads no sealed cache (lost, or not written yet): back to {cfg.min_data_hosts} data "
+                f"host{'s' if cfg.min_data_hosts > 1 else ''} for the chain's prefix",
+            )
+        else:
+            decision = self._decide(window, joined, cfg, now, pending, too_few, steps_in, warm_from)
+        return self._act(decision, joined, window, now)
+
+    def _decide(self, window, joined, cfg, now, pending, too_few, steps_in, warm_from) -> Decision:
+        return decide(
             window,
             len(joined),
-            self.cfg,
+            cfg,
             now - self._changed_at,
             pending,
             too_few,
@@ -178,6 +204,9 @@ class ElasticDataHosts:
             prices=self.prices,
             trainer_peak=max((rate for _, rate in self._peaks), default=None),
         )
+
+    def _act(self, decision: Decision, joined: list[str], window: Window, now: float) -> Decision:
+        """A change asked of the cluster and logged; a hold kept in the timeline once a minute."""
         if decision.change > 0 and self._last_change < 0:  # the last release starved the trainer
             times = self._starved[len(joined)] = self._starved.get(len(joined), 0) + 1
             hold_s = STABILISE_COOLDOWNS * max(self.cfg.cooldown_s, self.period_s) * 2 ** (times - 1)
@@ -190,6 +219,7 @@ class ElasticDataHosts:
             if decision.change < 0:
                 for node in joined[decision.hosts - len(joined) :]:  # the newest go first
                     self.access.drain(node, f"smlaunch: fewer data hosts ({decision.reason})")
+                    self.on_drain(node)
             self._joining = decision.change > 0
             self._restart_window(now)
         if decision.change:

@@ -112,16 +112,28 @@ class Window:
     chain_images_per_s_per_host: float | None = None
     """What a data host's chain slots make by the chain's own clock (slots / seconds per image, the
     rows' `prep_s`), with no scheduling gaps: an upper bound; None where not timed."""
+    chain_images_per_s_without_hosts: float | None = None
+    """What the train hosts' spare CPUs would make of the same chain by its clock, where the data
+    hosts may go to none (`autoscale.min_data_hosts: 0`, the epoch read from a sealed cache); else None."""
 
     @classmethod
-    def of(cls, records: list[dict], data_cpu_busy: float | None = None, slots_per_host: float | None = None) -> Window:
+    def of(
+        cls,
+        records: list[dict],
+        data_cpu_busy: float | None = None,
+        slots_per_host: float | None = None,
+        slots_without_hosts: float | None = None,
+    ) -> Window:
         """From step records (`trainers.control.record`: step_time_s, data_wait_s, images_per_s,
-        chain_s and chain_rows)."""
+        chain_s and chain_rows); `slots_without_hosts`: the chain tasks the train hosts run at once
+        once no data host is left (None: the hosts may not go to none now)."""
         time_s = sum(r["step_time_s"] for r in records)
         wait_s = sum(min(r["data_wait_s"], r["step_time_s"]) for r in records)
         images = sum(r["images_per_s"] * r["step_time_s"] for r in records)
         chain_s, chain_rows = sum(r.get("chain_s", 0.0) for r in records), sum(r.get("chain_rows", 0) for r in records)
-        per_host = slots_per_host * chain_rows / chain_s if slots_per_host and chain_rows and chain_s > 0 else None
+        per_slot = chain_rows / chain_s if chain_rows and chain_s > 0 else None
+        per_host = slots_per_host * per_slot if slots_per_host and per_slot else None
+        without = slots_without_hosts * per_slot if slots_without_hosts and per_slot else None
         return cls(
             steps=len(records),
             data_wait_pct=100 * wait_s / time_s if time_s else 0.0,
@@ -129,6 +141,7 @@ class Window:
             gpu_bound_images_per_s=images / (time_s - wait_s) if time_s > wait_s else 0.0,
             data_cpu_busy=data_cpu_busy,
             chain_images_per_s_per_host=per_host,
+            chain_images_per_s_without_hosts=without,
         )
 
 
@@ -229,7 +242,14 @@ def decide(
     if window.data_wait_pct > target:
         if hosts >= cfg.max_data_hosts:
             return hold(f"over the {target:g} % target, but at autoscale.max_data_hosts ({cfg.max_data_hosts})")
-        if per_host is None:  # no data host yet: the chain runs on the train hosts
+        if per_host is None:  # no data host: the chain runs on the train hosts
+            if not sustained:  # as at any size, one short window (an epoch's start) adds nothing
+                return hold(
+                    f"over the {target:g} % target in this window only, with no data host: one if the next is over too"
+                )
+            # No clock check here: with no data host Ray Data runs the chain one task at a time (its
+            # budget is the empty data bucket's), which the chain's clock of one task does not see
+            # (tests/launcher/attached/test_elastic_zero.py: a 30 % wait held where the clock read 30x).
             return Decision(hosts + 1, 1, f"over the {target:g} % target with no data host")
         clock = (window.chain_images_per_s_per_host or 0.0) * hosts if gpu_bound > 0 else 0.0
         if clock and clock >= gpu_bound * RELEASE_HEADROOM:
@@ -315,7 +335,15 @@ def _release(
 
     if per_host is None:
         return hold("under the target, but the data hosts' CPU use is not known: no host given back")
-    fewer = per_host * (hosts - 1)
+    if hosts == 1:  # the last host: the train hosts' spare CPUs would run the chain (`min_data_hosts: 0`)
+        fewer = window.chain_images_per_s_without_hosts or 0.0
+        if not fewer:
+            return hold(
+                "under the target; the last data host stays: no chain clock says what the train hosts would make"
+            )
+        smaller = "no data host (the chain on the train hosts' spare CPUs)"
+    else:
+        fewer, smaller = per_host * (hosts - 1), f"{hosts - 1} hosts"
     takes = max(gpu_bound, trainer_peak or 0.0)
     best = f" (its best lately: {takes:.0f})" if takes > gpu_bound else ""
     left = (too_few or {}).get(hosts - 1, 0.0)
@@ -325,26 +353,26 @@ def _release(
             f"(no release to {hosts - 1} for {left:.0f} s more)"
         )
     if fewer >= takes * (BAND_RELEASE_HEADROOM if in_band else RELEASE_HEADROOM):  # the same rate on a host fewer
-        after = predicted_rate(per_host, hosts - 1, gpu_bound)
+        after = predicted_rate(fewer, 1, gpu_bound)
         paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
         paying = prices.per_million_images(hosts - 1, after) if prices else None
         cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
         if in_band:
             why = (
-                f"within the {target:g} % target, and by the chain's own clock {hosts - 1} hosts can make "
+                f"within the {target:g} % target, and by the chain's own clock {smaller} can make "
                 f"{fewer:.0f} images/s, over {BAND_RELEASE_HEADROOM:g}x the {gpu_bound:.0f} the trainer takes{best}: "
                 "the wait is not the chain's"
             )
         else:
             why = (
-                f"under half the {target:g} % target; {hosts - 1} hosts can make {fewer:.0f} images/s, the trainer "
+                f"under half the {target:g} % target; {smaller} can make {fewer:.0f} images/s, the trainer "
                 f"takes {gpu_bound:.0f}{best}"
             )
         return Decision(hosts - 1, -1, why + cost, after)
     if in_band:
         return hold(f"within the {target:g} % target", fewer)
     return hold(
-        f"under the target, but {hosts - 1} hosts could make only {fewer:.0f} images/s of the "
+        f"under the target, but {smaller} could make only {fewer:.0f} images/s of the "
         f"{gpu_bound:.0f} the trainer takes{best}",
         fewer,
     )

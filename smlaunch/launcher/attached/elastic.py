@@ -5,8 +5,9 @@ Before the job's nodes are matched, the scaled group is brought to `autoscale.mi
 `cluster.autoscale.controller.ElasticDataHosts` decides every `PERIOD_S` from the step records the
 progress thread hands it, and acts here: a request to the autoscaler by label
 (`requests.DataHostRequests`), a drain of the newest host. The hosts present when the plan was made
-read the channels (their read tasks are pinned to them), so they stay; hosts added later run the
-chain only and are the ones given back. When the run ends the request is withdrawn and the added
+read the channels (their read tasks are pinned to them), so they stay (with `min_data_hosts: 0`,
+only while the epoch reads the channels, not a sealed cache); hosts added later run the chain only
+and are the first given back. When the run ends the request is withdrawn and the added
 hosts go after the autoscaler's idle timeout: the cluster is left as it was found.
 """
 
@@ -89,7 +90,9 @@ def _first_hosts(labels: dict, group: str, address: str, timeout_s: float) -> li
 
 def controller(plan, requests, base: list[str]):
     """The loop for `plan.elastic`, reaching the cluster through `requests` and Ray's state. The
-    `base` hosts (present at planning) are never given back, so the minimum is at least their count."""
+    `base` hosts (present at planning) read the channels: they are given back only with
+    `min_data_hosts: 0` while the epoch reads a sealed cache (its shards stand for the channels'
+    files: `ElasticDataHosts.without_hosts`), so until then the minimum is at least their count."""
     from smlaunch.cluster.autoscale.controller import DataHostsAccess, ElasticDataHosts
     from smlaunch.cluster.autoscale.placement import publish
     from smlaunch.cluster.autoscale.requests import drain
@@ -98,7 +101,7 @@ def controller(plan, requests, base: list[str]):
     e = plan.elastic
     floor = max(e.min_hosts, len(base))
     cfg = AutoscaleConfig(
-        min_data_hosts=floor,
+        min_data_hosts=0 if e.min_hosts == 0 else floor,
         max_data_hosts=max(e.max_hosts, floor),
         target_data_wait_pct=e.target_data_wait_pct,
         cooldown_s=e.cooldown_s,
@@ -118,6 +121,15 @@ def controller(plan, requests, base: list[str]):
     def give_back(node: str, why: str) -> None:
         publish([n for n in joined() if n != node])  # no new chain task there from now on
         drain(node, why)
+        if node in base:  # a first host (`min_data_hosts: 0`) may hold actors placed at the start
+            from smlaunch._ray_compat import RESTARTED_ANYWHERE, actors_on
+
+            if held := [a for a in actors_on(node) if a not in RESTARTED_ANYWHERE and a != "HostSampler"]:
+                log.warning(
+                    f"autoscale: the host given back ({node[:12]}) stays up while the job's actors there live: "
+                    f"{', '.join(sorted(held))} (Ray places them on any node with room; the train hosts' "
+                    "CPUs were busy when they started)"
+                )
 
     def cpu_busy() -> float | None:
         from smlaunch._ray_compat import resources_per_node
@@ -130,7 +142,7 @@ def controller(plan, requests, base: list[str]):
     access = DataHostsAccess(
         joined=joined, want=requests.want, drain=give_back, cpu_busy=cpu_busy, recount=requests.recount
     )
-    return ElasticDataHosts(
+    loop = ElasticDataHosts(
         cfg,
         access,
         e.price_per_host_h,
@@ -139,3 +151,5 @@ def controller(plan, requests, base: list[str]):
         slots_per_host=e.cpus_per_host,
         train_price_h=e.train_price_h,
     )
+    loop.floor_until_cached = max(1, floor)  # `min_data_hosts: 0`: the `base` hosts go only over a sealed cache
+    return loop

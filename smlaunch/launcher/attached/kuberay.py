@@ -153,9 +153,10 @@ def secret_of(kuberay: KubeRayConfig, metadata: dict) -> dict | None:
 
 def worker_counts(cfg: LaunchConfig, group, head_of, scaled) -> tuple[int, int, int]:
     """(replicas, minReplicas, maxReplicas) of a group's workers. Fixed at its instance count
-    unless it is the scaled group: then it starts at `autoscale.min_data_hosts` and may reach
-    `max_data_hosts`. A head that is one of the group's hosts counts as one of them (it carries
-    the group's labels, so the run counts it too), hence one fewer worker in each."""
+    unless it is the scaled group: then it starts at `autoscale.min_data_hosts` (at least one) and
+    may go down to it and up to `max_data_hosts`. A head that is one of the group's hosts counts as
+    one of them (it carries the group's labels, so the run counts it too), hence one fewer worker in
+    each."""
     on_head = int(group is head_of)
     if scaled is None or group.name != scaled.name:
         fixed = group.instance_count - on_head
@@ -163,8 +164,9 @@ def worker_counts(cfg: LaunchConfig, group, head_of, scaled) -> tuple[int, int, 
     autoscale = cfg.autoscale
     if autoscale is None:  # `scaled_group` finds a group only in an autoscale: section
         raise ValueError(f"group {group.name} is scaled, but the config has no autoscale: section")
-    low, high = autoscale.min_data_hosts - on_head, autoscale.max_data_hosts - on_head
-    return low, low, high
+    low, high = max(0, autoscale.min_data_hosts - on_head), autoscale.max_data_hosts - on_head
+    # `min_data_hosts: 0` still starts one: epoch 1 runs the whole chain, before its prefix is cached.
+    return max(low, 1 - on_head), low, high
 
 
 def autoscaler() -> dict:

@@ -42,7 +42,32 @@ def planned_epochs(cfg, plan, rows: int | None) -> int | None:
 
 
 def choice(cfg, plan, rows: int | None = None) -> CacheChoice:
-    return cache_choice(cfg, planned_epochs(cfg, plan, rows), cache_dir(cfg, plan), user_loop=bool(cfg.trainer.loop))
+    """The run's cache choice; ConfigError (one line) where `autoscale.min_data_hosts: 0` would act
+    (a running cluster's elastic group) and the cache is off: with no cached prefix, the chain's
+    whole cost would land on the train hosts' few CPUs every epoch."""
+    picked = cache_choice(cfg, planned_epochs(cfg, plan, rows), cache_dir(cfg, plan), user_loop=bool(cfg.trainer.loop))
+    if plan.elastic is not None and plan.elastic.min_hosts == 0 and not picked.on:
+        from smlaunch.errors import ConfigError
+
+        raise ConfigError(
+            f"autoscale.min_data_hosts: 0 needs the chain's prefix cached, and the cache is off ({picked.why}); "
+            "set pipeline.cache: true with a pipeline.cache_dir every host reads, or min_data_hosts: 1"
+        )
+    return picked
+
+
+def without_data_hosts(plan, spec):
+    """What the elastic loop asks each decision (`ElasticDataHosts.without_hosts`) where
+    `autoscale.min_data_hosts` is 0: while the cache at `spec` is sealed (epochs 2 on read it, and
+    only the random rest of the chain runs), the chain tasks the train hosts' spare CPUs would run
+    (their CPUs less one per train worker); None while it is not, or without a cache."""
+    if plan.elastic is None or plan.elastic.min_hosts or spec is None:
+        return lambda: None
+    from smlaunch.pipelines.cache.store import CacheStore
+
+    store = CacheStore(spec.root)
+    spare = max(1, sum(h.num_cpus for h in plan.hosts if h.subcluster == "train") - plan.train_workers)
+    return lambda: spare if store.exists("FINAL") else None
 
 
 def cache_line(cfg, plan) -> str:

@@ -156,14 +156,14 @@ def train_on_cluster(
     from smlaunch.cluster.autoscale.controller import running
     from smlaunch.cluster.run_relay import start_relay
     from smlaunch.cluster.sampler import Samplers
-    from smlaunch.launcher.job.cache_setup import run_cache
+    from smlaunch.launcher.job.cache_setup import run_cache, without_data_hosts
     from smlaunch.launcher.job.stopping import overdue
     from smlaunch.launcher.job.train_progress import TrainProgress
     from smlaunch.launcher.job.train_spec import listed_rows, resumed_step, train_spec
     from smlaunch.launcher.report.job_report import build_report
     from smlaunch.launcher.report.live_events import LiveEvents
     from smlaunch.launcher.report.phases import mark
-    from smlaunch.pipelines.dataset import build_datasets, list_channels
+    from smlaunch.pipelines.dataset import build_datasets, cached_train, list_channels
     from smlaunch.pipelines.warmup import warm_preprocess_workers
     from smlaunch.trainers.fit import fit, set_ray_train_environment
 
@@ -182,8 +182,16 @@ def train_on_cluster(
     )
     cache, line = run_cache(cfg, plan, listings.get("train"), spec.epoch_rows)  # `pipeline.cache`: keyed by the listing
     log.info(line)
-    spec = dataclasses.replace(spec, cache=cache)
+    spec = dataclasses.replace(
+        spec, cache=cache, cached_train_selector=dict(plan.train_selector) if cached_train(plan, cache) else None
+    )
+    if elastic is not None:
+        elastic.without_hosts = without_data_hosts(plan, cache)
     samplers = Samplers(plan, cfg.monitor.sample_interval_s)
+    if elastic is not None:
+        from smlaunch._ray_compat import restartable_actor_pids
+
+        elastic.on_drain = lambda node: samplers.release(node, restartable_actor_pids(node))
     started = time.perf_counter()
     try:
         shared: list = []  # the listings' arrays the read tasks gather their paths from

@@ -85,9 +85,9 @@ def data_group(cfg):
 
 def bounds(cfg) -> tuple[int, int]:
     """[low, high] for the count: the `autoscale:` section's, else 1 (a SageMaker group has at least
-    one host) and the advisor's range (`monitor.max_data_hosts`)."""
+    one host, so `min_data_hosts: 0` counts as 1 here) and the advisor's range (`monitor.max_data_hosts`)."""
     a = cfg.autoscale
-    return (a.min_data_hosts, a.max_data_hosts) if a is not None else (1, cfg.monitor.max_data_hosts)
+    return (max(1, a.min_data_hosts), a.max_data_hosts) if a is not None else (1, cfg.monitor.max_data_hosts)
 
 
 def rate_fingerprint(config: dict) -> dict:
@@ -176,7 +176,7 @@ def size_from_report(
     if wanted != count:
         limit = (
             ("autoscale.min_data_hosts" if wanted < low else "autoscale.max_data_hosts")
-            if cfg.autoscale is not None
+            if cfg.autoscale is not None and (wanted >= low or cfg.autoscale.min_data_hosts)
             else ("a SageMaker group's minimum" if wanted < low else "monitor.max_data_hosts")
         )
         wish = "no CPU host (the GPU hosts' own CPUs keep up)" if wanted == 0 else str(wanted)

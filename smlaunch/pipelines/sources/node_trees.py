@@ -83,6 +83,8 @@ def _cause(exc) -> Exception:
 def _remove(run: str, nodes: list[str], log) -> None:
     import ray
 
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    nodes = [node for node in nodes if node in alive]  # a node given back took its temporary directory along
     if not nodes:
         return
     task = ray.remote(_remove_tree)

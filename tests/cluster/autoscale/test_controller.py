@@ -270,3 +270,63 @@ def test_in_the_first_windows_a_wait_adds_a_host_only_where_the_chains_clock_con
     summary = loop.summary()
     assert summary["train_price_h"] == 1.408 and summary["usd_per_million_images"] > 0
     assert all(e["usd_per_million_images"] > 0 for e in summary["timeline"])
+
+
+class TrainHostsToo(ModelCluster):
+    """With no data host left, the train hosts' spare CPUs run the chain at `without` images/s."""
+
+    def __init__(self, hosts: int, per_host: float, trainer: float, without: float):
+        super().__init__(hosts, per_host, trainer)
+        self.without = without
+
+    def advance(self, loop: ElasticDataHosts, steps: int = 10) -> None:
+        if self.joined or self.wanted:
+            return super().advance(loop, steps)
+        self.draining.clear()
+        rate = min(self.trainer, self.without)
+        for _ in range(steps):
+            loop.on_step(
+                {
+                    "step_time_s": 256 / rate,
+                    "data_wait_s": 256 / rate - 256 / self.trainer,
+                    "images_per_s": rate,
+                    "chain_s": 256 * 2 / self.per_host,
+                    "chain_rows": 256,
+                }
+            )
+
+
+def test_with_min_data_hosts_0_the_last_host_goes_only_over_a_sealed_cache_and_comes_back_when_it_is_lost():
+    """`autoscale.min_data_hosts: 0` (issue 80): the host the channels are read on stays while the
+    epoch reads them; once the cache is sealed it goes where the train hosts' spare CPUs (2 chain
+    slots by the chain's clock: 200 images/s) feed the trainer's 100 with room to spare; and a lost
+    cache (no `FINAL`) brings it back at once, whatever the wait."""
+    clock, lines, sealed = [0.0], [], [False]
+    cluster = TrainHostsToo(hosts=1, per_host=200.0, trainer=100.0, without=200.0)
+    loop = ElasticDataHosts(
+        CFG.model_copy(update={"min_data_hosts": 0}),
+        cluster.access(),
+        price_per_host_h=0.204,
+        log=lines.append,
+        clock=lambda: clock[0],
+        slots_per_host=2,
+    )
+    loop.floor_until_cached = 1
+    loop.without_hosts = lambda: 2 if sealed[0] else None
+    assert run(cluster, loop, clock, ticks=8) == [1] * 8  # epoch 1: no cache yet
+    assert not lines
+
+    sealed[0] = True
+    sizes = run(cluster, loop, clock, ticks=8)
+    assert sizes[-1] == 0 and cluster.drained == ["node-1"]
+    assert len(lines) == 1 and lines[0].startswith("autoscale: -1 data host (1 -> 0): data wait 0.0 %")
+    assert "no data host (the chain on the train hosts' spare CPUs) can make 200 images/s" in lines[0]
+    assert run(cluster, loop, clock, ticks=6) == [0] * 6  # fed at zero: nothing asked
+
+    sealed[0] = False  # the cache is gone: the next epoch runs the whole chain
+    cluster.advance(loop)
+    clock[0] += 10.0
+    decision = loop.tick()
+    assert decision.change == 1 and decision.hosts == 1 and cluster.wanted == 1
+    assert lines[-1].startswith("autoscale: +1 data host (0 -> 1)") and "reads no sealed cache" in lines[-1]
+    assert loop.summary()["sizes"] == [1, 0, 1]

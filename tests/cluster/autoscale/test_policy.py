@@ -298,3 +298,30 @@ def test_a_trainer_slowed_for_a_while_keeps_the_hosts_it_needs_once_it_recovers(
         d.change == 0
         and "1 hosts could make only 36 images/s of the 24 the trainer takes (its best lately: 60)" in d.reason
     ), d.reason
+
+
+def test_the_last_data_host_goes_only_where_the_train_hosts_spare_cpus_would_feed_the_trainer():
+    """`autoscale.min_data_hosts: 0` (issue 80): from one host, a release needs the chain's clock for
+    the train hosts (`Window.chain_images_per_s_without_hosts`, given only over a sealed cache) at
+    1.3x what the trainer takes; at none, a wait adds one back only when it lasts."""
+    cfg = CFG.model_copy(update={"min_data_hosts": 0})
+    records = [dict(step_time_s=1.0, data_wait_s=0.0, images_per_s=100.0, chain_s=5.12, chain_rows=256)] * 20
+    no_cache = Window.of(records, slots_per_host=2)
+    assert decide(no_cache, 1, cfg, 600).change == 0
+    assert "no chain clock says what the train hosts would make" in decide(no_cache, 1, cfg, 600).reason
+    one_slot = Window.of(records, slots_per_host=2, slots_without_hosts=1)  # 50 images/s: under the 100 taken
+    assert one_slot.chain_images_per_s_without_hosts == pytest.approx(50.0)
+    assert decide(one_slot, 1, cfg, 600).change == 0
+    four = Window.of(records, slots_per_host=2, slots_without_hosts=4)  # 200 images/s
+    gone = decide(four, 1, cfg, 600)
+    assert (gone.hosts, gone.change) == (
+        0,
+        -1,
+    ) and "no data host (the chain on the train hosts' spare CPUs)" in gone.reason
+
+    starved = [dict(step_time_s=1.0, data_wait_s=0.3, images_per_s=70.0, chain_s=5.12, chain_rows=256)] * 20
+    assert decide(Window.of(starved), 0, cfg, 600, sustained=False).change == 0
+    back = decide(Window.of(starved, slots_without_hosts=1), 0, cfg, 600, sustained=True)  # 50 of the 100 taken
+    assert (back.hosts, back.change, back.reason) == (1, 1, "over the 5 % target with no data host")
+    # whatever the chain's clock says: at none, Ray Data runs the chain a task at a time, which it does not see
+    assert decide(Window.of(starved, slots_without_hosts=16), 0, cfg, 600, sustained=True).change == 1

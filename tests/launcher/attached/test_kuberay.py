@@ -228,6 +228,14 @@ def test_autoscale_makes_the_data_group_elastic_under_kuberays_autoscaler_and_no
     assert all("restartPolicy" not in g["template"]["spec"] for g in [cluster["headGroupSpec"], data, train])
     assert yaml.safe_load(config_map["data"]["config.yaml"])["autoscale"]["max_data_hosts"] == 6
 
+    # `min_data_hosts: 0` (issue 80): one replica to start, for epoch 1's whole chain; none at the minimum
+    code, (_, to_zero), err = kuberay(
+        capsys, HETERO, *AUTOSCALE, "--set", "autoscale={min_data_hosts: 0, max_data_hosts: 6}"
+    )
+    assert code == 0, err
+    zero = next(g for g in to_zero["spec"]["rayClusterSpec"]["workerGroupSpecs"] if g["groupName"] == "data-group")
+    assert (zero["replicas"], zero["minReplicas"], zero["maxReplicas"]) == (1, 0, 6)
+
     _, (fixed_map, fixed), _ = kuberay(capsys, HETERO, *AUTOSCALE)
     del cluster["enableInTreeAutoscaling"], cluster["autoscalerOptions"]
     data.update(replicas=1, minReplicas=1, maxReplicas=1)  # hetero.yaml: one data host

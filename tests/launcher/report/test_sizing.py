@@ -120,6 +120,8 @@ def test_no_cpu_host_becomes_the_minimum(configs, tmp_path):
     assert bounded.why.endswith(
         "the advisor recommends no CPU host (the GPU hosts' own CPUs keep up), autoscale.min_data_hosts makes it 2"
     )
+    zero = size_data_group(hetero(configs, tmp_path, "autoscale={min_data_hosts: 0, max_data_hosts: 6}"), "auto")
+    assert zero.count == 1 and zero.why.endswith("a SageMaker group's minimum makes it 1")  # fixed groups: 0 is 1
     alone = size_data_group(hetero(configs, tmp_path), "auto")
     assert alone.count == 1 and alone.why.endswith("a SageMaker group's minimum makes it 1")
 
