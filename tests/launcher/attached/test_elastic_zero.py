@@ -193,7 +193,7 @@ def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_the_train_host_runs_t
         assert rows.get(HEAD_ID, 0) > 0 and sum(v for k, v in rows.items() if k != HEAD_ID) > 0, rows
         epochs = report["sample_accounting"]["epochs"]
         complete = [e for e in epochs if e["complete"]]
-        assert len(complete) >= max(whole, 3), (whole, epochs)
+        assert whole >= 2 and len(complete) >= whole, (whole, epochs)  # epoch 1, then one wholly at zero
         for e in complete:
             assert (e["distinct"], e["duplicated"], e["missing"]) == (EPOCH_ROWS, 0, 0), e
         assert all(e["duplicated"] == 0 for e in epochs), epochs
