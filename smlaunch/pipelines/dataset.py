@@ -45,6 +45,7 @@ def build_datasets(
     from smlaunch.pipelines.corrupt import start_counter
     from smlaunch.pipelines.places import SamplePlaces
     from smlaunch.pipelines.sources.file_reader import ChannelDatasource
+    from smlaunch.pipelines.sources.node_trees import fallback_readers
     from smlaunch.pipelines.sources.pipe_reader import PipeChannelDatasource
 
     ctx = ray.data.DataContext.get_current()
@@ -61,7 +62,7 @@ def build_datasets(
     datasets = {}
     source: ChannelDatasource | PipeChannelDatasource
     for channel in plan.channels:
-        roots = {h: plan.host(h).opt_ml for h in channel.hosts}
+        roots = {h: plan.host(h).opt_ml for h in (*channel.hosts, *fallback_readers(plan, channel))}
         if channel.input_mode == "Pipe":
             source = PipeChannelDatasource(channel, roots, num_classes=num_classes)
         else:

@@ -13,10 +13,10 @@ LOST = "lost"
 
 
 class CacheEpochs:
-    def __init__(self, spec, rank: int, two_datasets: bool = False):
+    def __init__(self, spec, rank: int, two_datasets: bool = False, files_anywhere: bool = False):
         """`spec`: the run's `CacheSpec`, or None (no cache); `two_datasets`: the train channel has a
         second dataset for the epochs that read the sealed cache (`pipelines.dataset.cached_train`)."""
-        self.spec, self.rank, self.two_datasets = spec, rank, two_datasets
+        self.spec, self.rank, self.two_datasets, self.files_anywhere = spec, rank, two_datasets, files_anywhere
         self.shards: int | None = None
         """The sealed cache's shards: the units of every epoch from here on (None: not sealed)."""
         if spec is not None and rank == 0:
@@ -32,12 +32,13 @@ class CacheEpochs:
 
         return CACHED_TRAIN if self.two_datasets and self.shards is not None else "train"
 
-    def agree(self, control) -> None:
+    def agree(self, control, console=None) -> None:
         """With two datasets, before an epoch: rank 0 reads the marker again and every rank takes its
         word, since all ranks must iterate the same dataset (one `streaming_split` feeds them all). A
-        cache sealed earlier in the run and gone now stops the run, in one line: the channels' files
-        may be on no host any more (the hosts that received them were given back, and trees are made
-        only on the hosts present at the start)."""
+        cache sealed earlier in the run and gone now is read from the files again where the train
+        hosts have a view of them (`files_anywhere`, `node_trees.fallback_readers`); else it stops
+        the run, in one line: the files may be on no host any more (a `ShardedByS3Key` channel's
+        belong to the hosts that received them, given back since)."""
         if not self.two_datasets:
             return
         shards: int | str | None = self.shards
@@ -47,14 +48,22 @@ class CacheEpochs:
             manifest = CacheStore(self.spec.root).manifest()
             shards = len(manifest["shards"]) if manifest is not None else (LOST if self.shards is not None else None)
         shards = control.broadcast(shards)
+        if shards == LOST and self.files_anywhere:
+            if console is not None:
+                console.put(
+                    "note",
+                    text=f"cache: the sealed cache at {self.spec.root} is gone (its FINAL marker): this epoch reads "
+                    "the channel's files again and writes it anew",
+                )
+            shards = None
         if shards == LOST:
             from smlaunch.errors import DataError
 
             raise DataError(
                 f"pipeline.cache: the sealed cache at {self.spec.root} is gone (its FINAL marker) since the last "
-                "epoch; with autoscale.min_data_hosts: 0 the hosts that received the channels may have been given "
-                "back, and a host that joins now has no view of them: the run stops. Run it again: epoch 1 "
-                "writes the cache anew"
+                "epoch; with autoscale.min_data_hosts: 0 the hosts that received the train channel's files "
+                "(ShardedByS3Key: each file on one host) may have been given back, and no other host has them: "
+                "the run stops. Run it again: epoch 1 writes the cache anew"
             )
         self.shards = shards if isinstance(shards, int) else None
 

@@ -87,7 +87,9 @@ class _Run:
         if state is not None:  # where the checkpoint's run stood: read before the first epoch's data is asked for
             self.step, self.epochs_done, self.resuming = state.step, state.epochs_done, True
             self.progress.resume(state)
-        self.cache = CacheEpochs(spec.cache, self.rank, spec.cached_train_selector is not None)  # rank 0 seals it
+        self.cache = CacheEpochs(  # `pipeline.cache`: sealed by rank 0
+            spec.cache, self.rank, spec.cached_train_selector is not None, spec.train_hosts_read_files
+        )
         self.cache.agree(self.control)
         if state is None or state.position is None:  # a resumed epoch's positions count in what they did
             self.progress.space = self.cache.space()
@@ -351,7 +353,7 @@ class _Run:
             # A resumed epoch's ids are the ones drawn since the resume: the cache is checked by its rows then.
             drawn = ids[0] if ids and not progress.resumed_by_position else None
             self.cache.close(drawn, delivered, self.console)
-            self.cache.agree(self.control)
+            self.cache.agree(self.control, self.console)
             progress.space = self.cache.space()  # the next epoch's positions count in the cache's shards
         progress.resumed_by_position = 0
         mixed = self.control.gather(self.mix.take(), self.rank) if self.mix is not None else None

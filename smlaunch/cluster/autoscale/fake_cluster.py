@@ -151,8 +151,8 @@ class AutoscalingCluster:
         connected stays so; the answer is the cluster's, not a stale view)."""
         code = (
             f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
-            f"print(sum(1 for n in ray.nodes() if n['Alive'] and all(n['Labels'].get(k) == v for k, v in "
-            f"{dict(labels)!r}.items())))"
+            f"print('nodes:', sum(1 for n in ray.nodes() if n['Alive'] and all(n['Labels'].get(k) == v for k, v "
+            f"in {dict(labels)!r}.items())))"
         )
         env = {
             k: v
@@ -162,7 +162,9 @@ class AutoscalingCluster:
         ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         if ran.returncode != 0:
             raise RuntimeError(f"could not count the nodes of {self.address}: {ran.stderr[-1000:]}")
-        return int(ran.stdout.strip().splitlines()[-1])
+        # The raylets' warnings reach this driver's stdout too, before or after the count (a node's
+        # "12 PYTHON worker processes have been started" came last once): the count is the marked line.
+        return int(next(line for line in ran.stdout.splitlines() if line.startswith("nodes: ")).split()[1])
 
     def stop(self, keep_logs: Path | None = None) -> None:
         """Every process of this cluster, by pid (never `ray stop`), then its directory. Found by

@@ -44,12 +44,13 @@ def node_trees(plan: LaunchPlan, s3_endpoint: str | None, log=None):
             listed[channel.name] = channel_objects(channel, s3_endpoint)
             if not listed[channel.name][1]:
                 raise DataError(f"channel '{channel.name}': no objects under {channel.source}")
-    nodes = list(dict.fromkeys(h for c in plan.channels for h in c.hosts))
+    readers = {c.name: (*c.hosts, *fallback_readers(plan, c)) for c in plan.channels}
+    nodes = list(dict.fromkeys(h for hosts in readers.values() for h in hosts))
     task = ray.remote(_make_tree)
     run = Path(plan.run_dir).name
     refs = {
         node: task.options(num_cpus=0, max_retries=0, label_selector=host_selector(node)).remote(
-            run, node, [(c, *listed.get(c.name, (None, None))) for c in plan.channels if node in c.hosts]
+            run, node, [(c, *listed.get(c.name, (None, None))) for c in plan.channels if node in readers[c.name]]
         )
         for node in nodes
     }
@@ -67,6 +68,19 @@ def node_trees(plan: LaunchPlan, s3_endpoint: str | None, log=None):
         yield with_node_trees(plan, trees)
     finally:
         _remove(run, list(refs), log)  # every node asked, made or not: one that failed half-way too
+
+
+def fallback_readers(plan: LaunchPlan, channel) -> tuple[str, ...]:
+    """The train hosts, where the train channel's reads go once no data host is left
+    (`autoscale.min_data_hosts: 0`: `pipelines.dataset.fallback_to_train_hosts`) and the files are
+    read again (a lost cache), for a channel any host may read (not `ShardedByS3Key`, whose files
+    each belong to one receiving host); () otherwise. They get a tree of the channel too."""
+    elastic = plan.elastic
+    if elastic is None or elastic.min_hosts or channel.name != "train":
+        return ()
+    if channel.distribution == "ShardedByS3Key" and channel.file_system is None:
+        return ()
+    return tuple(h.name for h in plan.hosts if h.subcluster == "train")
 
 
 def _cause(exc) -> Exception:

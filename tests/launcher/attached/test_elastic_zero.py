@@ -6,10 +6,10 @@ Epoch 1 runs the whole chain on the one data host and writes its deterministic p
 resize, crop) to the cache; once rank 0 seals it, epochs 2 on read the shards and run only the random rest
 (a flip), which the train host's spare CPU carries: the host is given back and the job trains with
 no data host: the read and the flip on the train host, through the dataset budgeted by the train
-hosts' bucket (`pipelines.dataset.cached_train`). A SIGTERM ends the run. Every complete epoch sees
-each sample once, before and at zero. (What a lost cache does, a host asked back and the run
-stopped in one line, is tested without a cluster: tests/cluster/autoscale/test_controller.py,
-tests/launcher/job/test_cache_setup.py.)
+hosts' bucket (`pipelines.dataset.cached_train`). Then the cache's `FINAL` marker is deleted, as a
+lost cache folder would be: the host is asked back at once, and the next epoch reads the files again
+(the train host has a view of the channel too) and writes the cache anew. A SIGTERM ends the run.
+Every complete epoch sees each sample once, before, at and after zero.
 
 Why a job of its own: tests/launcher/attached/test_elastic.py's cluster keeps one data host as its
 node type's minimum (its last claim is that the cluster is left so), its sizes are bounded 1..4, and
@@ -127,9 +127,7 @@ def first_data_host(cluster: AutoscalingCluster) -> None:
 
 @pytest.mark.ray
 @pytest.mark.timeout(900)  # its own waits have deadlines
-def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_the_train_host_runs_the_rest_of_the_chain(
-    tmp_path, monkeypatch
-):
+def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_come_back_when_it_is_lost(tmp_path, monkeypatch):
     from support.user_layouts import digits, write_image_folder
 
     write_image_folder(tmp_path / "train", digits("train"))
@@ -176,6 +174,18 @@ def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_the_train_host_runs_t
                 lambda ls: last_step(ls) >= whole * EPOCH_STEPS + 3, 300, "an epoch wholly with no data host", proc
             )
             assert cluster.count_nodes(DATA_LABELS) == 0 and "+1 data host" not in "\n".join(out.lines), out.tail()
+            # 3. The cache lost (its FINAL marker gone, as a deleted cache folder's): the hosts the job started
+            # with are asked back at once, the next epoch reads the files (the train host has a view of
+            # them too) and writes the cache anew.
+            finals = list((tmp_path / "cache").glob("*/FINAL"))
+            assert len(finals) == 1, finals
+            finals[0].unlink()
+            out.wait_for(lambda ls: any("+1 data host (0 -> 1)" in x for x in ls), 120, "a host asked back", proc)
+            assert "the epoch reads no sealed cache" in next(x for x in out.lines if "+1 data host (0 -> 1)" in x)
+            out.wait_for(
+                lambda ls: sum("cache: sealed" in x for x in ls) >= 2, 300, "the cache written and sealed anew", proc
+            )
+            assert any("this epoch reads the channel's files again" in x for x in out.lines), out.tail()
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=120) == 143, "\n".join(out.lines[-60:])
         finally:
@@ -187,7 +197,7 @@ def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_the_train_host_runs_t
         ]
         print(f"at zero: median data wait {statistics.median(zero_waits):.1f} % over {len(zero_waits)} logged steps")
         report = json.loads((tmp_path / "runs" / "zero" / "output" / "data" / "report.json").read_text())
-        assert report["autoscale"]["sizes"] == [1, 0], report["autoscale"]
+        assert report["autoscale"]["sizes"][:3] == [1, 0, 1], report["autoscale"]
         # the chain ran on the data host, then on the train host (the head: `fake_cluster.HEAD_ID`)
         rows = report["rows_by_host"]
         assert rows.get(HEAD_ID, 0) > 0 and sum(v for k, v in rows.items() if k != HEAD_ID) > 0, rows

@@ -47,9 +47,10 @@ class OneRank:
         return value
 
 
-def test_with_two_datasets_the_ranks_read_the_cached_one_once_sealed_and_a_cache_lost_mid_run_stops_it(tmp_path):
+def test_with_two_datasets_the_ranks_read_the_cached_one_once_sealed_and_a_cache_lost_mid_run_reads_the_files(tmp_path):
     """`autoscale.min_data_hosts: 0` (issue 80): the loop switches to the cached epochs' dataset once
-    rank 0 finds the cache sealed; a cache gone after that stops the run in one line."""
+    rank 0 finds the cache sealed; a cache gone after that is read from the files again where the train
+    hosts can read them, and stops the run in one line where they cannot (a `ShardedByS3Key` channel)."""
     from smlaunch.errors import DataError
     from smlaunch.pipelines.cache.store import CacheSpec, CacheStore
     from smlaunch.pipelines.dataset import CACHED_TRAIN
@@ -63,6 +64,11 @@ def test_with_two_datasets_the_ranks_read_the_cached_one_once_sealed_and_a_cache
     epochs.agree(OneRank())
     assert epochs.dataset() == CACHED_TRAIN and epochs.units(99) == 1
     assert CacheEpochs(spec, 0).dataset() == "train"  # one dataset: the train channel's reads the cache itself
+    anywhere = CacheEpochs(spec, 0, two_datasets=True, files_anywhere=True)
+    anywhere.agree(OneRank())
     (tmp_path / "key" / "FINAL").unlink()
     with pytest.raises(DataError, match=r"^pipeline.cache: the sealed cache at .* is gone \(its FINAL marker\)"):
         epochs.agree(OneRank())
+    notes = []
+    anywhere.agree(OneRank(), SimpleNamespace(put=lambda kind, text: notes.append(text)))
+    assert anywhere.dataset() == "train" and "this epoch reads the channel's files again" in notes[0]
