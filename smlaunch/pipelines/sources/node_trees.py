@@ -97,7 +97,9 @@ def _cause(exc) -> Exception:
 def _remove(run: str, nodes: list[str], log) -> None:
     import ray
 
-    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    from smlaunch.cluster.drain import node_ids
+
+    alive = node_ids(nodes)  # by the host label: node ids on a running cluster, host names where simulated
     nodes = [node for node in nodes if node in alive]  # a node given back took its temporary directory along
     if not nodes:
         return

@@ -107,27 +107,26 @@ def last_step(lines: list[str]) -> int:
     return max([int(m.group(1)) for line in lines if (m := re.search(r"step=(\d+) ", line))], default=0)
 
 
-def first_data_host(cluster: AutoscalingCluster) -> None:
+def first_data_host(cluster: AutoscalingCluster, env: dict) -> None:
     """One data host up before the job, as KubeRay's `replicas: 1` starts one (`sm-launch kuberay`
-    with `min_data_hosts: 0`): the node type has no minimum, so this driver asks for it (the job's
-    own request replaces this one once it stands)."""
-    import ray
-    from ray.autoscaler.sdk import request_resources
-
-    ctx = ray.init(address=cluster.address, namespace="first-host", log_to_driver=False)
-    try:
-        request_resources(bundles=[{"CPU": 2}], bundle_label_selectors=[DATA_LABELS])
-        deadline = time.monotonic() + 120
-        while cluster.count_nodes(DATA_LABELS) < 1:
-            assert time.monotonic() < deadline, "the fake cluster started no data host in 120 s"
-            time.sleep(1)
-    finally:
-        ctx.disconnect()
+    with `min_data_hosts: 0`): the node type has no minimum, so a driver of its own asks for it (in a
+    process of its own: the suite's process may hold another cluster's connection). The job's own
+    request replaces this one once it stands."""
+    code = (
+        "import ray; from ray.autoscaler.sdk import request_resources; "
+        f"ray.init(address={cluster.address!r}, logging_level='ERROR', log_to_driver=False); "
+        f"request_resources(bundles=[{{'CPU': 2}}], bundle_label_selectors=[{DATA_LABELS!r}])"
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=120)
+    deadline = time.monotonic() + 120
+    while cluster.count_nodes(DATA_LABELS) < 1:
+        assert time.monotonic() < deadline, "the fake cluster started no data host in 120 s"
+        time.sleep(1)
 
 
 @pytest.mark.ray
 @pytest.mark.timeout(900)  # its own waits have deadlines
-def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_come_back_when_it_is_lost(tmp_path, monkeypatch):
+def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_come_back_when_it_is_lost(tmp_path):
     from support.user_layouts import digits, write_image_folder
 
     write_image_folder(tmp_path / "train", digits("train"))
@@ -142,9 +141,7 @@ def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_come_back_when_it_is_
         env = {**cluster.env, "PYTHONPATH": str(ROOT)}
         for key in ("RAY_OVERRIDE_NODE_ID_FOR_TESTING", "RAY_CLOUD_INSTANCE_ID", "RAY_FAKE_CLUSTER"):
             env.pop(key, None)
-        for key in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED"):
-            monkeypatch.setenv(key, cluster.env[key])
-        first_data_host(cluster)
+        first_data_host(cluster, env)
         proc = subprocess.Popen(
             [sys.executable, "-m", "smlaunch", "run", str(config), "--address", cluster.address],
             env=env,
