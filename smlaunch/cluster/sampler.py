@@ -209,8 +209,13 @@ class Samplers:
         if pids:
             try:
                 ray.get(actor.end_processes.remote(list(pids)), timeout=timeout_s)
-            except Exception:  # the host keeps running until they end: a cost, not a failure
-                pass
+            except Exception as exc:  # the host stays up until they end: a cost, not a failure
+                import logging
+
+                logging.getLogger("smlaunch").warning(
+                    f"host {name}: its actors {list(pids)} were not ended ({type(exc).__name__}); it stays up "
+                    "until they are"
+                )
         try:
             self.released[name] = ray.get(actor.stop.remote(), timeout=timeout_s)
         except Exception as exc:

@@ -22,7 +22,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import pytest
 import yaml
 
 from smlaunch.cluster.autoscale.fake_cluster import AutoscalingCluster
+from support.launcher_output import Output, last_step
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA_LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
@@ -94,31 +94,6 @@ def job_config(tmp_path: Path, cost_file: Path) -> Path:
     return path
 
 
-class Output:
-    """The launcher's output lines as they come, kept and searchable."""
-
-    def __init__(self, proc):
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc):
-        for line in proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, predicate, timeout_s: float, what: str, proc) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate(self.lines):
-            assert proc.poll() is None, f"the launcher ended ({proc.returncode}) before {what}:\n" + self.tail()
-            assert time.monotonic() < deadline, f"no {what} within {timeout_s} s:\n" + self.tail()
-            time.sleep(0.5)
-
-    def tail(self) -> str:
-        """The policy's latest decisions (its holds say why), then the last lines."""
-        decisions = [x for x in self.lines if "autoscale:" in x]
-        return "\n".join(decisions[-30:] + ["..."] + self.lines[-40:])
-
-
 def waits(lines: list[str]) -> list[float]:
     return [float(m.group(1)) for line in lines if (m := re.search(r"step=\d+ .*data_wait_pct=([\d.]+)", line))]
 
@@ -132,10 +107,6 @@ def rates(lines: list[str], from_step: int) -> list[float]:
         and int(m.group(1)) >= from_step
         and float(m.group(3)) < 5
     ]
-
-
-def last_step(lines: list[str]) -> int:
-    return max([int(m.group(1)) for line in lines if (m := re.search(r"step=(\d+) ", line))], default=0)
 
 
 def changes(lines: list[str]) -> list[tuple[int, int]]:
