@@ -183,7 +183,7 @@ class ElasticDataHosts:
         if cfg is not self.cfg and len(joined) < cfg.min_data_hosts and not pending:
             decision = Decision(
                 cfg.min_data_hosts,
-                1,
+                cfg.min_data_hosts - len(joined),
                 f"the epoch reads no sealed cache (lost, or not written yet): back to {cfg.min_data_hosts} data "
                 f"host{'s' if cfg.min_data_hosts > 1 else ''} for the chain's prefix",
             )

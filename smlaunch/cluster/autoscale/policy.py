@@ -150,18 +150,19 @@ class Decision:
     hosts: int
     """Data hosts wanted after this decision."""
     change: int
-    """+1, -1 or 0."""
+    """Hosts added (positive) or given back (negative) by this decision: `hosts` less the hosts joined."""
     reason: str
     predicted_images_per_s: float | None = None
     """The model's rate at `hosts`, where it has one."""
 
     def line(self, before: int, window: Window, prices: Prices | None) -> str:
         """The console line (and the report timeline's text) of this decision."""
-        what = {
-            1: f"+1 data host ({before} -> {self.hosts})",
-            -1: f"-1 data host ({before} -> {self.hosts})",
-            0: f"{before} data hosts kept",
-        }[self.change]
+        n = abs(self.change)
+        what = (
+            f"{'+' if self.change > 0 else '-'}{n} data host{'s' if n > 1 else ''} ({before} -> {self.hosts})"
+            if self.change
+            else f"{before} data hosts kept"
+        )
         per_host = prices.data_host_h if prices else None
         cost = f", ${self.hosts * per_host:.2f}/h for data hosts" if per_host else ""
         per_m = prices.per_million_images(before, window.images_per_s) if prices else None
@@ -228,9 +229,13 @@ def decide(
     if pending:
         return hold(f"waiting for {pending} requested host{'s' if pending > 1 else ''} to join")
     if hosts < cfg.min_data_hosts:
-        return Decision(cfg.min_data_hosts, 1, f"below autoscale.min_data_hosts ({cfg.min_data_hosts})")
+        return Decision(
+            cfg.min_data_hosts, cfg.min_data_hosts - hosts, f"below autoscale.min_data_hosts ({cfg.min_data_hosts})"
+        )
     if hosts > cfg.max_data_hosts:
-        return Decision(cfg.max_data_hosts, -1, f"above autoscale.max_data_hosts ({cfg.max_data_hosts})")
+        return Decision(
+            cfg.max_data_hosts, cfg.max_data_hosts - hosts, f"above autoscale.max_data_hosts ({cfg.max_data_hosts})"
+        )
     if since_change_s < cfg.cooldown_s:
         return hold(f"cooling down ({since_change_s:.0f} of {cfg.cooldown_s:g} s since the last change)")
     if window.steps < cfg.window_steps or window.images_per_s <= 0:
@@ -333,6 +338,8 @@ def _release(
     def hold(why: str, predicted: float | None = None) -> Decision:
         return Decision(hosts, 0, why, predicted)
 
+    if hosts > 1 and (gone := _release_all(window, hosts, in_band, too_few, prices, trainer_peak)) is not None:
+        return gone
     if per_host is None:
         return hold("under the target, but the data hosts' CPU use is not known: no host given back")
     if hosts == 1:  # the last host: the train hosts' spare CPUs would run the chain (`min_data_hosts: 0`)
@@ -375,4 +382,37 @@ def _release(
         f"under the target, but {smaller} could make only {fewer:.0f} images/s of the "
         f"{gpu_bound:.0f} the trainer takes{best}",
         fewer,
+    )
+
+
+def _release_all(
+    window: Window,
+    hosts: int,
+    in_band: bool,
+    too_few: dict[int, float] | None,
+    prices: Prices | None,
+    trainer_peak: float | None,
+) -> Decision | None:
+    """Every data host back at once where the train hosts' spare CPUs alone would feed the trainer's
+    best lately with `release`'s headroom (over a sealed cache: `Window.chain_images_per_s_without_hosts`);
+    None otherwise. Once the cache is sealed the heavy prefix is over for the run, and going down a
+    host a decision would keep each host but the first a cooldown and a window longer, paid for and
+    idle."""
+    fewer = window.chain_images_per_s_without_hosts
+    if not fewer or (too_few or {}).get(0, 0.0) > 0:
+        return None
+    takes = max(window.gpu_bound_images_per_s, trainer_peak or 0.0)
+    if fewer < takes * (BAND_RELEASE_HEADROOM if in_band else RELEASE_HEADROOM):
+        return None
+    after = predicted_rate(fewer, 1, window.gpu_bound_images_per_s)
+    paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
+    paying = prices.per_million_images(0, after) if prices else None
+    cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
+    return Decision(
+        0,
+        -hosts,
+        f"the chain's prefix is cached, and by its own clock the train hosts' spare CPUs alone make {fewer:.0f} "
+        f"images/s of the rest, the trainer takes {window.gpu_bound_images_per_s:.0f}: no data host "
+        f"(the chain on the train hosts' spare CPUs){cost}",
+        after,
     )

@@ -196,7 +196,7 @@ def _autoscale_plot(report: dict, path: Path, t0: float, xs: list, buckets: list
     for e, t in zip(timeline, times, strict=False):
         if e["change"]:
             ax.annotate(
-                f"{'+' if e['change'] > 0 else '-'}1" + (f"\n${e['usd_per_h']}/h" if e["usd_per_h"] else ""),
+                f"{e['change']:+d}" + (f"\n${e['usd_per_h']}/h" if e["usd_per_h"] else ""),
                 (t, e["wanted"]),
                 textcoords="offset points",
                 xytext=(0, 8),

@@ -325,3 +325,20 @@ def test_the_last_data_host_goes_only_where_the_train_hosts_spare_cpus_would_fee
     assert (back.hosts, back.change, back.reason) == (1, 1, "over the 5 % target with no data host")
     # whatever the chain's clock says: at none, Ray Data runs the chain a task at a time, which it does not see
     assert decide(Window.of(starved, slots_without_hosts=16), 0, cfg, 600, sustained=True).change == 1
+
+
+def test_over_a_sealed_cache_every_data_host_goes_at_once_where_the_train_hosts_alone_feed_the_trainer():
+    """From 3 hosts, the train hosts' clock of 200 images/s (2x the 100 taken) gives all 3 back in one
+    decision; at 50 images/s (under 1.3x) the hosts go one at a time, as without a cache; a size of
+    none that starved the trainer lately is not gone back to."""
+    cfg = CFG.model_copy(update={"min_data_hosts": 0})
+    records = [dict(step_time_s=1.0, data_wait_s=0.0, images_per_s=100.0, chain_s=5.12, chain_rows=256)] * 20
+    gone = decide(Window.of(records, slots_per_host=2, slots_without_hosts=4), 3, cfg, 600)
+    assert (gone.hosts, gone.change) == (0, -3), gone.reason
+    assert "no data host (the chain on the train hosts' spare CPUs)" in gone.reason
+    line = gone.line(3, Window.of(records), Prices(1.5, 0.2))
+    assert line.startswith("autoscale: -3 data hosts (3 -> 0): data wait 0.0 %"), line
+    one = decide(Window.of(records, slots_per_host=2, slots_without_hosts=1), 3, cfg, 600)
+    assert (one.hosts, one.change) == (2, -1), one.reason
+    held = decide(Window.of(records, slots_per_host=2, slots_without_hosts=4), 3, cfg, 600, too_few={0: 30.0})
+    assert held.change == -1 and held.hosts == 2, held.reason
