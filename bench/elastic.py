@@ -76,6 +76,7 @@ from elastic_jobs import (  # bench/, this script's folder
     windows,
     write_images,
 )
+from elastic_plots import draw, draw_replay
 from elastic_replay import BATCH, Measured, percentiles, replay, replay_cached, replay_pass, spread
 from results_log import report_result
 
@@ -142,7 +143,6 @@ def measure(probe: dict, fixed1: dict, elastic: dict, heavy_ms: float, light_ms:
     efficiency = min(1.0, delivered / nominal[0]) if wait_pct(heavy, 0, math.inf) > TARGET else 1.0
     supply_cv = per_step_cv(heavy, lambda b: b["images"] / b["time"])
     join_s, leave_s = join_and_leave_s(elastic)
-    by_hosts = trainer_by_hosts(elastic, fixed1, trainer)
     join_s = join_s if join_s is not None else 8.0
     first_add = next((e["t"] - elastic["first"] for e in changes(elastic) if e["change"] > 0), None)
     reached = elastic["time_to_target_s"]
@@ -151,7 +151,7 @@ def measure(probe: dict, fixed1: dict, elastic: dict, heavy_ms: float, light_ms:
         warm_s = max(0.0, reached - first_add - join_s - WINDOW * BATCH / trainer)
     return Measured(
         trainer=trainer,
-        trainer_by_hosts=by_hosts,
+        trainer_by_hosts=(trainer,),
         host_rates=(nominal[0] * efficiency, nominal[1] * efficiency),
         clocks=nominal,
         phase_s=phase_s,
@@ -161,26 +161,6 @@ def measure(probe: dict, fixed1: dict, elastic: dict, heavy_ms: float, light_ms:
         step_cv=step_cv,
         supply_cv=supply_cv,
     )
-
-
-def trainer_by_hosts(elastic: dict, fixed1: dict, free: float) -> tuple[float, ...]:
-    """The trainer's own rate (compute time only) with n data hosts up, n from 0 to the most the
-    elastic job had: from its steps at each size (fixed 1's for one host where it has none), the
-    nearest size's where it was never at one; `free` (the probe's) at none."""
-    rates = {1: images_per_s(fixed1["steps"], fixed1["first"] + 20, fixed1["end"], compute_only=True)}
-    sizes = elastic["hosts"]
-    for n in {count for _, count in sizes}:
-        at = [b for b in elastic["steps"] if _hosts_at(sizes, b["t"] - b["time"]) == n == _hosts_at(sizes, b["t"])]
-        if n and sum(b["n"] for b in at) >= 2 * WINDOW:
-            rates[n] = images_per_s(at, 0, math.inf, compute_only=True)
-    top = max(rates)
-    return (free, *(rates.get(n) or rates[min(rates, key=lambda k: abs(k - n))] for n in range(1, top + 1)))
-
-
-def _hosts_at(samples: list, t: float) -> int:
-    """The data hosts up at `t` by the bench's samples (the one at or before it)."""
-    before = [n for when, n in samples if when <= t]
-    return before[-1] if before else samples[0][1]
 
 
 def main() -> int:
@@ -267,7 +247,7 @@ def finish(passes: dict) -> int:
         for ratio in ("cost_ratio", "trainer_ratio"):
             metrics.append(spread(f"{ratio}{suffix}", o["replay"][ratio]))
             metrics.append(f"{ratio}{suffix}_run={o['run'][ratio]:.3f}")
-    draw_replay(passes, ROOT / "bench" / "results" / "elastic-replay.png")
+    draw_replay(passes, ROOT / "bench" / "results" / "elastic-replay.png", GOAL)
     report_result(f"RESULT elastic {' '.join(metrics)} goal={GOAL}")
     return 0
 
@@ -448,74 +428,6 @@ def fmt(p: tuple[float, float, float], digits: int = 3) -> str:
 
 class OutOfBudget(Exception):
     """The next job would end past `--budget-s`."""
-
-
-def draw(results: dict, args, path: Path, phases: bool = True) -> None:
-    """The real jobs of a pass: the data hosts up, and the 10-step windows' wait."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for name, r in results.items():
-        t0 = r["first"]
-        top.step(
-            [t - t0 for t, _ in r["hosts"]],
-            [n for _, n in r["hosts"]],
-            where="post",
-            lw=2 if "elastic" in name else 1,
-            label=f"{name} ({r['host_s']:.0f} host-s, ${r['usd_per_m']:.2f} per million images)",
-        )
-        w = windows(r["steps"])
-        bottom.plot([t - t0 for t, _ in w], [x for _, x in w], lw=2 if "elastic" in name else 1, label=name)
-    if phases:
-        for ax in (top, bottom):
-            ax.axvline(args.phase_s, color="grey", ls=":", lw=1)
-    bottom.axhline(TARGET, color="tab:red", ls="--", lw=1, label=f"target {TARGET:g} %")
-    top.set_ylabel("data hosts up")
-    bottom.set_ylabel(f"data wait % ({WINDOW} steps)")
-    bottom.set_xlabel(
-        f"seconds since the first step (heavy chain, then light at {args.phase_s:g} s)"
-        if phases
-        else "seconds since the first step (epoch 1 writes the cache; the rest read it)"
-    )
-    top.legend(fontsize=8)
-    bottom.legend(fontsize=8)
-    top.set_title("elastic data hosts vs fixed sizes" if phases else "elastic data hosts over a cache")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def draw_replay(passes: dict, path: Path) -> None:
-    """Each ratio's replayed median and 10th-90th percentiles, this run's real value, and the goal."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    goals = dict(part.split("<=") if "<=" in part else part.split(">=") for part in GOAL.split(","))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    names, x = [], 0
-    for tag, o in passes.items():
-        for ratio in ("cost_ratio", "trainer_ratio"):
-            name = f"{ratio}{'' if tag == 'normal' else '_' + tag}"
-            mid, lo, hi = o["replay"][ratio]
-            ax.errorbar([x], [mid], yerr=[[mid - lo], [hi - mid]], fmt="o", color="tab:blue", capsize=4)
-            ax.plot([x], [o["run"][ratio]], "x", color="tab:orange")
-            if name in goals:
-                ax.plot([x - 0.3, x + 0.3], [float(goals[name])] * 2, color="tab:red", ls="--", lw=1)
-            names.append(name)
-            x += 1
-    ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
-    ax.set_ylabel("elastic / cheapest fixed size")
-    ax.set_title("replayed median, 10th-90th percentile (blue); this run's real jobs (orange x); goal (red)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

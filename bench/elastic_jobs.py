@@ -245,14 +245,14 @@ def lower_train_host_chain(nice: int = 19) -> None:
             continue
 
 
-def ask_first_hosts(cluster, env: dict, hosts: int) -> None:
+def ask_first_hosts(cluster, env: dict, hosts: int, cpus: int = SLOTS) -> None:
     """`hosts` data hosts up before a job whose node type has no minimum, as KubeRay's `replicas`
     starts them (`sm-launch kuberay` with `min_data_hosts: 0`), asked by a driver of its own; the
     job's own request replaces it once the job stands."""
     code = (
         "import ray; from ray.autoscaler.sdk import request_resources; "
         f"ray.init(address={cluster.address!r}, logging_level='ERROR', log_to_driver=False); "
-        f"request_resources(bundles=[{{'CPU': {SLOTS}}}] * {hosts}, bundle_label_selectors=[{DATA_LABELS!r}] * {hosts})"
+        f"request_resources(bundles=[{{'CPU': {cpus}}}] * {hosts}, bundle_label_selectors=[{DATA_LABELS!r}] * {hosts})"
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=120)
 

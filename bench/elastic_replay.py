@@ -43,9 +43,11 @@ class Measured:
     trainer: float
     """Images/s the trainer takes with free data (the probe)."""
     trainer_by_hosts: tuple[float, ...]
-    """The trainer's own rate (over its steps' compute time) with n data hosts up, at index n: on one
-    machine the hosts' processes share its cores (bench/elastic.py: 100 images/s with free data, 82
-    beside 2 hosts making 60 each). The last stands for more."""
+    """The trainer's own rate (over its steps' compute time) with n data hosts up, at index n (the
+    last stands for more). bench/elastic.py gives one, the probe's, for every size: on one machine
+    the hosts' processes take the trainer's cores in ways a cluster's do not (in one slow pass the
+    trainer made 51 images/s in the elastic job and 63 beside fixed 2), and the replay judges the
+    policy, not the machine."""
     host_rates: tuple[float, ...]
     """Images/s one data host delivers, per phase (the heavy one measured where it was the limit)."""
     clocks: tuple[float, ...]

@@ -109,7 +109,11 @@ class ElasticDataHosts:
         self._peaks: collections.deque = collections.deque()
         """(clock, GPU-bound images/s) of the full windows of the last `PEAK_S`: the trainer's best lately."""
         self._warm_from = 0
-        """`_steps_in` when the latest epoch began: the next `WARM_WINDOWS` windows are its warm-up."""
+        """`_steps_in` when the latest epoch began or the hosts asked for joined: the next
+        `WARM_WINDOWS` windows are a warm-up. A host up is not yet a host feeding: its workers start
+        and import the chain first (bench/elastic.py on 2 cores: 15 s from the node up to its first
+        rows), and a window of those seconds read as a shortage added a third host where two fed
+        the trainer, in both passes."""
         self.floor_until_cached = cfg.min_data_hosts
         """With `autoscale.min_data_hosts: 0`, the fewest hosts while the epoch does not read a sealed
         cache (the hosts the channels are read on): the group goes to none only over a cache."""
@@ -165,9 +169,11 @@ class ElasticDataHosts:
         if self.wanted is None:
             self.wanted = len(joined)
         pending = max(0, self.wanted - len(joined))
-        if self._joining and not pending:  # the hosts asked for are in: measure from now
+        if self._joining and not pending:  # the hosts asked for are in: measure from now, as a warm-up
             self._joining = False
             self._restart_window(now)
+            with self._lock:
+                self._warm_from = self._steps_in
         with self._lock:
             records, steps_in, warm_from = list(self.records), self._steps_in, self._warm_from
         spare = self.without_hosts()

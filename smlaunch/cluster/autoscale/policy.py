@@ -79,8 +79,9 @@ machine: bench/elastic.py on 2 cores read 24 images/s of a trainer that takes 60
 workers started) would otherwise lose a host it needs once it recovers, and get it back a
 cooldown later."""
 WARM_WINDOWS = 3
-"""Windows after the first step and after each epoch's start in which an add needs the chain's own
-clock to confirm the shortage (the controller says when: `decide(warming=...)`)."""
+"""Windows after the first step, after each epoch's start and after asked-for hosts join in which an
+add needs the chain's own clock to confirm the shortage (the controller says when:
+`decide(warming=...)`)."""
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,12 @@ def run(cluster: ModelCluster, loop: ElasticDataHosts, clock: list, ticks: int, 
 def test_from_too_few_hosts_the_loop_adds_them_one_per_cooldown_then_gives_back_what_a_lighter_load_frees():
     clock, lines = [0.0], []
     cluster = ModelCluster(hosts=1, per_host=100.0, trainer=330.0)
-    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0])
+    loop = ElasticDataHosts(
+        CFG, cluster.access(), price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0], slots_per_host=2
+    )
     sizes = run(cluster, loop, clock, ticks=14)
-    # one host more per 30 s cooldown (3 ticks of 10 s), each after the last joined: 1 -> 4 hosts, then held
+    # one host more per 30 s cooldown (3 ticks of 10 s), each after the last joined (the chain's clock
+    # confirming the shortage in the windows after each join): 1 -> 4 hosts, then held
     assert sizes[-1] == 4 and sizes == sorted(sizes)
     changes = [e for e in loop.timeline if e["change"]]
     assert [e["hosts"] for e in changes] == [1, 2, 3]
@@ -156,20 +159,21 @@ class SlowJoins(ModelCluster):
     period (worker processes starting), as a fake node's do on 2 cores."""
 
     join_periods = 4
+    warm_periods = 1
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.asked_for, self.warming = 0, set()
+        self.asked_for, self.warming = 0, {}
 
     def advance(self, loop, steps: int = 10) -> None:
-        self.warming.clear()
+        self.warming = {node: left - 1 for node, left in self.warming.items() if left > 1}
         if len(self.joined) < self.wanted:
             self.asked_for += 1
             if self.asked_for >= self.join_periods:
                 self.asked_for = 0
                 node = next(self.ids)
                 self.joined.append(node)
-                self.warming.add(node)
+                self.warming[node] = self.warm_periods
         working = len(self.joined) - len(self.warming)
         rate = min(self.trainer, self.per_host * working)
         step_s = 256 / rate
@@ -189,6 +193,20 @@ def test_the_window_and_the_cooldown_start_when_the_asked_for_host_has_joined():
     # host's first, idle period and a third host was added
     assert sizes[-1] == 2 and cluster.wanted == 2, (sizes, lines)
     assert len(lines) == 1 and lines[0].startswith("autoscale: +1 data host (1 -> 2)")
+
+
+def test_the_windows_after_a_join_are_a_warm_up_a_host_up_is_not_yet_a_host_feeding():
+    """A host that makes nothing for its first four periods (its workers starting: 15 s on 2 cores in
+    bench/elastic.py) leaves the window after the cooldown starved too; read as a shortage it added a
+    third host where two feed the trainer. As a warm-up it adds none without the chain's clock."""
+    clock, lines = [0.0], []
+    cluster = SlowJoins(hosts=1, per_host=100.0, trainer=150.0)
+    cluster.warm_periods = 4  # past the 30 s cooldown: the window after it holds the idle host
+    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0])
+    sizes = run(cluster, loop, clock, ticks=16)
+    assert sizes[-1] == 2 and cluster.wanted == 2, (sizes, lines)
+    assert len(lines) == 1 and lines[0].startswith("autoscale: +1 data host (1 -> 2)")
+    assert any("while the chain's workers warm" in e["reason"] for e in loop.timeline), loop.timeline
 
 
 def test_the_cpu_share_is_read_over_the_windows_steps_not_the_last_half_minute():

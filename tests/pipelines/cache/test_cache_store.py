@@ -175,3 +175,52 @@ def test_after_an_epoch_resumed_mid_way_the_seal_counts_its_rows_and_keeps_the_e
     assert seal(spec, None, None)[0] is None  # nothing to check it by: never sealed
     manifest, _ = seal(spec, None, 6)
     assert manifest["rows"] == 6 and sorted(rows for _, rows, _ in manifest["shards"]) == [2, 4]
+
+
+def test_a_shard_sized_call_runs_its_prefix_a_batch_at_a_time_and_writes_one_shard_as_one_call_would(tmp_path):
+    """An epoch that writes the cache calls the chain on a shard's rows (`CacheSpec.shard_rows`); the
+    prefix then runs `prefix_rows` at a time (images of their own sizes until the resize), and the
+    call's rows leave as one shard, the same as an unsliced call's."""
+    from PIL import Image
+
+    def png(i, side):
+        out = io.BytesIO()
+        Image.fromarray(np.full((side, side + i % 3, 3), i, np.uint8)).save(out, "PNG")
+        return out.getvalue()
+
+    ops = [
+        op_specs.DecodeImage(op="decode_image"),
+        op_specs.Resize(op="resize", size=6),
+        op_specs.CenterCrop(op="center_crop", size=6),
+        op_specs.HorizontalFlip(op="horizontal_flip"),
+        op_specs.ToUint8CHW(op="to_uint8_chw"),
+    ]
+    images = [png(i, 9) for i in range(10)]
+    batch = {"image": np.array(images, dtype=object), "label": np.arange(10), "id": np.arange(10)}
+    shards = {}
+    for name, prefix_rows in (("sliced", 3), ("whole", None)):
+        spec = CacheSpec(str(tmp_path / name), 3, name, shard_rows=10)
+        out = Chain(ops, ["algo-1"], cache=spec, prefix_rows=prefix_rows)(dict(batch))
+        assert out["id"].tolist() == list(range(10)) and out["image"].shape == (10, 3, 6, 6)
+        store = CacheStore(spec.root)
+        (only,) = store.shards()
+        shards[name] = store.read_shard(only)
+    assert shards["sliced"].equals(shards["whole"])
+
+
+def test_a_shard_holds_about_128_mib_of_rows_in_whole_batches_and_every_chain_slot_gets_calls(configs):
+    """`cache_setup.shard_rows`: 128 MiB of 224 px rows (4:3 after a resize: 200,704 bytes) is 668
+    rows, 640 in batches of 64; a small channel's shards are smaller, so each of its 4 chain slots
+    gets 2 calls; a prefix that sets no size keeps the pipeline's batch."""
+    from types import SimpleNamespace
+
+    from smlaunch.launcher.job.cache_setup import row_bytes, shard_rows
+
+    cfg = SimpleNamespace(pipeline=SimpleNamespace(batch_size=64))
+    plan = SimpleNamespace(preprocess_slots=4)
+    per_row = row_bytes([op_specs.DecodeImage(op="decode_image"), op_specs.Resize(op="resize", size=224)])
+    assert per_row == 200_704
+    assert shard_rows(cfg, plan, 1_281_167, per_row) == 640
+    assert shard_rows(cfg, plan, 3_000, per_row) == 320  # 3,000 rows over 4 slots x 2 calls: 375, in batches
+    assert shard_rows(cfg, plan, 100, per_row) == 64  # never under a batch
+    assert shard_rows(cfg, plan, None, None) == 64
