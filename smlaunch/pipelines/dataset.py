@@ -135,7 +135,9 @@ def _chained(
                 cache=cache if channel.name == "train" else None,
                 prefix_rows=cfg.pipeline.batch_size,
             ),
-            batch_size=max(cfg.pipeline.batch_size, cache.shard_rows) if cache and not reading else cfg.pipeline.batch_size,
+            batch_size=cfg.pipeline.batch_size
+            if cache is None or reading
+            else max(cfg.pipeline.batch_size, cache.shard_rows),
             batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots),
             num_cpus=1,
