@@ -3,17 +3,15 @@
 - `stat_s`: the fingerprint's stat of every listed file (`fingerprint.files_digest`), on a folder of
   1.28M empty files in 1,000 class folders, against `listing_s`, the listing's own walk of it
   (`host_listing.list_on_host`, no stat): what turning the cache on adds to a job's start.
-- `seal_s`: rank 0's seal over the shards' id files (1.28M ids in shards of `--shard-rows`: by
-  default what `cache_setup.shard_rows` gives a prefix resizing to 224 px, 640 rows or about 128
-  MiB, 2,002 shards; `--shard-rows 64` is one 64-row batch a shard, as before shards were sized),
-  in a local folder; `manifest_mb`: the manifest it writes.
+- `seal_s`: rank 0's seal over 20,019 shards' id files (1.28M ids in calls of 64 rows, as a chain
+  writes them), in a local folder; `manifest_mb`: the manifest it writes.
 - `plan_s`: a cached epoch's read tasks planned from that manifest (`cache_read_tasks`), which the
   split coordinator does at every epoch's start.
 
-Estimates at 100M samples: 156,250 shards of 640 rows (the seal's files and the manifest grow with
+Estimates at 100M samples: 1.56M shards of 64 rows (the seal's files and the manifest grow with
 them: the numbers times 78), and 800 MB of ids on rank 0 while it seals.
 
-    python bench/cache_scale.py [--files 1281167] [--scratch DIR] [--shard-rows N]
+    python bench/cache_scale.py [--files 1281167] [--scratch DIR]
 
 Ends with `RESULT cache_scale stat_s=<...> listing_s=<...> seal_s=<...> manifest_mb=<...> plan_s=<...>
 goal=stat_s<=30,seal_s<=60,plan_s<=5`.
@@ -34,6 +32,7 @@ from results_log import report_result  # bench/, this script's folder
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CLASSES = 1000
+ROWS = 64
 
 
 def make_files(channel: Path, files: int) -> list[str]:
@@ -46,20 +45,6 @@ def make_files(channel: Path, files: int) -> list[str]:
             (channel / name).touch()
             rels.append(name)
     return rels
-
-
-def imagenet_shard_rows(files: int) -> int:
-    """The rows of a shard `cache_setup.shard_rows` gives ImageNet's prefix (decode, resize to 224)
-    in batches of 64 on a cluster of 16 chain slots."""
-    from types import SimpleNamespace
-
-    from smlaunch.config.op_specs import DecodeImage, Resize
-    from smlaunch.launcher.job.cache_setup import row_bytes, shard_rows
-
-    per_row = row_bytes([DecodeImage(op="decode_image"), Resize(op="resize", size=224)])
-    return shard_rows(
-        SimpleNamespace(pipeline=SimpleNamespace(batch_size=64)), SimpleNamespace(preprocess_slots=16), files, per_row
-    )
 
 
 def main() -> None:
@@ -75,7 +60,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=1_281_167)
     parser.add_argument("--scratch", default=None, help="a folder for the files (default: a temporary one)")
-    parser.add_argument("--shard-rows", type=int, help="rows a shard (default: cache_setup.shard_rows at 224 px)")
     args = parser.parse_args()
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="cache-scale-"))
     opt_ml = scratch / "opt_ml"
@@ -106,9 +90,8 @@ def main() -> None:
 
     from smlaunch.pipelines.cache.store import shard_name
 
-    rows = args.shard_rows or imagenet_shard_rows(len(ids))
-    for start in range(0, len(ids), rows):  # the id files and empty stand-ins for the shards
-        part = ids[start : start + rows]
+    for start in range(0, len(ids), ROWS):  # the id files and empty stand-ins for the shards
+        part = ids[start : start + ROWS]
         name = shard_name(part)
         out = io.BytesIO()
         np.save(out, part, allow_pickle=False)

@@ -81,24 +81,19 @@ def build_datasets(
             ).share_listing()
             if shared is not None:
                 shared.extend(source.shared_arrays())
-        writing = cache if channel.name == "train" else None
-        datasets[channel.name] = _chained(cfg, plan, source, channel, host_names, num_classes, writing)
-        if writing is not None:
-            datasets[CACHED_TRAIN] = _chained(cfg, plan, source, channel, host_names, num_classes, cache, reading=True)
+        datasets[channel.name] = _chained(cfg, plan, source, channel, host_names, num_classes, cache)
+        if channel.name == "train" and cached_train(plan, cache):
+            datasets[CACHED_TRAIN] = _chained(cfg, plan, source, channel, host_names, num_classes, cache)
     return datasets
 
 
 CACHED_TRAIN = "train_cached"
-"""The train channel's second dataset, with a cache: the same reads and chain, which the loop
-iterates in the epochs that read the sealed cache. The train channel's own calls the chain on a
-shard's rows at a time (`CacheSpec.shard_rows`: each call writes one shard of about 128 MiB), this
-one on the pipeline's batch (only the random rest of the chain runs: a call that big would hold
-the trainer's first batch of each epoch for nothing). With `autoscale.min_data_hosts: 0` it is
-budgeted by the train hosts' bucket (`cached_on_train_hosts`)."""
+"""The train channel's second dataset (`cached_train`): the same reads and chain, budgeted by the
+train hosts' bucket, which the loop iterates in the epochs that read a sealed cache."""
 
 
-def cached_on_train_hosts(plan: LaunchPlan, cache) -> bool:
-    """Whether the cached epochs' dataset is budgeted by the train hosts' bucket: with
+def cached_train(plan: LaunchPlan, cache) -> bool:
+    """Whether the train channel gets a second dataset for its cached epochs: with
     `autoscale.min_data_hosts: 0` and a cache. Ray Data 2.60 budgets a Dataset by one `ray-subcluster`
     bucket, fixed for the run: by the data hosts' bucket, with no data host left it runs no task at
     all ("Cluster resources are not enough to run any task", a one-node run), so the epochs that may
@@ -107,12 +102,8 @@ def cached_on_train_hosts(plan: LaunchPlan, cache) -> bool:
     return cache is not None and plan.elastic is not None and plan.elastic.min_hosts == 0
 
 
-def _chained(
-    cfg: LaunchConfig, plan: LaunchPlan, source, channel, host_names, num_classes, cache, reading: bool = False
-):
-    """The channel's read, then the chain (`ops.chain.Chain`) on the preprocessing hosts: on a
-    shard's rows a call where the train channel's epoch may write the `cache` (`CACHED_TRAIN`'s
-    doc), else on the pipeline's batch (`reading`: the dataset of the epochs that read it)."""
+def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, host_names, num_classes, cache):
+    """The channel's read, then the chain (`ops.chain.Chain`) on the preprocessing hosts."""
     import ray.data
 
     from smlaunch.pipelines.ops.chain import Chain
@@ -133,11 +124,8 @@ def _chained(
                 num_classes=num_classes if cfg.task is not None else None,
                 ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
                 cache=cache if channel.name == "train" else None,
-                prefix_rows=cfg.pipeline.batch_size,
             ),
-            batch_size=cfg.pipeline.batch_size
-            if cache is None or reading
-            else max(cfg.pipeline.batch_size, cache.shard_rows),
+            batch_size=cfg.pipeline.batch_size,
             batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots),
             num_cpus=1,
@@ -158,7 +146,7 @@ def fallback_to_train_hosts(plan: LaunchPlan) -> dict:
     host is left (the epoch reads a sealed cache, `launcher.job.cache_setup.without_data_hosts`):
     the train hosts, as Ray's `fallback_strategy` (a label selector tried where the task's own
     matches no node); {} otherwise. Those epochs read the train hosts' budgeted dataset
-    (`cached_on_train_hosts`)."""
+    (`cached_train`)."""
     if plan.elastic is None or plan.elastic.min_hosts:
         return {}
     return {"fallback_strategy": [{"label_selector": dict(plan.train_selector)}]}

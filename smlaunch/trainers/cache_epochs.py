@@ -13,11 +13,10 @@ LOST = "lost"
 
 
 class CacheEpochs:
-    def __init__(self, spec, rank: int, files_anywhere: bool = True):
-        """`spec`: the run's `CacheSpec`, or None (no cache; with one, the train channel has a second
-        dataset for the epochs that read the sealed cache: `pipelines.dataset.CACHED_TRAIN`);
-        `files_anywhere`: a cache lost mid-run is read from the channel's files again (`agree`)."""
-        self.spec, self.rank, self.files_anywhere = spec, rank, files_anywhere
+    def __init__(self, spec, rank: int, two_datasets: bool = False, files_anywhere: bool = False):
+        """`spec`: the run's `CacheSpec`, or None (no cache); `two_datasets`: the train channel has a
+        second dataset for the epochs that read the sealed cache (`pipelines.dataset.cached_train`)."""
+        self.spec, self.rank, self.two_datasets, self.files_anywhere = spec, rank, two_datasets, files_anywhere
         self.shards: int | None = None
         """The sealed cache's shards: the units of every epoch from here on (None: not sealed)."""
         if spec is not None and rank == 0:
@@ -31,16 +30,16 @@ class CacheEpochs:
         (every rank the same: `agree`), else the train channel's."""
         from smlaunch.pipelines.dataset import CACHED_TRAIN
 
-        return CACHED_TRAIN if self.shards is not None else "train"
+        return CACHED_TRAIN if self.two_datasets and self.shards is not None else "train"
 
     def agree(self, control, console=None) -> None:
-        """With a cache, before an epoch: rank 0 reads the marker again and every rank takes its
+        """With two datasets, before an epoch: rank 0 reads the marker again and every rank takes its
         word, since all ranks must iterate the same dataset (one `streaming_split` feeds them all). A
         cache sealed earlier in the run and gone now is read from the files again where the train
         hosts have a view of them (`files_anywhere`, `node_trees.fallback_readers`); else it stops
         the run, in one line: the files may be on no host any more (a `ShardedByS3Key` channel's
         belong to the hosts that received them, given back since)."""
-        if self.spec is None:
+        if not self.two_datasets:
             return
         shards: int | str | None = self.shards
         if self.rank == 0:

@@ -16,14 +16,6 @@ from smlaunch.text import plural
 
 MARGIN = 1.1
 """The size estimate's margin over rows x bytes per row (the shards' headers, ids and offsets)."""
-SHARD_BYTES = 128 << 20
-"""A shard's size, about: Cachew's writers roll their files at 250 MiB, tf.data's snapshot and
-MosaicML's shards are of this order. The shard is what an epoch that reads the cache permutes, and
-what the seal reads an id file of: at 64 rows a shard, 100M samples made 1.56M shards, whose seal
-read id files for about 20 minutes and whose manifest was 55 MiB (bench/cache_scale.py)."""
-CALLS_PER_SLOT = 2
-"""A shard is smaller where the epoch would otherwise give a chain slot fewer calls than this:
-a small channel's epoch 1 still runs on every slot."""
 
 
 def cache_dir(cfg, plan) -> str | None:
@@ -106,14 +98,13 @@ def run_cache(cfg, plan, listing, epoch_rows: int | None = None):
     root = f"{where}/{key}"
     store = CacheStore(root)
     manifest = store.manifest()
-    per_row = row_bytes(prefix)
-    shard = shard_rows(cfg, plan, rows, per_row)
     if manifest is not None:
-        return CacheSpec(root, picked.prefix, key, shard), (
+        return CacheSpec(root, picked.prefix, key), (
             f"{picked.line()}; fingerprint {key}: sealed ({manifest['rows']} rows), every epoch reads it"
         )
     if store.failed():
         store.delete(["FAILED"])  # an earlier run's full disk: this run tries again
+    per_row = row_bytes(prefix)
     need = int(rows * per_row * MARGIN) if rows and per_row else None
     free = _free_bytes(where) if where else None
     sized = f"about {_size(need)} for {plural(rows or 0, 'row')}" if need else "its size is known once written"
@@ -123,23 +114,9 @@ def run_cache(cfg, plan, listing, epoch_rows: int | None = None):
             "pipeline.cache_dir"
         )
     spaced = f", {_size(free)} free" if free is not None else ""
-    return CacheSpec(root, picked.prefix, key, shard), (
-        f"{picked.line()}; fingerprint {key}: epoch 1 writes it ({sized}{spaced}; shards of {plural(shard, 'row')})"
-    )
-
-
-def shard_rows(cfg, plan, rows: int | None, per_row: int | None) -> int:
-    """Rows of a shard, so of a chain call in an epoch that writes the cache: `SHARD_BYTES` of rows
-    of `per_row` bytes, a whole number of the pipeline's batches, at most what gives each chain slot
-    `CALLS_PER_SLOT` calls of the epoch's `rows`; the pipeline's batch where a row's size is not
-    known before it is made (a prefix that sets no size)."""
-    batch = cfg.pipeline.batch_size
-    if not per_row:
-        return batch
-    wanted = SHARD_BYTES // per_row
-    if rows:
-        wanted = min(wanted, -(-rows // (CALLS_PER_SLOT * max(1, plan.preprocess_slots))))
-    return max(batch, wanted // batch * batch)
+    return CacheSpec(
+        root, picked.prefix, key
+    ), f"{picked.line()}; fingerprint {key}: epoch 1 writes it ({sized}{spaced})"
 
 
 def source_digest(channel, listing, roots: dict, here: bool) -> str:

@@ -80,38 +80,24 @@ def cache_read_tasks(
     return tasks
 
 
-WINDOW_BYTES = 256 << 20
-"""A read task mixes this many bytes of shards at a time, about: `open_units` shards, fewer where
-they hold more (a shard is about 128 MiB: `launcher.job.cache_setup.SHARD_BYTES`), never fewer
-than two, so every block mixes rows of two shards or more. The window's shards are mapped from a
-local disk (the page cache's, not the task's) or held as fetched from S3, and each block is
-gathered from them, so a task holds its window and one block, not a permuted copy of the window."""
-
-
 def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_rows: int, seed: list):
-    """The rows of `picked` ((place, [name, rows, dropped ids]) each), a window of shards
-    (`WINDOW_BYTES`) mixed at a time, in Arrow tables of `block_rows` rows; rows `drawn` before a
-    resume are left out."""
+    """The rows of `picked` ((place, [name, rows, dropped ids]) each), `open_units` shards mixed at
+    a time, in Arrow tables of `block_rows` rows; rows `drawn` before a resume are left out."""
     from smlaunch.pipelines.cache.store import CacheStore
 
     store = CacheStore(root)
     rng = np.random.default_rng(seed)
-    pending = iter(picked)
-    while True:
-        tables, size = [], 0
-        for place, entry in pending:
-            table = _shard_table(store, place, entry, drawn.get(place))
-            if table.num_rows:
-                tables.append(table)
-                size += table.nbytes
-            if len(tables) >= max(1, open_units) or (size >= WINDOW_BYTES and len(tables) >= 2):
-                break
+    for start in range(0, len(picked), max(1, open_units)):
+        tables = [
+            _shard_table(store, place, entry, drawn.get(place)) for place, entry in picked[start : start + open_units]
+        ]
+        tables = [t for t in tables if t.num_rows]
         if not tables:
-            return
+            continue
         window = pa.concat_tables(tables, promote_options="none")
-        order = rng.permutation(window.num_rows)
+        window = _as_arrays(window.take(pa.array(rng.permutation(window.num_rows))))
         for offset in range(0, window.num_rows, block_rows):
-            yield _as_arrays(window.take(pa.array(order[offset : offset + block_rows])))
+            yield window.slice(offset, block_rows)
 
 
 def _as_arrays(table: pa.Table) -> pa.Table:

@@ -2,10 +2,8 @@
 
 Layout under `<cache_dir>/<fingerprint>/`:
 
-* `shards/<name>.arrow`: one chain call's prefix output (an epoch that writes the cache calls the
-  chain on `CacheSpec.shard_rows` rows at a time: about `launcher.job.cache_setup.SHARD_BYTES`),
-  an Arrow IPC file (its rows' `id` and a binary column of `blobs` per field, read back without a
-  copy), written whole or not at all: to
+* `shards/<name>.arrow`: one chain call's prefix output, an Arrow IPC file (its rows' `id` and a
+  binary column of `blobs` per field, read back without a copy), written whole or not at all: to
   a temporary name then renamed in a folder, one PUT on S3 (an object is whole or absent). A
   shard's name is a digest of its rows' ids, so a retried call (the same batch) writes the same
   shard again instead of a second copy;
@@ -44,13 +42,11 @@ class CacheWriteFailed(Exception):
 @dataclass(frozen=True)
 class CacheSpec:
     """What the chain, the reader and the trainer need of a run's cache: where it lives (`root`, the
-    fingerprint's folder), the prefix's length in ops, its fingerprint, and the rows of a shard
-    (`shard_rows`: the chain's calls in an epoch that writes the cache; 0: the pipeline's batch)."""
+    fingerprint's folder), the prefix's length in ops, and its fingerprint."""
 
     root: str
     prefix: int
     fingerprint: str
-    shard_rows: int = 0
 
 
 class CacheStore:
@@ -159,11 +155,9 @@ class CacheStore:
 
     def read_shard(self, name: str):
         """A shard as an Arrow table: `id` and one binary column of blobs per field (`blobs`), over
-        the shard's bytes (no copy; a local file's mapped)."""
+        the shard's bytes (no copy)."""
         import pyarrow as pa
 
-        if not self.s3:  # mapped: its pages are the page cache's, shared, not the reading process's
-            return pa.ipc.open_file(pa.memory_map(str(self._path(f"shards/{name}.arrow")))).read_all()
         data = self.get(f"shards/{name}.arrow")
         if data is None:
             raise FileNotFoundError(f"{self.root}/shards/{name}.arrow")

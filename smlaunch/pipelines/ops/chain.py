@@ -127,22 +127,11 @@ class MapStage:
         return fields
 
 
-def _rows(values, keep):
-    """The rows of one field that `keep` marks (a mask, or a slice; of a list, or an array)."""
-    if isinstance(keep, slice):
-        return values[keep]
+def _rows(values, keep: np.ndarray):
+    """The rows of one field that `keep` marks (a list, or an array)."""
     if isinstance(values, list):
         return [v for v, k in zip(values, keep, strict=False) if k]
     return np.asarray(values)[keep]
-
-
-def _joined(parts: list):
-    """One field's slices made one again: an array where every slice is one of the same row shape,
-    else a list of rows (images of their own sizes)."""
-    arrays = all(isinstance(p, np.ndarray) for p in parts)
-    if arrays and len({(p.dtype, p.shape[1:]) for p in parts}) == 1:
-        return np.concatenate(parts)
-    return [row for part in parts for row in part]
 
 
 def _single(spec, checks: MaskChecks | None = None) -> Callable:
@@ -227,14 +216,11 @@ class Chain:
         num_classes: int | None = None,
         ignore_index: int | None = None,
         cache=None,
-        prefix_rows: int | None = None,
     ):
         """`num_classes`: the task's classes, which a mask's decoded values must be (`masks.mask_classes`;
         None: not checked), besides `ignore_index`. `cache`: the run's `CacheSpec` (None: no cache):
         each batch read from the channel writes its prefix output, and a batch read from the cache
-        runs only the ops after the prefix. `prefix_rows`: a call of more rows (an epoch that writes a
-        cache: a shard's) runs its prefix this many rows at a time, so a call holds one slice's
-        decoded images at once, not a shard's."""
+        runs only the ops after the prefix."""
         self.channel = channel
         self.mask_checks = MaskChecks(mask_classes(list(ops), num_classes), ignore_index)
         self.max_corrupted_records = max_corrupted_records
@@ -243,7 +229,6 @@ class Chain:
         self.train = train
         self.seed = seed
         self.cache = cache
-        self.prefix_rows = prefix_rows
         self._stages: tuple[list, list] | None = None
         self._writer: Any = None  # the `cache.writer.ShardWriter`, made in the worker on the first batch
 
@@ -264,8 +249,17 @@ class Chain:
         elif "label" in fields:
             fields["label"] = np.asarray(fields["label"], dtype=np.int64)
         started = time.perf_counter()
-        if not cached:
-            fields, ids, kept = self._prefix(fields, ids, kept, prefix)
+        while not cached:
+            try:
+                fields = self._run(dict(fields), ids, prefix)
+                break
+            except UndecodableImage as exc:  # `row` of the images an op was given: the batch's
+                row, reason = exc.row, exc.reason
+            self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
+            keep = np.arange(len(ids)) != row
+            fields = {name: _rows(values, keep) for name, values in fields.items()}
+            ids = ids[keep]
+            kept = {name: values[keep] for name, values in kept.items()}
         if self.cache is not None and not cached and len(ids):
             self._write(ids, fields)
         out = self._run(fields, ids, tail)
@@ -285,40 +279,6 @@ class Chain:
         )
         out.update(kept)
         return out
-
-    def _prefix(self, fields: dict, ids: np.ndarray, kept: dict, prefix: list) -> tuple[dict, np.ndarray, dict]:
-        """The prefix over the call's rows, `prefix_rows` at a time; rows whose image does not
-        decode are skipped (under the channel's budget) with their positions."""
-        step = self.prefix_rows or len(ids)
-        if len(ids) <= step:
-            return self._prefix_slice(fields, ids, kept, prefix)
-        parts = [
-            self._prefix_slice(
-                {name: _rows(values, slice(at, at + step)) for name, values in fields.items()},
-                ids[at : at + step],
-                {name: values[at : at + step] for name, values in kept.items()},
-                prefix,
-            )
-            for at in range(0, len(ids), step)
-        ]
-        joined = {name: _joined([part[0][name] for part in parts]) for name in parts[0][0]}
-        return (
-            joined,
-            np.concatenate([part[1] for part in parts]),
-            {name: np.concatenate([part[2][name] for part in parts]) for name in kept},
-        )
-
-    def _prefix_slice(self, fields: dict, ids: np.ndarray, kept: dict, prefix: list) -> tuple[dict, np.ndarray, dict]:
-        while True:
-            try:
-                return self._run(dict(fields), ids, prefix), ids, kept
-            except UndecodableImage as exc:  # `row` of the images an op was given: the batch's
-                row, reason = exc.row, exc.reason
-            self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
-            keep = np.arange(len(ids)) != row
-            fields = {name: _rows(values, keep) for name, values in fields.items()}
-            ids = ids[keep]
-            kept = {name: values[keep] for name, values in kept.items()}
 
     def _planned(self) -> tuple[list, list]:
         """The stages of the prefix a cache holds and of the rest (all in the first without a

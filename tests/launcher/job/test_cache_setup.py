@@ -47,26 +47,24 @@ class OneRank:
         return value
 
 
-def test_the_ranks_read_the_cached_dataset_once_sealed_and_a_cache_lost_mid_run_reads_the_files(tmp_path):
-    """Issue 80: the loop switches to the cached epochs' dataset once rank 0 finds the cache sealed
-    (a cache sealed by an earlier run: from the first epoch); a cache gone after that is read from the
-    files again where some host can read them, and stops the run in one line where none can (with
-    `autoscale.min_data_hosts: 0`, a `ShardedByS3Key` channel whose hosts were given back)."""
+def test_with_two_datasets_the_ranks_read_the_cached_one_once_sealed_and_a_cache_lost_mid_run_reads_the_files(tmp_path):
+    """`autoscale.min_data_hosts: 0` (issue 80): the loop switches to the cached epochs' dataset once
+    rank 0 finds the cache sealed; a cache gone after that is read from the files again where the train
+    hosts can read them, and stops the run in one line where they cannot (a `ShardedByS3Key` channel)."""
     from smlaunch.errors import DataError
     from smlaunch.pipelines.cache.store import CacheSpec, CacheStore
     from smlaunch.pipelines.dataset import CACHED_TRAIN
     from smlaunch.trainers.cache_epochs import CacheEpochs
 
     spec = CacheSpec(str(tmp_path / "key"), 2, "key")
-    epochs = CacheEpochs(spec, 0, files_anywhere=False)
+    epochs = CacheEpochs(spec, 0, two_datasets=True)
     epochs.agree(OneRank())
     assert epochs.dataset() == "train"  # epoch 1 writes it
     CacheStore(spec.root).seal({"rows": 3, "shards": [["a", 3, []]]})
     epochs.agree(OneRank())
     assert epochs.dataset() == CACHED_TRAIN and epochs.units(99) == 1
-    assert CacheEpochs(spec, 0).dataset() == CACHED_TRAIN  # sealed before the run: every epoch reads it
-    assert CacheEpochs(None, 0).dataset() == "train"
-    anywhere = CacheEpochs(spec, 0)
+    assert CacheEpochs(spec, 0).dataset() == "train"  # one dataset: the train channel's reads the cache itself
+    anywhere = CacheEpochs(spec, 0, two_datasets=True, files_anywhere=True)
     anywhere.agree(OneRank())
     (tmp_path / "key" / "FINAL").unlink()
     with pytest.raises(DataError, match=r"^pipeline.cache: the sealed cache at .* is gone \(its FINAL marker\)"):
