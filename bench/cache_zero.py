@@ -54,7 +54,8 @@ def attached_config(base: dict, data: Path, folder: Path, cache: bool) -> Path:
 
 class DataHostCpu:
     """CPU seconds of the fake data nodes' processes (every process under the cluster's monitor,
-    which starts them), each process's last reading kept once it ends."""
+    which starts them), each process's last reading kept once it ends (a process's last half second
+    before it ends is missed)."""
 
     def __init__(self, cluster):
         self.cluster, self.seen, self._stop = cluster, {}, threading.Event()
@@ -69,8 +70,8 @@ class DataHostCpu:
                 try:
                     if mine in " ".join(proc.info["cmdline"] or []) and "monitor.py" in " ".join(proc.info["cmdline"]):
                         for p in proc.children(recursive=True):
-                            t = p.cpu_times()
-                            self.seen[p.pid] = t.user + t.system + t.children_user + t.children_system
+                            t = p.cpu_times()  # its own only: a reaped child's also lands in its parent's
+                            self.seen[p.pid] = t.user + t.system
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
 

@@ -151,7 +151,6 @@ def measure(probe: dict, fixed1: dict, elastic: dict, heavy_ms: float, light_ms:
         warm_s = max(0.0, reached - first_add - join_s - WINDOW * BATCH / trainer)
     return Measured(
         trainer=trainer,
-        trainer_by_hosts=(trainer,),
         host_rates=(nominal[0] * efficiency, nominal[1] * efficiency),
         clocks=nominal,
         phase_s=phase_s,
@@ -368,7 +367,7 @@ def run_cached(job, args, prices: dict, normal: dict, rows: int) -> dict:
     alone = Measured(
         **{
             **m.__dict__,
-            "trainer_by_hosts": (images_per_s(fixed["steps"], fixed["first"], fixed["end"], compute_only=True),),
+            "trainer": images_per_s(fixed["steps"], fixed["first"], fixed["end"], compute_only=True),
             "epoch_start_s": epoch_start_s(fixed),
             "seal_s": math.inf,  # never sealed: the whole chain every epoch
         }
@@ -397,7 +396,7 @@ def run_cached(job, args, prices: dict, normal: dict, rows: int) -> dict:
         )
         + (f", all given back {released['t'] - r['first']:.0f} s in" if released else ", never down to none")
         + (
-            f"; trainer {trainer_at_zero:.1f} images/s with none, {alone.trainer_by_hosts[0]:.1f} beside fixed "
+            f"; trainer {trainer_at_zero:.1f} images/s with none, {alone.trainer:.1f} beside fixed "
             f"{hosts}; wait at none {wait_pct(at_zero, 0, math.inf):.1f} %, an epoch's first step waits "
             f"{m.epoch_start_s:.1f} s (fixed: {alone.epoch_start_s:.1f}); ${r['usd_per_m']:.2f} per million images "
             f"against ${fixed['usd_per_m']:.2f}; "

@@ -113,7 +113,7 @@ class ElasticDataHosts:
         `WARM_WINDOWS` windows are a warm-up. A host up is not yet a host feeding: its workers start
         and import the chain first (bench/elastic.py on 2 cores: 15 s from the node up to its first
         rows), and a window of those seconds read as a shortage added a third host where two fed
-        the trainer, in both passes."""
+        the trainer (its slow pass, and a shorter trial run's normal one)."""
         self.floor_until_cached = cfg.min_data_hosts
         """With `autoscale.min_data_hosts: 0`, the fewest hosts while the epoch does not read a sealed
         cache (the hosts the channels are read on): the group goes to none only over a cache."""

@@ -333,37 +333,37 @@ def _release(
 ) -> Decision:
     """One host back where one fewer would still feed the trainer's best lately with room to spare:
     under half the target by `per_host` (`capacity_per_host`), within the band only by the chain's
-    own clock and with `BAND_RELEASE_HEADROOM`; else the hosts stay."""
+    own clock and with `BAND_RELEASE_HEADROOM`; else the hosts stay. Over a sealed cache
+    (`Window.chain_images_per_s_without_hosts`) every host goes at once where the train hosts' spare
+    CPUs alone have that room: the heavy prefix is over for the run, and going down a host a
+    decision would keep each host but the first a cooldown and a window longer, paid for and idle."""
     target, gpu_bound = cfg.target_data_wait_pct, window.gpu_bound_images_per_s
+    takes = max(gpu_bound, trainer_peak or 0.0)
+    headroom = BAND_RELEASE_HEADROOM if in_band else RELEASE_HEADROOM
+    without = window.chain_images_per_s_without_hosts or 0.0
 
     def hold(why: str, predicted: float | None = None) -> Decision:
         return Decision(hosts, 0, why, predicted)
 
-    if hosts > 1 and (gone := _release_all(window, hosts, in_band, too_few, prices, trainer_peak)) is not None:
-        return gone
-    if per_host is None:
+    if without and (hosts == 1 or (without >= takes * headroom and (too_few or {}).get(0, 0.0) <= 0)):
+        to, fewer, smaller = 0, without, "no data host (the chain on the train hosts' spare CPUs)"
+    elif per_host is None:
         return hold("under the target, but the data hosts' CPU use is not known: no host given back")
-    if hosts == 1:  # the last host: the train hosts' spare CPUs would run the chain (`min_data_hosts: 0`)
-        fewer = window.chain_images_per_s_without_hosts or 0.0
-        if not fewer:
-            return hold(
-                "under the target; the last data host stays: no chain clock says what the train hosts would make"
-            )
-        smaller = "no data host (the chain on the train hosts' spare CPUs)"
+    elif hosts == 1:  # the last host: only the train hosts' clock over a sealed cache lets it go
+        return hold("under the target; the last data host stays: no chain clock says what the train hosts would make")
     else:
-        fewer, smaller = per_host * (hosts - 1), f"{hosts - 1} hosts"
-    takes = max(gpu_bound, trainer_peak or 0.0)
+        to, fewer, smaller = hosts - 1, per_host * (hosts - 1), f"{hosts - 1} hosts"
     best = f" (its best lately: {takes:.0f})" if takes > gpu_bound else ""
-    left = (too_few or {}).get(hosts - 1, 0.0)
+    left = (too_few or {}).get(to, 0.0)
     if left > 0:
         return hold(
-            f"under the target, but {hosts - 1} hosts starved the trainer after the last release "
-            f"(no release to {hosts - 1} for {left:.0f} s more)"
+            f"under the target, but {to} hosts starved the trainer after the last release "
+            f"(no release to {to} for {left:.0f} s more)"
         )
-    if fewer >= takes * (BAND_RELEASE_HEADROOM if in_band else RELEASE_HEADROOM):  # the same rate on a host fewer
+    if fewer >= takes * headroom:  # the same rate on fewer hosts
         after = predicted_rate(fewer, 1, gpu_bound)
         paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
-        paying = prices.per_million_images(hosts - 1, after) if prices else None
+        paying = prices.per_million_images(to, after) if prices else None
         cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
         if in_band:
             why = (
@@ -376,44 +376,11 @@ def _release(
                 f"under half the {target:g} % target; {smaller} can make {fewer:.0f} images/s, the trainer "
                 f"takes {gpu_bound:.0f}{best}"
             )
-        return Decision(hosts - 1, -1, why + cost, after)
+        return Decision(to, to - hosts, why + cost, after)
     if in_band:
         return hold(f"within the {target:g} % target", fewer)
     return hold(
         f"under the target, but {smaller} could make only {fewer:.0f} images/s of the "
         f"{gpu_bound:.0f} the trainer takes{best}",
         fewer,
-    )
-
-
-def _release_all(
-    window: Window,
-    hosts: int,
-    in_band: bool,
-    too_few: dict[int, float] | None,
-    prices: Prices | None,
-    trainer_peak: float | None,
-) -> Decision | None:
-    """Every data host back at once where the train hosts' spare CPUs alone would feed the trainer's
-    best lately with `release`'s headroom (over a sealed cache: `Window.chain_images_per_s_without_hosts`);
-    None otherwise. Once the cache is sealed the heavy prefix is over for the run, and going down a
-    host a decision would keep each host but the first a cooldown and a window longer, paid for and
-    idle."""
-    fewer = window.chain_images_per_s_without_hosts
-    if not fewer or (too_few or {}).get(0, 0.0) > 0:
-        return None
-    takes = max(window.gpu_bound_images_per_s, trainer_peak or 0.0)
-    if fewer < takes * (BAND_RELEASE_HEADROOM if in_band else RELEASE_HEADROOM):
-        return None
-    after = predicted_rate(fewer, 1, window.gpu_bound_images_per_s)
-    paid = prices.per_million_images(hosts, window.images_per_s) if prices else None
-    paying = prices.per_million_images(0, after) if prices else None
-    cost = f"; ${paid:.2f} -> ${paying:.2f} per million images" if paid is not None and paying is not None else ""
-    return Decision(
-        0,
-        -hosts,
-        f"the chain's prefix is cached, and by its own clock the train hosts' spare CPUs alone make {fewer:.0f} "
-        f"images/s of the rest, the trainer takes {window.gpu_bound_images_per_s:.0f}: no data host "
-        f"(the chain on the train hosts' spare CPUs){cost}",
-        after,
     )
