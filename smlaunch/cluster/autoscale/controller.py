@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from smlaunch.cluster.autoscale.policy import (
+    ADD_MIN_GAIN,
+    FEED_DEADLINE_S,
     PEAK_S,
     STABILISE_COOLDOWNS,
     WARM_WINDOWS,
@@ -37,6 +39,10 @@ by chain tasks); a decision reads the mean of those taken over the window's step
 window, the share still held the heavy chain's half a minute after it went light, and the release
 it allowed came 70 s into bench/elastic.py's light phase."""
 BUSY_MIN_SAMPLES = 5
+FED_TICKS = 2
+"""Decisions in a row whose full window reaches the rate the hosts of an add should bring before
+they count as feeding: one window of a noisy step (bench/elastic.py beside a busy core, seed 8 of
+its replay) read a host still importing its chain as feeding, and a third host was added."""
 HOLD_EVERY_S = 60.0
 """A decision that changes nothing enters the timeline at most this often."""
 
@@ -98,6 +104,17 @@ class ElasticDataHosts:
         self._epoch = None
         self._joining = False
         """A change asked for hosts that have not all joined yet."""
+        self._rate_before_add: float | None = None
+        """Images/s of the window that decided the latest add, until a full window after its hosts
+        joined reaches `_fed_rate` (they feed) or `FEED_DEADLINE_S` pass: the hosts joined but not
+        yet feeding (`decide(unfed_s=...)`)."""
+        self._fed_rate = 0.0
+        """Halfway from that rate to the one the add predicted (the rate before, plus `ADD_MIN_GAIN`,
+        where it predicted none): a window's rate is noisy (a step's time varies by 45 % beside a busy
+        core), and a window 7 % up read a host still importing its chain as feeding."""
+        self._joined_at: float | None = None
+        self._fed_ticks = 0
+        """Decisions in a row whose window reached `_fed_rate` (`FED_TICKS` say the hosts feed)."""
         self._seen: set[str] | None = None
         self._steps_in = 0
         """Step records taken into windows so far."""
@@ -171,6 +188,7 @@ class ElasticDataHosts:
         pending = max(0, self.wanted - len(joined))
         if self._joining and not pending:  # the hosts asked for are in: measure from now, as a warm-up
             self._joining = False
+            self._joined_at = now
             self._restart_window(now)
             with self._lock:
                 self._warm_from = self._steps_in
@@ -181,6 +199,7 @@ class ElasticDataHosts:
         if spare is None and self.floor_until_cached > cfg.min_data_hosts:  # no cache sealed (or it was lost)
             cfg = cfg.model_copy(update={"min_data_hosts": self.floor_until_cached})
         window = Window.of(records, self._busy_over(records), self.slots_per_host, spare)
+        unfed_s = self._unfed_s(window, now, pending)
         too_few = {n: until - now for n, until in self._too_few.items() if until > now}
         if window.steps >= self.cfg.window_steps:
             self._peaks.append((now, window.gpu_bound_images_per_s))
@@ -194,10 +213,24 @@ class ElasticDataHosts:
                 f"host{'s' if cfg.min_data_hosts > 1 else ''} for the chain's prefix",
             )
         else:
-            decision = self._decide(window, joined, cfg, now, pending, too_few, steps_in, warm_from)
+            decision = self._decide(window, joined, cfg, now, pending, too_few, steps_in, warm_from, unfed_s)
         return self._act(decision, joined, window, now)
 
-    def _decide(self, window, joined, cfg, now, pending, too_few, steps_in, warm_from) -> Decision:
+    def _unfed_s(self, window: Window, now: float, pending: int) -> float | None:
+        """Seconds since the hosts of the latest add joined while no full window since has reached
+        `_fed_rate`: they are up but not yet feeding; None once they feed, or
+        after `FEED_DEADLINE_S` (a host that never feeds must not stop the loop for good)."""
+        if self._rate_before_add is None or pending or self._joined_at is None:
+            return None
+        since = now - self._joined_at
+        up = window.steps >= self.cfg.window_steps and window.images_per_s >= self._fed_rate
+        self._fed_ticks = self._fed_ticks + 1 if up else 0
+        if self._fed_ticks >= FED_TICKS or since > FEED_DEADLINE_S:
+            self._rate_before_add = self._joined_at = None
+            return None
+        return since
+
+    def _decide(self, window, joined, cfg, now, pending, too_few, steps_in, warm_from, unfed_s=None) -> Decision:
         return decide(
             window,
             len(joined),
@@ -209,6 +242,8 @@ class ElasticDataHosts:
             warming=steps_in - warm_from <= WARM_WINDOWS * self.cfg.window_steps,
             prices=self.prices,
             trainer_peak=max((rate for _, rate in self._peaks), default=None),
+            unfed_s=unfed_s,
+            rate_before_add=self._rate_before_add,
         )
 
     def _act(self, decision: Decision, joined: list[str], window: Window, now: float) -> Decision:
@@ -227,6 +262,11 @@ class ElasticDataHosts:
                     self.access.drain(node, f"smlaunch: fewer data hosts ({decision.reason})")
                     self.on_drain(node)
             self._joining = decision.change > 0
+            self._rate_before_add = window.images_per_s if decision.change > 0 else None
+            predicted = decision.predicted_images_per_s
+            gain = (predicted - window.images_per_s) / 2 if predicted else 0.0
+            self._fed_rate = window.images_per_s + max(gain, ADD_MIN_GAIN * window.images_per_s)
+            self._joined_at = None
             self._restart_window(now)
         if decision.change:
             self.log(decision.line(len(joined), window, self.prices))

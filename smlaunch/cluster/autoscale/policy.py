@@ -78,6 +78,13 @@ only the latest window's: a trainer slowed for a while (a checkpoint, a host joi
 machine: bench/elastic.py on 2 cores read 24 images/s of a trainer that takes 60 while a new host's
 workers started) would otherwise lose a host it needs once it recovers, and get it back a
 cooldown later."""
+FEED_DEADLINE_S = 90.0
+"""After the hosts of an add joined, how long the loop waits for them to feed (a full window beating
+the rate the add was decided on by `ADD_MIN_GAIN`) before it may add again: a host up is not a host
+feeding (its workers start and import the chain: bench/elastic.py beside a busy core, 38 s from the
+node up to its first rows), and the window of those seconds reads as the size's shortage. Counting
+the joined host as feeding, the loop read half the rate a host and added a third where two fed the
+trainer, in 36 of 40 replays of that pass. Past the deadline the wait decides again."""
 WARM_WINDOWS = 3
 """Windows after the first step, after each epoch's start and after asked-for hosts join in which an
 add needs the chain's own clock to confirm the shortage (the controller says when:
@@ -213,6 +220,8 @@ def decide(
     warming: bool = False,
     prices: Prices | None = None,
     trainer_peak: float | None = None,
+    unfed_s: float | None = None,
+    rate_before_add: float | None = None,
 ) -> Decision:
     """The next size for `hosts` joined data hosts under `cfg` (`config.autoscale.AutoscaleConfig`);
     `pending`: hosts asked for that have not joined yet; `too_few`: sizes that starved the trainer
@@ -221,7 +230,9 @@ def decide(
     under it since (the controller tracks it; `CONFIRM_BELOW`); `warming`: the window is one of the
     first `WARM_WINDOWS` after the first step or an epoch's start; `prices`: what the job pays;
     `trainer_peak`: the trainer's best GPU-bound rate of the recent windows (`PEAK_S`), what a
-    release must still feed."""
+    release must still feed; `unfed_s`: seconds since the hosts of the latest add joined, while no
+    window has shown them feeding yet (`FEED_DEADLINE_S`), and `rate_before_add` the rate that add
+    was decided on."""
     target = cfg.target_data_wait_pct
 
     def hold(why: str, predicted: float | None = None) -> Decision:
@@ -248,6 +259,12 @@ def decide(
     if window.data_wait_pct > target:
         if hosts >= cfg.max_data_hosts:
             return hold(f"over the {target:g} % target, but at autoscale.max_data_hosts ({cfg.max_data_hosts})")
+        if unfed_s is not None:
+            before = f" ({rate_before_add:.0f} before the add)" if rate_before_add else ""
+            return hold(
+                f"over the {target:g} % target, but the host added {unfed_s:.0f} s ago has not raised the rate yet: "
+                f"{window.images_per_s:.0f} images/s{before}; waiting up to {FEED_DEADLINE_S:g} s for its first rows"
+            )
         if per_host is None:  # no data host: the chain runs on the train hosts
             if not sustained:  # as at any size, one short window (an epoch's start) adds nothing
                 return hold(

@@ -209,6 +209,39 @@ def test_the_windows_after_a_join_are_a_warm_up_a_host_up_is_not_yet_a_host_feed
     assert any("while the chain's workers warm" in e["reason"] for e in loop.timeline), loop.timeline
 
 
+def test_a_host_that_joined_is_not_counted_as_feeding_until_the_rate_shows_it():
+    """A host that makes nothing for eight periods, past the warm-up windows (bench/elastic.py beside
+    a busy core: 38 s from the node up to its first rows): counted as feeding, the window after the
+    warm-up read half the rate a host and added a third where two feed the trainer. The loop holds
+    until two windows in a row reach halfway to the rate the add predicted."""
+    clock, lines = [0.0], []
+    cluster = SlowJoins(hosts=1, per_host=100.0, trainer=150.0)
+    cluster.warm_periods = 8
+    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0])
+    sizes = run(cluster, loop, clock, ticks=24)
+    assert sizes[-1] == 2 and cluster.wanted == 2, (sizes, lines)
+    assert len(lines) == 1 and lines[0].startswith("autoscale: +1 data host (1 -> 2)")
+    held = [e["reason"] for e in loop.timeline if "has not raised the rate yet" in e["reason"]]
+    assert held and "100 before the add" in held[0], loop.timeline
+
+
+def test_a_host_that_never_feeds_holds_the_loop_only_until_the_deadline():
+    """A joined host that never makes a row (its workers failing) must not stop the loop for good:
+    past `FEED_DEADLINE_S` the wait decides again, and a third host comes."""
+    from smlaunch.cluster.autoscale.policy import FEED_DEADLINE_S
+
+    clock, lines = [0.0], []
+    cluster = SlowJoins(hosts=1, per_host=100.0, trainer=150.0)
+    cluster.warm_periods = 1000
+    loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=0.204, log=lines.append, clock=lambda: clock[0])
+    sizes = run(cluster, loop, clock, ticks=24)
+    added = [line for line in lines if line.startswith("autoscale: +1 data host (2 -> 3)")]
+    assert cluster.wanted >= 3 and added, (sizes, lines)
+    joined_at = 10.0 * (sizes.index(2) + 1)
+    third_at = 10.0 * (next(i for i, n in enumerate(sizes) if n == 3) + 1)
+    assert third_at - joined_at > FEED_DEADLINE_S, (sizes, lines)
+
+
 def test_the_cpu_share_is_read_over_the_windows_steps_not_the_last_half_minute():
     cluster = ModelCluster(hosts=2, per_host=100.0, trainer=150.0)
     loop = ElasticDataHosts(CFG, cluster.access(), price_per_host_h=None, log=lambda line: None)
