@@ -142,10 +142,14 @@ def safe_load_bounded(text: str) -> Any:
         loader.dispose()
 
 
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LaunchConfig:
-    """Read `path`, apply `KEY=VALUE` overrides (dotted keys, list indices allowed), validate."""
+def load_config(
+    path: str | Path, overrides: list[str] | tuple[str, ...] = (), hyperparameters: Mapping[str, Any] | None = None
+) -> LaunchConfig:
+    """Read `path`, apply a SageMaker job's `hyperparameters` (dotted key -> decoded value:
+    `config.hyperparameters.config_overrides`), then the `KEY=VALUE` overrides (dotted keys, list
+    indices allowed), and validate."""
     try:
-        return _load(Path(path), overrides)
+        return _load(Path(path), overrides, hyperparameters or {})
     except ConfigError as exc:
         message = _one_line(str(exc))  # a key, value or path may hold a line break
         if message == str(exc):
@@ -158,7 +162,7 @@ def _one_line(text: str) -> str:
     return _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
 
 
-def _load(path: Path, overrides: list[str] | tuple[str, ...]) -> LaunchConfig:
+def _load(path: Path, overrides: list[str] | tuple[str, ...], hyperparameters: Mapping[str, Any]) -> LaunchConfig:
     try:
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
@@ -176,9 +180,12 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...]) -> LaunchConfig:
         raise ConfigError(f"config file {path}{where}: not valid YAML ({_yaml_problem(exc)})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    for key, value in hyperparameters.items():
+        _assign(raw, key, value, f"hyperparameters.json {key!r}")
     for item in overrides:
         apply_override(raw, item)
-    return validate_config(raw, source=str(path))
+    source = str(path) + (f" with hyperparameters.json's {', '.join(hyperparameters)}" if hyperparameters else "")
+    return validate_config(raw, source=source)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -209,22 +216,28 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         parsed = safe_load_bounded(value) if value.strip() else ""
     except yaml.YAMLError:
         raise ConfigError(f"--set {item!r}: value is not valid YAML") from None
+    _assign(raw, key.strip(), parsed, f"--set {item!r}")
+
+
+def _assign(raw: dict[str, Any], key: str, parsed: Any, label: str) -> None:
+    """Set the dotted `key` of the raw tree to `parsed`; `label` names the override in an error."""
+    parts = key.split(".")
+    if not all(parts):
+        raise ConfigError(f"{label}: expected a dotted KEY, e.g. trainer.steps")
     node: Any = raw
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
             if not (part.isascii() and part.isdigit()) or int(part) >= len(node):  # not `²`, which int() refuses
                 indices = f"use an index 0..{len(node) - 1}" if node else "an index cannot add an item"
-                raise ConfigError(
-                    f"--set {item!r}: {'.'.join(parts[:i]) or 'root'} is a list of {len(node)}; {indices}"
-                )
+                raise ConfigError(f"{label}: {'.'.join(parts[:i]) or 'root'} is a list of {len(node)}; {indices}")
             index: Any = int(part)
         elif isinstance(node, dict):
             index = part
             if not last and index not in node:
                 node[index] = {}
         else:
-            raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i])} is a value, not a section")
+            raise ConfigError(f"{label}: {'.'.join(parts[:i])} is a value, not a section")
         if last:
             node[index] = parsed
         else:

@@ -120,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         from smlaunch.redaction import masked_arguments
 
         shown = masked_arguments(ignored)
-        print(f"smlaunch_entry: ignoring arguments {shown} (hyperparameters other than config)", flush=True)
+        print(
+            f"smlaunch_entry: arguments {shown}: sm-launch reads the job's hyperparameters from "
+            "hyperparameters.json (a dotted key overrides the config)",
+            flush=True,
+        )
     config = PROJECT / args.config
     if not config.is_file():
         return _fail(f"config {config} does not exist (--config / SMLAUNCH_CONFIG are relative to {PROJECT})")

@@ -233,6 +233,20 @@ CASES += [
         2,
         JOB + r": trainer\.colour: unknown key; valid keys: batch_size, steps, .*",
     ),
+    Case(  # a tuner's range on a key the config does not have: refused at plan, as in the file
+        "hyperparameter-unknown-key",
+        "sagemaker",
+        lambda t: sagemaker_host(t, mutate=write("hyperparameters.json", '{"trainer.colour": "\\"red\\""}')),
+        2,
+        JOB + r" with hyperparameters\.json's trainer\.colour: trainer\.colour: unknown key; valid keys: batch_size, .*",
+    ),
+    Case(
+        "hyperparameter-wrong-type",
+        "sagemaker",
+        lambda t: sagemaker_host(t, mutate=write("hyperparameters.json", '{"trainer.steps": "many"}')),
+        2,
+        JOB + r" with hyperparameters\.json's trainer\.steps: trainer\.steps: Input should be a valid integer.*",
+    ),
     Case(
         "config-wrong-type",
         "sagemaker",

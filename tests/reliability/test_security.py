@@ -393,7 +393,7 @@ def test_hyperparameters_with_secret_names_are_masked_in_the_entry_script_s_line
     monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path))
     assert main(["--config", "missing.yaml", "--HF_TOKEN", SECRET, "--epochs", "3"]) == 1
     out = capsys.readouterr().out
-    assert "ignoring arguments ['--HF_TOKEN', '***', '--epochs', '3']" in out and SECRET not in out
+    assert "arguments ['--HF_TOKEN', '***', '--epochs', '3']: sm-launch reads" in out and SECRET not in out
 
 
 # ---- what ships from the code folder ------------------------------------------------------------

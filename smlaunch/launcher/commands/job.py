@@ -45,21 +45,49 @@ def load_job(args, failure, write_failure_locally: bool = True) -> Job:
     from smlaunch.launcher.job.preflight import preflight
 
     on_sagemaker = is_sagemaker_host()
+    sm = None
     if on_sagemaker:
-        failure.at(base_dir(), keep_existing=True)
-    cfg = load_config(args.config, args.overrides)
-    if on_sagemaker:
-        from smlaunch.cluster.sagemaker.plan import build_sagemaker_plan
         from smlaunch.cluster.sagemaker_env import read_sagemaker_environment
 
+        failure.at(base_dir(), keep_existing=True)
         sm = read_sagemaker_environment()
+        hyperparameters = sm.hyperparameters
+    else:  # `simulate --hyperparameter`: checked here, applied by each simulated host from its tree
+        from smlaunch.config.hyperparameters import decoded
+
+        given = (item.partition("=") for item in getattr(args, "hyperparameters", None) or [])
+        hyperparameters = {key: decoded(value) for key, _, value in given}
+    overrides = job_overrides(hyperparameters)
+    cfg = load_config(args.config, args.overrides, overrides)
+    if sm is None and overrides:  # simulate: checked here; each host applies them from its tree, as on SageMaker
+        cfg = load_config(args.config, args.overrides)
+    if sm is not None:
+        from smlaunch.cluster.sagemaker.plan import build_sagemaker_plan
+
         plan = build_sagemaker_plan(cfg, sm, detect_local_environment())
     else:
         from smlaunch.cluster.plan import build_plan
 
-        sm = None
         plan = build_plan(cfg, detect_local_environment())
         if write_failure_locally:
             failure.at(plan.head_host.opt_ml)
     preflight(cfg, sources=not on_sagemaker)
     return Job(cfg, plan, sm)
+
+
+def job_overrides(hyperparameters: dict) -> dict:
+    """The job's hyperparameters that override its config (`config.hyperparameters`), each named
+    on the console (secret-looking values masked), with the keys the job ignores."""
+    import logging
+
+    from smlaunch.config.hyperparameters import config_overrides
+    from smlaunch.redaction import masked
+
+    overrides, ignored = config_overrides(hyperparameters)
+    log = logging.getLogger("smlaunch")
+    if overrides:
+        shown = ", ".join(f"{k}={v}" for k, v in masked(overrides).items())
+        log.info(f"hyperparameters: {shown} (as --set; a --set on the command line comes after them)")
+    if ignored:
+        log.info(f"hyperparameters: ignoring {', '.join(ignored)} (not a dotted config key such as trainer.epochs)")
+    return overrides

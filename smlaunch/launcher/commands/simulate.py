@@ -26,6 +26,15 @@ def add_arguments(parser) -> None:
         default="run",
         help="what every host runs: the job (default), or the cluster check",
     )
+    parser.add_argument(
+        "--hyperparameter",
+        dest="hyperparameters",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a SageMaker hyperparameter, written to every host's hyperparameters.json as a job's are "
+        "(repeatable); a dotted KEY overrides the config there, e.g. trainer.learning_rate=0.01",
+    )
 
 
 def main(args, failure) -> int:
@@ -45,6 +54,7 @@ def main(args, failure) -> int:
     console.log_to_file(Path(job.plan.run_dir) / "logs" / "sm-launch.log")
     for line in summary(job.cfg, job.plan):
         log.info(line)
-    code = simulate(job.cfg, job.plan, args.host_command, stop)
+    given = dict(item.partition("=")[::2] for item in args.hyperparameters)
+    code = simulate(job.cfg, job.plan, args.host_command, stop, hyperparameters=given)
     log.log(RESULT, f"simulated SageMaker job: {'every host exited 0' if code == 0 else f'exit {code}'}")
     return code

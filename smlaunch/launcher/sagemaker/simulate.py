@@ -13,6 +13,8 @@ tests and `bench/bringup.py` run it too (`SimulatedHosts`).
 
 from __future__ import annotations
 
+import json
+
 import logging
 import os
 import secrets
@@ -133,16 +135,20 @@ KILL_AFTER_S = 150.0
 between SIGTERM and SIGKILL, plus the hosts' own start-up."""
 
 
-def simulate(cfg, plan, command: str, stop) -> int:
+def simulate(cfg, plan, command: str, stop, hyperparameters: dict[str, str] | None = None) -> int:
     """Every host of `plan` as its own `sm-launch COMMAND` process on this machine; returns the
     job's status (0 when every host exited 0, else the first host's non-zero status). A stop
-    (SIGTERM, Ctrl-C) is passed to every host, as StopTrainingJob sends it to every container."""
+    (SIGTERM, Ctrl-C) is passed to every host, as StopTrainingJob sends it to every container.
+    `hyperparameters` go to every host's hyperparameters.json as written (a job's `HyperParameters`
+    map, strings to strings), where each host's sm-launch reads them."""
     from smlaunch.config.shown import shown_config
     from smlaunch.launcher.local.run import local_data
     from smlaunch.text import plural
 
     with local_data(cfg, plan):
         hosts = SimulatedHosts(Path(plan.run_dir), {h.name: Path(h.opt_ml) for h in plan.hosts}, shown_config(cfg))
+        for tree in hosts.trees.values():
+            (tree / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hyperparameters or {}))
         try:
             for host in plan.hosts:
                 hosts.start(host.name, command)

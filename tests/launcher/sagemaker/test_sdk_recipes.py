@@ -147,8 +147,17 @@ def test_the_v2_recipe_builds_the_submitted_job_and_its_code_plans_under_the_too
     assert hp["sagemaker_program"] == "smlaunch/launcher/sm_entry.py"
     assert hp["sagemaker_submit_directory"].startswith(f"s3://{BUCKET}/smlaunch/code/")
 
-    # the uploaded source dir, on a data host, under the real toolkit
+    # the uploaded source dir, on a data host, under the real toolkit; a tuner's value (raw) and one
+    # as v2 encodes it override the config, its own key and a non-config one do not
     request["Environment"]["SMLAUNCH_COMMAND"] = "plan"
+    request["HyperParameters"].update(
+        {
+            "trainer.learning_rate": "0.0123",
+            "trainer.batch_size": json.dumps(6),
+            "_tuning_objective_metric": "validation:accuracy",
+            "epochs": "3",
+        }
+    )
     tree, group = fake_host(tmp_path / "hosts", request, "algo-2")
     assert group == "data_group"
     ran = run_toolkit(aws, request, tree)
@@ -156,6 +165,9 @@ def test_the_v2_recipe_builds_the_submitted_job_and_its_code_plans_under_the_too
     assert "exec sm-launch plan " + str(tree / "code" / "configs" / "hetero.yaml") in ran.stdout
     assert "SageMaker job: this host is algo-2 (worker, data_group)" in ran.stdout
     assert "head: algo-1 (train_group, ml.g5.xlarge) at algo-1:6379" in ran.stdout
+    assert "hyperparameters: trainer.learning_rate=0.0123, trainer.batch_size=6 (as --set" in ran.stdout
+    assert "hyperparameters: ignoring epochs (not a dotted config key" in ran.stdout
+    assert "global batch: 6 = 6 x 1 worker" in ran.stdout and "learning rate 0.0123" in ran.stdout
 
 
 def test_the_v3_recipe_builds_the_submitted_job_and_its_code_plans_under_the_sdk_driver(aws, capsys, tmp_path):
@@ -174,7 +186,8 @@ def test_the_v3_recipe_builds_the_submitted_job_and_its_code_plans_under_the_sdk
     assert {name: s3["InstanceGroupNames"] for name, s3 in managed.items()} == {"code": groups, "sm_drivers": groups}
     assert request["AlgorithmSpecification"]["ContainerEntrypoint"] == ["/bin/bash"]
 
-    # the uploaded code and drivers, on a data host, as sm_train.sh runs them
+    # the uploaded code and drivers, on a data host, as sm_train.sh runs them; v3 sends values as strings
+    request["HyperParameters"]["trainer.learning_rate"] = "0.0123"
     tree, group = fake_host(tmp_path / "hosts", request, "algo-2")
     assert group == "data_group"
     for name, s3 in managed.items():
@@ -209,3 +222,4 @@ def test_the_v3_recipe_builds_the_submitted_job_and_its_code_plans_under_the_sdk
     assert "exec sm-launch plan " + str(code / "configs" / "hetero.yaml") in out
     assert "SageMaker job: this host is algo-2 (worker, data_group)" in out
     assert "head: algo-1 (train_group, ml.g5.xlarge) at algo-1:6379" in out
+    assert "hyperparameters: trainer.learning_rate=0.0123 (as --set" in out and "learning rate 0.0123" in out

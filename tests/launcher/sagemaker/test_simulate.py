@@ -24,8 +24,10 @@ def test_simulate_runs_each_host_of_the_config_as_its_own_sm_launch_and_the_head
             f"run.dir={tmp_path}",
             "--set",
             "run.name=sim",
-            "--set",
+            "--hyperparameter",  # as a tuner's trial gets it: each host reads its hyperparameters.json
             "trainer.steps=4",
+            "--hyperparameter",
+            "_tuning_objective_metric=validation:accuracy",
         ],
         capture_output=True,
         text=True,
@@ -47,6 +49,8 @@ def test_simulate_runs_each_host_of_the_config_as_its_own_sm_launch_and_the_head
     assert not any((run / "hosts/algo-1/opt/ml/input/data").iterdir())
     assert any((run / "hosts/algo-2/opt/ml/input/data/train").iterdir())
     report = json.loads((run / "hosts/algo-1/opt/ml/output/data/report.json").read_text())
+    # the driver ships the config as written (tiny.yaml: 40 steps); the hosts' own overrides made it 4
+    assert all("hyperparameters: trainer.steps=4 (as --set" in text for text in logs.values())
     assert report["summary"]["steps"] == 4 and report["summary"]["data_node_row_fraction"] == 1.0
     assert report["summary"]["wall_s"] > report["summary"]["cluster_start_s"] > 0  # the same timings as a local run
     assert (run / "hosts/algo-1/opt/ml/model/model.pt").exists()
