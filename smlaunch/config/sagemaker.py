@@ -8,6 +8,7 @@ typo fails before anything is uploaded.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -143,6 +144,11 @@ class SageMakerConfig(StrictModel):
     """TensorBoardOutputConfig.S3OutputPath: SageMaker syncs the head's live TensorBoard events
     (`/opt/ml/output/data/tensorboard`, flushed every 5 s and at each validation) there while the job
     runs: `tensorboard --logdir s3://...` shows the loss during the job."""
+    metrics: list[str] = Field(default=[], max_length=40)
+    """More MetricDefinitions, as `train:NAME` (a number your loss returns beside it, or your
+    `trainer.loop` reports) or `validation:NAME` (a key `task.evaluate` returns), for the names
+    `submit` cannot know before the job runs; the built-in ones and `task.metrics`' are sent anyway
+    (`launcher.sagemaker.metrics`; SageMaker takes 40 in all)."""
     data_hosts: Literal["auto"] | int | None = None
     """The data group's host count for the job (`submit --data-hosts` overrides it). None: the
     group's `instance_count`; `auto`: the count the advisor of the newest report of this config under
@@ -150,6 +156,17 @@ class SageMakerConfig(StrictModel):
     run the config briefly first), within the
     `autoscale:` bounds if the config has them; N: N hosts. The data group is the one `autoscale:`
     scales, else the one CPU-only group besides the train group."""
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(r"(train|validation):[A-Za-z0-9_./-]{1,200}", name):
+                raise ValueError(
+                    f"{name!r}: expected train:NAME or validation:NAME, NAME as the job prints it (letters, "
+                    "digits, _ . / -)"
+                )
+        return value
 
     @field_validator("environment")
     @classmethod

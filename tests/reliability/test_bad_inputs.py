@@ -238,7 +238,8 @@ CASES += [
         "sagemaker",
         lambda t: sagemaker_host(t, mutate=write("hyperparameters.json", '{"trainer.colour": "\\"red\\""}')),
         2,
-        JOB + r" with hyperparameters\.json's trainer\.colour: trainer\.colour: unknown key; valid keys: batch_size, .*",
+        JOB
+        + r" with hyperparameters\.json's trainer\.colour: trainer\.colour: unknown key; valid keys: batch_size, .*",
     ),
     Case(
         "hyperparameter-wrong-type",

@@ -14,7 +14,6 @@ tests and `bench/bringup.py` run it too (`SimulatedHosts`).
 from __future__ import annotations
 
 import json
-
 import logging
 import os
 import secrets

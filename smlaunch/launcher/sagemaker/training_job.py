@@ -54,20 +54,6 @@ CONTAINER_SCRIPT = (
 the PID, so sm-launch becomes PID 1). Honours SAGEMAKER_BASE_DIR like the rest of sm-launch, so
 tests run the very same line against a fake /opt/ml."""
 
-METRIC_DEFINITIONS = [
-    # trainers/loop.py: "step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x>" (Ray may prefix the
-    # line with "(RayTrainWorker pid=...) ", so nothing is anchored); evaluate.py: "validation step=..."
-    {"Name": "train:step", "Regex": r"step=(\d+) loss=\S+ images_per_sec="},
-    {"Name": "train:loss", "Regex": r"step=\d+ loss=([-+0-9.eE]+|nan|inf) images_per_sec="},
-    {"Name": "train:images_per_sec", "Regex": r"images_per_sec=([0-9.]+)"},
-    {"Name": "train:data_wait_pct", "Regex": r"data_wait_pct=([0-9.]+)"},
-    {"Name": "train:lr", "Regex": r"data_wait_pct=\S+ lr=([-+0-9.eE]+)"},
-    {"Name": "train:grad_norm", "Regex": r"data_wait_pct=\S+ lr=\S+ grad_norm=([-+0-9.eE]+|nan|inf)"},
-    # the validation line's metrics come in the task's order (whole-set metrics first): matched by name
-    {"Name": "validation:accuracy", "Regex": r"validation step=\d+ epoch=\d+ .*?\baccuracy=([0-9.]+)"},
-    {"Name": "validation:loss", "Regex": r"validation step=\d+ epoch=\d+ .*?\bloss=([-+0-9.eE]+|nan|inf)"},
-]
-
 
 def sagemaker_section(cfg: LaunchConfig):
     if cfg.sagemaker is None:
@@ -180,6 +166,8 @@ def data_channel(name: str, ch, routed: list[str], uri: str | None) -> dict:
 
 def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str, region: str | None = None) -> dict:
     """The CreateTrainingJob parameters (boto3 `create_training_job(**request)`) for `cfg`."""
+    from smlaunch.launcher.sagemaker.metrics import metric_definitions
+
     sm = sagemaker_section(cfg)
     prefix = job_prefix(cfg, job_name)
     groups = [g.name for g in cfg.cluster.instance_groups]
@@ -190,7 +178,7 @@ def build_training_job_request(cfg: LaunchConfig, job_name: str, ray_token: str,
     algorithm: dict = {
         "TrainingImage": sm.image_uri,
         "TrainingInputMode": "File",
-        "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS],
+        "MetricDefinitions": metric_definitions(cfg),
     }
     hyperparameters: dict[str, str] = {}
     if uses_code_channel(sm):

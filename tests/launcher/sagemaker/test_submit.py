@@ -8,7 +8,6 @@ sagemaker-training toolkit (which downloads the tarball from the same server). N
 """
 
 import json
-import re
 import subprocess
 import sys
 import tarfile
@@ -19,7 +18,7 @@ import yaml
 
 from smlaunch.launcher.cli import main
 from smlaunch.launcher.sagemaker.request_check import validate_request
-from smlaunch.launcher.sagemaker.training_job import CODE_CHANNEL, METRIC_DEFINITIONS, TARBALL
+from smlaunch.launcher.sagemaker.training_job import CODE_CHANNEL, TARBALL
 from support.sm_hosts import fake_host, host_env, run_toolkit
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -417,58 +416,6 @@ def test_validate_request_names_each_problem_on_its_own_line(configs):
     for text in expected:
         assert sum(text in e for e in errors) == 1, (text, errors)
     assert all("\n" not in e for e in errors)
-
-
-def test_metric_regexes_match_the_lines_the_launcher_prints():
-    """The metric lines are printed by the launcher (`train_progress`), from the step records and
-    validation results the workers post; MetricDefinitions must read them as printed."""
-    from smlaunch.launcher.job.train_progress import metric_line, validation_line
-
-    step_line = metric_line(
-        {
-            "step": 20,
-            "loss": 12.3456789,
-            "images_per_s": 12.3456789,
-            "data_wait_s": 0.5,
-            "step_time_s": 2.0,
-            "lr": 0.000125,
-            "grad_norm": 3.25,
-            "skipped_steps": 0,
-        }
-    )
-    val_line = validation_line({"step": 20, "epoch": 3, "accuracy": 0.5, "top5": 0.75, "loss": 12.3456789})
-    assert step_line == "step=20 loss=12.3457 images_per_sec=12.3 data_wait_pct=25.0 lr=0.000125 grad_norm=3.25"
-    regexes = {m["Name"]: re.compile(m["Regex"]) for m in METRIC_DEFINITIONS}
-    for name, regex in regexes.items():
-        line = val_line if name.startswith("validation:") else step_line
-        match = regex.search(line)
-        assert match is not None, (name, line)
-        float(match.group(1))
-    assert regexes["train:loss"].search(step_line).group(1) == "12.3457"
-    assert regexes["validation:loss"].search(val_line).group(1) == "12.3457"
-    assert regexes["train:lr"].search(step_line).group(1) == "0.000125"
-    assert regexes["train:grad_norm"].search(step_line).group(1) == "3.25"
-    # Named parameter groups' rates follow the norm; the regexes read the same numbers.
-    grouped = metric_line(
-        {
-            "step": 20,
-            "loss": 1.0,
-            "images_per_s": 1.0,
-            "data_wait_s": 0.5,
-            "step_time_s": 2.0,
-            "lr": 0.000125,
-            "lrs": {"body": 0.000125, "head": 0.0005},
-            "grad_norm": 3.25,
-        }
-    )
-    assert grouped.endswith("lr=0.000125 grad_norm=3.25 lr_body=0.000125 lr_head=0.0005"), grouped
-    assert regexes["train:grad_norm"].search(grouped).group(1) == "3.25"
-    assert regexes["train:lr"].search(grouped).group(1) == "0.000125"
-    # A user's metric named like ours is not ours: `val_loss=` is not `loss=`.
-    users = validation_line({"step": 20, "epoch": 3, "val_loss": 9.0, "loss": 1.5})
-    assert regexes["validation:loss"].search(users).group(1) == "1.5000"
-    assert not regexes["train:loss"].search(val_line) and not regexes["train:step"].search(val_line)
-    assert not regexes["validation:accuracy"].search(step_line)
 
 
 def test_cli_import_stays_free_of_boto3_torch_and_ray():
