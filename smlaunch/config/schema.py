@@ -24,6 +24,7 @@ from smlaunch.config.model_task import ModelConfig, TaskConfig
 from smlaunch.config.op_specs import FUNCTION_PATTERN, IMAGE_OPS, FunctionPath, OpSpec
 from smlaunch.config.recipe import EarlyStopConfig, EmaConfig, FactoryConfig, KeepBestConfig, recipe_problem
 from smlaunch.config.sagemaker import SageMakerConfig
+from smlaunch.config.tracking import TrackingConfig
 from smlaunch.user_code import standard_library_problem
 
 
@@ -415,6 +416,8 @@ class LaunchConfig(StrictModel):
     warmup then cosine to zero (`trainer.warmup_steps`)."""
     run: RunConfig = RunConfig()
     monitor: MonitorConfig = MonitorConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    """Experiment tracking: `tracking.mlflow` (`docs/tracking.md`)."""
     sagemaker: SageMakerConfig | None = None
     """How `sm-launch submit` creates the training job (`docs/sagemaker.md`); only submit reads it, and
     without it submit fails naming the fields to set."""

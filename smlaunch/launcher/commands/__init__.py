@@ -34,6 +34,10 @@ COMMANDS = {
         "smlaunch.launcher.commands.jobs",
         "stop a submitted job: every host checkpoints at the next step boundary and exits",
     ),
+    "track": (
+        "smlaunch.launcher.commands.track",
+        "send a run's tracked params, metrics and artifacts to its MLflow run afterwards (--replay RUN_DIR)",
+    ),
     "report": (
         "smlaunch.launcher.commands.report",
         "draw a run's report again (Markdown, PNG plots, TensorBoard) and recompute the verdict and advisor",

@@ -25,7 +25,7 @@ import yaml
 
 from smlaunch.cluster.plan import LaunchPlan
 from smlaunch.config.schema import LaunchConfig
-from smlaunch.launcher.job.train_spec import checkpoint_dir, output_root
+from smlaunch.launcher.job.train_spec import checkpoint_dir, model_root, output_root
 
 log = logging.getLogger("smlaunch")
 
@@ -56,6 +56,7 @@ def run_job(cfg: LaunchConfig, cluster: AbstractContextManager[ClusterUp], stop=
     """Run the job on the cluster `cluster` brings up and return its report (also written under
     the head's output). `stop`: the run's `StopRequest` (SIGTERM or the toolkit's exit)."""
     from smlaunch.launcher.job.stopping import forward_stop_to_trainer
+    from smlaunch.launcher.job.tracking_setup import start_tracking
     from smlaunch.launcher.report.job_report import Rendering, write_report
     from smlaunch.launcher.report.phases import command_started, mark, phases
     from smlaunch.text import plural
@@ -70,9 +71,17 @@ def run_job(cfg: LaunchConfig, cluster: AbstractContextManager[ClusterUp], stop=
         timings = {"cluster_start_s": round(time.perf_counter() - started, 2)}
         log.info(f"cluster: {plural(len(up.plan.hosts), 'host')} up after {timings['cluster_start_s']:.1f} s")
         resume_from = prepare_job(cfg, up.plan)
+        tracker = start_tracking(cfg, up.plan, resume_from)
         loop_hosts = sorted({w.host for w in up.plan.workers}) if cfg.trainer.loop else None
-        with forward_stop_to_trainer(stop, drain=loop_hosts):
-            report = train_on_cluster(cfg, up.plan, resume_from, timings, stop, up.listed, marks, up.elastic)
+        try:
+            with forward_stop_to_trainer(stop, drain=loop_hosts):
+                report = train_on_cluster(
+                    cfg, up.plan, resume_from, timings, stop, up.listed, marks, up.elastic, tracker
+                )
+        except BaseException:
+            if tracker is not None:
+                tracker.finish("KILLED" if stop is not None and stop.is_set() else "FAILED", [])
+            raise
         report["summary"]["wall_s"] = round(time.perf_counter() - started, 2)
         report["summary"]["command_started_at"] = round(since, 3)  # what phases_s counts from (Unix time)
         report["summary"]["phases_s"] = phases(marks, since)
@@ -84,6 +93,10 @@ def run_job(cfg: LaunchConfig, cluster: AbstractContextManager[ClusterUp], stop=
     up.wait_for_outputs()
     report["summary"]["phases_s"] = phases(marks, since)
     _amend_summary(path, report["summary"])
+    if tracker is not None:  # report.json, its plots and the model, then the status
+        model = Path(model_root(up.plan)) / "model" / "model.pt"  # on S3 already: not uploaded again
+        stopped = stop is not None and stop.is_set()
+        tracker.finish("KILLED" if stopped else "FINISHED", [path, *sorted(path.parent.glob("*.png")), model])
     return report
 
 
@@ -145,13 +158,15 @@ def train_on_cluster(
     listed=None,
     marks: dict | None = None,
     elastic=None,
+    tracker=None,
 ) -> dict:
     """Datasets, trainer, report, on the Ray cluster this process is connected to; `plan` is final
     (on SageMaker: after every host joined), and the workers' spec is built from it here. A `stop`
     the trainer has not honoured within its grace ends the fit (`stopping.overdue`). `listed`: the
     channels' listings already under way (a future of `list_channels`), else they are listed here.
     `marks`: the run's phase marks (`launcher.report.phases`), given the listing's and rank 0's here.
-    `elastic`: the loop resizing the data hosts, fed every step record while `fit` runs.
+    `elastic`: the loop resizing the data hosts, fed every step record while `fit` runs; `tracker`:
+    the MLflow run (`launcher.tracking`), a view of the progress as TensorBoard's events are.
     The report is returned, not written: `run_job` writes it once, with the run's wall time."""
     from smlaunch.cluster.autoscale.controller import running
     from smlaunch.cluster.run_relay import start_relay
@@ -214,7 +229,7 @@ def train_on_cluster(
                 spec.total_steps,
                 resumed_step(resume_from),
                 cfg.trainer.log_every,
-                events,
+                [events, tracker],
                 on_step=elastic.on_step if elastic else None,
             ) as progress,
         ):

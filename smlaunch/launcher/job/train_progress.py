@@ -11,7 +11,8 @@ Rank 0 posts a record per optimizer step, each validation result and its notes t
   `step=<n> loss=<x> images_per_sec=<x> data_wait_pct=<x> lr=<x> grad_norm=<x>`, and
   `validation step=<n> epoch=<n> accuracy=<x> loss=<x>`;
 * notes and warnings the workers sent;
-* the same scalars as TensorBoard events, written as they come (`live_events`), when given a writer.
+* the same scalars to its views, as they come: TensorBoard events (`live_events`) and the MLflow
+  run (`tracking.tracker`), where the job has them.
 
 Printed here, on the driver, the lines carry no Ray prefix and no colour codes, wherever stdout goes.
 """
@@ -87,8 +88,11 @@ class _TrainBar(Progress):
 class TrainProgress:
     """Context manager around `fit`: drains the relay on a thread until the body returns."""
 
-    def __init__(self, relay, total_steps: int | None, initial_step: int, log_every: int, events=None, on_step=None):
-        self.relay, self.log_every, self.events, self.on_step = relay, log_every, events, on_step
+    def __init__(self, relay, total_steps: int | None, initial_step: int, log_every: int, views=(), on_step=None):
+        self.relay, self.log_every, self.on_step = relay, log_every, on_step
+        self.views = [v for v in views if v is not None]
+        """What else each step record and validation result go to, with `step`, `validation`,
+        `flush_if_due` and `close`: TensorBoard's events (`live_events`), the MLflow run (`tracking`)."""
         self.bar = _TrainBar(total_steps, initial_step)
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one drain at a time: the progress thread's, or the fit watcher's
@@ -126,15 +130,15 @@ class TrainProgress:
         return self.fatal
 
     def _write_events(self, what: str, *args) -> None:
-        """TensorBoard is a view: a failed write (a full disk) turns it off, never the progress thread,
-        which must go on passing the ranks' fatal errors to `fit`."""
-        if self.events is None:
-            return
-        try:
-            getattr(self.events, what)(*args)
-        except Exception as exc:  # any: the events are a view
-            log.warning(f"TensorBoard events off for the rest of the run: {type(exc).__name__}: {exc}")
-            self.events = None
+        """Each view is a view: a failed write (a full disk) turns that one off, never the progress
+        thread, which must go on passing the ranks' fatal errors to `fit`."""
+        for view in list(self.views):
+            try:
+                getattr(view, what)(*args)
+            except Exception as exc:  # any: a view
+                name = getattr(view, "NAME", type(view).__name__)
+                log.warning(f"{name} off for the rest of the run: {type(exc).__name__}: {exc}")
+                self.views.remove(view)
 
     def _drain(self, final: bool = False) -> None:
         import ray

@@ -38,6 +38,8 @@ class LiveEvents:
     (`flush_if_due`), at each validation and at close.
     """
 
+    NAME = "TensorBoard events"
+
     def __init__(self, directory: str | Path, suffix: str = LIVE_SUFFIX, thin: bool | None = None):
         from tensorboardX.event_file_writer import EventsWriter
 

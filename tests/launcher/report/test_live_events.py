@@ -41,7 +41,7 @@ def step(n: int) -> dict:
 
 def test_steps_are_on_disk_while_training_goes_on_and_the_report_adds_only_the_hosts(configs, tmp_path):
     directory = tmp_path / "output" / "data" / "tensorboard"
-    progress = TrainProgress(relay=None, total_steps=100, initial_step=0, log_every=50, events=LiveEvents(directory))
+    progress = TrainProgress(relay=None, total_steps=100, initial_step=0, log_every=50, views=[LiveEvents(directory)])
     for n in range(1, 11):
         progress.handle(step(n))
     progress.handle({"kind": "validation", "step": 10, "epoch": 1, "accuracy": 0.5, "loss": 1.2})
@@ -73,10 +73,10 @@ def test_a_failing_events_writer_turns_tensorboard_off_not_the_progress(tmp_path
         def step(self, record):
             raise OSError(28, "No space left on device")
 
-    progress = TrainProgress(relay=None, total_steps=10, initial_step=0, log_every=5, events=Full())
+    progress = TrainProgress(relay=None, total_steps=10, initial_step=0, log_every=5, views=[Full()])
     progress.handle(step(1))  # no exception: the thread that passes fatal errors on must survive
     progress.handle({"kind": "fatal", "text": "bad record"})
-    assert progress.events is None and progress.fatal == {"kind": "fatal", "text": "bad record"}
+    assert progress.views == [] and progress.fatal == {"kind": "fatal", "text": "bad record"}
 
 
 def test_a_long_run_writes_a_bounded_number_of_points_each_the_mean_of_its_steps(tmp_path, monkeypatch):
