@@ -48,6 +48,15 @@ RAY_INTERNALS = (
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @dataclass
 class TerminalRun:
     code: int
@@ -85,6 +94,8 @@ def tiny_job(tmp_path_factory) -> TerminalRun:
             "cluster.instance_groups.0.gpus=2",
             "--set",
             "trainer.steps=30",
+            "--set",  # tracked in a SQLite MLflow store (issue 81)
+            f"tracking.mlflow={{uri: {tmp_path / 'mlflow.db'}, experiment: e2e, tags: {{team: vision}}}}",
             "--set",  # a secret in the config's environment: masked in every file and line (issue 79)
             "sagemaker={image_uri: 'img:1', role_arn: 'arn:aws:iam::111122223333:role/R', bucket: my-bucket, "
             f"environment: {{HF_TOKEN: {CONFIG_SECRET}, NCCL_DEBUG: WARN}}}}",
@@ -203,6 +214,34 @@ def test_no_credential_shows_in_output_report_config_trees_or_logs(tiny_job):
 
 
 @pytest.mark.ray
+def test_the_job_is_one_finished_mlflow_run_with_its_config_steps_validation_and_report(tiny_job):
+    """Read back with MLflow's own client: one run, named after the run, FINISHED; the config as
+    dotted params; the loss at steps 1, 10, 20, 30 (`trainer.log_every`) with both ranks' images/s;
+    the validation's accuracy; report.json and its plots; the system facts; no secret."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tiny_job.run.parent / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("e2e").experiment_id])
+    assert len(runs) == 1, runs
+    run = runs[0]
+    assert (run.info.status, run.info.run_name) == ("FINISHED", "e2e")
+    assert run.data.params["trainer.steps"] == "30" and run.data.params["cluster.instance_groups.0.gpus"] == "2"
+    assert run.data.params["sagemaker.environment.HF_TOKEN"] == "***"
+    assert run.data.tags["team"] == "vision" and run.data.tags["smlaunch.world_size"] == "2"
+    assert run.data.tags["smlaunch.instance_groups"].startswith("gpu: 1 x ml.g5.xlarge")
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    assert [m.step for m in losses] == [1, 10, 20, 30]
+    assert [m.value for m in losses] == pytest.approx(
+        [s["loss"] for s in tiny_job.report["steps"] if s["step"] in (1, 10, 20, 30)], abs=1e-4
+    )
+    assert client.get_metric_history(run.info.run_id, "images_per_sec")[-1].value > 0
+    accuracy = client.get_metric_history(run.info.run_id, "validation_accuracy")
+    assert [m.value for m in accuracy] == pytest.approx([v["accuracy"] for v in tiny_job.report["validation"]])
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"report.json", "throughput.png"} <= artifacts and "model" not in artifacts, artifacts
+    assert CONFIG_SECRET.encode() not in (tiny_job.run.parent / "mlflow.db").read_bytes()
+
+
 def test_the_hosts_got_sagemaker_shaped_trees_and_only_data_hosts_the_channels(tiny_job):
     config = json.loads((tiny_job.run / "hosts/algo-2/opt/ml/input/config/resourceconfig.json").read_text())
     assert config["current_host"] == "algo-2" and config["current_group_name"] == "cpu"
@@ -257,6 +296,8 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
             "channels.train.max_corrupted_records=1",
             "--set",
             f"run.s3_seed={seeds}",
+            "--set",  # a tracking server nothing answers at: one warning, the job unharmed (issue 81)
+            f"tracking.mlflow.uri=http://127.0.0.1:{closed_port()}",
         ],
         capture_output=True,
         text=True,
@@ -268,6 +309,23 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     assert "\x1b" not in result.stdout + result.stderr and "\r" not in result.stdout
     assert not [line for line in result.stdout.splitlines() if any(word in line for word in RAY_INTERNALS)]
     assert "WARNING: channel 'train': skipped a corrupt record: " in result.stdout
+    untracked = [line for line in result.stdout.splitlines() if line.startswith("WARNING: tracking:")]
+    assert len(untracked) == 1 and "training goes on untracked" in untracked[0], untracked
+    # what the run tracked is in its folder, and reaches a store afterwards
+    store = tmp_path / "later.db"
+    sent = subprocess.run(
+        [sys.executable, "-m", "smlaunch.launcher.cli", "track", "--replay", str(tmp_path / "s3"), "--uri", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sent.returncode == 0 and "status FINISHED" in sent.stdout + sent.stderr, sent.stdout + sent.stderr
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{store}")
+    (run,) = client.search_runs([client.get_experiment_by_name("smlaunch").experiment_id])
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 10, 16]  # and the last
+    assert run.data.params["trainer.steps"] == "16" and run.info.status == "FINISHED"
     assert re.search(
         r"^step=10 loss=[0-9.]+ images_per_sec=[0-9.]+ data_wait_pct=[0-9.]+ lr=\S+ grad_norm=[0-9.e-]+$",
         result.stdout,

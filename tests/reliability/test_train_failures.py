@@ -96,6 +96,19 @@ def assert_ranks_in_sync(rep: dict, hosts: list[str]) -> None:
     assert [w["host"] for w in rep["workers"]] == hosts and rep["summary"]["ranks_in_sync"], rep["workers"]
 
 
+def mlflow_runs(tmp_path) -> list[tuple[str, int]]:
+    """Each MLflow run's status and last logged step; its loss history must hold each step once, in order."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    out = []
+    for run in client.search_runs([client.get_experiment_by_name("smlaunch").experiment_id]):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+        assert steps == sorted(set(steps)), steps
+        out.append((run.info.status, steps[-1]))
+    return out
+
+
 TWO_RANKS = "cluster.instance_groups.0.instance_count=2"  # tiny.yaml's gpu group: 2 x ml.g5.xlarge
 
 
@@ -108,6 +121,7 @@ def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_a
         f"trainer.checkpoint_interval={interval}",
         "trainer.max_failures=1",
         "trainer.grad_accum_steps=2",
+        f"tracking.mlflow.uri={tmp_path / 'mlflow.db'}",  # one MLflow run through all of it (issue 81)
     )
     checkpoints = head(tmp_path, "run") / "checkpoints"
     proc = launch(configs, tmp_path, "run", *sets)
@@ -148,6 +162,7 @@ def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_a
     assert stopped is not None and stopped >= 20 and f"stopped early at step {stopped} on request (SIGTERM)" in out
     assert summary["stopped_by"] == "request (SIGTERM)"
     assert latest_complete(checkpoints).name == f"step-{stopped:08d}"
+    assert mlflow_runs(tmp_path) == [("KILLED", stopped)]  # the stop, and each step once across the restart
     # The report's steps are the restarted group's: from the checkpoint it resumed at to the stop.
     assert [s["step"] for s in first["steps"]] == list(range(summary["resumed_at_step"] + 1, stopped + 1))
     assert_ranks_in_sync(first, ["algo-1", "algo-2"])
@@ -177,6 +192,7 @@ def test_two_ranks_survive_a_killed_worker_and_sigterm_then_resume_on_one_rank_a
     assert_ranks_in_sync(third, ["algo-1", "algo-2"])
     card = json.loads((head(tmp_path, "run") / "model" / "model.json").read_text())
     assert card["steps"] == target
+    assert mlflow_runs(tmp_path) == [("FINISHED", target)]  # three jobs, one run, reopened by its kept id
     assert_model_reloads_to_its_final_validation(configs, head(tmp_path, "run") / "model", card)
 
 

@@ -15,7 +15,7 @@ start, or fails later, ends the sending with one warning, and the job trains on 
 stop), inside SageMaker's 120 s between SIGTERM and SIGKILL.
 
 What is logged: the resolved config as dotted params (`trainer.learning_rate`), the step records'
-numbers every `trainer.log_every` steps with their global step (loss, lr, grad_norm, images_per_sec,
+numbers every `trainer.log_every` steps and at the last, with their global step (loss, lr, grad_norm, images_per_sec,
 data_wait_pct, a user's loss numbers and loop reports), each validation's metrics as
 `validation_<name>`, the system facts as tags (instance groups, world size, precision, SageMaker
 job), and at the end report.json, the report's plots and, with `log_model`, model.pt.
@@ -113,6 +113,7 @@ class MlflowTracker:
         self.off = threading.Event()
         """Set once sending failed: the journal alone records from then."""
         self.run_id: str | None = None
+        self._last: dict | None = None
         self._thread = threading.Thread(target=self._send, name="smlaunch-mlflow", daemon=True)
 
     def start(self, params: dict[str, str], tags: dict[str, str]) -> MlflowTracker:
@@ -123,8 +124,10 @@ class MlflowTracker:
 
     # the progress thread's view
     def step(self, record: dict) -> None:
-        if record["step"] % self.log_every == 0 or record["step"] == 1:
+        logged = record["step"] % self.log_every == 0 or record["step"] == 1
+        if logged:
             self._put("points", points=step_points(record))
+        self._last = None if logged else record  # the run's last step is logged at its end, whatever its number
 
     def validation(self, result: dict) -> None:
         self._put("points", points=validation_points(result))
@@ -147,6 +150,8 @@ class MlflowTracker:
     def finish(self, status: str, artifacts: list[Path], deadline_s: float = DRAIN_S) -> None:
         """Send what is queued, the artifacts and `status` within `deadline_s`; what is left is in
         the journal, and one line says how to send it."""
+        if self._last is not None:
+            self._put("points", points=step_points(self._last))
         for path in artifacts:
             self.journal.write("artifact", path=str(path))
         self.journal.write("end", status=status)
