@@ -34,6 +34,10 @@ COMMANDS = {
         "smlaunch.launcher.commands.jobs",
         "stop a submitted job: every host checkpoints at the next step boundary and exits",
     ),
+    "tune": (
+        "smlaunch.launcher.commands.tune",
+        "the job as a SageMaker hyperparameter tuning job over config keys; --dry-run prints it; --status NAME",
+    ),
     "track": (
         "smlaunch.launcher.commands.track",
         "send a run's tracked params, metrics and artifacts to its MLflow run afterwards (--replay RUN_DIR)",

@@ -59,6 +59,15 @@ def load_job(args, failure, write_failure_locally: bool = True) -> Job:
         hyperparameters = {key: decoded(value) for key, _, value in given}
     overrides = job_overrides(hyperparameters)
     cfg = load_config(args.config, args.overrides, overrides)
+    if sm is not None:  # a tuning trial keeps its checkpoints and MLflow run apart from the other trials'
+        from smlaunch.launcher.sagemaker.tuning import trial_overrides
+
+        apart = trial_overrides(
+            hyperparameters, sm.job_name, cfg.trainer.checkpoint_dir, str(base_dir() / "checkpoints")
+        )
+        if apart:
+            overrides = {**overrides, **apart}
+            cfg = load_config(args.config, args.overrides, overrides)
     if sm is None and overrides:  # simulate: checked here; each host applies them from its tree, as on SageMaker
         cfg = load_config(args.config, args.overrides)
     if sm is not None:

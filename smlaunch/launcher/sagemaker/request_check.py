@@ -32,24 +32,25 @@ from smlaunch.config.schema import LaunchConfig
 MAX_GROUPS = 5
 
 
-@functools.lru_cache(maxsize=1)
-def _operation():
+@functools.lru_cache(maxsize=4)
+def _operation(name: str = "CreateTrainingJob"):
     import botocore.session
 
-    return botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob")
+    return botocore.session.get_session().get_service_model("sagemaker").operation_model(name)
 
 
-def validate_request(request: dict) -> list[str]:
-    """Every problem with `request`, one line each; empty when it may be sent."""
+def validate_request(request: dict, operation: str = "CreateTrainingJob") -> list[str]:
+    """Every problem with `request` (CreateTrainingJob's, or CreateHyperParameterTuningJob's, whose
+    training job definition the service rules apply to), one line each; empty when it may be sent."""
     from botocore.validate import ParamValidator
 
-    shape = _operation().input_shape
+    shape = _operation(operation).input_shape
     report = ParamValidator().validate(request, shape)
     errors = (
         [line.strip() for line in report.generate_report().splitlines() if line.strip()] if report.has_errors() else []
     )
     _walk(request, shape, "", errors)
-    errors.extend(service_rule_errors(request))
+    errors.extend(service_rule_errors(request.get("TrainingJobDefinition", request)))
     return errors
 
 

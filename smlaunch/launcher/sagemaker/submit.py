@@ -45,10 +45,13 @@ def submit(
     from_report: str | None = None,
     note: Callable[[str], None] | None = None,
     config_name: str = "CONFIG",
+    tuning: Callable[[dict, str], dict] | None = None,
 ) -> dict:
     """Submit `cfg` as a training job; returns the request as sent (token masked). `data_hosts`
     (over `sagemaker.data_hosts`) and `from_report` size the data group first
-    (`launcher.report.sizing`), whose line goes to `note` (default: `log`)."""
+    (`launcher.report.sizing`), whose line goes to `note` (default: `log`). `tuning` makes it a
+    tuning job instead: (the training job's request, the tuning job's name) -> its request
+    (`launcher.sagemaker.tuning`), validated and created as such, with the same uploads."""
     import logging
     import re
 
@@ -74,9 +77,12 @@ def submit(
         raise ConfigError("sagemaker.region: not set, and boto3 has no default region (AWS_REGION, ~/.aws/config)")
     token = secrets.token_urlsafe(32)
     request = build_training_job_request(cfg, name, token, region)
-    errors = validate_request(request)
+    operation = "CreateTrainingJob"
+    if tuning is not None:
+        request, operation = tuning(request, name), "CreateHyperParameterTuningJob"
+    errors = validate_request(request, operation)
     if errors:
-        raise UserError(f"the CreateTrainingJob request for {name} is invalid: " + "; ".join(errors))
+        raise UserError(f"the {operation} request for {name} is invalid: " + "; ".join(errors))
     from smlaunch.launcher.sagemaker.sourcedir import pack_sourcedir, resolved_config
     from smlaunch.user_code import code_files, code_folder, data_folders, user_functions
 
@@ -133,11 +139,18 @@ def submit(
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        answer = session.client("sagemaker").create_training_job(**request)
+        client = session.client("sagemaker")
+        create = client.create_hyper_parameter_tuning_job if tuning is not None else client.create_training_job
+        answer: dict = dict(create(**request))
     except (BotoCoreError, ClientError) as exc:
         # a service message may quote the request back; the token must not reach the terminal
         reason = " ".join(str(exc).replace(token, "<SMLAUNCH_RAY_TOKEN>").split())
-        raise UserError(f"CreateTrainingJob {name}: {reason}") from None
+        if tuning is not None and "InstanceGroup" in reason:
+            reason += " (a tuning job with instance groups is not documented by AWS: see docs/tracking.md)"
+        raise UserError(f"{operation} {name}: {reason}") from None
+    if tuning is not None:
+        log(f"submit: created tuning job {name} ({answer.get('HyperParameterTuningJobArn', 'no ARN returned')})")
+        return shown
     log(
         f"submit: created training job {name} ({answer.get('TrainingJobArn', 'no ARN returned')}), "
         f"{sm.entry} entry, hosts run sm-launch {sm.command}"

@@ -293,10 +293,11 @@ def masked(request: dict) -> dict:
     from smlaunch.redaction import masked as masked_values
 
     out = json.loads(json.dumps(request))
-    token = out.get("Environment", {}).get(TOKEN_ENV)
-    for section in ("Environment", "HyperParameters"):
-        if section in out:
-            out[section] = masked_values(out[section])
+    job = out.get("TrainingJobDefinition", out)  # a tuning job's request holds the training job's
+    token = job.get("Environment", {}).get(TOKEN_ENV)
+    for section in ("Environment", "HyperParameters", "StaticHyperParameters"):
+        if section in job:
+            job[section] = masked_values(job[section])
     if token is not None:
-        out["Environment"][TOKEN_ENV] = f"<generated, {len(token)} chars>"
+        job["Environment"][TOKEN_ENV] = f"<generated, {len(token)} chars>"
     return out
