@@ -16,6 +16,7 @@ call and deletes none). Per metric, since a validation at step N comes after ste
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -44,6 +45,8 @@ class MlflowStore:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S)
         from mlflow import MlflowClient
 
+        for name in ("mlflow", "alembic"):  # their INFO lines (a new store's migrations) are not the job's
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = tracking_uri(uri)
         if self.uri.startswith("sqlite:///"):
             Path(self.uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
