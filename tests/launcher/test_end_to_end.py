@@ -227,8 +227,8 @@ def test_the_job_is_one_finished_mlflow_run_with_its_config_steps_validation_and
     assert (run.info.status, run.info.run_name) == ("FINISHED", "e2e")
     assert run.data.params["trainer.steps"] == "30" and run.data.params["cluster.instance_groups.0.gpus"] == "2"
     assert run.data.params["sagemaker.environment.HF_TOKEN"] == "***"
-    assert run.data.tags["team"] == "vision" and run.data.tags["smlaunch.world_size"] == "2"
-    assert run.data.tags["smlaunch.instance_groups"].startswith("gpu: 1 x ml.g5.xlarge")
+    assert run.data.tags["team"] == "vision" and run.data.tags["system.world_size"] == "2"
+    assert run.data.tags["system.instance_groups"].startswith("gpu: 1 x ml.g5.xlarge")
     losses = client.get_metric_history(run.info.run_id, "loss")
     assert [m.step for m in losses] == [1, 10, 20, 30]
     assert [m.value for m in losses] == pytest.approx(

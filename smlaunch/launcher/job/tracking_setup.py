@@ -23,14 +23,14 @@ def start_tracking(cfg, plan, resume_from: str | None) -> MlflowTracker | None:
     for host in plan.hosts:
         groups.setdefault(host.group, []).append(host.instance_type)
     tags = {
-        "smlaunch.job": cfg.job,
-        "smlaunch.instance_groups": "; ".join(f"{g}: {len(t)} x {t[0]}" for g, t in groups.items()),
-        "smlaunch.world_size": str(plan.train_workers),
-        "smlaunch.resumed_from": resume_from or "",
+        "system.job": cfg.job,
+        "system.instance_groups": "; ".join(f"{g}: {len(t)} x {t[0]}" for g, t in groups.items()),
+        "system.world_size": str(plan.train_workers),
+        "system.resumed_from": resume_from or "",
         **({"sagemaker.training_job": os.environ["TRAINING_JOB_NAME"]} if os.environ.get("TRAINING_JOB_NAME") else {}),
     }
     if not cfg.trainer.loop:
-        tags["smlaunch.precision"] = planned_precision(cfg, plan)[0]
+        tags["system.precision"] = planned_precision(cfg, plan)[0]
     tags = {metric_key(k): v for k, v in {**tags, **mlflow.tags}.items()}
     tracker = MlflowTracker(
         mlflow,

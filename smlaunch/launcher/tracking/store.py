@@ -23,7 +23,7 @@ from pathlib import Path
 
 HTTP_RETRIES = "1"
 HTTP_TIMEOUT_S = "5"
-LAST_STEP_TAG = "smlaunch.last_step"
+LAST_STEP_TAG = "sm-launch.last_step"
 MAX_METRICS = 1000
 MAX_PARAMS = 100
 MAX_PARAM_VALUE = 6000

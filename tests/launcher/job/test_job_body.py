@@ -33,7 +33,7 @@ def fake_training(configs, tmp_path, monkeypatch):
     seen = {}
     report, plan = constructed_report(configs, tmp_path, compute_s=0.1, wait_s=0.0, chain_s_per_row=0.001, steps=4)
 
-    def train(cfg, plan, resume_from, timings, stop, listed, marks, elastic=None):
+    def train(cfg, plan, resume_from, timings, stop, listed, marks, elastic=None, tracker=None):
         seen.update(
             plan=plan,
             timings=dict(timings),

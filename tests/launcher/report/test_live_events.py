@@ -49,7 +49,7 @@ def test_steps_are_on_disk_while_training_goes_on_and_the_report_adds_only_the_h
     live = scalars(directory)
     assert {("train/loss", n) for n in range(1, 11)} <= set(live)
     assert live[("validation/accuracy", 10)] == 1 and live[("train/data_wait_pct", 10)] == 1
-    progress.events.close()
+    progress.views[0].close()
 
     report, _ = constructed_report(configs, tmp_path / "run", compute_s=0.02, wait_s=0.14, chain_s_per_row=0.01)
     write_report(report, directory.parent)

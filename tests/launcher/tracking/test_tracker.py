@@ -39,7 +39,7 @@ def job(tmp_path, uri: str, steps, resume: bool = False, status: str = "FINISHED
     )
     run.start(
         flat_params({"trainer": {"learning_rate": 0.01, "steps": 6}, "pipeline": {"ops": [{"name": "resize"}]}}),
-        {"smlaunch.world_size": "2"},
+        {"system.world_size": "2"},
     )
     for n in steps:
         run.step(record(n, 1.0 / n))
@@ -61,7 +61,7 @@ def test_a_job_is_one_run_with_dotted_params_each_step_once_and_a_resume_reopens
     run = runs[0]
     assert run.info.status == "FINISHED" and run.info.run_name == "job-1"
     assert run.data.params["trainer.learning_rate"] == "0.01" and run.data.params["pipeline.ops.0.name"] == "resize"
-    assert run.data.tags["team"] == "vision" and run.data.tags["smlaunch.world_size"] == "2"
+    assert run.data.tags["team"] == "vision" and run.data.tags["system.world_size"] == "2"
     losses = client.get_metric_history(run.info.run_id, "loss")
     assert [m.step for m in losses] == [1, 2, 3, 4, 5, 6]  # strictly increasing: none twice
     assert [m.value for m in losses][-1] == pytest.approx(1 / 6)
