@@ -44,8 +44,10 @@ STEP_KEYS = {"loss": "loss", "lr": "lr", "grad_norm": "grad_norm", "images_per_s
 
 
 def metric_key(name: str) -> str:
-    """A metric, param or tag key MLflow takes: alphanumerics, `_ - . / :` and spaces."""
-    return "".join(c if c.isalnum() or c in "_-./: " else "_" for c in str(name))[:250]
+    """A metric, param or tag key MLflow takes: alphanumerics, `_ - . :` and spaces. MLflow allows `/`
+    too, but not where the key would change as a path (`run.s3_seed.s3://bucket/`, a key of a dict in
+    the config, has `//` and a trailing `/`), and a refused key fails its whole request."""
+    return "".join(c if c.isalnum() or c in "_-.: " else "_" for c in str(name))[:250]
 
 
 def flat_params(tree, prefix: str = "") -> dict[str, str]:

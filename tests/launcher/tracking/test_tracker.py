@@ -38,7 +38,13 @@ def job(tmp_path, uri: str, steps, resume: bool = False, status: str = "FINISHED
         cfg, tmp_path / "out/tracking/journal.jsonl", str(tmp_path / "ckpt/mlflow_run.json"), "job-1", resume, 1
     )
     run.start(
-        flat_params({"trainer": {"learning_rate": 0.01, "steps": 6}, "pipeline": {"ops": [{"name": "resize"}]}}),
+        flat_params(
+            {
+                "trainer": {"learning_rate": 0.01, "steps": 6},
+                "pipeline": {"ops": [{"name": "resize"}]},
+                "run": {"s3_seed": {"s3://bucket/": "builtin:digits"}},  # a key MLflow would refuse as it is
+            }
+        ),
         {"system.world_size": "2"},
     )
     for n in steps:
@@ -61,6 +67,7 @@ def test_a_job_is_one_run_with_dotted_params_each_step_once_and_a_resume_reopens
     run = runs[0]
     assert run.info.status == "FINISHED" and run.info.run_name == "job-1"
     assert run.data.params["trainer.learning_rate"] == "0.01" and run.data.params["pipeline.ops.0.name"] == "resize"
+    assert run.data.params["run.s3_seed.s3:__bucket_"] == "builtin:digits"
     assert run.data.tags["team"] == "vision" and run.data.tags["system.world_size"] == "2"
     losses = client.get_metric_history(run.info.run_id, "loss")
     assert [m.step for m in losses] == [1, 2, 3, 4, 5, 6]  # strictly increasing: none twice
