@@ -96,6 +96,8 @@ def plan_lines(cfg, plan) -> list[str]:
         from smlaunch.launcher.job.cache_setup import cache_line
 
         lines.append(cache_line(cfg, plan))
+    if cfg.tracking.mlflow is not None:
+        lines.append(tracking_line(cfg))
     from smlaunch.user_code import code_summary
 
     code = code_summary(cfg)
@@ -280,3 +282,14 @@ def _order(cfg, c) -> str:
         )
         text += f", {buffer}-row shuffle buffer per train worker (~{buffer * 3 * crop * crop / 1e6:.0f} MB)"
     return text
+
+
+def tracking_line(cfg) -> str:
+    """The plan's line: where the run goes, what it is called, what a resume does."""
+    mlflow = cfg.tracking.mlflow
+    name = f"named {mlflow.run_name!r}" if mlflow.run_name else "named after the job"
+    resume = "a resume reopens it (its id beside the checkpoints)" if cfg.trainer.resume else "a new run each time"
+    plugin = ""
+    if mlflow.uri.startswith("arn:"):
+        plugin = "; the image needs pip install 'smlaunch[sagemaker-mlflow]'"
+    return f"tracking: MLflow at {mlflow.uri}, experiment {mlflow.experiment!r}, the run {name}; {resume}{plugin}"

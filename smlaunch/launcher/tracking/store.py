@@ -15,6 +15,7 @@ call and deletes none). Per metric, since a validation at step N comes after ste
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -48,6 +49,11 @@ class MlflowStore:
         for name in ("mlflow", "alembic"):  # their INFO lines (a new store's migrations) are not the job's
             logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = tracking_uri(uri)
+        if self.uri.startswith("arn:") and importlib.util.find_spec("sagemaker_mlflow") is None:
+            raise RuntimeError(
+                "a SageMaker MLflow ARN needs the sagemaker-mlflow plugin in the job's image: "
+                "pip install 'smlaunch[sagemaker-mlflow]'"
+            )
         if self.uri.startswith("sqlite:///"):
             Path(self.uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         self.client = MlflowClient(tracking_uri=self.uri)

@@ -112,3 +112,21 @@ def test_a_full_queue_drops_and_counts_never_waits(tmp_path, monkeypatch):
     lines = (tmp_path / "j.jsonl").read_text().splitlines()
     assert sum('"kind":"points"' in line for line in lines) == 10  # the journal has every one
     held.set()
+
+
+def test_the_plan_says_where_the_run_goes_and_an_arn_without_its_plugin_is_one_warning(configs, tmp_path, caplog):
+    from smlaunch.config import load_config
+    from smlaunch.launcher.job.plan_text import tracking_line
+
+    arn = "arn:aws:sagemaker:us-east-1:111122223333:mlflow-tracking-server/team"
+    cfg = load_config(configs / "tiny.yaml", [f"tracking.mlflow.uri={arn}"])
+    assert tracking_line(cfg) == (
+        f"tracking: MLflow at {arn}, experiment 'smlaunch', the run named after the job; a resume reopens it (its "
+        "id beside the checkpoints); the image needs pip install 'smlaunch[sagemaker-mlflow]'"
+    )
+    with caplog.at_level(logging.WARNING, logger="smlaunch"):
+        run = job(tmp_path, arn, [1, 2])
+    (line,) = [r.getMessage() for r in caplog.records if "tracking:" in r.getMessage()]
+    assert "needs the sagemaker-mlflow plugin" in line and run.off.is_set()
+    with pytest.raises(Exception, match="a local store is a SQLite file"):
+        load_config(configs / "tiny.yaml", ["tracking.mlflow.uri=runs/mlruns"])
