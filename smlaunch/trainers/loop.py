@@ -345,7 +345,7 @@ class _Run:
             complete,
             0,
             positions=progress.merged if positions else None,
-            units=self.cache.units(self.spec.train_units),
+            units=self.cache.units(self.spec.train_units, progress.space),
             resumed_by_position=progress.resumed_by_position,
         )
         if complete:  # before any rank asks for the next epoch: it reads the cache this sealed
