@@ -73,7 +73,11 @@ class MlflowStore:
                 self.log(tags=tags)
             return True
         found = self.client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
+        experiment_id = (
+            found.experiment_id
+            if found is not None
+            else self.client.create_experiment(experiment, artifact_location=self._artifact_root(experiment))
+        )
         self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
         return False
 
@@ -116,6 +120,14 @@ class MlflowStore:
             self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tag_items[i : i + MAX_PARAMS]])
         self.params.update(new_params)
         return len(metrics) - len(fresh)
+
+    def _artifact_root(self, experiment: str) -> str | None:
+        """A SQLite store's artifacts beside it (`<store>-artifacts/<experiment>`): MLflow's default is
+        `./mlruns` under whatever folder the job ran from. A server chooses its own."""
+        if not self.uri.startswith("sqlite:///"):
+            return None
+        db = Path(self.uri[len("sqlite:///") :])
+        return (db.parent / f"{db.stem}-artifacts" / "".join(c if c.isalnum() else "_" for c in experiment)).as_uri()
 
     def artifact(self, path: str | Path, folder: str | None = None) -> None:
         assert self.run_id is not None

@@ -77,6 +77,7 @@ def test_a_job_is_one_run_with_dotted_params_each_step_once_and_a_resume_reopens
     assert [(m.step, m.value) for m in validation] == [(4, 0.5), (6, 0.5)]  # at step 4 once, though 4 came twice
     assert client.get_metric_history(run.info.run_id, "data_wait_pct")[0].value == pytest.approx(10.0)
     assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["report.json"]  # model.pt: log_model off
+    assert (tmp_path / f"mlflow-artifacts/exp/{run.info.run_id}/artifacts/report.json").is_file()  # beside the store
     assert json.loads((tmp_path / "ckpt/mlflow_run.json").read_text())["run_id"] == run.info.run_id
 
 
