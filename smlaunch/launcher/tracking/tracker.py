@@ -90,13 +90,18 @@ class Journal:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+        self._lock = threading.Lock()  # the progress thread writes, and the sender its run's id
 
     def write(self, kind: str, **fields) -> None:
-        self._file.write(json.dumps({"kind": kind, **fields}, separators=(",", ":")) + "\n")
-        self._file.flush()
+        line = json.dumps({"kind": kind, **fields}, separators=(",", ":")) + "\n"
+        with self._lock:
+            if not self._file.closed:  # a sender still opening the run when the job ended: nothing to add
+                self._file.write(line)
+                self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            self._file.close()
 
 
 class MlflowTracker:
