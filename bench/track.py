@@ -19,7 +19,7 @@ estimated (1M steps at the default `log_every: 10` are 100,000 logged steps).
 Ends with `RESULT track images_per_s_ratio=<tracked/untracked> replay_points_per_s=<...>
 goal=images_per_s_ratio>=0.98`.
 
-    python bench/track.py [--rounds 2] [--steps 80] [--journal-steps 20000]
+    python bench/track.py [--rounds 3] [--steps 400] [--journal-steps 20000]
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def replay_bench(tmp: Path, steps: int) -> tuple[float, float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--journal-steps", type=int, default=20_000)
     args = parser.parse_args()
     ratios = []
