@@ -309,6 +309,15 @@ def test_s3_channels_fastfile_sharded_with_a_corrupt_record_skipped(configs, tmp
     assert "\x1b" not in result.stdout + result.stderr and "\r" not in result.stdout
     assert not [line for line in result.stdout.splitlines() if any(word in line for word in RAY_INTERNALS)]
     assert "WARNING: channel 'train': skipped a corrupt record: " in result.stdout
+    # the submitted job's MetricDefinitions read this job's own lines, each value once (issue 81)
+    from smlaunch.config import load_config
+    from smlaunch.launcher.sagemaker.metrics import metric_definitions
+
+    definitions = {m["Name"]: m["Regex"] for m in metric_definitions(load_config(configs / "s3-fastfile.yaml"))}
+    assert len(re.findall(definitions["train:loss"], result.stdout)) == 2  # steps 1 and 10 (log_every 10)
+    accuracy = re.findall(definitions["validation:accuracy"], result.stdout)
+    written = json.loads((tmp_path / "s3/hosts/algo-1/opt/ml/output/data/report.json").read_text())
+    assert accuracy and float(accuracy[-1]) == pytest.approx(written["validation"][-1]["accuracy"], abs=1e-4)
     untracked = [line for line in result.stdout.splitlines() if line.startswith("WARNING: tracking:")]
     assert len(untracked) == 1 and "training goes on untracked" in untracked[0], untracked
     # what the run tracked is in its folder, and reaches a store afterwards

@@ -101,6 +101,25 @@ def test_an_unreachable_store_costs_the_job_one_warning_and_replay_sends_the_run
     assert [m.step for m in client.get_metric_history(sent["run_id"], "loss")] == [1, 2, 3]
 
 
+def test_a_users_loop_reports_are_tracked_as_the_built_in_loops_numbers_are():
+    from smlaunch.launcher.tracking.tracker import step_points
+
+    loop = {
+        "step": 5,
+        "loop": True,
+        "metrics": {"acc": 0.5, "epoch": 1},
+        "images_per_s": 10.0,
+        "step_time_s": 1.0,
+        "data_wait_s": 0.1,
+    }
+    assert sorted(step_points(loop)) == [
+        ("acc", 0.5, 5),
+        ("data_wait_pct", 10.0, 5),
+        ("epoch", 1.0, 5),
+        ("images_per_sec", 10.0, 5),
+    ]
+
+
 def test_a_full_queue_drops_and_counts_never_waits(tmp_path, monkeypatch):
     monkeypatch.setattr(tracking, "QUEUE_ITEMS", 3)
     held = threading.Event()
