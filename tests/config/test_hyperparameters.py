@@ -54,3 +54,14 @@ def test_a_bad_one_is_one_line_naming_hyperparameters_json(configs):
     assert "trainer.colour: unknown key; valid keys: batch_size" in message and "\n" not in message
     with pytest.raises(ConfigError, match=r"^hyperparameters.json 'pipeline.ops.99.size': pipeline.ops is a list of"):
         load_config(configs / "tiny.yaml", hyperparameters={"pipeline.ops.99.size": 64})
+
+
+def test_simulate_takes_them_as_a_job_s_strings_and_refuses_one_without_a_value():
+    from types import SimpleNamespace
+
+    from smlaunch.launcher.commands.job import given_hyperparameters
+
+    given = given_hyperparameters(SimpleNamespace(hyperparameters=["trainer.steps=4", "x.y="]))
+    assert given == {"trainer.steps": "4", "x.y": ""}
+    with pytest.raises(ConfigError, match=r"^--hyperparameter 'trainer.steps': expected KEY=VALUE"):
+        given_hyperparameters(SimpleNamespace(hyperparameters=["trainer.steps"]))

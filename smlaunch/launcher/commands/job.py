@@ -55,8 +55,7 @@ def load_job(args, failure, write_failure_locally: bool = True) -> Job:
     else:  # `simulate --hyperparameter`: checked here, applied by each simulated host from its tree
         from smlaunch.config.hyperparameters import decoded
 
-        given = (item.partition("=") for item in getattr(args, "hyperparameters", None) or [])
-        hyperparameters = {key: decoded(value) for key, _, value in given}
+        hyperparameters = {key: decoded(value) for key, value in given_hyperparameters(args).items()}
     overrides = job_overrides(hyperparameters)
     cfg = load_config(args.config, args.overrides, overrides)
     if sm is not None:  # a tuning trial keeps its checkpoints and MLflow run apart from the other trials'
@@ -100,3 +99,16 @@ def job_overrides(hyperparameters: dict) -> dict:
     if ignored:
         log.info(f"hyperparameters: ignoring {', '.join(ignored)} (not a dotted config key such as trainer.epochs)")
     return overrides
+
+
+def given_hyperparameters(args) -> dict[str, str]:
+    """`simulate --hyperparameter KEY=VALUE`s as SageMaker writes a job's: strings, as given."""
+    from smlaunch.errors import ConfigError
+
+    given = {}
+    for item in getattr(args, "hyperparameters", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--hyperparameter {item!r}: expected KEY=VALUE, e.g. trainer.learning_rate=0.01")
+        given[key] = value
+    return given

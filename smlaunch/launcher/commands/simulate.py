@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from smlaunch.console import RESULT
-from smlaunch.launcher.commands.job import add_config_arguments, load_job
+from smlaunch.launcher.commands.job import add_config_arguments, given_hyperparameters, load_job
 
 log = logging.getLogger("smlaunch")
 
@@ -54,7 +54,6 @@ def main(args, failure) -> int:
     console.log_to_file(Path(job.plan.run_dir) / "logs" / "sm-launch.log")
     for line in summary(job.cfg, job.plan):
         log.info(line)
-    given = dict(item.partition("=")[::2] for item in args.hyperparameters)
-    code = simulate(job.cfg, job.plan, args.host_command, stop, hyperparameters=given)
+    code = simulate(job.cfg, job.plan, args.host_command, stop, hyperparameters=given_hyperparameters(args))
     log.log(RESULT, f"simulated SageMaker job: {'every host exited 0' if code == 0 else f'exit {code}'}")
     return code

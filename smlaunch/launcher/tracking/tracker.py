@@ -140,10 +140,10 @@ class MlflowTracker:
         self._put("points", points=validation_points(result))
 
     def flush_if_due(self) -> None:
-        pass
+        """Nothing to flush here: the sender's thread sends within `BATCH_S` of each item."""
 
     def close(self) -> None:
-        pass  # the run ends at `finish`, once the report and its plots are written
+        """The run ends at `finish`, once the report and its plots are written, not when the steps do."""
 
     def _put(self, kind: str, **fields) -> None:
         self.journal.write(kind, **fields)
