@@ -42,7 +42,7 @@ EPOCH_STEPS = 45
 def job_config(tmp_path: Path) -> Path:
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     cfg["cluster"]["instance_groups"] = [
-        {"name": "train_group", "instance_type": "ml.g5.xlarge", "instance_count": 1},
+        {"name": "train_group", "instance_type": "ml.g5.12xlarge", "instance_count": 1},
         {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1},
     ]
     cfg["channels"] = {
@@ -63,7 +63,11 @@ def job_config(tmp_path: Path) -> Path:
     # 128 px: a trainer of a few hundred images/s and epochs of seconds, whose waits the loop can
     # read (at 32 px it took 1,100 images/s, an epoch every 1.5 s, its wait all epoch starts)
     cfg["pipeline"].update(cache=True, cache_dir=str(tmp_path / "cache"))
+    # Two train workers (of the instance type's 4 GPUs), 16 rows each: the switch between datasets is
+    # rank 0's word, broadcast (`CacheEpochs.agree`), which one rank never exercises.
     cfg["trainer"].update(
+        max_workers=2,
+        batch_size=16,
         steps=100000, checkpoint_interval=0, log_every=5, validation_every_epochs=0, checkpoint_every_s=0
     )
     cfg["autoscale"] = {
@@ -106,7 +110,7 @@ def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_come_back_when_it_is_
     cluster = AutoscalingCluster(
         {"data": {"resources": {"CPU": 2}, "labels": DATA_LABELS, "min_workers": 0, "max_workers": 1}},
         head_labels={"ray-subcluster": "train", "sm-group": "train_group"},
-        head_cpus=4,  # an ml.g5.xlarge's 4 vCPUs: one for the train worker, 3 spare for the chain at zero
+        head_cpus=5,  # one CPU for each of the 2 train workers, 3 spare for the chain at zero
         idle_timeout_s=120,
     ).start()
     try:
@@ -167,6 +171,7 @@ def test_the_data_hosts_go_to_none_over_a_sealed_cache_and_come_back_when_it_is_
         print(f"at zero: median data wait {statistics.median(zero_waits):.1f} % over {len(zero_waits)} logged steps")
         report = json.loads((tmp_path / "runs" / "zero" / "output" / "data" / "report.json").read_text())
         assert report["autoscale"]["sizes"][:3] == [1, 0, 1], report["autoscale"]
+        assert report["plan"]["train_workers"] == 2, report["plan"]
         # the chain ran on the data host, then on the train host (the head: `fake_cluster.HEAD_ID`)
         rows = report["rows_by_host"]
         assert rows.get(HEAD_ID, 0) > 0 and sum(v for k, v in rows.items() if k != HEAD_ID) > 0, rows
