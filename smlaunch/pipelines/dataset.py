@@ -81,9 +81,12 @@ def build_datasets(
             ).share_listing()
             if shared is not None:
                 shared.extend(source.shared_arrays())
-        datasets[channel.name] = _chained(cfg, plan, source, channel, host_names, num_classes, cache)
+        train_cache = cache if channel.name == "train" else None
+        datasets[channel.name] = _chained(cfg, plan, source, channel, host_names, num_classes, train_cache)
         if channel.name == "train" and cached_train(plan, cache):
-            datasets[CACHED_TRAIN] = _chained(cfg, plan, source, channel, host_names, num_classes, cache)
+            datasets[CACHED_TRAIN] = _chained(
+                cfg, plan, source, channel, host_names, num_classes, train_cache, reads_only=True
+            )
     return datasets
 
 
@@ -102,12 +105,19 @@ def cached_train(plan: LaunchPlan, cache) -> bool:
     return cache is not None and plan.elastic is not None and plan.elastic.min_hosts == 0
 
 
-def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, host_names, num_classes, cache):
-    """The channel's read, then the chain (`ops.chain.Chain`) on the preprocessing hosts."""
+def _chained(
+    cfg: LaunchConfig, plan: LaunchPlan, source, channel, host_names, num_classes, cache, reads_only: bool = False
+):
+    """The channel's read, then the chain (`ops.chain.Chain`) on the preprocessing hosts: with a
+    `cache`, on a shard's rows a call (`CacheSpec.shard_rows`: each call writes one shard), unless
+    the dataset only ever reads the sealed cache (`reads_only`: `CACHED_TRAIN`, whose calls run the
+    random rest alone, on the pipeline's batch)."""
     import ray.data
 
     from smlaunch.pipelines.ops.chain import Chain
 
+    call_rows = cache.shard_rows if cache is not None and cache.shard_rows and not reads_only else 0
+    call_rows = call_rows or cfg.pipeline.batch_size
     ds = read_channel(source, channel, fallback_to_train_hosts(plan))
     placement = {"ray_remote_args_fn": _placement(plan), **fallback_to_train_hosts(plan)} if plan.elastic else {}
     with warnings.catch_warnings():  # see `_placement`
@@ -123,9 +133,9 @@ def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, host_names, n
                 # built-in classification's bound the labels, and its chain moves no masks.
                 num_classes=num_classes if cfg.task is not None else None,
                 ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
-                cache=cache if channel.name == "train" else None,
+                cache=cache,
             ),
-            batch_size=cfg.pipeline.batch_size,
+            batch_size=call_rows,
             batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots),
             num_cpus=1,

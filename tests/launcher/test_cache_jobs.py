@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +112,14 @@ def test_four_epochs_run_the_prefix_once_per_image_draw_the_rest_anew_and_a_chan
     images = len(rows)
     (line,) = [x for x in out.splitlines() if x.startswith("cache: on (auto: 4 epochs;")]
     assert "prefix: decode_image, cache_ops:count, resize runs once" in line and "epoch 1 writes it" in line, line
-    assert f"cache: sealed, {images} rows in " in out
+    # Shards of several batches (`store.shard_rows`: 2 calls a chain slot here; 128 MiB at most), read
+    # back a batch-sized chunk at a time: the cached epochs' units are the chunks.
+    shard_rows = int(re.search(r"shards of ([\d,]+) rows", line).group(1).replace(",", ""))
+    assert shard_rows >= 128 and shard_rows % 64 == 0, line
+    sealed = re.search(rf"cache: sealed, {images} rows in (\d+) shards \((\d+) chunks\)", out)
+    assert sealed, out[-3000:]
+    shards, chunks = int(sealed.group(1)), int(sealed.group(2))
+    assert -(-images // shard_rows) <= shards < chunks and chunks >= -(-images // 64), (shards, chunks, shard_rows)
     # The prefix ran on every image once (epoch 1), not four times; the tail ran every epoch, drawn anew.
     assert _prefix_rows(folder) == images, _prefix_rows(folder)
     tails = (folder / "tail.txt").read_text().split()
@@ -121,9 +129,12 @@ def test_four_epochs_run_the_prefix_once_per_image_draw_the_rest_anew_and_a_chan
     epochs = report["sample_accounting"]["epochs"]
     assert [(e["complete"], e["distinct"], e["duplicated"]) for e in epochs] == [(True, images, 0)] * 4, epochs
     cached = [e["positions"] for e in epochs[1:]]
-    assert all(p["units"] == p["units_done"] < images for p in cached), cached  # read as the cache's shards
+    assert all(p["units"] == p["units_done"] == chunks for p in cached), cached  # read as the cache's chunks
     fingerprint = line.split("fingerprint ")[1].split(":")[0]
     assert (folder / "runs" / "cache" / fingerprint / "FINAL").exists()
+    indexes = [np.load(p) for p in (folder / "runs" / "cache" / fingerprint / "ids").glob("*.npz")]
+    biggest = max(indexes, key=lambda index: len(index["ids"]))["rows"]
+    assert 64 < biggest.sum() <= shard_rows and biggest.max() <= 64, biggest  # several chunks of a batch at most
 
     # A source file rewritten in place (same name): a new fingerprint, written again, here on S3.
     first = sorted((folder / "data" / "train").glob("digit-3/*.png"))[0]

@@ -82,7 +82,7 @@ def run_cache(cfg, plan, listing, epoch_rows: int | None = None):
     listing (or a builtin dataset's `epoch_rows`), keyed by its fingerprint."""
     from smlaunch.launcher.job.train_spec import listed_rows
     from smlaunch.pipelines.cache.fingerprint import fingerprint
-    from smlaunch.pipelines.cache.store import CacheSpec, CacheStore
+    from smlaunch.pipelines.cache.store import CacheSpec, CacheStore, shard_rows
 
     train = next(c for c in plan.channels if c.name == "train")
     rows = (listed_rows(listing, train) if listing is not None else None) or epoch_rows
@@ -98,13 +98,15 @@ def run_cache(cfg, plan, listing, epoch_rows: int | None = None):
     root = f"{where}/{key}"
     store = CacheStore(root)
     manifest = store.manifest()
+    per_row = row_bytes(prefix)
+    batch = cfg.pipeline.batch_size
+    shards = shard_rows(batch, rows, per_row, plan.preprocess_slots)
     if manifest is not None:
-        return CacheSpec(root, picked.prefix, key), (
+        return CacheSpec(root, picked.prefix, key, shards, batch), (
             f"{picked.line()}; fingerprint {key}: sealed ({manifest['rows']} rows), every epoch reads it"
         )
     if store.failed():
         store.delete(["FAILED"])  # an earlier run's full disk: this run tries again
-    per_row = row_bytes(prefix)
     need = int(rows * per_row * MARGIN) if rows and per_row else None
     free = _free_bytes(where) if where else None
     sized = f"about {_size(need)} for {plural(rows or 0, 'row')}" if need else "its size is known once written"
@@ -114,9 +116,10 @@ def run_cache(cfg, plan, listing, epoch_rows: int | None = None):
             "pipeline.cache_dir"
         )
     spaced = f", {_size(free)} free" if free is not None else ""
+    shape = f"shards of {plural(shards, 'row')}" + (f", about {_size(shards * per_row)}" if per_row else "")
     return CacheSpec(
-        root, picked.prefix, key
-    ), f"{picked.line()}; fingerprint {key}: epoch 1 writes it ({sized}{spaced})"
+        root, picked.prefix, key, shards, batch
+    ), f"{picked.line()}; fingerprint {key}: epoch 1 writes it ({sized}{spaced}; {shape})"
 
 
 def source_digest(channel, listing, roots: dict, here: bool) -> str:

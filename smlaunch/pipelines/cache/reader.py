@@ -1,12 +1,14 @@
-"""An epoch read from a sealed cache: its shards stand for the channel's files.
+"""An epoch read from a sealed cache: its chunks stand for the channel's files.
 
-The shards are the epoch's units: permuted per epoch by the job's seed, the channel and the epoch
-(`order.epoch_order`, as files are), each read task a run of that order, `open_units` shards
-mixed at a time by a permutation drawn from the same seed. A row's position is its shard's place
-in the epoch's order and its ordinal among the shard's rows, so a checkpoint taken in a cached
-epoch resumes it exactly (`pipelines.position`), whatever the ranks. Rows leave with their
-original ids (the accounting checks each sample once per epoch, as uncached) and each field as
-`blobs`, which the chain turns back into arrays before the random rest of the chain.
+The shards' chunks are the epoch's units (`seal.cache_units`: a batch's rows each, however big
+the shard that holds them): permuted per epoch by the job's seed, the channel and the epoch
+(`order.epoch_order`, as files are), each read task a run of that order, `open_units` chunks
+mixed at a time by a permutation drawn from the same seed, each read with one ranged read. A
+row's position is its chunk's place in the epoch's order and its ordinal among the chunk's rows,
+so a checkpoint taken in a cached epoch resumes it exactly (`pipelines.position`), whatever the
+ranks. Rows leave with their original ids (the accounting checks each sample once per epoch, as
+uncached) and each field as `blobs`, which the chain turns back into arrays before the random
+rest of the chain.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import pyarrow as pa
 
 CACHED_COLUMN = "_cached"
 """Set on every row a cached read yields: the chain skips the prefix for them (`ops.chain`)."""
-TASK_SHARDS = 64
-"""Shards per read task at most: a lost host's retry rereads at most this many."""
+TASK_UNITS = 64
+"""Chunks per read task at most: a lost host's retry rereads at most this many."""
 
 
 def epoch_source(manifest: dict | None, fingerprint: str | None, resume: dict | None):
@@ -46,15 +48,16 @@ def epoch_source(manifest: dict | None, fingerprint: str | None, resume: dict | 
 def cache_read_tasks(
     root: str, manifest: dict, channel, seed: int, epoch: int, readers: int, resume, per_task_row_limit
 ) -> list:
-    """The read tasks of an epoch over the cache at `root` (`manifest`'s shards); `resume`: the
+    """The read tasks of an epoch over the cache at `root` (`manifest`'s chunks); `resume`: the
     epoch's position to go on from (None: from its start)."""
     from ray.data.block import BlockMetadata
     from ray.data.datasource import ReadTask
 
+    from smlaunch.pipelines.cache.seal import cache_units
     from smlaunch.pipelines.order import epoch_order, task_runs
 
-    shards = manifest["shards"]
-    order = epoch_order(len(shards), channel.name, seed, epoch if channel.shuffle else None)
+    units = cache_units(manifest)
+    order = epoch_order(len(units), channel.name, seed, epoch if channel.shuffle else None)
     done = drawn = None
     if resume is not None:
         from smlaunch.pipelines.position import EpochPosition
@@ -62,16 +65,16 @@ def cache_read_tasks(
         position = EpochPosition.from_state(resume)
         done, drawn = position.is_done, position.drawn_ordinals()
     tasks = []
-    count = max(1, min(len(shards), max(readers, -(-len(shards) // TASK_SHARDS))))
-    for run in task_runs(len(shards), count):
+    count = max(1, min(len(units), max(readers, -(-len(units) // TASK_UNITS))))
+    for run in task_runs(len(units), count):
         places = np.arange(run.start, run.stop, dtype=np.int64)
         if done is not None:
             places = places[~done(places)]
         if not len(places):
             continue
-        picked = [(int(place), shards[int(order[place])]) for place in places]
+        picked = [(int(place), units[int(order[place])]) for place in places]
         own = {p: drawn[p] for p, _ in picked if p in drawn} if drawn else {}
-        meta = BlockMetadata(num_rows=sum(s[1] for _, s in picked), size_bytes=None, exec_stats=None, input_files=None)
+        meta = BlockMetadata(num_rows=sum(u[3] for _, u in picked), size_bytes=None, exec_stats=None, input_files=None)
         read = partial(
             read_cached, root, picked, own, channel.open_units, channel.block_rows, [seed, epoch, int(places[0])]
         )
@@ -81,7 +84,7 @@ def cache_read_tasks(
 
 
 def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_rows: int, seed: list):
-    """The rows of `picked` ((place, [name, rows, dropped ids]) each), `open_units` shards mixed at
+    """The rows of `picked` ((place, `seal.cache_units`' unit) each), `open_units` chunks mixed at
     a time, in Arrow tables of `block_rows` rows; rows `drawn` before a resume are left out."""
     from smlaunch.pipelines.cache.store import CacheStore
 
@@ -89,7 +92,7 @@ def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_row
     rng = np.random.default_rng(seed)
     for start in range(0, len(picked), max(1, open_units)):
         tables = [
-            _shard_table(store, place, entry, drawn.get(place)) for place, entry in picked[start : start + open_units]
+            _chunk_table(store, place, entry, drawn.get(place)) for place, entry in picked[start : start + open_units]
         ]
         tables = [t for t in tables if t.num_rows]
         if not tables:
@@ -118,13 +121,13 @@ def _as_arrays(table: pa.Table) -> pa.Table:
     return table
 
 
-def _shard_table(store, place: int, entry: list, drawn) -> pa.Table:
-    """One shard's rows as a table: its fields' blobs, `id`, their positions, the cached flag;
+def _chunk_table(store, place: int, entry: list, drawn) -> pa.Table:
+    """One chunk's rows as a table: its fields' blobs, `id`, their positions, the cached flag;
     without the ids the manifest drops (another shard holds them) and the ordinals `drawn`."""
     from smlaunch.pipelines.order import LAST, NO_SEEK, UNIT_SHIFT
 
-    name, _, dropped = entry
-    shard = store.read_shard(name)
+    name, start, end, _, dropped = entry
+    shard = store.read_chunk(name, start, end)
     ids = shard.column("id").to_numpy()
     keep = ~np.isin(ids, np.asarray(dropped, np.int64)) if dropped else np.ones(len(ids), bool)
     rows = np.flatnonzero(keep)

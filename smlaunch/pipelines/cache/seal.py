@@ -1,6 +1,7 @@
 """Sealing a cache at the end of an epoch that wrote it: rank 0's step between two epochs.
 
-A sealed cache holds each sample of the epoch exactly once. Shards may overlap: a job restarted in
+A sealed cache holds each sample of the epoch exactly once; its units (what a cached epoch permutes
+and its positions count) are its shards' chunks. Shards may overlap: a job restarted in
 its first epoch batches the rows it had not delivered differently the second time, so a row made
 before the restart but delivered after it is in two shards. The manifest keeps each id in the
 first shard (by name) that holds it and lists the others' copies as dropped, so a cached epoch
@@ -34,17 +35,17 @@ def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) 
     if store.failed():
         why = (store.get("FAILED") or b"").decode(errors="replace") or "a shard could not be written"
         names = store.shards()
-        store.delete([f"shards/{n}.arrow" for n in names] + [f"ids/{n}.npy" for n in names])
+        store.delete(store.shard_files(names))
         return (
             None,
             f"cache: off for the rest of the run ({why}); {len(names)} shards deleted; the job goes on uncached",
         )
     names = store.shards()
     with ThreadPoolExecutor(READ_THREADS) as pool:
-        found = list(pool.map(store.shard_ids, names))
-    kept = [(n, ids) for n, ids in zip(names, found, strict=True) if ids is not None]
-    every = np.concatenate([ids for _, ids in kept]) if kept else np.zeros(0, np.int64)
-    owner = np.concatenate([np.full(len(ids), i) for i, (_, ids) in enumerate(kept)]) if kept else every
+        found = list(pool.map(store.shard_index, names))
+    kept = [(n, index) for n, index in zip(names, found, strict=True) if index is not None]
+    every = np.concatenate([index["ids"] for _, index in kept]) if kept else np.zeros(0, np.int64)
+    owner = np.concatenate([np.full(len(index["ids"]), i) for i, (_, index) in enumerate(kept)]) if kept else every
     union, first = np.unique(every, return_index=True)
     wanted = union if epoch_ids is None else np.unique(np.asarray(epoch_ids, np.int64))
     missing = len(np.setdiff1d(wanted, union, assume_unique=True)) if epoch_ids is not None else 0
@@ -55,11 +56,40 @@ def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) 
     chosen[first] = True
     chosen &= np.isin(every, wanted)  # a shard's row no longer in the channel is not read
     shards = []
-    for i, (name, _) in enumerate(kept):
+    for i, (name, index) in enumerate(kept):
         mine = owner == i
-        kept_rows = int(chosen[mine].sum())
-        if kept_rows:
-            shards.append([name, kept_rows, every[mine & ~chosen].tolist()])
-    manifest = {"format": FORMAT_VERSION, "fingerprint": spec.fingerprint, "rows": int(chosen.sum()), "shards": shards}
+        entry = _shard_entry(name, index, chosen[mine])
+        if entry is not None:
+            shards.append(entry)
+    units = sum(len(entry[3]) for entry in shards)
+    manifest = {
+        "format": FORMAT_VERSION,
+        "fingerprint": spec.fingerprint,
+        "rows": int(chosen.sum()),
+        "units": units,
+        "shards": shards,
+    }
     store.seal(manifest)
-    return manifest, f"cache: sealed, {manifest['rows']} rows in {len(shards)} shards at {spec.root}"
+    return manifest, f"cache: sealed, {manifest['rows']} rows in {len(shards)} shards ({units} chunks) at {spec.root}"
+
+
+def _shard_entry(name: str, index: dict, chosen: np.ndarray) -> list | None:
+    """A shard's manifest entry, `[name, rows, dropped ids, chunks]`, each chunk `[start byte, end
+    byte, rows]` and only those with a row kept (a chunk of another's duplicates is not a unit: it
+    would never end); None where the shard keeps no row."""
+    ids, offsets, rows = index["ids"], index["offsets"], index["rows"]
+    if not chosen.any():
+        return None
+    ends = np.cumsum(rows)
+    chunks = [
+        [int(offsets[c]), int(offsets[c + 1]), int(chosen[end - count : end].sum())]
+        for c, (count, end) in enumerate(zip(rows, ends, strict=True))
+        if chosen[end - count : end].any()
+    ]
+    return [name, int(chosen.sum()), ids[~chosen].tolist(), chunks]
+
+
+def cache_units(manifest: dict) -> list[list]:
+    """The units of an epoch read from the sealed cache of `manifest`: its shards' chunks, each
+    `[name, start byte, end byte, rows, the shard's dropped ids]`, in the manifest's order."""
+    return [[name, *chunk, dropped] for name, _, dropped, chunks in manifest["shards"] for chunk in chunks]

@@ -2,18 +2,21 @@
 
 Layout under `<cache_dir>/<fingerprint>/`:
 
-* `shards/<name>.arrow`: one chain call's prefix output, an Arrow IPC file (its rows' `id` and a
-  binary column of `blobs` per field, read back without a copy), written whole or not at all: to
-  a temporary name then renamed in a folder, one PUT on S3 (an object is whole or absent). A
-  shard's name is a digest of its rows' ids, so a retried call (the same batch) writes the same
-  shard again instead of a second copy;
-* `ids/<name>.npy`: the shard's ids alone, written first, so sealing reads a few bytes per shard
-  rather than the shard;
+* `shards/<name>.arrow`: one chain call's prefix output (an epoch that writes the cache calls the
+  chain on `CacheSpec.shard_rows` rows at a time, about `SHARD_BYTES`), as chunks of the pipeline's
+  batch: each chunk a whole Arrow IPC stream (its rows' `id` and a binary column of `blobs` per
+  field, read back without a copy) and the file their concatenation, so a cached epoch reads a
+  chunk with one ranged read (`read_chunk`) and its units are chunks, not shards. Written whole or
+  not at all: to a temporary name then renamed in a folder, one PUT on S3 (an object is whole or
+  absent). A shard's name is a digest of its rows' ids, so a retried call (the same rows) writes
+  the same shard again instead of a second copy;
+* `ids/<name>.npz`: the shard's ids and its chunks' byte offsets and rows, written first, so
+  sealing reads a few bytes per shard rather than the shard;
 * `manifest.json`, then `FINAL` last (tf.data's `metadata.final`): readers trust a cache only once
-  `FINAL` is there, and read only the shards the manifest names;
+  `FINAL` is there, and read only the chunks the manifest names;
 * `FAILED`: a write failed (a full disk); no call writes again, and the seal deletes the shards.
 
-Shards are Arrow IPC and the id files `np.load(allow_pickle=False)`: a cache is data, never code,
+Shards are Arrow IPC and the index files `np.load(allow_pickle=False)`: a cache is data, never code,
 wherever it came from.
 """
 
@@ -31,8 +34,13 @@ import numpy as np
 
 from smlaunch.pipelines.cache.blobs import field_blobs
 
-FORMAT_VERSION = 1
-"""Bumped whenever a shard's layout changes: part of the fingerprint, so an old cache is not read."""
+FORMAT_VERSION = 2
+"""Bumped whenever a shard's layout changes: part of the fingerprint, so an old cache is not read.
+2: shards of chunks (1: a shard per batch)."""
+SHARD_BYTES = 128 << 20
+"""A shard's size, about (the cache's files, its PUTs and the seal's reads grow with their count:
+1.56M shards of a 64-row batch at 100M samples, 59k of 128 MiB at 77 KB a row): what
+`shard_rows` aims at where the prefix's output size is known."""
 
 
 class CacheWriteFailed(Exception):
@@ -42,11 +50,17 @@ class CacheWriteFailed(Exception):
 @dataclass(frozen=True)
 class CacheSpec:
     """What the chain, the reader and the trainer need of a run's cache: where it lives (`root`, the
-    fingerprint's folder), the prefix's length in ops, and its fingerprint."""
+    fingerprint's folder), the prefix's length in ops, its fingerprint, and a shard's and a chunk's rows."""
 
     root: str
     prefix: int
     fingerprint: str
+    shard_rows: int = 0
+    """Rows of an epoch's chain call where it writes the cache: one shard (`shard_rows`; 0: the
+    pipeline's batch)."""
+    chunk_rows: int = 0
+    """Rows of a shard's chunk, and of the prefix's runs within a call: the pipeline's batch (0: the
+    call's rows)."""
 
 
 class CacheStore:
@@ -136,8 +150,9 @@ class CacheStore:
 
     # --- shards -------------------------------------------------------------------------------
 
-    def write_shard(self, ids: np.ndarray, fields: dict) -> str:
-        """The rows `ids` with their `fields` (name -> rows) as one shard; its name."""
+    def write_shard(self, ids: np.ndarray, fields: dict, chunk_rows: int = 0) -> str:
+        """The rows `ids` with their `fields` (name -> rows) as one shard of chunks of `chunk_rows`
+        rows (0: one chunk); its name."""
         import pyarrow as pa
 
         ids = np.asarray(ids, np.int64)
@@ -145,27 +160,61 @@ class CacheStore:
         columns = {"id": pa.array(ids, pa.int64())}
         columns.update({field: pa.array(field_blobs(v), pa.large_binary()) for field, v in fields.items()})
         table = pa.table(columns)
-        ids_file, shard = io.BytesIO(), pa.BufferOutputStream()
-        np.save(ids_file, ids, allow_pickle=False)
-        with pa.ipc.new_file(shard, table.schema) as writer:
-            writer.write_table(table)
-        self.put(f"ids/{name}.npy", ids_file.getvalue())
+        step = chunk_rows or max(1, len(ids))
+        shard, offsets, rows = pa.BufferOutputStream(), [0], []
+        for start in range(0, max(1, len(ids)), step):
+            chunk = table.slice(start, step)
+            with pa.ipc.new_stream(shard, table.schema) as writer:
+                writer.write_table(chunk)
+            offsets.append(shard.tell())
+            rows.append(chunk.num_rows)
+        index = io.BytesIO()
+        np.savez(index, ids=ids, offsets=np.asarray(offsets, np.int64), rows=np.asarray(rows, np.int64))
+        self.put(f"ids/{name}.npz", index.getvalue())
         self.put(f"shards/{name}.arrow", shard.getvalue().to_pybytes())
         return name
 
-    def read_shard(self, name: str):
-        """A shard as an Arrow table: `id` and one binary column of blobs per field (`blobs`), over
-        the shard's bytes (no copy)."""
+    def read_chunk(self, name: str, start: int, end: int):
+        """One chunk of a shard (its bytes `start` to `end`) as an Arrow table: `id` and one binary
+        column of blobs per field, over the bytes read (no copy). One ranged read: a GET's `Range`
+        on S3."""
         import pyarrow as pa
 
-        data = self.get(f"shards/{name}.arrow")
-        if data is None:
-            raise FileNotFoundError(f"{self.root}/shards/{name}.arrow")
-        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        if self.s3:
+            bucket, key = self._key(f"shards/{name}.arrow")
+            data = _client().get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
+        else:
+            with open(self._path(f"shards/{name}.arrow"), "rb") as shard:
+                shard.seek(start)
+                data = shard.read(end - start)
+        if len(data) != end - start:
+            raise OSError(f"{self.root}/shards/{name}.arrow: {len(data)} bytes at {start}, {end - start} expected")
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
-    def shard_ids(self, name: str) -> np.ndarray | None:
-        data = self.get(f"ids/{name}.npy")
-        return None if data is None else np.load(io.BytesIO(data), allow_pickle=False)
+    def read_shard(self, name: str):
+        """A whole shard as one Arrow table (its chunks in order)."""
+        import pyarrow as pa
+
+        index = self.shard_index(name)
+        if index is None:
+            raise FileNotFoundError(f"{self.root}/ids/{name}.npz")
+        offsets = index["offsets"]
+        return pa.concat_tables(
+            [self.read_chunk(name, int(a), int(b)) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        )
+
+    def shard_index(self, name: str) -> dict | None:
+        """A shard's `ids`, its chunks' byte `offsets` (one more than its chunks) and `rows`; None
+        where its index file is gone."""
+        data = self.get(f"ids/{name}.npz")
+        if data is None:
+            return None
+        with np.load(io.BytesIO(data), allow_pickle=False) as index:
+            return {key: index[key] for key in ("ids", "offsets", "rows")}
+
+    def shard_files(self, names: list[str]) -> list[str]:
+        """The files of the shards `names`: what deleting them removes."""
+        return [f"shards/{n}.arrow" for n in names] + [f"ids/{n}.npz" for n in names]
 
     def shards(self) -> list[str]:
         return [n.removesuffix(".arrow") for n in self.names("shards") if n.endswith(".arrow")]
@@ -207,3 +256,15 @@ def _client():
     from smlaunch.pipelines.s3_client import s3_client
 
     return s3_client(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def shard_rows(batch: int, epoch_rows: int | None, row_bytes: int | None, slots: int) -> int:
+    """Rows of a chain call that writes one shard: about `SHARD_BYTES` of the prefix's output
+    (`row_bytes` a row; unknown: a batch), no more than lets each of the chain's `slots` take two
+    calls of the epoch's rows (a small channel still spreads over its hosts), a whole number of
+    batches, one at least."""
+    if not row_bytes:
+        return batch
+    by_size = SHARD_BYTES // row_bytes
+    spread = epoch_rows // (2 * max(1, slots)) if epoch_rows else by_size
+    return max(1, min(by_size, spread) // batch) * batch

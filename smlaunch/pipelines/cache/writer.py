@@ -1,4 +1,4 @@
-"""The chain's side of a cache: each batch read from the channel leaves its prefix output as a shard.
+"""The chain's side of a cache: each call on the channel's rows leaves its prefix output as a shard.
 
 A write that fails (a full disk, a refused PUT) never fails the batch: the shard's partial file is
 removed, the cache is marked failed for the run (`store.CacheStore.fail`) in one line on the
@@ -23,6 +23,7 @@ RECHECK_S = 10.0
 class ShardWriter:
     def __init__(self, spec: CacheSpec):
         self.store = CacheStore(spec.root)
+        self.chunk_rows = spec.chunk_rows
         self.off = False
         self.checked = 0.0
 
@@ -36,7 +37,7 @@ class ShardWriter:
                 self.off = True
                 return
         try:
-            self.store.write_shard(ids, fields)
+            self.store.write_shard(ids, fields, self.chunk_rows)
         except CacheWriteFailed as exc:
             self.off = True
             self.store.fail(str(exc))

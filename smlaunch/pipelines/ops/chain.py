@@ -127,11 +127,22 @@ class MapStage:
         return fields
 
 
-def _rows(values, keep: np.ndarray):
-    """The rows of one field that `keep` marks (a list, or an array)."""
+def _rows(values, keep):
+    """The rows of one field that `keep` marks (a mask, or a slice; of a list, or an array)."""
+    if isinstance(keep, slice):
+        return values[keep]
     if isinstance(values, list):
         return [v for v, k in zip(values, keep, strict=False) if k]
     return np.asarray(values)[keep]
+
+
+def _joined(parts: list):
+    """One field's slices made one again: an array where every slice is one of the same row shape,
+    else a list of rows (images of their own sizes)."""
+    arrays = all(isinstance(p, np.ndarray) for p in parts)
+    if arrays and len({(p.dtype, p.shape[1:]) for p in parts}) == 1:
+        return np.concatenate(parts)
+    return [row for part in parts for row in part]
 
 
 def _single(spec, checks: MaskChecks | None = None) -> Callable:
@@ -249,17 +260,8 @@ class Chain:
         elif "label" in fields:
             fields["label"] = np.asarray(fields["label"], dtype=np.int64)
         started = time.perf_counter()
-        while not cached:
-            try:
-                fields = self._run(dict(fields), ids, prefix)
-                break
-            except UndecodableImage as exc:  # `row` of the images an op was given: the batch's
-                row, reason = exc.row, exc.reason
-            self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
-            keep = np.arange(len(ids)) != row
-            fields = {name: _rows(values, keep) for name, values in fields.items()}
-            ids = ids[keep]
-            kept = {name: values[keep] for name, values in kept.items()}
+        if not cached:
+            fields, ids, kept = self._prefix(fields, ids, kept, prefix)
         if self.cache is not None and not cached and len(ids):
             self._write(ids, fields)
         out = self._run(fields, ids, tail)
@@ -279,6 +281,39 @@ class Chain:
         )
         out.update(kept)
         return out
+
+    def _prefix(self, fields: dict, ids: np.ndarray, kept: dict, prefix: list) -> tuple[dict, np.ndarray, dict]:
+        """The prefix over the call's rows, a chunk (`CacheSpec.chunk_rows`) at a time; rows whose
+        image does not decode are skipped (under the channel's budget) with their positions."""
+        step = (self.cache.chunk_rows if self.cache is not None else 0) or len(ids)
+        if len(ids) <= step:
+            return self._prefix_slice(fields, ids, kept, prefix)
+        parts = [
+            self._prefix_slice(
+                {name: _rows(values, slice(at, at + step)) for name, values in fields.items()},
+                ids[at : at + step],
+                {name: values[at : at + step] for name, values in kept.items()},
+                prefix,
+            )
+            for at in range(0, len(ids), step)
+        ]
+        return (
+            {name: _joined([part[0][name] for part in parts]) for name in parts[0][0]},
+            np.concatenate([part[1] for part in parts]),
+            {name: np.concatenate([part[2][name] for part in parts]) for name in kept},
+        )
+
+    def _prefix_slice(self, fields: dict, ids: np.ndarray, kept: dict, prefix: list) -> tuple[dict, np.ndarray, dict]:
+        while True:
+            try:
+                return self._run(dict(fields), ids, prefix), ids, kept
+            except UndecodableImage as exc:  # `row` of the images an op was given: the batch's
+                row, reason = exc.row, exc.reason
+            self._undecodable(int(ids[row]), reason)  # raises unless skipped (outside `except`: no chained cause)
+            keep = np.arange(len(ids)) != row
+            fields = {name: _rows(values, keep) for name, values in fields.items()}
+            ids = ids[keep]
+            kept = {name: values[keep] for name, values in kept.items()}
 
     def _planned(self) -> tuple[list, list]:
         """The stages of the prefix a cache holds and of the rest (all in the first without a

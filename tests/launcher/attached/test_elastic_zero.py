@@ -68,7 +68,11 @@ def job_config(tmp_path: Path) -> Path:
     cfg["trainer"].update(
         max_workers=2,
         batch_size=16,
-        steps=100000, checkpoint_interval=0, log_every=5, validation_every_epochs=0, checkpoint_every_s=0
+        steps=100000,
+        checkpoint_interval=0,
+        log_every=5,
+        validation_every_epochs=0,
+        checkpoint_every_s=0,
     )
     cfg["autoscale"] = {
         "min_data_hosts": 0,

@@ -35,7 +35,7 @@ def test_min_data_hosts_0_needs_the_cache_where_it_acts_and_the_train_hosts_spar
     spec = CacheSpec(str(tmp_path / "key"), 2, "key")
     spare = without_data_hosts(_plan(0), spec)
     assert spare() is None  # not sealed: the hosts the channels are read on stay
-    CacheStore(spec.root).seal({"rows": 1, "shards": []})
+    CacheStore(spec.root).seal({"rows": 1, "units": 0, "shards": []})
     assert spare() == 6  # 8 CPUs less one per train worker
     assert without_data_hosts(_plan(1), spec)() is None and without_data_hosts(_plan(0), None)() is None
 
@@ -60,7 +60,7 @@ def test_with_two_datasets_the_ranks_read_the_cached_one_once_sealed_and_a_cache
     epochs = CacheEpochs(spec, 0, two_datasets=True)
     epochs.agree(OneRank())
     assert epochs.dataset() == "train"  # epoch 1 writes it
-    CacheStore(spec.root).seal({"rows": 3, "shards": [["a", 3, []]]})
+    CacheStore(spec.root).seal({"rows": 3, "units": 1, "shards": [["a", 3, [], [[0, 9, 3]]]]})
     epochs.agree(OneRank())
     assert epochs.dataset() == CACHED_TRAIN and epochs.units(99, "key") == 1
     # an epoch whose positions count in the files (resumed from a checkpoint taken before the seal)

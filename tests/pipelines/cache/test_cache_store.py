@@ -44,9 +44,9 @@ def test_fields_come_back_as_they_went_images_of_their_own_sizes_labels_bytes_an
     # Nothing in a cache is unpickled: a planted id file holding an object is refused, nothing runs.
     hostile = io.BytesIO()
     np.save(hostile, np.array([object()], dtype=object), allow_pickle=True)
-    (tmp_path / "fp" / "ids" / f"{name}.npy").write_bytes(hostile.getvalue())
+    (tmp_path / "fp" / "ids" / f"{name}.npz").write_bytes(hostile.getvalue())
     with pytest.raises(ValueError, match="allow_pickle"):
-        store.shard_ids(name)
+        store.shard_index(name)
 
 
 def test_a_seal_keeps_each_sample_once_across_overlapping_shards_and_refuses_a_cache_missing_one(tmp_path):
@@ -61,7 +61,7 @@ def test_a_seal_keeps_each_sample_once_across_overlapping_shards_and_refuses_a_c
     store.write_shard(*_batch([5, 9]))  # 9: a row the epoch did not draw (no longer in the channel)
     manifest, line = seal(spec, np.array([5, 4, 3, 2, 1, 0, 0]), None)
     assert manifest is not None and manifest["rows"] == 6 and line.startswith("cache: sealed, 6 rows in 3 shards")
-    kept = {name: (rows, dropped) for name, rows, dropped in manifest["shards"]}
+    kept = {name: (rows, dropped) for name, rows, dropped, _ in manifest["shards"]}
     assert sorted(rows for rows, _ in kept.values()) == [1, 1, 4]  # 4 and 5 each beside a duplicate, or 9
     read = []
     for name, (_, dropped) in kept.items():
@@ -75,7 +75,7 @@ def test_a_full_disk_mid_write_leaves_no_partial_shard_turns_the_cache_off_and_t
     """ENOSPC from the writer's `write` (a patched file object, as a full tmpfs raises it)."""
     import builtins
 
-    spec = CacheSpec(str(tmp_path / "fp"), 1, "fp")
+    spec = CacheSpec(str(tmp_path / "fp"), 1, "fp", shard_rows=4, chunk_rows=2)
     ops = [
         op_specs.DecodeImage(op="decode_image"),
         op_specs.RandomResizedCrop(op="random_resized_crop", size=4),
@@ -92,7 +92,8 @@ def test_a_full_disk_mid_write_leaves_no_partial_shard_turns_the_cache_off_and_t
     batch = {"image": np.array([png(i) for i in range(4)], dtype=object), "label": np.arange(4), "id": np.arange(4)}
     out = chain(dict(batch))
     assert out["image"].shape == (4, 3, 4, 4)
-    assert len(CacheStore(spec.root).shards()) == 1
+    (name,) = CacheStore(spec.root).shards()  # the call's 4 rows: one shard of two chunks
+    assert CacheStore(spec.root).shard_index(name)["rows"].tolist() == [2, 2]
     real_open = builtins.open
 
     class Full(io.BufferedWriter):
@@ -129,12 +130,12 @@ def test_the_cache_on_the_local_s3_server_is_written_sealed_read_and_deleted_the
     store.write_shard(*_batch([2, 3]))
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="cache")["Contents"])
     assert keys == sorted(
-        [f"jobs/fp/ids/{first}.npy", f"jobs/fp/shards/{first}.arrow"]
+        [f"jobs/fp/ids/{first}.npz", f"jobs/fp/shards/{first}.arrow"]
         + [
             f"jobs/fp/{d}/{n}.{e}"
             for n in store.shards()
             if n != first
-            for d, e in (("ids", "npy"), ("shards", "arrow"))
+            for d, e in (("ids", "npz"), ("shards", "arrow"))
         ]
     )
     manifest, _ = seal(spec, np.arange(4), None)
@@ -153,7 +154,7 @@ def test_a_resumed_epoch_is_read_from_what_its_checkpoint_s_positions_count_in()
     gone starts its epoch over, saying so."""
     from smlaunch.pipelines.cache.reader import epoch_source
 
-    sealed = {"shards": [["b-1", 4, []]], "rows": 4}
+    sealed = {"shards": [["b-1", 4, [], [[0, 10, 4]]]], "rows": 4, "units": 1}
     files_resume, cache_resume = {"epoch": 1, "space": None}, {"epoch": 2, "space": "fp"}
     assert epoch_source(sealed, "fp", None) == (sealed, None, None)
     assert epoch_source(None, "fp", None) == (None, None, None)
@@ -174,4 +175,49 @@ def test_after_an_epoch_resumed_mid_way_the_seal_counts_its_rows_and_keeps_the_e
     assert seal(spec, None, 7)[0] is None  # the epoch delivered 7 rows: one is not cached
     assert seal(spec, None, None)[0] is None  # nothing to check it by: never sealed
     manifest, _ = seal(spec, None, 6)
-    assert manifest["rows"] == 6 and sorted(rows for _, rows, _ in manifest["shards"]) == [2, 4]
+    assert manifest["rows"] == 6 and sorted(rows for _, rows, _, _ in manifest["shards"]) == [2, 4]
+
+
+def test_a_call_s_rows_make_one_shard_of_batch_sized_chunks_each_a_unit_read_with_one_ranged_read(tmp_path, s3):
+    """Shards of about 128 MiB (`store.SHARD_BYTES`) hold a shard's rows in chunks of a batch: the
+    seal lists each chunk that keeps a row, a chunk of another shard's duplicates is no unit (it
+    would never end), and a chunk is read alone, from a folder and from the S3-protocol server."""
+    from smlaunch.pipelines.cache.seal import cache_units
+
+    s3.create_bucket(Bucket="cache")
+    for root in (str(tmp_path / "fp"), "s3://cache/fp"):
+        spec = CacheSpec(root, 1, "fp", shard_rows=10, chunk_rows=4)
+        store = CacheStore(root)
+        big = store.write_shard(*_batch(list(range(10))), chunk_rows=4)
+        index = store.shard_index(big)
+        assert index["rows"].tolist() == [4, 4, 2] and len(index["offsets"]) == 4
+        # a restart's shard holding 4..7 first (by name) and 10: the big shard's middle chunk is all duplicates
+        other = store.write_shard(*_batch([4, 5, 6, 7, 10]), chunk_rows=4)
+        manifest, line = seal(spec, np.arange(11), None)
+        assert manifest is not None and line.endswith(f"rows in 2 shards ({manifest['units']} chunks) at {root}"), line
+        units = cache_units(manifest)
+        chunks = {name: [rows for n, _, _, rows, _ in units if n == name] for name in (big, other)}
+        if other < big:  # the other shard keeps 4..7: the big one's chunk of 4..7 is dropped whole
+            assert chunks == {big: [4, 2], other: [4, 1]}, units
+        else:  # the big shard keeps 4..7: the other's first chunk is all duplicates, its second keeps 10
+            assert chunks == {big: [4, 4, 2], other: [1]}, units
+        assert manifest["units"] == len(units) == 4
+        read = []
+        for name, start, end, rows, dropped in units:
+            ids = store.read_chunk(name, start, end).column("id").to_pylist()
+            kept = [i for i in ids if i not in dropped]
+            assert len(kept) == rows
+            read += kept
+        assert sorted(read) == list(range(11))
+        assert store.read_shard(big).column("id").to_pylist() == list(range(10))
+
+
+def test_a_shard_is_about_128_mib_a_whole_number_of_batches_and_a_small_channel_still_spreads():
+    from smlaunch.pipelines.cache.store import SHARD_BYTES, shard_rows
+
+    row = 160 * 213 * 3  # bench/cache.py's rows: 160 px, 4:3
+    assert shard_rows(64, 1_281_167, row, 64) == SHARD_BYTES // row // 64 * 64 == 1280
+    assert shard_rows(64, 8000, row, 1) == 1280
+    assert shard_rows(64, 1437, 12 * 16 * 3, 3) == 192  # each of 3 slots gets two calls or more
+    assert shard_rows(64, 100, row, 8) == 64  # never below a batch
+    assert shard_rows(64, 1000, None, 8) == 64  # a prefix whose output size is unknown: a batch
