@@ -81,12 +81,14 @@ class CacheStore:
 
     # --- bytes --------------------------------------------------------------------------------
 
-    def put(self, rel: str, data: bytes) -> None:
-        """`data` at `rel`, whole or not at all; a full disk raises `CacheWriteFailed`, nothing left."""
+    def put(self, rel: str, data) -> None:
+        """`data` (bytes, or a buffer: a shard's Arrow buffer is written without a copy to a folder)
+        at `rel`, whole or not at all; a full disk raises `CacheWriteFailed`, nothing left."""
         if self.s3:
             bucket, key = self._key(rel)
+            body = data if isinstance(data, bytes) else bytes(memoryview(data))
             try:
-                _client().put_object(Bucket=bucket, Key=key, Body=data)
+                _client().put_object(Bucket=bucket, Key=key, Body=body)
             except Exception as exc:  # any refusal (quota, permissions): uncached, not failed
                 raise CacheWriteFailed(f"{self.root}/{rel}: {exc}") from None
             return
@@ -171,7 +173,7 @@ class CacheStore:
         index = io.BytesIO()
         np.savez(index, ids=ids, offsets=np.asarray(offsets, np.int64), rows=np.asarray(rows, np.int64))
         self.put(f"ids/{name}.npz", index.getvalue())
-        self.put(f"shards/{name}.arrow", shard.getvalue().to_pybytes())
+        self.put(f"shards/{name}.arrow", shard.getvalue())
         return name
 
     def read_chunk(self, name: str, start: int, end: int):
