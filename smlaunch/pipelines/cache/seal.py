@@ -45,7 +45,7 @@ def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) 
         found = list(pool.map(store.shard_index, names))
     kept = [(n, index) for n, index in zip(names, found, strict=True) if index is not None]
     every = np.concatenate([index["ids"] for _, index in kept]) if kept else np.zeros(0, np.int64)
-    owner = np.concatenate([np.full(len(index["ids"]), i) for i, (_, index) in enumerate(kept)]) if kept else every
+    ends = np.cumsum([len(index["ids"]) for _, index in kept], dtype=np.int64)
     union, first = np.unique(every, return_index=True)
     wanted = union if epoch_ids is None else np.unique(np.asarray(epoch_ids, np.int64))
     missing = len(np.setdiff1d(wanted, union, assume_unique=True)) if epoch_ids is not None else 0
@@ -56,9 +56,8 @@ def seal(spec: CacheSpec, epoch_ids: np.ndarray | None, epoch_rows: int | None) 
     chosen[first] = True
     chosen &= np.isin(every, wanted)  # a shard's row no longer in the channel is not read
     shards = []
-    for i, (name, index) in enumerate(kept):
-        mine = owner == i
-        entry = _shard_entry(name, index, chosen[mine])
+    for (name, index), end in zip(kept, ends, strict=True):  # `every` is the shards' ids one after another
+        entry = _shard_entry(name, index, chosen[end - len(index["ids"]) : end])
         if entry is not None:
             shards.append(entry)
     units = sum(len(entry[3]) for entry in shards)
