@@ -79,12 +79,8 @@ def _shard_entry(name: str, index: dict, chosen: np.ndarray) -> list | None:
     ids, offsets, rows = index["ids"], index["offsets"], index["rows"]
     if not chosen.any():
         return None
-    ends = np.cumsum(rows)
-    chunks = [
-        [int(offsets[c]), int(offsets[c + 1]), int(chosen[end - count : end].sum())]
-        for c, (count, end) in enumerate(zip(rows, ends, strict=True))
-        if chosen[end - count : end].any()
-    ]
+    kept = [int(chosen[end - count : end].sum()) for count, end in zip(rows, np.cumsum(rows), strict=True)]
+    chunks = [[int(offsets[c]), int(offsets[c + 1]), count] for c, count in enumerate(kept) if count]
     return [name, int(chosen.sum()), ids[~chosen].tolist(), chunks]
 
 

@@ -39,7 +39,7 @@ FORMAT_VERSION = 2
 2: shards of chunks (1: a shard per batch)."""
 SHARD_BYTES = 128 << 20
 """A shard's size, about (the cache's files, its PUTs and the seal's reads grow with their count:
-1.56M shards of a 64-row batch at 100M samples, 59k of 128 MiB at 77 KB a row): what
+1.56M shards of a 64-row batch at 100M samples, 57k of 128 MiB at 77 KB a row): what
 `shard_rows` aims at where the prefix's output size is known."""
 
 
@@ -192,18 +192,6 @@ class CacheStore:
         if len(data) != end - start:
             raise OSError(f"{self.root}/shards/{name}.arrow: {len(data)} bytes at {start}, {end - start} expected")
         return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-
-    def read_shard(self, name: str):
-        """A whole shard as one Arrow table (its chunks in order)."""
-        import pyarrow as pa
-
-        index = self.shard_index(name)
-        if index is None:
-            raise FileNotFoundError(f"{self.root}/ids/{name}.npz")
-        offsets = index["offsets"]
-        return pa.concat_tables(
-            [self.read_chunk(name, int(a), int(b)) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-        )
 
     def shard_index(self, name: str) -> dict | None:
         """A shard's `ids`, its chunks' byte `offsets` (one more than its chunks) and `rows`; None
