@@ -14,7 +14,10 @@ epoch does and writes the result, and epochs 2-4 read it back and run only the r
 - `cpu_per_row_ratio_zero`: the same job on a Ray cluster whose autoscaler starts real raylets
   (`bench/cache_zero.py`), cached with `autoscale.min_data_hosts: 0` (the data host given back once
   the cache is sealed, the random rest on the train host's spare CPUs) against uncached on a fixed
-  data host: the data host's CPU seconds (its processes') per row.
+  data host: the data host's CPU seconds (its processes') per row;
+- `write_copies`, `read_copies`: the CPU a row of writing a shard of 1,280 images of 160 px and of
+  reading it back as a cached epoch does, each over a plain copy of the same pixels in the same
+  run (`io_costs`): what the cache's own code adds to the pixels' one unavoidable copy.
 
 The two jobs alternate for `--rounds` rounds (ABBA), each in a folder of its own, each cached run
 with a fresh cache (the first epoch writes it: the cost a job pays once); the ratios are of each
@@ -23,7 +26,8 @@ side's medians.
     python bench/cache.py [--images 8000] [--rounds 2] [--no-zero]
 
 Ends with `RESULT cache cpu_per_row_ratio=<...> speedup=<...> epoch_cpu_ratio=<...>
-cpu_per_row_ratio_zero=<...> goal=cpu_per_row_ratio<=0.35,cpu_per_row_ratio_zero<=0.35,speedup>=2.0`.
+cpu_per_row_ratio_zero=<...> write_copies=<...> read_copies=<...>
+goal=cpu_per_row_ratio<=0.35,cpu_per_row_ratio_zero<=0.35,speedup>=2.0`.
 """
 
 from __future__ import annotations
@@ -145,6 +149,43 @@ def epoch_cpu(steps: list[dict], samples: dict) -> list[float]:
     ]
 
 
+def io_costs(folder: Path, rows: int = 1280, side: int = 160, rounds: int = 5) -> dict:
+    """The cache's own CPU a row, beside a copy of the same pixels in the same run: writing a shard
+    (`CacheStore.write_shard`, `rows` images of `side` px in chunks of 64: bench/cache.py's shards)
+    and reading it back as a cached epoch does (`reader.read_cached`: 8 chunks mixed at a time, blocks
+    of 64 rows), each in copies of the pixels (its CPU over `np.copy`'s; the best of `rounds`)."""
+    import numpy as np
+
+    from smlaunch.pipelines.cache.reader import read_cached
+    from smlaunch.pipelines.cache.store import CacheStore
+
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (side, side, 3), np.uint8) for _ in range(rows)]
+    store = CacheStore(str(folder))
+
+    def best(run) -> float:
+        times = []
+        for _ in range(rounds):
+            started = time.process_time()
+            run()
+            times.append(time.process_time() - started)
+        return min(times) / rows
+
+    stacked = np.stack(images)
+    copy = best(lambda: stacked.copy())
+    shards: list[str] = []
+    write = best(
+        lambda: shards.append(store.write_shard(np.arange(rows), {"image": images, "label": np.zeros(rows)}, 64))
+    )
+    index = store.shard_index(shards[-1])
+    units = [
+        [shards[-1], int(a), int(b), int(n), []]
+        for a, b, n in zip(index["offsets"][:-1], index["offsets"][1:], index["rows"], strict=True)
+    ]
+    read = best(lambda: list(read_cached(store.root, list(enumerate(units)), {}, 8, 64, [0, 1, 0])))
+    return {"copy_us": 1e6 * copy, "write_us": 1e6 * write, "read_us": 1e6 * read}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=8000)
@@ -153,6 +194,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cachebench-") as tmp:
         work = Path(tmp)
+        io = io_costs(work / "io")
+        print(
+            f"cache I/O a row of 160 px: a copy {io['copy_us']:.1f} us, a shard's write {io['write_us']:.1f} us, a "
+            f"cached read {io['read_us']:.1f} us",
+            flush=True,
+        )
+        shutil.rmtree(work / "io")
         write_images(work / "data", args.images)
         results: dict[bool, list[dict]] = {False: [], True: []}
         for r in range(args.rounds):
@@ -194,6 +242,7 @@ def main() -> None:
     report_result(
         f"RESULT cache cpu_per_row_ratio={cpu_ratio:.3f} speedup={speedup:.2f} "
         f"epoch_cpu_ratio={later / uncached_epoch:.3f}{zero_ratio} "
+        f"write_copies={io['write_us'] / io['copy_us']:.1f} read_copies={io['read_us'] / io['copy_us']:.1f} "
         "goal=cpu_per_row_ratio<=0.35,cpu_per_row_ratio_zero<=0.35,speedup>=2.0"
     )
 

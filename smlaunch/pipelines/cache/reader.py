@@ -98,27 +98,50 @@ def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_row
         if not tables:
             continue
         window = pa.concat_tables(tables, promote_options="none")
-        window = _as_arrays(window.take(pa.array(rng.permutation(window.num_rows))))
+        arrays = _uniform_fields(window)
+        order = rng.permutation(window.num_rows)
         for offset in range(0, window.num_rows, block_rows):
-            yield window.slice(offset, block_rows)
+            yield _block(window, arrays, order[offset : offset + block_rows])
 
 
-def _as_arrays(table: pa.Table) -> pa.Table:
-    """Each field whose rows share one dtype and shape as an array column (a tensor column for
-    images), so the chain gets one array, not a Python object per row; other fields stay blobs."""
+def _uniform_fields(window: pa.Table) -> dict[str, tuple[list[np.ndarray], np.ndarray]]:
+    """Each field whose rows share one dtype and shape across the window's chunks: (an array of its
+    rows a chunk, over the bytes read; where each chunk starts in the window). The chain then gets
+    one array (a tensor column for images), not a Python object a row; other fields stay blobs."""
+    from smlaunch.pipelines.cache.blobs import uniform_view
+
+    out: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
+    for name in window.column_names:
+        if not pa.types.is_large_binary(window.schema.field(name).type):  # id, positions
+            continue
+        found = [uniform_view(chunk) for chunk in window.column(name).chunks]
+        views = [v for v in found if v is not None]
+        if len(views) < len(found) or len({(v.dtype, v.shape[1:]) for v in views}) != 1:
+            continue
+        out[name] = (views, np.cumsum(np.asarray([0] + [len(v) for v in views], np.int64)))
+    return out
+
+
+def _block(window: pa.Table, arrays: dict, rows: np.ndarray) -> pa.Table:
+    """The window's `rows`, in that order, as one table: the uniform fields (`arrays`) copied row by
+    row into one fresh array each (one copy of the pixels, into a block that owns its buffers: a
+    slice of a bigger one is copied again by Ray's serializer), the rest by Arrow's `take`."""
     from ray.data.extensions import ArrowTensorArray
 
-    from smlaunch.pipelines.cache.blobs import uniform_rows
-
-    for index, name in enumerate(table.column_names):
-        if not pa.types.is_large_binary(table.schema.field(name).type):  # id, positions
+    taken = window.drop_columns(list(arrays)).take(pa.array(rows))
+    columns = {}
+    for name in window.column_names:
+        if name not in arrays:
+            columns[name] = taken.column(name)
             continue
-        rows = uniform_rows(table.column(name).combine_chunks())
-        if rows is None:
-            continue
-        column = pa.array(rows) if rows.ndim == 1 else ArrowTensorArray.from_numpy(rows)
-        table = table.set_column(index, name, column)
-    return table
+        views, starts = arrays[name]
+        chunk = np.searchsorted(starts, rows, side="right") - 1
+        local = rows - starts[chunk]
+        out = np.empty((len(rows), *views[0].shape[1:]), views[0].dtype)
+        for i, (c, r) in enumerate(zip(chunk.tolist(), local.tolist(), strict=True)):
+            out[i] = views[c][r]
+        columns[name] = pa.array(out) if out.ndim == 1 else ArrowTensorArray.from_numpy(out)
+    return pa.table(columns)
 
 
 def _chunk_table(store, place: int, entry: list, drawn) -> pa.Table:

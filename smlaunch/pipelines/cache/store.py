@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smlaunch.pipelines.cache.blobs import field_blobs
+from smlaunch.pipelines.cache.blobs import field_column
 
 FORMAT_VERSION = 2
 """Bumped whenever a shard's layout changes: part of the fingerprint, so an old cache is not read.
@@ -92,16 +92,26 @@ class CacheStore:
             except Exception as exc:  # any refusal (quota, permissions): uncached, not failed
                 raise CacheWriteFailed(f"{self.root}/{rel}: {exc}") from None
             return
+        with self._file(rel) as out:
+            out.write(data)
+
+    @contextlib.contextmanager
+    def _file(self, rel: str):
+        """A file of this folder to write `rel` into: a temporary name, renamed to `rel` once the block
+        ends; a failed write (a full disk) removes it and raises `CacheWriteFailed`."""
         path = self._path(rel)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as out:
-                out.write(data)
+                yield out
             os.replace(tmp, path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise CacheWriteFailed(f"{path}: {os.strerror(exc.errno) if exc.errno else exc}") from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def get(self, rel: str) -> bytes | None:
         """The bytes at `rel`, or None where there are none."""
@@ -160,20 +170,34 @@ class CacheStore:
         ids = np.asarray(ids, np.int64)
         name = shard_name(ids)
         columns = {"id": pa.array(ids, pa.int64())}
-        columns.update({field: pa.array(field_blobs(v), pa.large_binary()) for field, v in fields.items()})
+        columns.update({field: field_column(v) for field, v in fields.items()})
         table = pa.table(columns)
         step = chunk_rows or max(1, len(ids))
-        shard, offsets, rows = pa.BufferOutputStream(), [0], []
-        for start in range(0, max(1, len(ids)), step):
-            chunk = table.slice(start, step)
-            with pa.ipc.new_stream(shard, table.schema) as writer:
-                writer.write_table(chunk)
-            offsets.append(shard.tell())
-            rows.append(chunk.num_rows)
-        index = io.BytesIO()
-        np.savez(index, ids=ids, offsets=np.asarray(offsets, np.int64), rows=np.asarray(rows, np.int64))
-        self.put(f"ids/{name}.npz", index.getvalue())
-        self.put(f"shards/{name}.arrow", shard.getvalue())
+        offsets, rows = [0], []
+
+        def chunks(sink) -> None:
+            for start in range(0, max(1, len(ids)), step):
+                chunk = table.slice(start, step)
+                with pa.ipc.new_stream(sink, table.schema) as writer:
+                    writer.write_table(chunk)
+                offsets.append(sink.tell())
+                rows.append(chunk.num_rows)
+
+        def put_index() -> None:  # before the shard is there: a listed shard always has its index
+            index = io.BytesIO()
+            np.savez(index, ids=ids, offsets=np.asarray(offsets, np.int64), rows=np.asarray(rows, np.int64))
+            self.put(f"ids/{name}.npz", index.getvalue())
+
+        rel = f"shards/{name}.arrow"
+        if self.s3:
+            shard = pa.BufferOutputStream()
+            chunks(shard)
+            put_index()
+            self.put(rel, shard.getvalue())
+        else:  # straight into the file: a 128 MiB buffer first was one more copy of the pixels
+            with self._file(rel) as out:
+                chunks(out)
+                put_index()
         return name
 
     def read_chunk(self, name: str, start: int, end: int):
@@ -185,10 +209,10 @@ class CacheStore:
         if self.s3:
             bucket, key = self._key(f"shards/{name}.arrow")
             data = _client().get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
-        else:
-            with open(self._path(f"shards/{name}.arrow"), "rb") as shard:
+        else:  # mapped, not read: the pixels stay in the page cache until the reader's one copy
+            with pa.memory_map(str(self._path(f"shards/{name}.arrow"))) as shard:
                 shard.seek(start)
-                data = shard.read(end - start)
+                data = shard.read_buffer(end - start)
         if len(data) != end - start:
             raise OSError(f"{self.root}/shards/{name}.arrow: {len(data)} bytes at {start}, {end - start} expected")
         return pa.ipc.open_stream(pa.py_buffer(data)).read_all()

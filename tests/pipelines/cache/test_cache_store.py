@@ -231,3 +231,50 @@ def test_a_shard_is_about_128_mib_a_whole_number_of_batches_and_a_small_channel_
     assert shard_rows(64, 1437, 12 * 16 * 3, 3) == 192  # each of 3 slots gets two calls or more
     assert shard_rows(64, 100, row, 8) == 64  # never below a batch
     assert shard_rows(64, 1000, None, 8) == 64  # a prefix whose output size is unknown: a batch
+
+
+def test_a_cached_read_gives_each_kept_row_once_with_its_own_values_mixed_across_chunks_fields_as_arrays(tmp_path):
+    """`reader.read_cached` over shards written as the chain writes them: fields of one dtype and
+    shape come back as arrays (images as a tensor column), one of rows of their own sizes as blobs;
+    a dropped id (another shard's copy) and the ordinals drawn before a resume are left out; each
+    other row comes once, with the values written for its id, and blocks mix the window's chunks."""
+    import pyarrow as pa
+
+    from smlaunch.pipelines.cache.blobs import field_column, from_blob
+    from smlaunch.pipelines.cache.reader import read_cached
+
+    rng = np.random.default_rng(5)
+    written, units = {}, []
+    store = CacheStore(str(tmp_path / "fp"))
+    for shard in range(3):
+        ids = np.arange(shard * 100, shard * 100 + 40)
+        fields = {
+            "image": [rng.integers(0, 255, (5, 4, 3), np.uint8) for _ in ids],
+            "label": ids % 7,
+            "ragged": [np.arange(i % 3 + 1, dtype=np.int16) for i in ids],
+        }
+        for values in fields.values():  # one buffer or blob by blob: the same bytes
+            assert field_column(values).equals(pa.array(field_blobs(values), pa.large_binary()))
+        written.update(
+            {int(i): (fields["image"][k], int(fields["label"][k]), fields["ragged"][k]) for k, i in enumerate(ids)}
+        )
+        name = store.write_shard(ids, fields, chunk_rows=16)
+        index = store.shard_index(name)
+        for c, rows in enumerate(index["rows"].tolist()):
+            dropped = [shard * 100 + 1] if c == 0 else []
+            units.append([name, int(index["offsets"][c]), int(index["offsets"][c + 1]), rows - len(dropped), dropped])
+    picked = list(enumerate(units))
+    blocks = list(read_cached(store.root, picked, {2: [0, 3]}, 4, 10, [0, 1, 0]))
+    ids = np.concatenate([b.column("id").to_numpy() for b in blocks]).tolist()
+    expected = sorted(set(written) - {1, 101, 201} - {32, 35})  # unit 2: shard 0's rows 32.. (ordinals 0 and 3)
+    assert sorted(ids) == expected and len(ids) == len(set(ids))
+    assert max(b.num_rows for b in blocks) == 10
+    first = blocks[0]
+    assert len({i // 16 for i in first.column("id").to_pylist()}) > 1  # a block mixes chunks
+    for block in blocks:
+        images = block.column("image").combine_chunks().to_numpy()  # a tensor column: one array
+        assert images.shape[1:] == (5, 4, 3) and images.dtype == np.uint8
+        for row, i in enumerate(block.column("id").to_pylist()):
+            image, label, ragged = written[i]
+            assert np.array_equal(images[row], image) and block.column("label")[row].as_py() == label
+            assert np.array_equal(from_blob(block.column("ragged")[row].as_py()), ragged)
