@@ -7,8 +7,10 @@ mixed at a time by a permutation drawn from the same seed, each read with one ra
 row's position is its chunk's place in the epoch's order and its ordinal among the chunk's rows,
 so a checkpoint taken in a cached epoch resumes it exactly (`pipelines.position`), whatever the
 ranks. Rows leave with their original ids (the accounting checks each sample once per epoch, as
-uncached) and each field as `blobs`, which the chain turns back into arrays before the random
-rest of the chain.
+uncached). A field whose rows share a dtype and shape (images of one size, labels) leaves as one
+array, its rows gathered from the window's chunks straight into the block (the one copy of the
+pixels a cached read makes: `_block`); any other field leaves as `blobs`, which the chain turns
+back into arrays before the random rest of the chain.
 """
 
 from __future__ import annotations

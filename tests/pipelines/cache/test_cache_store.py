@@ -233,11 +233,15 @@ def test_a_shard_is_about_128_mib_a_whole_number_of_batches_and_a_small_channel_
     assert shard_rows(64, 1000, None, 8) == 64  # a prefix whose output size is unknown: a batch
 
 
-def test_a_cached_read_gives_each_kept_row_once_with_its_own_values_mixed_across_chunks_fields_as_arrays(tmp_path):
-    """`reader.read_cached` over shards written as the chain writes them: fields of one dtype and
-    shape come back as arrays (images as a tensor column), one of rows of their own sizes as blobs;
-    a dropped id (another shard's copy) and the ordinals drawn before a resume are left out; each
-    other row comes once, with the values written for its id, and blocks mix the window's chunks."""
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_a_cached_read_gives_each_kept_row_once_with_its_own_values_mixed_across_chunks_fields_as_arrays(
+    tmp_path, where, request
+):
+    """`reader.read_cached` over shards written as the chain writes them (in a folder, mapped; on
+    the local S3 server, ranged GETs): fields of one dtype and shape come back as arrays (images as
+    a tensor column), one of rows of their own sizes as blobs; a dropped id (another shard's copy)
+    and the ordinals drawn before a resume are left out; each other row comes once, with the
+    values written for its id, and blocks mix the window's chunks."""
     import pyarrow as pa
 
     from smlaunch.pipelines.cache.blobs import field_column, from_blob
@@ -245,7 +249,9 @@ def test_a_cached_read_gives_each_kept_row_once_with_its_own_values_mixed_across
 
     rng = np.random.default_rng(5)
     written, units = {}, []
-    store = CacheStore(str(tmp_path / "fp"))
+    if where == "s3":
+        request.getfixturevalue("s3").create_bucket(Bucket="cache")
+    store = CacheStore(str(tmp_path / "fp") if where == "folder" else "s3://cache/fp")
     for shard in range(3):
         ids = np.arange(shard * 100, shard * 100 + 40)
         fields = {
