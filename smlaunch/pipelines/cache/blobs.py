@@ -54,9 +54,10 @@ def field_blobs(values) -> list[bytes]:
 def field_column(values):
     """A field's rows as an Arrow `large_binary` array of their blobs (`row_blob`'s bytes, row by
     row). Rows of one dtype and shape (images of one size, labels) are laid out in one buffer, a
-    single copy of the pixels: a blob `bytes` a row, then Arrow's copy of them, cost the epoch
-    that writes the cache about 3x more CPU a row (`bench/cache.py`'s shard of 1,280 images of
-    160 px). Anything else (bytes, images of their own sizes) goes blob by blob."""
+    single copy of the pixels, where a `bytes` blob a row and then Arrow's copy of them made two
+    (with the file written straight from the IPC stream, a shard of 1,280 images of 160 px went
+    from 143 to 56 us a row: bench/cache.py's `write_copies`, BENCHMARKS.md). Anything else
+    (bytes, images of their own sizes) goes blob by blob."""
     import pyarrow as pa
 
     rows = _uniform_arrays(values)
@@ -80,7 +81,7 @@ def field_column(values):
 def _uniform_arrays(values):
     """`values` as rows of one numeric dtype and shape (an array of rows, or a list of arrays), or
     None (bytes, objects, rows that differ, no rows)."""
-    if isinstance(values, np.ndarray) and values.dtype != object:
+    if isinstance(values, np.ndarray) and not values.dtype.hasobject:
         return values if len(values) else None
     if not len(values) or not all(isinstance(v, np.ndarray) for v in values):
         return None

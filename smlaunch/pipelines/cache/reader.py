@@ -126,8 +126,7 @@ def _uniform_fields(window: pa.Table) -> dict[str, tuple[list[np.ndarray], np.nd
 
 def _block(window: pa.Table, arrays: dict, rows: np.ndarray) -> pa.Table:
     """The window's `rows`, in that order, as one table: the uniform fields (`arrays`) copied row by
-    row into one fresh array each (one copy of the pixels, into a block that owns its buffers: a
-    slice of a bigger one is copied again by Ray's serializer), the rest by Arrow's `take`."""
+    row into one fresh array each (the read's one copy of the pixels), the rest by Arrow's `take`."""
     from ray.data.extensions import ArrowTensorArray
 
     taken = window.drop_columns(list(arrays)).take(pa.array(rows))

@@ -82,8 +82,8 @@ class CacheStore:
     # --- bytes --------------------------------------------------------------------------------
 
     def put(self, rel: str, data) -> None:
-        """`data` (bytes, or a buffer: a shard's Arrow buffer is written without a copy to a folder)
-        at `rel`, whole or not at all; a full disk raises `CacheWriteFailed`, nothing left."""
+        """`data` (bytes, or a buffer: a shard's Arrow buffer on S3) at `rel`, whole or not at all;
+        a full disk raises `CacheWriteFailed`, nothing left."""
         if self.s3:
             bucket, key = self._key(rel)
             body = data if isinstance(data, bytes) else bytes(memoryview(data))

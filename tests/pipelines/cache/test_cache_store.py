@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from smlaunch.config import op_specs
-from smlaunch.pipelines.cache.blobs import field_blobs, field_from_blobs
+from smlaunch.pipelines.cache.blobs import field_blobs, field_column, field_from_blobs
 from smlaunch.pipelines.cache.seal import seal
 from smlaunch.pipelines.cache.store import CacheSpec, CacheStore, CacheWriteFailed
 from smlaunch.pipelines.ops.chain import Chain
@@ -51,6 +51,8 @@ def test_fields_come_back_as_they_went_images_of_their_own_sizes_labels_bytes_an
     assert np.array_equal(back["vector"], fields["vector"])
     with pytest.raises(TypeError, match="cannot be cached"):
         field_blobs(np.array([{"a": 1}], dtype=object))
+    with pytest.raises(TypeError, match="cannot be cached"):  # the one-buffer path refuses them too
+        field_column(np.array([(1, {"a": 1})], dtype=[("n", "i8"), ("o", object)]))
     # Nothing in a cache is unpickled: a planted id file holding an object is refused, nothing runs.
     hostile = io.BytesIO()
     np.save(hostile, np.array([object()], dtype=object), allow_pickle=True)
@@ -244,7 +246,7 @@ def test_a_cached_read_gives_each_kept_row_once_with_its_own_values_mixed_across
     values written for its id, and blocks mix the window's chunks."""
     import pyarrow as pa
 
-    from smlaunch.pipelines.cache.blobs import field_column, from_blob
+    from smlaunch.pipelines.cache.blobs import from_blob
     from smlaunch.pipelines.cache.reader import read_cached
 
     rng = np.random.default_rng(5)
