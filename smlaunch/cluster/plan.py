@@ -194,6 +194,12 @@ class LaunchPlan:
         return self.data_selector or self.train_selector
 
     @property
+    def train_spare_cpus(self) -> int:
+        """The train hosts' CPUs less one per train worker (at least 1): what the chain may take
+        there once no data host is left (`autoscale.min_data_hosts: 0` over a sealed cache)."""
+        return max(1, sum(h.num_cpus for h in self.hosts if h.subcluster == "train") - self.train_workers)
+
+    @property
     def preprocess_slots(self) -> int:
         """The chain's task pool: the preprocessing hosts' CPUs, with an elastic group counted at its
         largest (Ray Data's budget, which follows the nodes present, keeps it to what has joined)."""

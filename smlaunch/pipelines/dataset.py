@@ -8,6 +8,8 @@ on `DataConfig`, because Ray Train replaces a Dataset's execution options when t
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 from smlaunch.cluster.labels import host_label
 from smlaunch.cluster.plan import LaunchPlan
@@ -62,6 +64,8 @@ def build_datasets(
     datasets = {}
     source: ChannelDatasource | PipeChannelDatasource
     for channel in plan.channels:
+        train_cache = cache if channel.name == "train" else None
+        chain = _chain(cfg, channel, host_names, num_classes, train_cache)
         roots = {h: plan.host(h).opt_ml for h in (*channel.hosts, *fallback_readers(plan, channel))}
         if channel.input_mode == "Pipe":
             source = PipeChannelDatasource(channel, roots, num_classes=num_classes)
@@ -77,16 +81,14 @@ def build_datasets(
                 chain_slots=plan.preprocess_slots if plan.elastic else 0,
                 block_units=ELASTIC_BLOCK_BATCHES * cfg.pipeline.batch_size if plan.elastic else 0,
                 head_rows=first_window_rows(cfg, plan),
-                cache=cache if channel.name == "train" else None,
+                cache=train_cache,
+                cached_tail=tail_in_read(plan, channel, chain) if train_cache is not None else None,
             ).share_listing()
             if shared is not None:
                 shared.extend(source.shared_arrays())
-        train_cache = cache if channel.name == "train" else None
-        datasets[channel.name] = _chained(cfg, plan, source, channel, host_names, num_classes, train_cache)
+        datasets[channel.name] = _chained(cfg, plan, source, channel, chain, train_cache)
         if channel.name == "train" and cached_train(plan, cache):
-            datasets[CACHED_TRAIN] = _chained(
-                cfg, plan, source, channel, host_names, num_classes, train_cache, reads_only=True
-            )
+            datasets[CACHED_TRAIN] = _chained(cfg, plan, source, channel, chain, train_cache, reads_only=True)
     return datasets
 
 
@@ -105,36 +107,85 @@ def cached_train(plan: LaunchPlan, cache) -> bool:
     return cache is not None and plan.elastic is not None and plan.elastic.min_hosts == 0
 
 
-def _chained(
-    cfg: LaunchConfig, plan: LaunchPlan, source, channel, host_names, num_classes, cache, reads_only: bool = False
-):
-    """The channel's read, then the chain (`ops.chain.Chain`) on the preprocessing hosts: with a
-    `cache`, on a shard's rows a call (`CacheSpec.shard_rows`: each call writes one shard), unless
-    the dataset only ever reads the sealed cache (`reads_only`: `CACHED_TRAIN`, whose calls run the
-    random rest alone, on the pipeline's batch)."""
-    import ray.data
+@dataclass(frozen=True)
+class CachedTail:
+    """The chain that an epoch read from the cache runs in its read tasks (`cache.reader`), not in
+    the chain's own tasks: a cached row left the read as the prefix's pixels (77 KB in
+    bench/cache.py) and the crop kept 3 KB of it, and moving the 77 KB through Ray's object store
+    to the chain's task cost the data host more CPU than the rest of the cached epoch (0.74 ms a
+    row against 0.29 ms with the rest run in the read: BENCHMARKS.md, cache). `without_data_hosts`:
+    only in an epoch planned while no data host is joined (`tail_in_read`).
 
+    Decided once an epoch, as its reads are planned, not as each read task starts: a call of the
+    chain then holds rows of one kind. Rows the read ran the chain on and rows it did not, in one
+    call, had two schemas, which the trainer's collate could not stack (bench/cache_zero.py)."""
+
+    chain: Any
+    without_data_hosts: bool = False
+
+    def here(self) -> bool:
+        if not self.without_data_hosts:
+            return True
+        from smlaunch.cluster.autoscale.placement import none_joined
+
+        return none_joined()
+
+
+def tail_in_read(plan: LaunchPlan, channel, chain) -> CachedTail | None:
+    """Where an epoch read from the cache runs `chain` in its read tasks (`CachedTail`): only where
+    the reads run on the host the chain would run the rows on, so no work moves between hosts.
+
+    - Fixed hosts: where every host reading the channel is one the chain runs on (by default the
+      channel goes to the data hosts only).
+    - `autoscale.min_data_hosts: 0`: in an epoch that starts with no data host joined, whose reads
+      and chain both run on the train hosts (`fallback_to_train_hosts`). A host that joins within
+      it runs the chain's tasks, which pass the rows on: it feeds from the next epoch on.
+    - Other elastic data hosts: never. A host that joins later runs chain tasks but no reads (a
+      read goes to the channel's hosts of the plan), so a cached epoch keeps the chain in the
+      chain's tasks, which the hosts the loop adds share.
+    """
+    if plan.elastic is None:
+        on = "data" if plan.data_selector else "train"
+        return CachedTail(chain) if all(plan.host(h).subcluster == on for h in channel.hosts) else None
+    return CachedTail(chain, without_data_hosts=True) if plan.elastic.min_hosts == 0 else None
+
+
+def _chain(cfg: LaunchConfig, channel, host_names, num_classes, cache):
+    """The channel's chain (`ops.chain.Chain`), which its dataset maps its rows through."""
     from smlaunch.pipelines.ops.chain import Chain
+
+    return Chain(
+        cfg.pipeline.ops,
+        host_names,
+        train=channel.name == "train",
+        channel=channel.name,
+        max_corrupted_records=channel.max_corrupted_records,
+        # A user's task's classes (`model.num_classes`) bound its masks' values; the
+        # built-in classification's bound the labels, and its chain moves no masks.
+        num_classes=num_classes if cfg.task is not None else None,
+        ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
+        cache=cache,
+    )
+
+
+def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, chain, cache, reads_only: bool = False):
+    """The channel's read, then its `chain` on the preprocessing hosts: with a `cache`, on a
+    shard's rows a call (`CacheSpec.shard_rows`: each call writes one shard), unless the dataset
+    only ever reads the sealed cache (`reads_only`: `CACHED_TRAIN`, whose calls run the random rest
+    alone, on the pipeline's batch)."""
+    import ray.data
 
     call_rows = cache.shard_rows if cache is not None and cache.shard_rows and not reads_only else 0
     call_rows = call_rows or cfg.pipeline.batch_size
-    ds = read_channel(source, channel, fallback_to_train_hosts(plan))
+    # The cached epochs' reads run the chain on the train hosts once no data host is left
+    # (`tail_in_read`): as many at once as the chain could have had there.
+    slots = min(source.read_slots(), plan.train_spare_cpus) if reads_only else None
+    ds = read_channel(source, channel, fallback_to_train_hosts(plan), slots)
     placement = {"ray_remote_args_fn": _placement(plan), **fallback_to_train_hosts(plan)} if plan.elastic else {}
     with warnings.catch_warnings():  # see `_placement`
         warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
         return ds.map_batches(
-            Chain(
-                cfg.pipeline.ops,
-                host_names,
-                train=channel.name == "train",
-                channel=channel.name,
-                max_corrupted_records=channel.max_corrupted_records,
-                # A user's task's classes (`model.num_classes`) bound its masks' values; the
-                # built-in classification's bound the labels, and its chain moves no masks.
-                num_classes=num_classes if cfg.task is not None else None,
-                ignore_index=cfg.task.ignore_index if cfg.task is not None else None,
-                cache=cache,
-            ),
+            chain,
             batch_size=call_rows,
             batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=plan.preprocess_slots),
@@ -215,7 +266,7 @@ def use_block_size(ctx, size: int | None) -> None:
         ctx.target_max_block_size = size
 
 
-def read_channel(source, channel, fallback: dict | None = None):
+def read_channel(source, channel, fallback: dict | None = None, slots: int | None = None):
     """The channel's read, on its hosts, in the number of blocks its source asks for
     (`block_count`; None: Ray Data plans it). Ray splits each read task's output evenly when a
     pass has fewer tasks than blocks.
@@ -237,7 +288,8 @@ def read_channel(source, channel, fallback: dict | None = None):
     chain ran only once the reads had filled the read's share of the object store (bench/
     scale_reads.py: first batch after 32 s, 575 MiB queued; at 0 CPU, 9.5 s, as on 2,000 files).
     A read is mostly waiting on the disk or the network, and the OS shares the cores. `fallback`:
-    where the read goes once the channel's hosts are gone (`fallback_to_train_hosts`)."""
+    where the read goes once the channel's hosts are gone (`fallback_to_train_hosts`); `slots`: read
+    tasks at once, where fewer than `read_slots`."""
     import ray.data
 
     return ray.data.read_datasource(
@@ -246,7 +298,7 @@ def read_channel(source, channel, fallback: dict | None = None):
         **(fallback or {}),
         override_num_blocks=source.block_count(),
         num_cpus=0,
-        compute=ray.data.TaskPoolStrategy(size=source.read_slots()),
+        compute=ray.data.TaskPoolStrategy(size=slots or source.read_slots()),
         runtime_env={"env_vars": dict(READ_WORKER_ENV)},
     )
 

@@ -6,7 +6,7 @@ import pytest
 
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
-from smlaunch.pipelines.dataset import block_bytes
+from smlaunch.pipelines.dataset import block_bytes, tail_in_read
 
 
 @pytest.mark.ray
@@ -72,3 +72,28 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
 def test_block_bytes_keep_one_chain_batch_per_block(configs, overrides, expected):
     cfg = load_config(configs / "seed-vit-blur.yaml", overrides)
     assert block_bytes(cfg) == expected
+
+
+def test_a_cached_epoch_runs_the_chain_in_its_reads_only_where_the_chain_would_run_on_the_same_host(configs):
+    """`tail_in_read`: fixed hosts whose reads are all on the chain's hosts (the default: the
+    channel to the data group) run it in the read; a channel also read on the train hosts keeps it in
+    the chain's tasks; with `min_data_hosts: 0` only while no data host is joined; other elastic
+    groups never (hosts joined later run no reads)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    env = LocalEnvironment(cpus=3, gpus=0, started="t")
+    plan = build_plan(load_config(configs / "hetero.yaml"), env)
+    train = next(c for c in plan.channels if c.name == "train")
+    tail = tail_in_read(plan, train, "chain")
+    assert tail is not None and tail.chain == "chain" and tail.here()
+    both = build_plan(
+        load_config(configs / "hetero.yaml", ["channels.train.instance_groups=[train_group, data_group]"]), env
+    )
+    assert tail_in_read(both, next(c for c in both.channels if c.name == "train"), "chain") is None
+    zero = tail_in_read(dataclasses.replace(plan, elastic=SimpleNamespace(min_hosts=0)), train, "chain")
+    assert zero is not None and zero.without_data_hosts
+    assert not zero.here()  # no cluster, no list published: the chain's tasks keep it
+    assert tail_in_read(dataclasses.replace(plan, elastic=SimpleNamespace(min_hosts=1)), train, "chain") is None
+    cpus = sum(h.num_cpus for h in plan.hosts if h.subcluster == "train")
+    assert plan.train_spare_cpus == max(1, cpus - plan.train_workers)

@@ -66,3 +66,17 @@ class JoinedHosts:
             return json.loads(raw) if raw else None
         except Exception:  # the plain selector still places the task
             return self._nodes
+
+
+def none_joined() -> bool:
+    """Whether the loop has published that no data host is joined (`autoscale.min_data_hosts: 0`
+    over a sealed cache): the chain's tasks then run on the train hosts, where the epoch's reads
+    run too (`pipelines.cache.reader`). False until a list is published, or where it cannot be read."""
+    try:
+        from smlaunch._ray_compat import kv_get
+        from smlaunch.cluster.job_state import NAMESPACE
+
+        raw = kv_get(KEY, NAMESPACE)
+    except Exception:
+        return False
+    return raw is not None and json.loads(raw) == []

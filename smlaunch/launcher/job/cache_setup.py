@@ -66,7 +66,7 @@ def without_data_hosts(plan, spec):
     from smlaunch.pipelines.cache.store import CacheStore
 
     store = CacheStore(spec.root)
-    spare = max(1, sum(h.num_cpus for h in plan.hosts if h.subcluster == "train") - plan.train_workers)
+    spare = plan.train_spare_cpus
     return lambda: spare if store.exists("FINAL") else None
 
 

@@ -11,6 +11,12 @@ uncached). A field whose rows share a dtype and shape (images of one size, label
 array, its rows gathered from the window's chunks straight into the block (the one copy of the
 pixels a cached read makes: `_block`); any other field leaves as `blobs`, which the chain turns
 back into arrays before the random rest of the chain.
+
+Where a read runs on the host the chain would run its rows on (`pipelines.dataset.tail_in_read`),
+the read task runs the random rest itself (`tail`: the job's `ops.chain.Chain`) on each
+block before it leaves, and the chain passes the rows on (`TAILED_COLUMN`): moving the
+prefix's pixels through Ray's object store to the chain's task cost more CPU than the rest of a
+cached epoch (`CachedTail`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import pyarrow as pa
 
 CACHED_COLUMN = "_cached"
 """Set on every row a cached read yields: the chain skips the prefix for them (`ops.chain`)."""
+TAILED_COLUMN = "_tailed"
+"""Set on every row whose read ran the random rest of the chain too: the chain passes them on."""
 TASK_UNITS = 64
 """Chunks per read task at most: a lost host's retry rereads at most this many."""
 
@@ -48,10 +56,11 @@ def epoch_source(manifest: dict | None, fingerprint: str | None, resume: dict | 
 
 
 def cache_read_tasks(
-    root: str, manifest: dict, channel, seed: int, epoch: int, readers: int, resume, per_task_row_limit
+    root: str, manifest: dict, channel, seed: int, epoch: int, readers: int, resume, per_task_row_limit, tail=None
 ) -> list:
     """The read tasks of an epoch over the cache at `root` (`manifest`'s chunks); `resume`: the
-    epoch's position to go on from (None: from its start)."""
+    epoch's position to go on from (None: from its start); `tail`: the chain the blocks go through
+    before they leave (`ops.chain.Chain`; None: the rows leave as the prefix made them)."""
     from ray.data.block import BlockMetadata
     from ray.data.datasource import ReadTask
 
@@ -78,16 +87,24 @@ def cache_read_tasks(
         own = {p: drawn[p] for p, _ in picked if p in drawn} if drawn else {}
         meta = BlockMetadata(num_rows=sum(u[3] for _, u in picked), size_bytes=None, exec_stats=None, input_files=None)
         read = partial(
-            read_cached, root, picked, own, channel.open_units, channel.block_rows, [seed, epoch, int(places[0])]
+            read_cached,
+            root,
+            picked,
+            own,
+            channel.open_units,
+            channel.block_rows,
+            [seed, epoch, int(places[0])],
+            tail,
         )
         read.__name__ = f"read_{channel.name}_cache"  # type: ignore[attr-defined]  # a partial takes attributes
         tasks.append(ReadTask(read, meta, per_task_row_limit=per_task_row_limit))
     return tasks
 
 
-def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_rows: int, seed: list):
+def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_rows: int, seed: list, tail=None):
     """The rows of `picked` ((place, `seal.cache_units`' unit) each), `open_units` chunks mixed at
-    a time, in Arrow tables of `block_rows` rows; rows `drawn` before a resume are left out."""
+    a time, in Arrow tables of `block_rows` rows; rows `drawn` before a resume are left out. With
+    a `tail` (the job's `ops.chain.Chain`), each block leaves as it made it (`_tailed_block`)."""
     from smlaunch.pipelines.cache.store import CacheStore
 
     store = CacheStore(root)
@@ -103,7 +120,8 @@ def read_cached(root: str, picked: list, drawn: dict, open_units: int, block_row
         arrays = _uniform_fields(window)
         order = rng.permutation(window.num_rows)
         for offset in range(0, window.num_rows, block_rows):
-            yield _block(window, arrays, order[offset : offset + block_rows])
+            rows = order[offset : offset + block_rows]
+            yield _block(window, arrays, rows) if tail is None else _tailed_block(window, arrays, rows, tail)
 
 
 def _uniform_fields(window: pa.Table) -> dict[str, tuple[list[np.ndarray], np.ndarray]]:
@@ -136,13 +154,33 @@ def _block(window: pa.Table, arrays: dict, rows: np.ndarray) -> pa.Table:
             columns[name] = taken.column(name)
             continue
         views, starts = arrays[name]
-        chunk = np.searchsorted(starts, rows, side="right") - 1
-        local = rows - starts[chunk]
-        out = np.empty((len(rows), *views[0].shape[1:]), views[0].dtype)
-        for i, (c, r) in enumerate(zip(chunk.tolist(), local.tolist(), strict=True)):
-            out[i] = views[c][r]
+        out = _gathered(views, starts, rows)
         columns[name] = pa.array(out) if out.ndim == 1 else ArrowTensorArray.from_numpy(out)
     return pa.table(columns)
+
+
+def _tailed_block(window: pa.Table, arrays: dict, rows: np.ndarray, tail) -> pa.Table:
+    """The window's `rows` as the chain's batch (the uniform fields gathered as in `_block`, the
+    rest as NumPy), through `tail`, as the block Ray Data would have made of the chain's output."""
+    from ray.data.block import BlockAccessor
+
+    taken = window.drop_columns(list(arrays)).take(pa.array(rows))
+    batch = {name: taken.column(name).to_numpy(zero_copy_only=False) for name in taken.column_names}
+    batch.update({name: _gathered(views, starts, rows) for name, (views, starts) in arrays.items()})
+    out = tail(batch)
+    out[TAILED_COLUMN] = np.ones(len(out["id"]), np.int8)
+    return BlockAccessor.batch_to_block(out)
+
+
+def _gathered(views: list[np.ndarray], starts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The window's `rows` of one uniform field (its chunks' `views`, starting at `starts`), copied
+    into one fresh array."""
+    chunk = np.searchsorted(starts, rows, side="right") - 1
+    local = rows - starts[chunk]
+    out = np.empty((len(rows), *views[0].shape[1:]), views[0].dtype)
+    for i, (c, r) in enumerate(zip(chunk.tolist(), local.tolist(), strict=True)):
+        out[i] = views[c][r]
+    return out
 
 
 def _chunk_table(store, place: int, entry: list, drawn) -> pa.Table:

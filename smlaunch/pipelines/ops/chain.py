@@ -24,7 +24,7 @@ from smlaunch.cluster.labels import this_host
 from smlaunch.config import op_specs as specs
 from smlaunch.config.columns import BOOKKEEPING_COLUMNS, POSITION_COLUMNS
 from smlaunch.errors import DataError
-from smlaunch.pipelines.cache.reader import CACHED_COLUMN
+from smlaunch.pipelines.cache.reader import CACHED_COLUMN, TAILED_COLUMN
 from smlaunch.pipelines.ops.masks import check_mask_sizes, check_mask_values, mask_classes
 from smlaunch.pipelines.ops.transforms import OPS, UndecodableImage, blur_image, center_crop
 
@@ -244,6 +244,8 @@ class Chain:
         self._writer: Any = None  # the `cache.writer.ShardWriter`, made in the worker on the first batch
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if TAILED_COLUMN in batch:  # the cached read ran this chain already (`cache.reader`)
+            return {name: values for name, values in batch.items() if name != TAILED_COLUMN}
         prefix, tail = self._planned()
         ids = np.asarray(batch["id"], dtype=np.int64)
         # A File channel's positions and seeks (`pipelines.order`): what a checkpoint resumes from.

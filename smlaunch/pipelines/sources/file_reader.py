@@ -83,11 +83,16 @@ class ChannelDatasource(Datasource):
         block_units: int = 0,
         head_rows: int = 0,
         cache=None,
+        cached_tail=None,
     ):
         self.channel = channel
         self.cache = cache
         """The run's `CacheSpec` (train channel; None: no cache): an epoch planned once the cache is
         sealed reads its shards instead of the channel (`cache.reader`)."""
+        self.cached_tail = cached_tail
+        """The chain that an epoch read from the cache runs in its read tasks, and when
+        (`pipelines.dataset.CachedTail`, asked as each epoch's reads are planned); None: the
+        chain's own tasks run it."""
         self._manifest: dict | None = None
         self.head_rows = head_rows
         """Rows the ranks' iterators hold before their first batch (all ranks; see `units.headed_runs`)."""
@@ -232,7 +237,15 @@ class ChannelDatasource(Datasource):
 
             readers = max(1, self.read_slots())
             return cache_read_tasks(
-                self.cache.root, manifest, self.channel, self.seed, epoch, readers, resume, per_task_row_limit
+                self.cache.root,
+                manifest,
+                self.channel,
+                self.seed,
+                epoch,
+                readers,
+                resume,
+                per_task_row_limit,
+                self.cached_tail.chain if self.cached_tail is not None and self.cached_tail.here() else None,
             )
         # A worker group restarted within the run may plan the same epoch again, resumed this time.
         key = (parallelism, per_task_row_limit, epoch, None if resume is None else resume["delivered"])

@@ -13,7 +13,7 @@ from smlaunch.launcher.job.cache_setup import choice, without_data_hosts
 def _plan(min_hosts: int | None, mode: str = "attached"):
     elastic = None if min_hosts is None else SimpleNamespace(min_hosts=min_hosts)
     hosts = (SimpleNamespace(subcluster="train", num_cpus=8), SimpleNamespace(subcluster="data", num_cpus=4))
-    return SimpleNamespace(elastic=elastic, mode=mode, hosts=hosts, train_workers=2)
+    return SimpleNamespace(elastic=elastic, mode=mode, hosts=hosts, train_workers=2, train_spare_cpus=6)
 
 
 def test_min_data_hosts_0_needs_the_cache_where_it_acts_and_the_train_hosts_spare_cpus_stand_in(configs, tmp_path):
@@ -36,7 +36,7 @@ def test_min_data_hosts_0_needs_the_cache_where_it_acts_and_the_train_hosts_spar
     spare = without_data_hosts(_plan(0), spec)
     assert spare() is None  # not sealed: the hosts the channels are read on stay
     CacheStore(spec.root).seal({"rows": 1, "units": 0, "shards": []})
-    assert spare() == 6  # 8 CPUs less one per train worker
+    assert spare() == 6  # the train hosts' spare CPUs (`LaunchPlan.train_spare_cpus`)
     assert without_data_hosts(_plan(1), spec)() is None and without_data_hosts(_plan(0), None)() is None
 
 

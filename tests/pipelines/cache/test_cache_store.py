@@ -286,3 +286,47 @@ def test_a_cached_read_gives_each_kept_row_once_with_its_own_values_mixed_across
             image, label, ragged = written[i]
             assert np.array_equal(images[row], image) and block.column("label")[row].as_py() == label
             assert np.array_equal(from_blob(block.column("ragged")[row].as_py()), ragged)
+
+
+def test_a_cached_read_given_the_chain_runs_its_random_rest_and_the_chain_passes_those_rows_on(tmp_path):
+    """A cached epoch whose reads run on the chain's hosts (`dataset.tail_in_read`): each block the
+    read yields is what the chain makes of the same rows read plainly (a seeded chain: the same
+    draws), the crop's output, not the cache's pixels; the chain's own task gives such a block
+    back as it came, without the marker column."""
+    from ray.data.block import BlockAccessor
+
+    from smlaunch.pipelines.cache.reader import TAILED_COLUMN, read_cached
+
+    spec = CacheSpec(str(tmp_path / "fp"), 1, "fp")
+    ops = [
+        op_specs.DecodeImage(op="decode_image"),
+        op_specs.RandomResizedCrop(op="random_resized_crop", size=4),
+        op_specs.HorizontalFlip(op="horizontal_flip"),
+        op_specs.ToUint8CHW(op="to_uint8_chw"),
+    ]
+    store = CacheStore(spec.root)
+    units = []
+    for shard in range(2):
+        ids = np.arange(shard * 100, shard * 100 + 24)
+        rng = np.random.default_rng(shard)
+        name = store.write_shard(
+            ids, {"image": [rng.integers(0, 255, (9, 7, 3), np.uint8) for _ in ids], "label": ids % 5}, chunk_rows=8
+        )
+        index = store.shard_index(name)
+        units += [
+            [name, int(a), int(b), int(r), []]
+            for a, b, r in zip(index["offsets"][:-1], index["offsets"][1:], index["rows"], strict=True)
+        ]
+    picked = list(enumerate(units))
+    plain = list(read_cached(store.root, picked, {}, 3, 10, [0, 2, 0]))
+    tailed = list(read_cached(store.root, picked, {}, 3, 10, [0, 2, 0], Chain(ops, ["algo-1"], seed=7, cache=spec)))
+    assert len(tailed) == len(plain) > 2
+    for block, before in zip(tailed, plain, strict=True):
+        batch = BlockAccessor.for_block(block).to_numpy()
+        assert batch[TAILED_COLUMN].tolist() == [1] * block.num_rows
+        expected = Chain(ops, ["algo-1"], seed=7, cache=spec)(BlockAccessor.for_block(before).to_numpy())
+        assert batch["image"].shape == (block.num_rows, 3, 4, 4)
+        for name in ("id", "label", "image", "pos", "host"):
+            assert np.array_equal(batch[name], expected[name]), name
+        passed = Chain(ops, ["algo-1"], seed=7, cache=spec)(dict(batch))
+        assert TAILED_COLUMN not in passed and passed["image"] is batch["image"]
