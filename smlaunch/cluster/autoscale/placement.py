@@ -59,13 +59,19 @@ class JoinedHosts:
 
     def _read(self) -> list[str] | None:
         try:
-            from smlaunch._ray_compat import kv_get
-            from smlaunch.cluster.job_state import NAMESPACE
-
-            raw = kv_get(KEY, NAMESPACE)
-            return json.loads(raw) if raw else None
+            return published()
         except Exception:  # the plain selector still places the task
             return self._nodes
+
+
+def published() -> list[str] | None:
+    """The joined data hosts the loop published last (`publish`); None before any list. Raises
+    where the cluster's KV store cannot be read."""
+    from smlaunch._ray_compat import kv_get
+    from smlaunch.cluster.job_state import NAMESPACE
+
+    raw = kv_get(KEY, NAMESPACE)
+    return json.loads(raw) if raw else None
 
 
 def none_joined() -> bool:
@@ -73,10 +79,6 @@ def none_joined() -> bool:
     over a sealed cache): the chain's tasks then run on the train hosts, where the epoch's reads
     run too (`pipelines.cache.reader`). False until a list is published, or where it cannot be read."""
     try:
-        from smlaunch._ray_compat import kv_get
-        from smlaunch.cluster.job_state import NAMESPACE
-
-        raw = kv_get(KEY, NAMESPACE)
+        return published() == []
     except Exception:
         return False
-    return raw is not None and json.loads(raw) == []
