@@ -257,6 +257,9 @@ def decide(
     per_host = capacity_per_host(window, hosts, target)
     gpu_bound = window.gpu_bound_images_per_s
     if window.data_wait_pct > target:
+        none_left = _to_none_over_the_target(window, hosts, cfg, too_few, trainer_peak)
+        if none_left is not None:
+            return none_left
         if hosts >= cfg.max_data_hosts:
             return hold(f"over the {target:g} % target, but at autoscale.max_data_hosts ({cfg.max_data_hosts})")
         if unfed_s is not None:
@@ -269,6 +272,13 @@ def decide(
             if not sustained:  # as at any size, one short window (an epoch's start) adds nothing
                 return hold(
                     f"over the {target:g} % target in this window only, with no data host: one if the next is over too"
+                )
+            without = window.chain_images_per_s_without_hosts or 0.0
+            if warming and gpu_bound > 0 and without >= max(gpu_bound, trainer_peak or 0.0) * RELEASE_HEADROOM:
+                return hold(
+                    f"over the {target:g} % target with no data host while the epoch's workers warm, and by the "
+                    f"chain's own clock the train hosts' spare CPUs make {without:.0f} images/s: a host if the wait "
+                    "outlasts the warm-up"
                 )
             # No clock check here: with no data host Ray Data runs the chain one task at a time (its
             # budget is the empty data bucket's), which the chain's clock of one task does not see
@@ -336,6 +346,33 @@ def decide(
     if hosts > cfg.min_data_hosts and (chain_rate or not in_band):
         return _release(window, hosts, cfg, chain_rate if in_band else per_host, in_band, too_few, prices, trainer_peak)
     return hold(f"within the {target:g} % target")
+
+
+def _to_none_over_the_target(
+    window: Window, hosts: int, cfg, too_few: dict[int, float] | None, trainer_peak: float | None
+) -> Decision | None:
+    """Every data host back while the trainer waits over the target, where over a sealed cache the
+    train hosts' spare CPUs alone would make `RELEASE_HEADROOM` x what the trainer takes, by the
+    chain's own clock (`Window.chain_images_per_s_without_hosts`); None otherwise. A cached epoch
+    with a data host reads the prefix's pixels there and moves them through the object store to the
+    chain's task; with none, the read runs the rest of the chain where it reads and moves only the
+    cropped rows (`pipelines.dataset.tail_in_read`). bench/cache_zero.py's 1-CPU data host held
+    the trainer at an 8-11 % wait through the cached epochs, and the hosts stayed ("at
+    autoscale.max_data_hosts"), where the clock said the train host's 3 spare CPUs made 11x."""
+    without, gpu_bound = window.chain_images_per_s_without_hosts or 0.0, window.gpu_bound_images_per_s
+    takes = max(gpu_bound, trainer_peak or 0.0)
+    if not hosts or cfg.min_data_hosts or gpu_bound <= 0 or without < takes * RELEASE_HEADROOM:
+        return None
+    if (too_few or {}).get(0, 0.0) > 0:
+        return None
+    return Decision(
+        0,
+        -hosts,
+        f"over the {cfg.target_data_wait_pct:g} % target, but by the chain's own clock no data host (the rest of "
+        f"the chain in the reads, on the train hosts' spare CPUs) can make {without:.0f} images/s, over "
+        f"{RELEASE_HEADROOM:g}x the {takes:.0f} the trainer takes: the wait is the cached rows' move to the data hosts",
+        predicted_rate(without, 1, gpu_bound),
+    )
 
 
 def _release(

@@ -342,3 +342,25 @@ def test_over_a_sealed_cache_every_data_host_goes_at_once_where_the_train_hosts_
     assert (one.hosts, one.change) == (2, -1), one.reason
     held = decide(Window.of(records, slots_per_host=2, slots_without_hosts=4), 3, cfg, 600, too_few={0: 30.0})
     assert held.change == -1 and held.hosts == 2, held.reason
+
+
+def test_over_the_target_over_a_sealed_cache_the_hosts_go_where_the_train_hosts_alone_would_feed_more():
+    """A cached epoch with a data host moves the prefix's pixels there; with none, the reads run the
+    rest of the chain on the train hosts. Over the target at the cap, the train hosts' clock at 1.3x
+    what the trainer takes gives every host back; under it, or after none starved the trainer, the
+    hosts stay. At none, a warm-up's wait adds no host where that clock says the train hosts feed."""
+    cfg = CFG.model_copy(update={"min_data_hosts": 0, "max_data_hosts": 1})
+    waiting = [dict(step_time_s=1.0, data_wait_s=0.1, images_per_s=90.0, chain_s=5.12, chain_rows=256)] * 20
+    three = Window.of(waiting, slots_per_host=1, slots_without_hosts=3)  # 150 images/s; the trainer takes 100
+    gone = decide(three, 1, cfg, 600)
+    assert (gone.hosts, gone.change) == (0, -1), gone.reason
+    assert gone.reason.startswith("over the 5 % target, but by the chain's own clock no data host"), gone.reason
+    two = decide(Window.of(waiting, slots_per_host=1, slots_without_hosts=2), 1, cfg, 600)  # 100: under 130
+    assert (two.change, two.reason) == (0, "over the 5 % target, but at autoscale.max_data_hosts (1)")
+    assert decide(three, 1, cfg, 600, too_few={0: 30.0}).change == 0
+    fixed_one = cfg.model_copy(update={"min_data_hosts": 1})
+    assert decide(three, 1, fixed_one, 600).change == 0  # min_data_hosts 1: the last host stays whatever the clock
+    warm = decide(three, 0, cfg, 600, sustained=True, warming=True)
+    assert warm.change == 0 and "while the epoch's workers warm" in warm.reason, warm.reason
+    assert decide(three, 0, cfg, 600, sustained=True).change == 1
+    assert decide(Window.of(waiting, slots_without_hosts=2), 0, cfg, 600, sustained=True, warming=True).change == 1
