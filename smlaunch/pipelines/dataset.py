@@ -87,24 +87,36 @@ def build_datasets(
             if shared is not None:
                 shared.extend(source.shared_arrays())
         datasets[channel.name] = _chained(cfg, plan, source, channel, chain, train_cache)
-        if channel.name == "train" and cached_train(plan, cache):
-            datasets[CACHED_TRAIN] = _chained(cfg, plan, source, channel, chain, train_cache, reads_only=True)
+        if train_cache is not None:
+            datasets[CACHED_TRAIN] = _chained(cfg, plan, source, channel, chain, train_cache, cached=True)
     return datasets
 
 
 CACHED_TRAIN = "train_cached"
-"""The train channel's second dataset (`cached_train`): the same reads and chain, budgeted by the
-train hosts' bucket, which the loop iterates in the epochs that read a sealed cache."""
+"""The train channel's second dataset, with a cache: the same reads and chain, which the loop
+iterates in the epochs that read the sealed cache (`cached_train_selector`)."""
 
 
-def cached_train(plan: LaunchPlan, cache) -> bool:
-    """Whether the train channel gets a second dataset for its cached epochs: with
-    `autoscale.min_data_hosts: 0` and a cache. Ray Data 2.60 budgets a Dataset by one `ray-subcluster`
-    bucket, fixed for the run: by the data hosts' bucket, with no data host left it runs no task at
-    all ("Cluster resources are not enough to run any task", a one-node run), so the epochs that may
-    run with none read through a dataset budgeted by the train hosts' spare CPUs instead (its tasks
-    still go to the data hosts while any is joined)."""
-    return cache is not None and plan.elastic is not None and plan.elastic.min_hosts == 0
+def cached_train_selector(plan: LaunchPlan, cache) -> dict | None:
+    """The bucket Ray Data budgets the cached epochs' dataset (`CACHED_TRAIN`) by; None without a
+    cache. A cached epoch reads through a Dataset of its own, for two reasons:
+
+    - Ray Data splits each read task's output to reach the block count a Dataset was created
+      with, and that count is fixed for the run. The train channel's is its files' balanced
+      count (`read_channel`); a cached epoch has a few read tasks, whose blocks are a batch's rows
+      already. Read through the files' Dataset, bench/cache_zero.py's cached epochs asked for 692
+      blocks of 3 tasks: each block was cut into 231, one row each, a chain task took 64 of them
+      at 0.15-0.18 s of scheduling, and the trainer waited 75-88 % of its steps at about 120
+      images/s while both hosts were mostly idle. The cached Dataset asks for one block, so Ray
+      splits nothing.
+    - With `autoscale.min_data_hosts: 0` it is budgeted by the train hosts' bucket. Ray Data 2.60
+      budgets a Dataset by one `ray-subcluster` bucket, fixed for the run: by the data hosts', with
+      no data host left it runs no task at all ("Cluster resources are not enough to run any
+      task", a one-node run). Its tasks still go to the data hosts while any is joined."""
+    if cache is None:
+        return None
+    zero = plan.elastic is not None and plan.elastic.min_hosts == 0
+    return dict(plan.train_selector if zero else plan.preprocess_selector)
 
 
 @dataclass(frozen=True)
@@ -168,19 +180,21 @@ def _chain(cfg: LaunchConfig, channel, host_names, num_classes, cache):
     )
 
 
-def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, chain, cache, reads_only: bool = False):
+def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, chain, cache, cached: bool = False):
     """The channel's read, then its `chain` on the preprocessing hosts: with a `cache`, on a
     shard's rows a call (`CacheSpec.shard_rows`: each call writes one shard), unless the dataset
-    only ever reads the sealed cache (`reads_only`: `CACHED_TRAIN`, whose calls run the random rest
-    alone, on the pipeline's batch)."""
+    is the one the cached epochs read (`cached`: `CACHED_TRAIN`, whose calls run the random rest
+    alone, on the pipeline's batch, over blocks Ray does not split: `cached_train_selector`)."""
     import ray.data
 
-    call_rows = cache.shard_rows if cache is not None and cache.shard_rows and not reads_only else 0
+    call_rows = cache.shard_rows if cache is not None and cache.shard_rows and not cached else 0
     call_rows = call_rows or cfg.pipeline.batch_size
-    # The cached epochs' reads run the chain on the train hosts once no data host is left
-    # (`tail_in_read`): as many at once as the chain could have had there.
-    slots = min(source.read_slots(), plan.train_spare_cpus) if reads_only else None
-    ds = read_channel(source, channel, fallback_to_train_hosts(plan), slots)
+    fallback = fallback_to_train_hosts(plan)
+    # Once no data host is left, the cached epochs' reads run the chain on the train hosts
+    # (`tail_in_read`): as many at once as the chain could have had there. Bounded by the data
+    # hosts' CPUs as well (a 1-CPU host's one read), the trainer waited 10-30 % with none.
+    slots = plan.train_spare_cpus if cached and fallback else None
+    ds = read_channel(source, channel, fallback, slots, blocks=1 if cached else None)
     placement = {"ray_remote_args_fn": _placement(plan), **fallback_to_train_hosts(plan)} if plan.elastic else {}
     with warnings.catch_warnings():  # see `_placement`
         warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
@@ -207,7 +221,7 @@ def fallback_to_train_hosts(plan: LaunchPlan) -> dict:
     host is left (the epoch reads a sealed cache, `launcher.job.cache_setup.without_data_hosts`):
     the train hosts, as Ray's `fallback_strategy` (a label selector tried where the task's own
     matches no node); {} otherwise. Those epochs read the train hosts' budgeted dataset
-    (`cached_train`)."""
+    (`CACHED_TRAIN`)."""
     if plan.elastic is None or plan.elastic.min_hosts:
         return {}
     return {"fallback_strategy": [{"label_selector": dict(plan.train_selector)}]}
@@ -266,7 +280,7 @@ def use_block_size(ctx, size: int | None) -> None:
         ctx.target_max_block_size = size
 
 
-def read_channel(source, channel, fallback: dict | None = None, slots: int | None = None):
+def read_channel(source, channel, fallback: dict | None = None, slots: int | None = None, blocks: int | None = None):
     """The channel's read, on its hosts, in the number of blocks its source asks for
     (`block_count`; None: Ray Data plans it). Ray splits each read task's output evenly when a
     pass has fewer tasks than blocks.
@@ -289,14 +303,15 @@ def read_channel(source, channel, fallback: dict | None = None, slots: int | Non
     scale_reads.py: first batch after 32 s, 575 MiB queued; at 0 CPU, 9.5 s, as on 2,000 files).
     A read is mostly waiting on the disk or the network, and the OS shares the cores. `fallback`:
     where the read goes once the channel's hosts are gone (`fallback_to_train_hosts`); `slots`: read
-    tasks at once, where fewer than `read_slots`."""
+    tasks at once, where fewer than `read_slots`; `blocks`: the block count asked for, where not the
+    source's (`cached_train_selector`)."""
     import ray.data
 
     return ray.data.read_datasource(
         source,
         label_selector={host_label(): f"in({','.join(channel.hosts)})"},
         **(fallback or {}),
-        override_num_blocks=source.block_count(),
+        override_num_blocks=blocks or source.block_count(),
         num_cpus=0,
         compute=ray.data.TaskPoolStrategy(size=slots or source.read_slots()),
         runtime_env={"env_vars": dict(READ_WORKER_ENV)},

@@ -15,7 +15,8 @@ LOST = "lost"
 class CacheEpochs:
     def __init__(self, spec, rank: int, two_datasets: bool = False, files_anywhere: bool = False):
         """`spec`: the run's `CacheSpec`, or None (no cache); `two_datasets`: the train channel has a
-        second dataset for the epochs that read the sealed cache (`pipelines.dataset.cached_train`)."""
+        second dataset for the epochs that read the sealed cache (`pipelines.dataset.CACHED_TRAIN`);
+        `files_anywhere`: a host can still read the channel's files (`TrainSpec.files_outlive_cache`)."""
         self.spec, self.rank, self.two_datasets, self.files_anywhere = spec, rank, two_datasets, files_anywhere
         self.units_sealed: int | None = None
         """The sealed cache's chunks (`seal.cache_units`): the units of every epoch from here on
@@ -37,7 +38,7 @@ class CacheEpochs:
         """With two datasets, before an epoch: rank 0 reads the marker again and every rank takes its
         word, since all ranks must iterate the same dataset (one `streaming_split` feeds them all). A
         cache sealed earlier in the run and gone now is read from the files again where the train
-        hosts have a view of them (`files_anywhere`, `node_trees.fallback_readers`); else it stops
+        hosts, or hosts that stay, can read them (`files_anywhere`); else it stops
         the run, in one line: the files may be on no host any more (a `ShardedByS3Key` channel's
         belong to the hosts that received them, given back since)."""
         if not self.two_datasets:

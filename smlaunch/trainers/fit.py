@@ -99,7 +99,7 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
 
     storage_path, storage_filesystem = ray_storage(spec.checkpoint_dir)
     selector_options = {name: _execution_options(spec, ExecutionOptions) for name in datasets}
-    if spec.cached_train_selector is not None:  # the cached epochs' dataset: the train hosts' budget
+    if spec.cached_train_selector is not None:  # the cached epochs' dataset: its own bucket
         from smlaunch.pipelines.dataset import CACHED_TRAIN
 
         selector_options[CACHED_TRAIN] = ExecutionOptions(label_selector=dict(spec.cached_train_selector))

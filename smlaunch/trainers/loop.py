@@ -88,7 +88,7 @@ class _Run:
             self.step, self.epochs_done, self.resuming = state.step, state.epochs_done, True
             self.progress.resume(state)
         self.cache = CacheEpochs(  # `pipeline.cache`: sealed by rank 0
-            spec.cache, self.rank, spec.cached_train_selector is not None, spec.train_hosts_read_files
+            spec.cache, self.rank, spec.cached_train_selector is not None, spec.files_outlive_cache
         )
         self.cache.agree(self.control)
         if state is None or state.position is None:  # a resumed epoch's positions count in what they did

@@ -63,12 +63,13 @@ class TrainSpec:
     epoch's positions must cover (`pipelines.position`); None for a Pipe channel."""
     cache: Any = None
     """The run's `pipelines.cache.store.CacheSpec` (None: no cache): rank 0 seals it between epochs."""
-    train_hosts_read_files: bool = False
-    """With `cached_train_selector`: the train hosts have a view of the train channel too
-    (`node_trees.fallback_readers`), so a cache lost mid-run is read from the files again."""
+    files_outlive_cache: bool = True
+    """A host can still read the train channel's files, so a cache lost mid-run is read from them
+    again: always, but with `autoscale.min_data_hosts: 0`, where the hosts that received the files
+    may be gone, only where the train hosts have a view of them too (`node_trees.fallback_readers`)."""
     cached_train_selector: dict | None = None
-    """With `autoscale.min_data_hosts: 0` and a cache: the bucket Ray Data budgets the cached
-    epochs' dataset by (the train hosts'; `pipelines.dataset.CACHED_TRAIN`); None: one train dataset."""
+    """With a cache: the bucket Ray Data budgets the cached epochs' dataset by
+    (`pipelines.dataset.cached_train_selector`); None: one train dataset."""
     checkpoint_every_s: float = 0.0
     """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
     model_factory: str | None = None

@@ -1,12 +1,15 @@
 """The product's datasets on a real 3-node cluster: every row is read and preprocessed on the two
-data hosts, none on the train host (which has a free CPU a wrong selector would use)."""
+data hosts, none on the train host (which has a free CPU a wrong selector would use), in an epoch
+that writes the cache and in one that reads it back."""
 
 import numpy as np
 import pytest
 
 from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
-from smlaunch.pipelines.dataset import block_bytes, tail_in_read
+from smlaunch.pipelines.cache.seal import seal
+from smlaunch.pipelines.cache.store import CacheSpec
+from smlaunch.pipelines.dataset import CACHED_TRAIN, block_bytes, tail_in_read
 
 
 @pytest.mark.ray
@@ -34,12 +37,18 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
         ((name, _),) = READ_WORKER_ENV.items()
         return {"pool": np.array([os.environ.get(name, "")] * len(batch["label"]))}
 
+    spec = CacheSpec(str(tmp_path / "cache" / "fp"), 1, "fp", shard_rows=256, chunk_rows=64)  # the decode
     try:
-        datasets = build_datasets(cfg, plan)
+        datasets = build_datasets(cfg, plan, cache=spec)
         blocks = list(datasets["train"].iter_batches(batch_size=None))
         hosts = np.concatenate([b["host"] for b in blocks])
         # The chain's tasks run outside the read tasks' worker pool (`dataset.READ_WORKER_ENV`).
         pools = datasets["validation"].map_batches(_worker_pool, batch_size=None).take_all()
+        manifest, line = seal(spec, np.concatenate([b["id"] for b in blocks]), None)
+        assert manifest is not None, line
+        cached = datasets[CACHED_TRAIN]
+        cached_blocks = list(cached.iter_batches(batch_size=None))
+        stats = cached.stats()
     finally:
         ctx.execution_options.label_selector, ctx.target_max_block_size = saved
     # 32 px crops: one batch's output is far below the 1 MiB floor, so blocks gather several
@@ -52,6 +61,13 @@ def test_every_row_is_produced_on_a_data_node(data_cluster, configs, tmp_path):
     assert produced["algo-1"] == 0 and (hosts >= 0).all()  # all on data nodes: 100 %
     assert produced["algo-2"] + produced["algo-3"] == 1437
     assert pools and {p["pool"] for p in pools} == {""}, pools
+    # The cached epoch: each row once, on the data hosts, and its read's blocks as the cache's
+    # reader made them. Ray splits a read's blocks to reach its Dataset's block count: read through
+    # the files' Dataset, each would have been cut into rows of their own (`cached_train_selector`).
+    ids = np.concatenate([b["id"] for b in cached_blocks])
+    assert len(ids) == len(set(ids.tolist())) == 1437
+    assert set(np.concatenate([b["host"] for b in cached_blocks]).tolist()) <= {1, 2}
+    assert "ReadChannel[train]" in stats and "SplitBlocks" not in stats, stats
 
 
 @pytest.mark.parametrize(

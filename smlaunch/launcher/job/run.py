@@ -178,7 +178,7 @@ def train_on_cluster(
     from smlaunch.launcher.report.job_report import build_report
     from smlaunch.launcher.report.live_events import LiveEvents
     from smlaunch.launcher.report.phases import mark
-    from smlaunch.pipelines.dataset import build_datasets, cached_train, list_channels
+    from smlaunch.pipelines.dataset import build_datasets, cached_train_selector, list_channels
     from smlaunch.pipelines.sources.node_trees import fallback_readers
     from smlaunch.pipelines.warmup import warm_preprocess_workers
     from smlaunch.trainers.fit import fit, set_ray_train_environment
@@ -201,8 +201,8 @@ def train_on_cluster(
     spec = dataclasses.replace(
         spec,
         cache=cache,
-        cached_train_selector=dict(plan.train_selector) if cached_train(plan, cache) else None,
-        train_hosts_read_files=bool(fallback_readers(plan, train)),
+        cached_train_selector=cached_train_selector(plan, cache),
+        files_outlive_cache=not (plan.elastic and plan.elastic.min_hosts == 0) or bool(fallback_readers(plan, train)),
     )
     if elastic is not None:
         elastic.without_hosts = without_data_hosts(plan, cache)

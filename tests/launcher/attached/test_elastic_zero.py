@@ -6,7 +6,7 @@ Epoch 1 runs the whole chain on the one data host and writes its deterministic p
 resize, crop) to the cache; once rank 0 seals it, epochs 2 on read the shards and run only the random rest
 (a flip), which the train host's spare CPU carries: the host is given back and the job trains with
 no data host: the read and the flip on the train host, through the dataset budgeted by the train
-hosts' bucket (`pipelines.dataset.cached_train`). Then the cache's `FINAL` marker is deleted, as a
+hosts' bucket (`pipelines.dataset.cached_train_selector`). Then the cache's `FINAL` marker is deleted, as a
 lost cache folder would be: the host is asked back at once, and the next epoch reads the files again
 (the train host has a view of the channel too) and writes the cache anew. A SIGTERM ends the run.
 Every complete epoch sees each sample once, before, at and after zero.
