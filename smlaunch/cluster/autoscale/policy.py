@@ -368,8 +368,8 @@ def _to_none_over_the_target(
     return Decision(
         0,
         -hosts,
-        f"over the {cfg.target_data_wait_pct:g} % target, but by the chain's own clock no data host (the rest of "
-        f"the chain in the reads, on the train hosts' spare CPUs) can make {without:.0f} images/s, over "
+        f"over the {cfg.target_data_wait_pct:g} % target, but by the chain's own clock no data host (the chain on "
+        f"the train hosts' spare CPUs, its rest in the reads) can make {without:.0f} images/s, over "
         f"{RELEASE_HEADROOM:g}x the {takes:.0f} the trainer takes: the wait is the cached rows' move to the data hosts",
         predicted_rate(without, 1, gpu_bound),
     )
