@@ -81,6 +81,19 @@ class EpochProgress:
             set_order("train", epochs_done, {**merged.state(), "space": self.space} if merged.delivered else None)
         control.broadcast(None)
 
+    def post_pass(self, epochs_done: int, passes: int) -> None:
+        """Rank 0, before each later pass of this group over the dataset that `passes` counts
+        (its passes so far in this group): the reader numbers a pass by the epochs posted plus its
+        Dataset's own executions (`file_reader._epoch`), and the cached epochs read a Dataset of
+        their own (`pipelines.dataset.CACHED_TRAIN`), whose first pass is not the run's first. Posted
+        once a group, the cached Dataset's first pass was numbered epoch 1: in a run resumed in
+        epoch 1 it took that epoch's resume position and read 29 rows (tests/reliability/
+        test_data_host_loss.py), and its epochs' orders were not the ones a resume reads again."""
+        if self.rank == 0:
+            from smlaunch.cluster.run_relay import set_order
+
+            set_order("train", epochs_done - passes, None)
+
     def full_batches(self, batches, batch_size: int):
         """The epoch's full batches: a resumed Pipe epoch's drawn rows left out, a final partial
         batch recorded (delivered) but not trained on. The source is drawn to its end, so the epoch

@@ -98,8 +98,9 @@ class _Run:
         # (its coordinator, read and chain tasks, the first blocks) starts while timm imports and
         # builds the model and DDP wraps it, instead of after (issue 40; `trainers.next_epoch`).
         self.first_epoch = None
+        self.passes: dict[str, int] = {}  # passes started in this group, by dataset (`EpochProgress.post_pass`)
         if not self._done():
-            self.first_epoch = NextEpoch(self._torch_batches(ray.train.get_dataset_shard(self.cache.dataset())))
+            self.first_epoch = NextEpoch(self._torch_batches(ray.train.get_dataset_shard(self._next_pass())))
             phase_marks["data_asked"] = time.time()
         # On the rank's device before the optimizer, the EMA copy and a checkpoint's optimizer state are
         # made from it: `load_state_dict` puts the state where the parameters are at that moment.
@@ -178,6 +179,12 @@ class _Run:
         if self.stop_request and self.rank == 0:
             self.console.put("note", text=self.stop_request)
 
+    def _next_pass(self) -> str:
+        """The dataset the next epoch iterates, its pass counted."""
+        name = self.cache.dataset()
+        self.passes[name] = self.passes.get(name, 0) + 1
+        return name
+
     # --- the run ------------------------------------------------------------------------------
 
     def train(self) -> dict:
@@ -195,7 +202,9 @@ class _Run:
             if exhausted:
                 self._close_epoch(complete=True)
                 if not self._done():
-                    shard = ray.train.get_dataset_shard(self.cache.dataset())  # `pipeline.cache`: sealed now
+                    name = self.cache.dataset()  # `pipeline.cache`: sealed now
+                    self.progress.post_pass(self.epochs_done, self.passes.get(name, 0))
+                    shard = ray.train.get_dataset_shard(self._next_pass())
                     started = NextEpoch(self._torch_batches(shard))
                 self.callbacks.fire("on_epoch_end", self.view)  # a validation pass, a preemption's stop
         if pending is not None:
