@@ -303,7 +303,7 @@ def read_channel(source, channel, fallback: dict | None = None, slots: int | Non
     scale_reads.py: first batch after 32 s, 575 MiB queued; at 0 CPU, 9.5 s, as on 2,000 files).
     A read is mostly waiting on the disk or the network, and the OS shares the cores. `fallback`:
     where the read goes once the channel's hosts are gone (`fallback_to_train_hosts`); `slots`: read
-    tasks at once, where fewer than `read_slots`; `blocks`: the block count asked for, where not the
+    tasks at once, where not `read_slots`; `blocks`: the block count asked for, where not the
     source's (`cached_train_selector`)."""
     import ray.data
 
