@@ -195,7 +195,7 @@ def _chained(cfg: LaunchConfig, plan: LaunchPlan, source, channel, chain, cache,
     # hosts' CPUs as well (a 1-CPU host's one read), the trainer waited 10-30 % with none.
     slots = plan.train_spare_cpus if cached and fallback else None
     ds = read_channel(source, channel, fallback, slots, blocks=1 if cached else None)
-    placement = {"ray_remote_args_fn": _placement(plan), **fallback_to_train_hosts(plan)} if plan.elastic else {}
+    placement = {"ray_remote_args_fn": _placement(plan), **fallback} if plan.elastic else {}
     with warnings.catch_warnings():  # see `_placement`
         warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
         return ds.map_batches(

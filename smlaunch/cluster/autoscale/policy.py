@@ -280,9 +280,10 @@ def decide(
                     f"chain's own clock the train hosts' spare CPUs make {without:.0f} images/s: a host if the wait "
                     "outlasts the warm-up"
                 )
-            # No clock check here: with no data host Ray Data runs the chain one task at a time (its
-            # budget is the empty data bucket's), which the chain's clock of one task does not see
-            # (tests/launcher/attached/test_elastic_zero.py: a 30 % wait held where the clock read 30x).
+            # Past the warm-up, no clock check: an epoch that reads the files with no data host runs
+            # the chain one task at a time (its budget is the empty data bucket's), which the chain's
+            # clock of one task does not see (tests/launcher/attached/test_elastic_zero.py: a 30 % wait
+            # held where the clock read 30x). The clock above is there only over a sealed cache.
             return Decision(hosts + 1, 1, f"over the {target:g} % target with no data host")
         clock = (window.chain_images_per_s_per_host or 0.0) * hosts if gpu_bound > 0 else 0.0
         if clock and clock >= gpu_bound * RELEASE_HEADROOM:
