@@ -198,6 +198,22 @@ def data_resource_manager() -> Any:
         return None
 
 
+def data_streaming_executor() -> Any:
+    """Ray Data's `StreamingExecutor` class, or None where this Ray has none by that name."""
+    try:
+        return symbol("ray.data._internal.execution.streaming_executor:StreamingExecutor")
+    except (ImportError, AttributeError):
+        return None
+
+
+def data_operator_metrics() -> Any:
+    """Ray Data's `OpRuntimeMetrics` class (each operator's counters), or None."""
+    try:
+        return symbol("ray.data._internal.execution.interfaces.op_runtime_metrics:OpRuntimeMetrics")
+    except (ImportError, AttributeError):
+        return None
+
+
 def autoscaling_coordinator(requester: str) -> Any:
     """Ray Data's autoscaling coordinator client for `requester` (one thread may use it)."""
     path = "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator:DefaultAutoscalingCoordinator"

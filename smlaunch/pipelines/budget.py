@@ -16,7 +16,15 @@ Data internal class, the only place the interval lives; if a later Ray moves it,
 patched and Ray's behaviour is unchanged (tests/pipelines/test_budget.py then fails, which is
 the signal to look again).
 
-It must run in the process that executes the Dataset: the driver for `iter_batches`, Ray Train's
+`calm_when_held` stops the same loop from spinning once an object store budget holds it back.
+The loop waits with `ray.wait(active tasks, timeout=0.1)`; when the budget holds back the outputs
+of tasks that are done, every active task is "ready", the wait returns at once and the loop goes
+round without a pause until the trainer takes a block. Ray Train's `SplitCoordinator`, on the
+train host, then took 34 % of a core against 8-12 % (py-spy, bench/elastic.py, issue 57), and
+the elastic jobs' own budget, which ends a drained data host within seconds, was given up for it.
+A step that changed nothing now ends no sooner than `HELD_STEP_S` after it began.
+
+Both must run in the process that executes the Dataset: the driver for `iter_batches`, Ray Train's
 split coordinator actor for a training channel. Planning calls a datasource's `get_read_tasks`
 in that process before the execution starts, so both of smlaunch's datasources call it there.
 """
@@ -32,7 +40,23 @@ interval: an answer of nothing (another Dataset holds the whole subcluster) look
 answer, and would otherwise be asked again at every step. The coordinator's client keeps one
 call in flight, so asking again costs a `ray.wait(timeout=0)` until the last call is answered."""
 
+HELD_STEP_S = 0.02
+"""The shortest scheduling step that changed nothing (no task started or ended, no output made
+or taken): at most 50 such steps a second, where a held-back loop ran thousands. A block the
+trainer takes is seen at most this late; a chain task takes a batch's time (tens of ms or more)."""
+
+PROGRESS_COUNTERS = (
+    "num_tasks_submitted",
+    "num_tasks_finished",
+    "num_task_outputs_generated",
+    "num_outputs_taken",
+    "num_external_outqueue_blocks",
+)
+"""Each operator's counters (`OpRuntimeMetrics`) that move when a step does anything: the last
+is the output's queue, which the consumer's thread drains between steps."""
+
 _installed = False
+_calm_installed = False
 
 
 def budget_from_first_step() -> bool:
@@ -61,3 +85,43 @@ def budget_from_first_step() -> bool:
     ResourceManager.get_global_limits = get_global_limits
     _installed = True
     return True
+
+
+def _progress(topology) -> tuple:
+    return tuple(tuple(getattr(op.metrics, name) for name in PROGRESS_COUNTERS) for op in topology)
+
+
+def calm_when_held() -> bool:
+    """Pace the scheduling loop's steps that change nothing in this process (once); True if
+    installed. Nothing is patched where Ray's executor lacks the step or the counters."""
+    global _calm_installed
+    if _calm_installed:
+        return True
+    from smlaunch._ray_compat import data_operator_metrics, data_streaming_executor
+
+    executor, metrics = data_streaming_executor(), data_operator_metrics()
+    original = getattr(executor, "_scheduling_loop_step", None)
+    fields = getattr(metrics, "__dataclass_fields__", {})
+    if original is None or not all(name in fields for name in PROGRESS_COUNTERS):
+        return False
+
+    @functools.wraps(original)
+    def _scheduling_loop_step(self, topology):
+        start = time.monotonic()
+        before = _progress(topology)
+        more = original(self, topology)
+        if more and _progress(topology) == before:
+            left = HELD_STEP_S - (time.monotonic() - start)
+            if left > 0:
+                time.sleep(left)
+        return more
+
+    executor._scheduling_loop_step = _scheduling_loop_step
+    _calm_installed = True
+    return True
+
+
+def tune_this_execution() -> None:
+    """Both changes, in the process about to execute a Dataset (see the module's docstring)."""
+    budget_from_first_step()
+    calm_when_held()

@@ -247,8 +247,24 @@ have. By bytes alone, a channel of small files (bench/elastic.py: 21,564 PNGs of
 drain, backpressured by a trainer that took the rows slowly. Image files of ImageNet's size
 already make blocks of a batch or so by bytes (`block_bytes`); records packed many to a file
 get no bound here (their rows per file are not known before reading), only the bytes'. (A host
-given back also stays until the trainer has taken the blocks it made: see
-`trainers.fit._execution_options`.)"""
+given back also stays until the trainer has taken the blocks it made: `elastic_buffer_bytes`.)"""
+ELASTIC_BUFFER_BLOCKS_PER_SLOT = 6
+ELASTIC_BUFFER_FLOOR = 64 << 20
+
+
+def elastic_buffer_bytes(cfg: LaunchConfig, plan: LaunchPlan) -> int | None:
+    """With elastic data hosts, the object store budget of the train channel's executions: six
+    blocks per chain slot at the most hosts, 64 MiB at least; None (Ray Data's own, half the
+    store) otherwise. A host given back stays up until the trainer has taken the blocks it made:
+    under Ray's budget the chain ran 20-70 s of batches ahead of a trainer that took them slowly,
+    and a drained host was paid for that long (bench/elastic.py: 72 s; 5-7 s under this budget,
+    issue 57). Two blocks per slot (16 MiB) starved the chain: 4 hosts made 77 images/s where 2
+    made 120. A budget the chain reaches made Ray Data's scheduling loop spin until
+    `pipelines.budget.calm_when_held`."""
+    if plan.elastic is None:
+        return None
+    per_block = block_bytes(cfg) or (1 << 20)
+    return max(ELASTIC_BUFFER_FLOOR, ELASTIC_BUFFER_BLOCKS_PER_SLOT * plan.preprocess_slots * per_block)
 
 
 def block_bytes(cfg: LaunchConfig) -> int | None:

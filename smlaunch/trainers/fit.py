@@ -65,17 +65,15 @@ START_RETRIES = 2
 """Worker-group starts Ray Train retries after the first times out (Ray Train's default: without end)."""
 
 
-def _execution_options(spec: TrainSpec, options_type):
-    """Each channel's execution: preprocessing on the CPU hosts, under Ray Data's own object store
-    budget, elastic data hosts or not. Elastic jobs had a budget of their own (six blocks per chain
-    slot, 64 MiB at least), which kept the chain 1-25 s ahead of the trainer so that a host given
-    back ended soon; but a budget the chain reaches makes Ray Data's scheduling loop spin (the
-    outputs it holds back leave its `ray.wait` nothing to wait for): the `SplitCoordinator`, on the
-    train host at the trainer's priority, took 34 % of a core against 12 % without it, and the
-    trainer ran at 0.825x fixed 2's images/s with it, 1.045x without (bench/elastic.py, issue 57).
-    The GPU host is the costly one, so a host given back now stays until the trainer has taken the
-    blocks it holds."""
-    return options_type(label_selector=dict(spec.preprocess_selector))
+def _execution_options(spec: TrainSpec, options_type, selector: dict | None = None, budgeted: bool = False):
+    """A channel's execution: preprocessing on the CPU hosts (`selector`: another bucket), under
+    Ray Data's own object store budget, or, for the train channel of an elastic job (`budgeted`),
+    under `spec.ingest_buffer_bytes`: a host given back ends once the trainer has taken the few
+    blocks it holds (`pipelines.dataset.elastic_buffer_bytes`)."""
+    options = options_type(label_selector=dict(selector if selector is not None else spec.preprocess_selector))
+    if budgeted and spec.ingest_buffer_bytes:
+        options.resource_limits = options.resource_limits.copy(object_store_memory=spec.ingest_buffer_bytes)
+    return options
 
 
 def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
@@ -98,11 +96,13 @@ def fit(spec: TrainSpec, datasets: dict, fatal=None) -> dict:
     from smlaunch.trainers.user_loop import run_user_loop
 
     storage_path, storage_filesystem = ray_storage(spec.checkpoint_dir)
-    selector_options = {name: _execution_options(spec, ExecutionOptions) for name in datasets}
-    if spec.cached_train_selector is not None:  # the cached epochs' dataset: its own bucket
-        from smlaunch.pipelines.dataset import CACHED_TRAIN
+    from smlaunch.pipelines.dataset import CACHED_TRAIN
 
-        selector_options[CACHED_TRAIN] = ExecutionOptions(label_selector=dict(spec.cached_train_selector))
+    selector_options = {name: _execution_options(spec, ExecutionOptions, budgeted=name == "train") for name in datasets}
+    if spec.cached_train_selector is not None:  # the cached epochs' dataset: its own bucket
+        selector_options[CACHED_TRAIN] = _execution_options(
+            spec, ExecutionOptions, spec.cached_train_selector, budgeted=True
+        )
     user_loop = spec.trainer.loop is not None
     trainer = TorchTrainer(
         run_user_loop if user_loop else train_loop,

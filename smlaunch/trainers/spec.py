@@ -70,6 +70,10 @@ class TrainSpec:
     cached_train_selector: dict | None = None
     """With a cache: the bucket Ray Data budgets the cached epochs' dataset by
     (`pipelines.dataset.cached_train_selector`); None: one train dataset."""
+    ingest_buffer_bytes: int | None = None
+    """Ray Data's object store budget for the train channel's executions, cached ones included
+    (None: Ray's, a share of the store); set with elastic data hosts
+    (`pipelines.dataset.elastic_buffer_bytes`)."""
     checkpoint_every_s: float = 0.0
     """Seconds between timed checkpoints (0: none): the plan's, `cluster.plan.stop_protection`."""
     model_factory: str | None = None

@@ -46,3 +46,49 @@ def test_a_short_pass_runs_its_read_tasks_side_by_side(data_cluster):
     first, second = passes[1]
     assert first["pid"] != second["pid"]
     assert second["start"] < first["end"], f"the read tasks ran one after the other: {passes[1]}"
+
+
+@pytest.mark.ray
+def test_an_execution_its_budget_holds_back_waits_instead_of_spinning(data_cluster):
+    """A slow consumer under a small object store budget: every row arrives, and the scheduling
+    loop goes round a few times per block instead of thousands of times a second (Ray 2.60 alone:
+    its `ray.wait` returns at once once the budget holds back outputs of finished tasks)."""
+    import time
+
+    import numpy as np
+    import ray.data
+    from ray.data import ExecutionOptions, ExecutionResources
+
+    from smlaunch._ray_compat import data_streaming_executor
+    from smlaunch.pipelines.budget import HELD_STEP_S, calm_when_held
+
+    assert calm_when_held(), "Ray Data's StreamingExecutor no longer has the step or the counters paced"
+    executor = data_streaming_executor()
+    paced = executor._scheduling_loop_step
+    steps = [0]
+
+    def counted(self, topology):
+        steps[0] += 1
+        return paced(self, topology)
+
+    def widen(batch):  # 1 MiB a block of 1,000 rows: four blocks fill the budget
+        return {"id": batch["id"], "pixels": np.zeros((len(batch["id"]), 1024), np.uint8)}
+
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.execution_options
+    ctx.execution_options = ExecutionOptions(resource_limits=ExecutionResources(object_store_memory=4 << 20))
+    executor._scheduling_loop_step = counted
+    blocks, rows = 24, 0
+    try:
+        start = time.monotonic()
+        ds = ray.data.range(blocks * 1000, override_num_blocks=blocks).map_batches(widen, batch_size=None)
+        for batch in ds.iter_batches(batch_size=1000, prefetch_batches=0):
+            rows += len(batch["id"])
+            time.sleep(0.15)  # a trainer slower than the chain: the budget fills and holds
+        held_s = time.monotonic() - start
+    finally:
+        executor._scheduling_loop_step = paced
+        ctx.execution_options = saved
+    assert rows == blocks * 1000
+    paced_at_most = held_s / HELD_STEP_S + 20 * blocks
+    assert steps[0] < paced_at_most, f"{steps[0]} scheduling steps in {held_s:.1f} s: the loop spun"

@@ -23,6 +23,7 @@ from pathlib import Path
 from smlaunch.cluster.plan import ChannelPlan, LaunchPlan
 from smlaunch.config.formats import CHANNEL_FORMATS
 from smlaunch.config.schema import LaunchConfig
+from smlaunch.pipelines.dataset import elastic_buffer_bytes
 from smlaunch.trainers.s3_store import is_s3, join
 
 
@@ -98,6 +99,7 @@ def train_spec(
         class_names=names,
         shuffle_buffer_rows=cfg.channels["train"].shuffle.buffer_rows,
         train_units=train_units,
+        ingest_buffer_bytes=elastic_buffer_bytes(cfg, plan),
         checkpoint_every_s=plan.checkpoint_every_s,
         validation=cfg.validates,
     )

@@ -36,7 +36,7 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from smlaunch.cluster.plan import ChannelPlan
-from smlaunch.pipelines.budget import budget_from_first_step
+from smlaunch.pipelines.budget import tune_this_execution
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.sources.listing import ChannelListing
 from smlaunch.pipelines.sources.read_task import read_units, target_block_bytes
@@ -224,7 +224,7 @@ class ChannelDatasource(Datasource):
         return read_runs(units, self._readers(holder, units, parallelism), head, self.head_rows)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
-        budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
+        tune_this_execution()  # planning runs in the process that executes (see `pipelines.budget`)
         if data_context is None and self._last_epoch[1] is None:
             key: tuple = (parallelism, per_task_row_limit, self._sealed() is not None)
             if key not in self._estimated:

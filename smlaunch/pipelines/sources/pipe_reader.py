@@ -35,7 +35,7 @@ from ray.data.datasource import Datasource, ReadTask
 from smlaunch.cluster.labels import host_selector
 from smlaunch.cluster.plan import ChannelPlan
 from smlaunch.errors import DataError
-from smlaunch.pipelines.budget import budget_from_first_step
+from smlaunch.pipelines.budget import tune_this_execution
 from smlaunch.pipelines.formats import CHANNEL_FORMATS
 from smlaunch.pipelines.rows import channel_records, record_samples, row_blocks, webdataset_samples
 from smlaunch.pipelines.sources.channels import channel_dir
@@ -169,7 +169,7 @@ class PipeChannelDatasource(Datasource):
         return len(self.roots)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
-        budget_from_first_step()  # planning runs in the process that executes (see `pipelines.budget`)
+        tune_this_execution()  # planning runs in the process that executes (see `pipelines.budget`)
         hosts = sorted(self.roots)
         tasks = []
         for i, host in enumerate(hosts):

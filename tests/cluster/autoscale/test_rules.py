@@ -8,6 +8,7 @@ from smlaunch.cluster.plan import LocalEnvironment, build_plan
 from smlaunch.config import load_config
 from smlaunch.errors import ConfigError, UserError
 from smlaunch.launcher.job.train_spec import train_spec
+from smlaunch.pipelines.dataset import block_bytes
 from smlaunch.trainers.fit import _execution_options
 
 AUTOSCALE = "autoscale={min_data_hosts: 1, max_data_hosts: 4, cooldown_s: 30}"
@@ -72,14 +73,17 @@ def test_on_a_running_cluster_the_data_selector_is_the_label_new_hosts_carry(con
     )
     # the chain's pool sized for the largest group; Ray Data's budget follows the nodes
     assert plan.preprocess_slots == 8
-    # the chain runs under Ray Data's own object store budget, as a fixed job's: a budget of the
-    # elastic job's own made Ray Data's scheduling loop spin on the train host (issue 57)
+    # the train channel's chain runs at most six blocks per slot ahead of the trainer (a host given
+    # back ends once its blocks are taken); other channels under Ray Data's own budget
     spec = train_spec(cfg, plan)
+    assert spec.ingest_buffer_bytes == max(64 << 20, 6 * 8 * block_bytes(cfg))
     from ray.data import ExecutionOptions
 
-    options = _execution_options(spec, ExecutionOptions)
-    assert options.resource_limits.object_store_memory == ExecutionOptions().resource_limits.object_store_memory
+    options = _execution_options(spec, ExecutionOptions, budgeted=True)
+    assert options.resource_limits.object_store_memory == spec.ingest_buffer_bytes
     assert options.label_selector == spec.preprocess_selector
+    unbudgeted = _execution_options(spec, ExecutionOptions)
+    assert unbudgeted.resource_limits.object_store_memory == ExecutionOptions().resource_limits.object_store_memory
     assert any("hosts added while training run the chain and go first" in n for n in plan.notes)
     # a data node without the subcluster label: new hosts could not be put to work by label
     nodes[1]["Labels"] = {"sm-group": "data_group"}
