@@ -48,6 +48,11 @@ PRIVATE_SYMBOLS = {
     "step (Ray Data asks every 10 s, and a job starts before the nodes report: `pipelines.budget`)",
     "ray.data._internal.execution.resource_manager:ResourceManager.get_global_limits": "idem",
     "ray.data._internal.execution.resource_manager:ResourceManager.GLOBAL_LIMITS_UPDATE_INTERVAL_S": "idem",
+    "ray.data._internal.execution.streaming_executor:StreamingExecutor": "its scheduling step paced where it "
+    "changed nothing: held back by an object store budget, the loop spins (`pipelines.budget.calm_when_held`)",
+    "ray.data._internal.execution.streaming_executor:StreamingExecutor._scheduling_loop_step": "idem",
+    "ray.data._internal.execution.interfaces.op_runtime_metrics:OpRuntimeMetrics": "idem: the operators' "
+    "counters that tell whether a step changed anything",
     "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator:DefaultAutoscalingCoordinator": "asking "
     "the autoscaler for data hosts by label through Ray Data's own coordinator, so its budget and ours agree "
     "(`cluster.autoscale.requests`)",
@@ -190,28 +195,27 @@ def replace_stdstream_printer(printer: StdstreamPrinter) -> bool:
     return True
 
 
-def data_resource_manager() -> Any:
-    """Ray Data's `ResourceManager` class, or None where this Ray has none by that name."""
+def _symbol_or_none(path: str) -> Any:
+    """`symbol(path)`, or None where this Ray has nothing by that name."""
     try:
-        return symbol("ray.data._internal.execution.resource_manager:ResourceManager")
+        return symbol(path)
     except (ImportError, AttributeError):
         return None
+
+
+def data_resource_manager() -> Any:
+    """Ray Data's `ResourceManager` class, or None."""
+    return _symbol_or_none("ray.data._internal.execution.resource_manager:ResourceManager")
 
 
 def data_streaming_executor() -> Any:
-    """Ray Data's `StreamingExecutor` class, or None where this Ray has none by that name."""
-    try:
-        return symbol("ray.data._internal.execution.streaming_executor:StreamingExecutor")
-    except (ImportError, AttributeError):
-        return None
+    """Ray Data's `StreamingExecutor` class, or None."""
+    return _symbol_or_none("ray.data._internal.execution.streaming_executor:StreamingExecutor")
 
 
 def data_operator_metrics() -> Any:
     """Ray Data's `OpRuntimeMetrics` class (each operator's counters), or None."""
-    try:
-        return symbol("ray.data._internal.execution.interfaces.op_runtime_metrics:OpRuntimeMetrics")
-    except (ImportError, AttributeError):
-        return None
+    return _symbol_or_none("ray.data._internal.execution.interfaces.op_runtime_metrics:OpRuntimeMetrics")
 
 
 def autoscaling_coordinator(requester: str) -> Any:

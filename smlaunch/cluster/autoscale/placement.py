@@ -12,7 +12,12 @@ So each chain task is placed on the hosts the loop counts as joined (`ray.io/nod
 a list the loop publishes in the cluster's KV store (`publish`) and every process that submits
 chain tasks reads at most once a second (`JoinedHosts`, Ray Data's `ray_remote_args_fn`, called
 before each task). A task for those nodes can never be met by a new node, so it is no demand for
-one; a drained host drops off the list before its drain starts.
+one; a drained host drops off the list before its drain starts. With none joined
+(`autoscale.min_data_hosts: 0` over a sealed cache) the list is a node id no node has, so the
+tasks go where their fallback sends them (the train hosts) and are still no demand: with the
+plain selector there, a task waiting for a train host's CPU made the autoscaler start a data host
+no decision asked for (bench/elastic.py's cached arm: one joined 55 s after both were given back,
+and the loop gave it back 40 s later).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import time
 
 KEY = b"elastic_data_hosts"
 REFRESH_S = 1.0
+NONE_JOINED = "none-joined"
+"""The node id the chain's tasks are narrowed to while no data host is joined: no node has it."""
 
 
 def publish(nodes: list[str]) -> None:
@@ -41,7 +48,8 @@ def withdraw() -> None:
 
 class JoinedHosts:
     """Ray Data's `ray_remote_args_fn` for the chain: its label selector narrowed to the published
-    hosts (the plain `selector` until a list is published, or where it cannot be read)."""
+    hosts, or to `NONE_JOINED` where none are (the plain `selector` until a list is published, or
+    where it cannot be read)."""
 
     def __init__(self, selector: dict[str, str], node_label: str = "ray.io/node-id"):
         self.selector, self.node_label = dict(selector), node_label
@@ -53,9 +61,10 @@ class JoinedHosts:
         if now - self._read_at >= REFRESH_S:
             self._read_at = now
             self._nodes = self._read()
-        if not self._nodes:
+        if self._nodes is None:
             return {"label_selector": dict(self.selector)}
-        return {"label_selector": {**self.selector, self.node_label: f"in({','.join(self._nodes)})"}}
+        nodes = self._nodes or [NONE_JOINED]
+        return {"label_selector": {**self.selector, self.node_label: f"in({','.join(nodes)})"}}
 
     def _read(self) -> list[str] | None:
         try:

@@ -107,10 +107,14 @@ def _autoscale_env(cfg: LaunchConfig) -> dict[str, str]:
     2.60's default (`RATE_BASED`) asks for twice the CPUs in use once half are busy, whatever the
     trainer takes (with one data host starved it asked for 4 more CPUs before the first step, in
     tests/launcher/attached/test_elastic.py); `V2` adds a node of every shape past 75 %
-    (ray-project/ray#45331). A threshold above 100 % is never reached."""
+    (ray-project/ray#45331). Utilization is usage over the execution's limits
+    (`ResourceManager.get_global_limits`: the smaller of its options' and the cluster's), and the
+    train channel's object store limit is small with elastic hosts
+    (`pipelines.dataset.elastic_buffer_bytes`), which the outputs of running tasks overshoot: a
+    threshold of 2.0 could be reached. No utilization reaches 1e9."""
     if not cfg.autoscale:
         return {}
-    never = "2.0"
+    never = "1e9"
     return {
         "RAY_DATA_CLUSTER_SCALING_UP_UTIL_THRESHOLD": never,  # V2
         **{
