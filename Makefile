@@ -56,6 +56,7 @@ docs: setup
 bench: setup
 	$(VENV)/bin/python bench/local_default.py
 	$(VENV)/bin/python bench/elastic.py
+	$(VENV)/bin/python bench/held_loop.py
 	$(VENV)/bin/python bench/track.py
 	$(VENV)/bin/python bench/epoch_boundary.py
 	$(VENV)/bin/python bench/bringup.py
