@@ -77,7 +77,7 @@ from elastic_jobs import (  # bench/, this script's folder
     write_images,
 )
 from elastic_plots import draw, draw_replay
-from elastic_replay import BATCH, Measured, percentiles, replay, replay_cached, replay_pass, spread
+from elastic_replay import Measured, percentiles, replay, replay_cached, replay_pass, spread
 from results_log import report_result
 
 PROBE_TAIL_S = 25.0
@@ -131,6 +131,37 @@ def join_and_leave_s(r: dict) -> tuple[float | None, float | None]:
     return (statistics.median(joins) if joins else None, statistics.median(leaves) if leaves else None)
 
 
+def feeds_after_s(r: dict, one_host: float, trainer: float) -> float:
+    """From the first added host up to when it feeds, in the elastic job: the middle of the first
+    `WINDOW`-step window, begun once it is up and before the light phase, whose rate is halfway
+    from what one host delivers (`one_host`) to what two would (at most `trainer`): the loop's own
+    rule for an added host feeding (`ElasticDataHosts._fed_rate`). It was what the time to the
+    target left once the host was up (its first window counted off), until the slow pass of
+    2026-12-07 went to a third host (the probe read its trainer at 33 images/s, the heavy phase ran
+    it at 50-60): that time held the third host's ask and join too, and the replay had the second
+    host feed 68 s after it was up, where its rate showed it 45 s after (the normal pass: 19.3 s
+    the old way, 18.7 s this way). 5 s where nothing was added."""
+    add = next((e for e in changes(r) if e["change"] > 0), None)
+    up = next((t for t, n in r["hosts"] if add and t >= add["t"] and n >= add["wanted"]), None)
+    if up is None:
+        return 5.0
+    halfway = (one_host + min(2 * one_host, trainer)) / 2
+    steps = [b for b in r["steps"] if up <= b["t"] < r["light_at"]]
+    for i in range(len(steps)):
+        window, n = [], 0
+        for b in steps[i:]:
+            window.append(b)
+            n += b["n"]
+            if n >= WINDOW:
+                break
+        if n < WINDOW:
+            break
+        time_s = sum(b["time"] for b in window)
+        if sum(b["images"] for b in window) / time_s >= halfway:
+            return max(0.0, window[-1]["t"] - time_s / 2 - up)
+    return r["light_at"] - up
+
+
 def measure(probe: dict, fixed1: dict, elastic: dict, heavy_ms: float, light_ms: float, phase_s: float) -> Measured:
     """The replay's inputs from this pass's real jobs."""
     tail = [b for b in probe["steps"] if probe["end"] - PROBE_TAIL_S <= b["t"] < probe["end"]]
@@ -144,11 +175,7 @@ def measure(probe: dict, fixed1: dict, elastic: dict, heavy_ms: float, light_ms:
     supply_cv = per_step_cv(heavy, lambda b: b["images"] / b["time"])
     join_s, leave_s = join_and_leave_s(elastic)
     join_s = join_s if join_s is not None else 8.0
-    first_add = next((e["t"] - elastic["first"] for e in changes(elastic) if e["change"] > 0), None)
-    reached = elastic["time_to_target_s"]
-    warm_s = 5.0
-    if first_add is not None and math.isfinite(reached):  # what is left of the time to target once asked and up
-        warm_s = max(0.0, reached - first_add - join_s - WINDOW * BATCH / trainer)
+    warm_s = feeds_after_s(elastic, nominal[0] * efficiency, trainer)
     return Measured(
         trainer=trainer,
         host_rates=(nominal[0] * efficiency, nominal[1] * efficiency),

@@ -45,6 +45,11 @@ they count as feeding: one window of a noisy step (bench/elastic.py beside a bus
 its replay) read a host still importing its chain as feeding, and a third host was added."""
 HOLD_EVERY_S = 60.0
 """A decision that changes nothing enters the timeline at most this often."""
+JOIN_POLL_S = BUSY_EVERY_S
+"""While hosts asked for have not all joined, the loop looks for them this often, not once a
+period: a host joined is published to the chain's tasks (`placement.publish`) and counted in Ray
+Data's budget (`recount`) at the tick that sees it, so a tick once a period left a host up and idle
+for up to a period (2.5 s on average at 5 s) at the time the trainer waits the most, after an add."""
 
 
 @dataclass(frozen=True)
@@ -361,10 +366,11 @@ class ElasticDataHosts:
 
     def _run(self) -> None:
         last = self.clock()
-        while not self._stop.wait(min(BUSY_EVERY_S, self.period_s)):
+        while not self._stop.wait(min(BUSY_EVERY_S, JOIN_POLL_S, self.period_s)):
             try:
                 self.sample_busy()
-                if self.clock() - last >= self.period_s:
+                due = self.period_s if not self._joining else min(JOIN_POLL_S, self.period_s)
+                if self.clock() - last >= due:
                     last = self.clock()
                     self.tick(sample=False)
             except Exception as e:  # a failed decision must not end the run it serves

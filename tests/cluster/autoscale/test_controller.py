@@ -195,6 +195,36 @@ def test_the_window_and_the_cooldown_start_when_the_asked_for_host_has_joined():
     assert len(lines) == 1 and lines[0].startswith("autoscale: +1 data host (1 -> 2)")
 
 
+def test_while_an_asked_for_host_joins_the_loop_looks_every_second_not_once_a_period():
+    """A host up is published to the chain's tasks at the tick that sees it: with one tick a period,
+    an added host sat up and idle for up to a period, while the trainer waited the most."""
+    import threading
+    import time
+
+    cluster = ModelCluster(hosts=1, per_host=100.0, trainer=150.0)
+    seen, looks = threading.Event(), []
+
+    def joined() -> list[str]:
+        looks.append(time.monotonic())
+        return list(cluster.joined)
+
+    access = dataclasses.replace(cluster.access(), joined=joined, recount=seen.set)
+    two = CFG.model_copy(update={"min_data_hosts": 2})
+    loop = ElasticDataHosts(two, access, price_per_host_h=None, log=lambda line: None, period_s=60.0)
+    assert loop.tick().change == 1 and cluster.wanted == 2  # below the minimum: one asked for
+    loop.start()
+    try:
+        time.sleep(1.5)
+        cluster.joined.append("node-late")  # up 1.5 s after the ask
+        up = time.monotonic()
+        assert seen.wait(timeout=10.0), "the joined host was not seen within 10 s"
+        assert time.monotonic() - up < 2.5  # the next look, not the period's 60 s
+        time.sleep(2.5)
+        assert [t for t in looks if t > up + 1.5] == []  # joined: one decision a period again
+    finally:
+        loop.stop()
+
+
 def test_the_windows_after_a_join_are_a_warm_up_a_host_up_is_not_yet_a_host_feeding():
     """A host that makes nothing for its first four periods (its workers starting: 15 s on 2 cores in
     bench/elastic.py) leaves the window after the cooldown starved too; read as a shortage it added a
