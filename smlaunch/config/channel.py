@@ -98,7 +98,7 @@ class ChannelConfig(StrictModel):
     A sample without an id gets one derived from where it is (63 bits: CRC-32 and CRC-32C of the file's
     path in the channel, plus the record index, row or byte offset times an odd constant; a Pipe
     stream's from the image bytes), stable across runs and hosts; an id named here must be present.
-    Field names are identifiers, not `pos`, `seek`, `host` or `prep_s`. Not for `image_folder`."""
+    Field names are identifiers, not `pos`, `seek`, `host`, `prep_s` or `tail_s`. Not for `image_folder`."""
     s3_data_type: Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"] = "S3Prefix"
     """SageMaker's `S3DataType`. `S3Prefix`: `source` is a folder or prefix. `ManifestFile`: `source` is a
     JSON manifest (`[{"prefix": ...}, "key", ...]`, local or `s3://`) listing the channel's objects (File

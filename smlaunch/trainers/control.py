@@ -73,6 +73,10 @@ class StepNumbers:
     grad_norm: float = 0.0
     skipped: int = 0
     """fp16 steps skipped so far (the same count on every rank: the overflow is in the averaged gradients)."""
+    tail_s: float = 0.0
+    """With a cache, the part of `chain_s` the ops after the cached prefix took: the chain's clock
+    for the epochs that read the cache (`cluster.autoscale.policy.Window`), known from the epoch
+    that writes it. Last in `as_list`, so the numbers before it keep their places."""
 
     def as_list(self) -> list[float]:
         return [
@@ -88,6 +92,7 @@ class StepNumbers:
             self.lr,
             self.grad_norm,
             self.skipped,
+            self.tail_s,
         ]
 
 
@@ -129,6 +134,8 @@ def record(step: int, epoch: int, numbers: list[float], world: int, metric_names
         entry["lr"] = float(f"{numbers[16] / world:.6g}")
         entry["grad_norm"] = round(norm, 6) if math.isfinite(norm) else None  # an fp16 overflow: skipped
         entry["skipped_steps"] = round(numbers[18] / world)
+    if len(numbers) > 19 and numbers[19] > 0:
+        entry["tail_s"] = round(numbers[19], 5)
     return entry
 
 

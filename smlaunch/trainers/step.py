@@ -47,7 +47,8 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
         if "prep_s" in batch:  # the chain's time for the rows it timed (a worker's first batch: -1)
             seconds = batch["prep_s"]
             timed = seconds >= 0
-            chain.append(torch.stack([seconds[timed].double().sum(), timed.double().sum()]))
+            rest = batch["tail_s"][timed].double().sum() if "tail_s" in batch else torch.zeros((), dtype=torch.float64)
+            chain.append(torch.stack([seconds[timed].double().sum(), timed.double().sum(), rest.to(seconds.device)]))
     if not all_full:
         sum_gradients(run.raw_model, len(micro), run.world)
     outcome = recipe.step()
@@ -58,7 +59,7 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
     if outcome.group_lrs and run.rank == 0:  # rank 0's step record, one exchange later, names the groups' rates
         run.group_rates[run.step] = outcome.group_lrs
     loss_sum = torch.stack(losses).sum().item() if losses else 0.0
-    chain_s, chain_rows = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0)
+    chain_s, chain_rows, tail_s = torch.stack(chain).sum(0).tolist() if chain else (0.0, 0.0, 0.0)
     sums = (
         [sum(values) for values in zip(*(metric_values(m, task.metric_names) for m in metrics), strict=False)]
         if metrics
@@ -77,4 +78,5 @@ def train_step(run, micro: list, all_full: bool, waited: float, started: float):
         outcome.lr,
         float(outcome.grad_norm),
         recipe.skipped,
+        tail_s,
     )

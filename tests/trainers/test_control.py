@@ -91,7 +91,8 @@ def test_a_drain_step_gives_every_rank_the_mean_gradient_of_all_micro_batches(co
             0.0,
             0.0,
             0.0,
-        ]  # no loss metrics (classification); the rate, norm and skipped count the step set (none here)
+            0.0,
+        ]  # no loss metrics (classification); the rate, norm, skipped count and the rest's time (none here)
         assert not decision.end
         assert out[rank]["broadcast"] == "from 0"
     assert out[0]["gathered"] == [r * 10 for r in range(world)]
@@ -110,6 +111,8 @@ def test_a_step_record_covers_every_rank():
         entry["chain_rows"],
     ) == (7, 2, 0.75, 1.0, 0.1, 256.0, 5.12, 256)
     assert record(7, 2, [3.0, 4, 256, 0.2, 2.0], world=2)["chain_rows"] == 0  # a record without the chain's time
+    cached = StepNumbers(3.0, 4, 256, 0.2, 2.0, 5.12, 256, tail_s=1.28).as_list()  # with a cache: the rest's share
+    assert record(7, 2, cached, world=2)["tail_s"] == 1.28 and "tail_s" not in entry
 
 
 def test_one_rank_needs_no_collective():
@@ -117,7 +120,8 @@ def test_one_rank_needs_no_collective():
     control._stop_locally = lambda: (False, False)
     decision = control.exchange(True, True, None)
     assert decision.all_full and decision.any_data and not decision.stop and decision.previous is None
-    assert control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2)) == [1.0, 1, 2, 0.1, 0.2, 0.0, 0, *[0.0] * 8, 0, 0.0, 0.0, 0]
+    flushed = control.flush(StepNumbers(1.0, 1, 2, 0.1, 0.2))
+    assert flushed == [1.0, 1, 2, 0.1, 0.2, 0.0, 0, *[0.0] * 8, 0, 0.0, 0.0, 0, 0.0]
     model = _model()
     model(torch.ones(1, 4)).sum().backward()
     before = model.weight.grad.clone()

@@ -133,15 +133,24 @@ class Window:
         slots_without_hosts: float | None = None,
     ) -> Window:
         """From step records (`trainers.control.record`: step_time_s, data_wait_s, images_per_s,
-        chain_s and chain_rows); `slots_without_hosts`: the chain tasks the train hosts run at once
-        once no data host is left (None: the hosts may not go to none now)."""
+        chain_s, chain_rows and, with a cache, tail_s); `slots_without_hosts`: the chain tasks the
+        train hosts run at once once no data host is left (None: the hosts may not go to none now).
+
+        With no data host only the chain's rest runs (the epochs read the cached prefix), so that
+        capacity is timed by the rest's clock (`tail_s`, the part of `chain_s` after the prefix):
+        the records of the epoch that wrote the cache tell it as well as a cached epoch's. Timed by
+        the whole chain, the hosts went only once a window of the next epoch's steps had come
+        (bench/elastic.py's cached arm: 14 s after the seal, the epoch's start and a window, at two
+        hosts; the blocks they made by then kept them up 14 s more)."""
         time_s = sum(r["step_time_s"] for r in records)
         wait_s = sum(min(r["data_wait_s"], r["step_time_s"]) for r in records)
         images = sum(r["images_per_s"] * r["step_time_s"] for r in records)
         chain_s, chain_rows = sum(r.get("chain_s", 0.0) for r in records), sum(r.get("chain_rows", 0) for r in records)
+        tail_s = sum(r.get("tail_s", 0.0) for r in records)
         per_slot = chain_rows / chain_s if chain_rows and chain_s > 0 else None
         per_host = slots_per_host * per_slot if slots_per_host and per_slot else None
-        without = slots_without_hosts * per_slot if slots_without_hosts and per_slot else None
+        rest = chain_rows / tail_s if chain_rows and tail_s > 0 else per_slot
+        without = slots_without_hosts * rest if slots_without_hosts and rest else None
         return cls(
             steps=len(records),
             data_wait_pct=100 * wait_s / time_s if time_s else 0.0,

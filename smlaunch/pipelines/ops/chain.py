@@ -266,21 +266,26 @@ class Chain:
             fields, ids, kept = self._prefix(fields, ids, kept, prefix)
         if self.cache is not None and not cached and len(ids):
             self._write(ids, fields)
+        rest_started = time.perf_counter()
         out = self._run(fields, ids, tail)
+        ended = time.perf_counter()
         # Each row carries its share of the batch's chain time: summed per host by the trainer,
         # it gives the images/s one CPU slot of that host delivers, which the advisor scales. A
         # worker process's first batch pays for its imports (torchvision: seconds) and is marked
-        # -1, not counted.
+        # -1, not counted. With a cache, the share of the rest (the ops after the prefix) too: what
+        # the epochs that read the cache cost, known from the epoch that writes it.
         global _PROCESS_WARM
-        seconds = (time.perf_counter() - started) / max(len(ids), 1) if _PROCESS_WARM else -1.0
+        rows, warm = max(len(ids), 1), _PROCESS_WARM
         _PROCESS_WARM = True
         out.update(
             {
                 "id": ids,
                 "host": np.full(len(ids), self._host_index(), dtype=np.int16),
-                "prep_s": np.full(len(ids), seconds, dtype=np.float32),
+                "prep_s": np.full(len(ids), (ended - started) / rows if warm else -1.0, dtype=np.float32),
             }
         )
+        if self.cache is not None or cached:
+            out["tail_s"] = np.full(len(ids), (ended - rest_started) / rows if warm else -1.0, dtype=np.float32)
         out.update(kept)
         return out
 

@@ -344,6 +344,24 @@ def test_over_a_sealed_cache_every_data_host_goes_at_once_where_the_train_hosts_
     assert held.change == -1 and held.hosts == 2, held.reason
 
 
+def test_at_the_seal_the_hosts_go_on_the_rests_clock_from_the_epoch_that_wrote_the_cache():
+    """The epoch that writes the cache runs the whole chain (5 ms an image a slot here, 1 ms of it
+    the rest after the prefix): by the whole chain's clock 4 spare slots make 800 images/s, under
+    1.3x the 1,000 the trainer takes, and the hosts stay; by the rest's clock (`tail_s`) they make
+    4,000 and all go at the first decision after the seal, not a window into the next epoch."""
+    cfg = CFG.model_copy(update={"min_data_hosts": 0})
+    whole = [dict(step_time_s=0.256, data_wait_s=0.0, images_per_s=1000.0, chain_s=1.28, chain_rows=256)] * 20
+    kept = decide(Window.of(whole, slots_per_host=2, slots_without_hosts=4), 2, cfg, 600)
+    assert kept.hosts >= 1, kept.reason
+    timed = [dict(r, tail_s=0.256) for r in whole]
+    window = Window.of(timed, slots_per_host=2, slots_without_hosts=4)
+    assert round(window.chain_images_per_s_per_host) == 400  # the data hosts' capacity: the whole chain's
+    assert round(window.chain_images_per_s_without_hosts) == 4000
+    gone = decide(window, 2, cfg, 600)
+    assert (gone.hosts, gone.change) == (0, -2), gone.reason
+    assert Window.of(timed, slots_per_host=2).chain_images_per_s_without_hosts is None  # no cache sealed: no such size
+
+
 def test_over_the_target_over_a_sealed_cache_the_hosts_go_where_the_train_hosts_alone_would_feed_more():
     """A cached epoch with a data host moves the prefix's pixels there; with none, the reads run the
     rest of the chain on the train hosts. Over the target at the cap, the train hosts' clock at 1.3x

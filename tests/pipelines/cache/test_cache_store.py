@@ -330,3 +330,7 @@ def test_a_cached_read_given_the_chain_runs_its_random_rest_and_the_chain_passes
             assert np.array_equal(batch[name], expected[name]), name
         passed = Chain(ops, ["algo-1"], seed=7, cache=spec)(dict(batch))
         assert TAILED_COLUMN not in passed and passed["image"] is batch["image"]
+        # the rest's share of the chain's time, timed apart: what the epochs reading the cache cost
+        timed = expected["prep_s"] >= 0
+        assert len(expected["tail_s"]) == block.num_rows
+        assert np.all(expected["tail_s"][timed] <= expected["prep_s"][timed])
