@@ -76,6 +76,9 @@ class Measured:
     epoch_start_s: float = 0.0
     """The wait of an epoch's first step (Ray Data's execution starting over, the shuffle buffer
     filling), epochs 2 on: both arms pay it."""
+    tail_timed: bool = True
+    """The step records time the chain's rest apart (`tail_s`), from the epoch writing the cache
+    on; False: as before 2026-12-07's second run, the rest's clock only from a cached epoch's steps."""
 
 
 @dataclass
@@ -172,8 +175,10 @@ def replay(m: Measured, hosts: int, seed: int, autoscale=None, prices=None, min_
         supply = len(feeding) * m.host_rates[phase]
         clock = m.clocks[phase]
         trainer = m.trainer
+        tail_clock = m.clocks[1] if m.epochs and m.tail_timed else None  # the cache's rest: epochs 2 on's clock
         if not feeding and light and m.epochs:
             supply, clock, trainer = m.zero_rate, m.zero_clock * m.slots_per_host, m.trainer_at_zero
+            tail_clock = clock if tail_clock else None
         starts = bool(m.epochs) and epoch != last_epoch
         last_epoch = epoch
         if starts:  # a new epoch: the buffer starts empty, after the measured stall
@@ -202,6 +207,7 @@ def replay(m: Measured, hosts: int, seed: int, autoscale=None, prices=None, min_
                     "images_per_s": BATCH / step,
                     "chain_s": BATCH * m.slots_per_host / clock,
                     "chain_rows": BATCH,
+                    **({"tail_s": BATCH * m.slots_per_host / tail_clock} if tail_clock else {}),
                 }
             )
         next_tick = _decide_until(loop, now[0], next_tick)
