@@ -300,14 +300,6 @@ def run_pass(tag: str, job, args, prices: dict) -> dict:
     settle = min(elastic["time_to_target_s"], args.phase_s)
     for line in elastic["autoscale_lines"]:
         print("  " + line.split("INFO smlaunch: ")[-1][:220])
-    for host in elastic.get("added", []):
-        print(
-            f"  added {host['node'][-6:]} up at {host['up'] - elastic['first']:.0f} s; its first tasks, s after: "
-            + "; ".join(
-                f"{t['name'][:32]}: " + ", ".join(f"{k.lower()} {v:.1f}" for k, v in t.items() if k != "name")
-                for t in host["tasks"]
-            )
-        )
     for t, node, activity in elastic.get("draining", []):
         print(f"  draining {node[-6:]} at {t - elastic['first']:.0f} s: {'; '.join(activity) or 'idle'}")
     results = {"elastic": elastic, "fixed-1": job(f"{prefix}fixed-1", JobKind(1, False, 1, args.crop), phases)}

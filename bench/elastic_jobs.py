@@ -205,7 +205,6 @@ def run_job(work: Path, kind: JobKind, phases: list[tuple[float, float]], timeou
                 draining += busy_while_draining({n["NodeID"] for n in alive}, draining)
                 print(f"  {name}: {time.time() - first:5.0f} s, {len(alive)} data hosts", end="\r", flush=True)
                 time.sleep(1.0)
-            added = added_hosts_first_tasks(first) if kind.elastic else []
         finally:
             ray.shutdown()
         print()
@@ -223,7 +222,6 @@ def run_job(work: Path, kind: JobKind, phases: list[tuple[float, float]], timeou
             "hosts": hosts_over_time,
             "report": report,
             "draining": draining,
-            "added": added,
             "autoscale_lines": [x for x in lines if "autoscale: " in x and "data host" in x and " -> " in x],
             "cache_lines": [(t, x) for t, x in stamped if "cache: " in x],
         }
@@ -274,54 +272,6 @@ def busy_while_draining(data_nodes: set[str], seen: list[tuple[float, str, list[
         node = n.node_id.hex()
         if node in data_nodes and n.status == NodeStatus.DRAINING and last.get(node) != list(n.node_activity):
             out.append((time.time(), node, list(n.node_activity)))
-    return out
-
-
-def added_hosts_first_tasks(first: float, tasks_per_host: int = 3) -> list[dict]:
-    """For each data node that came up after the job's first step (`first`, epoch seconds): when it
-    came up, and the state changes of its first few tasks (Ray's task events, `ray.util.state`),
-    in seconds after it came up. Between an added host up and its first rows lie: the loop seeing
-    it and publishing it to the chain's tasks, Ray Data sending one there, a worker process
-    starting (`PENDING_NODE_ASSIGNMENT` to `SUBMITTED_TO_WORKER`) and the task's own imports and
-    work (to `FINISHED`). Read before the cluster stops; [] where the state API does not answer."""
-    import ray
-    from ray.util.state import list_nodes, list_tasks
-
-    out = []
-    try:
-        address = ray.get_runtime_context().gcs_address  # the fake cluster's (the VM may run others)
-        nodes = list_nodes(address=address, detail=True, raise_on_missing_output=False)
-        for node in nodes:
-            up = (node.start_time_ms or 0) / 1000
-            if node.labels.get("sm-group") != "data_group" or up < first:
-                continue
-            tasks = list_tasks(
-                address=address,
-                filters=[("node_id", "=", node.node_id)],
-                detail=True,
-                limit=10_000,
-                raise_on_missing_output=False,
-            )
-            tasks = sorted((t for t in tasks if t.type == "NORMAL_TASK"), key=lambda t: t.creation_time_ms or 1e18)
-            out.append(
-                {
-                    "node": node.node_id,
-                    "up": up,
-                    "tasks": [
-                        {
-                            "name": t.name,
-                            **{
-                                e["state"]: round(e["created_ms"] / 1000 - up, 2)
-                                for e in (t.events or [])
-                                if isinstance(e.get("created_ms"), (int, float))
-                            },
-                        }
-                        for t in tasks[:tasks_per_host]
-                    ],
-                }
-            )
-    except Exception as e:  # a diagnosis: never the job's result
-        print(f"  (no task timing for the added hosts: {type(e).__name__}: {e})")
     return out
 
 
