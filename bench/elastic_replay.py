@@ -76,9 +76,6 @@ class Measured:
     epoch_start_s: float = 0.0
     """The wait of an epoch's first step (Ray Data's execution starting over, the shuffle buffer
     filling), epochs 2 on: both arms pay it."""
-    tail_timed: bool = True
-    """The step records time the chain's rest apart (`tail_s`), from the epoch writing the cache
-    on; False: as before 2026-12-07's second run, the rest's clock only from a cached epoch's steps."""
 
 
 @dataclass
@@ -175,10 +172,10 @@ def replay(m: Measured, hosts: int, seed: int, autoscale=None, prices=None, min_
         supply = len(feeding) * m.host_rates[phase]
         clock = m.clocks[phase]
         trainer = m.trainer
-        tail_clock = m.clocks[1] if m.epochs and m.tail_timed else None  # the cache's rest: epochs 2 on's clock
+        tail_clock = m.clocks[1] if m.epochs else None  # the step records' `tail_s`: the rest's clock, from epoch 1
         if not feeding and light and m.epochs:
             supply, clock, trainer = m.zero_rate, m.zero_clock * m.slots_per_host, m.trainer_at_zero
-            tail_clock = clock if tail_clock else None
+            tail_clock = clock
         starts = bool(m.epochs) and epoch != last_epoch
         last_epoch = epoch
         if starts:  # a new epoch: the buffer starts empty, after the measured stall
