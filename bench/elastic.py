@@ -56,6 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cpu_roles import cores_between, describe
 from elastic_jobs import (  # bench/, this script's folder
     DATA_TYPE,
     ROOT,
@@ -371,6 +372,8 @@ def run_cached(job, args, prices: dict, normal: dict, rows: int) -> dict:
     released = next((e for e in changes(r) if e["change"] < 0 and e["wanted"] == 0), None)
     zero_from = released["t"] + 10 if released else r["end"]
     at_zero = [b for b in r["steps"] if b["t"] >= zero_from]
+    cores_at_zero = cores_between(r.get("cpu", []), zero_from, r["end"])  # who takes the trainer's cores
+    cores_fixed = cores_between(fixed.get("cpu", []), fixed["first"] + zero_from - r["first"], fixed["end"])
     said = [_number(line, r"spare CPUs alone make ([\d.]+) images/s") for line in r["autoscale_lines"]]
     clock = next((float(x) for x in said if x), 0.0)
     spare = 4 - 1  # the 4-CPU train host less its one train worker (`cache_setup.without_data_hosts`)
@@ -428,7 +431,8 @@ def run_cached(job, args, prices: dict, normal: dict, rows: int) -> dict:
             f"{m.epoch_start_s:.1f} s (fixed: {alone.epoch_start_s:.1f}); ${r['usd_per_m']:.2f} per million images "
             f"against ${fixed['usd_per_m']:.2f}; "
             f"cost_ratio {fmt(replayed['cost_ratio'])} (this run {run['cost_ratio']:.3f}; the arithmetic: "
-            f"{arithmetic:.3f}), trainer_ratio {fmt(replayed['trainer_ratio'])} (this run {run['trainer_ratio']:.3f})"
+            f"{arithmetic:.3f}), trainer_ratio {fmt(replayed['trainer_ratio'])} (this run {run['trainer_ratio']:.3f}); "
+            f"cores used at none: {describe(cores_at_zero)}; by fixed {hosts} from as far in: {describe(cores_fixed)}"
         )
     )
     return {"replay": replayed, "run": run, "line": line}

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cpu_roles import CpuByRole  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA_LABELS = {"ray-subcluster": "data", "sm-group": "data_group"}
@@ -172,6 +174,7 @@ def run_job(work: Path, kind: JobKind, phases: list[tuple[float, float]], timeou
             stderr=subprocess.STDOUT,
             text=True,
         )
+        cpu = CpuByRole(str(cluster.tmp), proc.pid)
         lines: list[str] = []
         stamped: list[tuple[float, str]] = []
 
@@ -203,9 +206,12 @@ def run_job(work: Path, kind: JobKind, phases: list[tuple[float, float]], timeou
                 if kind.cached:
                     lower_train_host_chain()
                 draining += busy_while_draining({n["NodeID"] for n in alive}, draining)
+                if len(hosts_over_time) % 5 == 1:
+                    cpu.sample(time.time())
                 print(f"  {name}: {time.time() - first:5.0f} s, {len(alive)} data hosts", end="\r", flush=True)
                 time.sleep(1.0)
         finally:
+            cpu.sample(time.time())
             ray.shutdown()
         print()
         if proc.poll() is None:
@@ -222,6 +228,7 @@ def run_job(work: Path, kind: JobKind, phases: list[tuple[float, float]], timeou
             "hosts": hosts_over_time,
             "report": report,
             "draining": draining,
+            "cpu": cpu.series,
             "autoscale_lines": [x for x in lines if "autoscale: " in x and "data host" in x and " -> " in x],
             "cache_lines": [(t, x) for t, x in stamped if "cache: " in x],
         }
@@ -236,11 +243,13 @@ def lower_train_host_chain(nice: int = 19) -> None:
     on a core: in bench/elastic.py's smoke run the chain at none took it from 113 to 88 images/s)."""
     import psutil
 
+    from smlaunch.cluster.autoscale.fake_cluster import lower_priority
+
     for proc in psutil.process_iter(["cmdline"]):
         try:
             line = " ".join(proc.info["cmdline"] or [])
-            if line.startswith("ray::") and "RayTrainWorker" not in line and proc.nice() != nice:
-                proc.nice(nice)
+            if line.startswith("ray::") and "RayTrainWorker" not in line:
+                lower_priority(proc.pid, nice)  # each thread: Linux keeps a priority per thread
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
 
