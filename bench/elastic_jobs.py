@@ -236,11 +236,18 @@ def run_job(work: Path, kind: JobKind, phases: list[tuple[float, float]], timeou
         cluster.stop()
 
 
+FEEDS_THE_TRAINER = ("RayTrainWorker", "SplitCoordinator", "Agent", "_StatsActor", "_AutoscalingCoordinator")
+"""Ray processes on the train host that are not the chain's: the trainer, Ray Data's coordinator that
+hands it the blocks, the node's agents and Ray Data's bookkeeping actors. They keep their priority."""
+
+
 def lower_train_host_chain(nice: int = 19) -> None:
-    """The Ray workers on this machine other than the trainer's at the lowest priority: with no data
-    host the chain runs on the train host, and on one machine its processes share the trainer's
-    cores, where a GPU host's spare vCPUs leave the GPU's compute alone (the trainer here computes
-    on a core: in bench/elastic.py's smoke run the chain at none took it from 113 to 88 images/s)."""
+    """The chain's Ray workers on this machine at the idle priority (`fake_cluster.lower_priority`):
+    with no data host the chain runs on the train host, and on one machine its processes share the
+    trainer's cores, where a GPU host's spare vCPUs leave the GPU's compute alone (the trainer here
+    computes on a core: in bench/elastic.py's smoke run the chain at none took it from 113 to 88
+    images/s). Ray Data's coordinator is left as it is: on a GPU host it is on a spare vCPU too, and
+    the trainer waits on it."""
     import psutil
 
     from smlaunch.cluster.autoscale.fake_cluster import lower_priority
@@ -248,7 +255,7 @@ def lower_train_host_chain(nice: int = 19) -> None:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             line = " ".join(proc.info["cmdline"] or [])
-            if line.startswith("ray::") and "RayTrainWorker" not in line:
+            if line.startswith("ray::") and not any(name in line for name in FEEDS_THE_TRAINER):
                 lower_priority(proc.pid, nice)  # each thread: Linux keeps a priority per thread
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

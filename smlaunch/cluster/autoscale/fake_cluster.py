@@ -125,13 +125,14 @@ class AutoscalingCluster:
         return self
 
     def lower_worker_priority(self, nice: int = 19) -> int:
-        """Run the worker nodes below the head: the monitor that starts them (its raylets and their
-        workers inherit the value) and every process under it now, each thread of each. On one
-        machine the fake nodes share the head's cores; a real data host has its own, so a host that
-        starts mid-run (its raylet, agents and chain workers importing torch: bench/elastic.py on 2
-        cores read the trainer at 31 images/s for 20 s after a join, 57 before and after) must not
-        take the trainer's. Returns how many threads were set; call again after nodes start, it is
-        cheap."""
+        """Run the worker nodes below the head: every process the autoscaler's monitor started (the
+        fake nodes' raylets, agents and workers), each thread of each, at the idle priority
+        (`lower_priority`). Not the monitor itself: it is the head's, and a real head's autoscaler
+        has its own CPU. On one machine the fake nodes share the head's cores; a real data host has
+        its own, so a host that starts mid-run (its raylet, agents and chain workers importing torch:
+        bench/elastic.py on 2 cores read the trainer at 31 images/s for 20 s after a join, 57 before
+        and after) must not take the trainer's. Returns how many threads were set; call again after
+        nodes start (each second, as bench/elastic.py does), it is cheap."""
         import psutil
 
         mine, count = str(self.tmp), 0
@@ -139,7 +140,7 @@ class AutoscalingCluster:
             try:
                 line = " ".join(proc.info["cmdline"] or [])
                 if mine in line and "monitor.py" in line:
-                    for p in [proc, *proc.children(recursive=True)]:
+                    for p in proc.children(recursive=True):
                         count += lower_priority(p.pid, nice)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
@@ -205,12 +206,16 @@ class AutoscalingCluster:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def lower_priority(pid: int, nice: int) -> int:
-    """Every thread of process `pid` at `nice`; returns how many were changed. Linux keeps a
-    priority per thread, and `setpriority(PRIO_PROCESS, pid)` (psutil's `nice()`) sets only the
-    thread whose id is `pid`: a fake node's raylet lowered so kept 16 of its 28 threads at 0, and a
-    Ray worker (which lowers itself to 15 once its gRPC threads run) 20 of its 22, all taking the
-    trainer's cores at its own priority. A thread started later inherits its starter's value."""
+def lower_priority(pid: int, nice: int, idle: bool = True) -> int:
+    """Every thread of process `pid` at `nice` and, with `idle`, under `SCHED_IDLE`; returns how
+    many threads were changed. Linux keeps a priority per thread, and `setpriority(PRIO_PROCESS,
+    pid)` (psutil's `nice()`) sets only the thread whose id is `pid`: a fake node's raylet lowered so
+    kept 16 of its 28 threads at 0, and a Ray worker (whose first thread Ray sets to 15 once the
+    others run) 20 of its 22. Nice 19 alone still left the trainer waiting for a core 0.1-0.2 s a
+    second beside the data hosts (bench/elastic.py's cached arm, `cpu_roles`): under `SCHED_IDLE`
+    a thread runs only on a core nothing else wants, and a waking trainer takes the core from it at
+    once, as a real data host's work never delays the GPU host's. A thread started later inherits
+    its starter's settings."""
     count = 0
     try:
         threads = os.listdir(f"/proc/{pid}/task")
@@ -218,9 +223,14 @@ def lower_priority(pid: int, nice: int) -> int:
         return 0
     for tid in map(int, threads):
         try:
+            changed = False
             if os.getpriority(os.PRIO_PROCESS, tid) != nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
-                count += 1
+                changed = True
+            if idle and os.sched_getscheduler(tid) != os.SCHED_IDLE:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                changed = True
+            count += changed
         except OSError:  # the thread ended, or a higher priority than ours (needs CAP_SYS_NICE)
             continue
     return count

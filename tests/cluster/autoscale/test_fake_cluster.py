@@ -1,5 +1,6 @@
 """The fake cluster's priorities (`smlaunch.cluster.autoscale.fake_cluster.lower_priority`): on one
-machine its data hosts must run below the trainer, and Linux keeps a priority per thread."""
+machine its data hosts must run below the trainer, and Linux keeps a priority (and a scheduling
+policy) per thread."""
 
 import os
 import subprocess
@@ -21,6 +22,10 @@ def niceness(pid: int) -> list[int]:
     return [os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")]
 
 
+def policies(pid: int) -> list[int]:
+    return [os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")]
+
+
 def test_every_thread_of_a_process_goes_down_not_only_its_first():
     proc = subprocess.Popen([sys.executable, "-c", THREADS], stdout=subprocess.PIPE, text=True)
     try:
@@ -30,8 +35,11 @@ def test_every_thread_of_a_process_goes_down_not_only_its_first():
         # what psutil's `nice()` does: the first thread alone
         os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
         assert sorted(niceness(proc.pid)) == sorted([19, *before[1:]]), niceness(proc.pid)
-        assert lower_priority(proc.pid, 19) == 3
-        assert niceness(proc.pid) == [19] * 4
+        assert lower_priority(proc.pid, 19, idle=False) == 3
+        assert niceness(proc.pid) == [19] * 4 and os.SCHED_IDLE not in policies(proc.pid)
+        # and each under SCHED_IDLE: a waking trainer takes the core from them at once
+        assert lower_priority(proc.pid, 19) == 4
+        assert policies(proc.pid) == [os.SCHED_IDLE] * 4 and niceness(proc.pid) == [19] * 4
         assert lower_priority(proc.pid, 19) == 0  # cheap to call again: nothing to set
     finally:
         proc.kill()
