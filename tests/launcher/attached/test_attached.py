@@ -6,6 +6,7 @@ server on 127.0.0.1; the nodes hold its credentials, as a cluster's nodes hold a
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -242,7 +243,9 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
     started from another folder and nothing puts the project on PYTHONPATH: sm-launch, run in the
     project folder, ships it as the job's working_dir, leaving out its virtualenv, caches and runs,
     and what may hold credentials (`.env`, keys, `.aws/`) or its `.smlaunchignore` lists: the plan
-    says so, and Ray's unpacked copy on the nodes holds none of it (issue 79).
+    says so, and Ray's unpacked copy on the nodes holds none of it (issue 79). The project's own
+    op (`deterministic: true`), shipped so, sits in the cached prefix: epoch 1 writes the cache
+    and epochs 2-4 read it (issue 80).
     Images and masks are decoded, cut by one crop and one flip per row (the mask nearest-neighbour),
     the image jittered and normalised on the device: it must learn the squares' masks. (A crop that
     left a mask behind fails the loss's shapes or its pixels; pixel-exact alignment, flips
@@ -279,6 +282,10 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
         {"name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 2},
     ]
     cfg = segmentation_config(folder, tmp_path / "runs", "segmentation", groups)
+    # The project's own op in the cached prefix (issue 80): shipped with the project, it runs in
+    # epoch 1 only, and epochs 2-4 read the cache.
+    cfg["pipeline"]["ops"].insert(2, {"op": "map", "function": "segmentation:binary_mask", "deterministic": True})
+    cfg["pipeline"].update(cache=True, cache_dir=str(tmp_path / "cache"))
     (folder / "segmentation.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     project_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     planned = subprocess.run(
@@ -290,12 +297,17 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
         cwd=folder,
     )
     assert planned.returncode == 0, planned.stderr[-2000:]
+    assert (
+        "cache: on (pipeline.cache: true; prefix: decode_image, decode_image, segmentation:binary_mask; "
+        in planned.stdout
+    ), planned.stdout
     code = next(line for line in planned.stdout.splitlines() if line.startswith("code: "))
     assert (
         code.startswith(f"code: {folder} (")
         and (
-            "ships with the job for segmentation:fcn, segmentation:pixel_loss, segmentation:iou; left out: .aws/, "
-            ".env, deploy.pem, id_rsa and 1 more (may hold credentials); scratch/ (listed in .smlaunchignore); "
+            "ships with the job for segmentation:fcn, segmentation:pixel_loss, segmentation:iou, "
+            "segmentation:binary_mask; left out: .aws/, .env, deploy.pem, id_rsa and 1 more (may hold "
+            "credentials); scratch/ (listed in .smlaunchignore); "
         )
         in code
     ), code
@@ -320,6 +332,15 @@ def test_a_user_s_segmentation_project_ships_to_a_cluster_started_elsewhere_and_
     for epoch in report["sample_accounting"]["epochs"]:
         assert (epoch["complete"], epoch["distinct"], epoch["duplicated"], epoch["missing"]) == (True, 768, 0, 0)
     assert report["summary"]["data_node_row_fraction"] == 1.0
+    # The prefix, the user's op included, ran in epoch 1 and was sealed; epochs 2-4 read it, chunk by chunk.
+    said = (ran.stdout + ran.stderr).splitlines()
+    keyed = [x for x in said if x.startswith("cache: on (") and "fingerprint " in x]
+    assert keyed, "\n".join(said[-40:])
+    fingerprint = keyed[0].split("fingerprint ")[1].split(":")[0]
+    sealed = re.search(r"cache: sealed, 768 rows in \d+ shards \((\d+) chunks\)", "\n".join(said))
+    assert sealed and (tmp_path / "cache" / fingerprint / "FINAL").exists(), "\n".join(said[-40:])
+    later = [e["positions"] for e in report["sample_accounting"]["epochs"][1:]]
+    assert len(later) == 3 and all(p["units"] == p["units_done"] == int(sealed[1]) for p in later), later
     # A code folder past the limit is refused in one line naming its largest entries, before any upload.
     (folder / "data" / "big.bin").write_bytes(b"\0" * (101 << 20))
     refused = subprocess.run(
