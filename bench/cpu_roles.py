@@ -32,6 +32,9 @@ class CpuByRole:
         self.last: dict[int, float] = {}
         self.total = dict.fromkeys(KEYS, 0.0)
         self.last_queued: dict[int, float] = {}
+        self.last_thread: dict[tuple[int, int], float] = {}
+        self.thread_total: dict[str, float] = {}
+        self.thread_series: list[tuple[float, dict[str, float]]] = []
         self.series: list[tuple[float, dict[str, float]]] = []
 
     def sample(self, now: float) -> None:
@@ -60,7 +63,30 @@ class CpuByRole:
                 queued = _queued_s(pid)
                 self.total[QUEUED] += max(0.0, queued - self.last_queued.get(pid, 0.0))
                 self.last_queued[pid] = queued
+                self._by_thread(pid)
         self.series.append((now, dict(self.total)))
+        self.thread_series.append((now, dict(self.thread_total)))
+
+    def _by_thread(self, pid: int) -> None:
+        """The trainer's queued time by thread name (`comm`: its compute, Ray Data's iterator, the
+        core worker's threads), to say which of its own threads wait."""
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    queued = int(f.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue
+            key = (pid, int(tid))
+            self.thread_total[name] = self.thread_total.get(name, 0.0) + max(
+                0.0, queued - self.last_thread.get(key, 0.0)
+            )
+            self.last_thread[key] = queued
 
     def _role(self, pid: int, line: str, under_monitor: set[int], under_driver: set[int]) -> str | None:
         if pid == os.getpid():
@@ -115,3 +141,13 @@ def cores_between(series: list[tuple[float, dict[str, float]]], start: float, en
 
 def describe(cores: dict[str, float]) -> str:
     return ", ".join(f"{role} {value:.2f}" for role, value in cores.items()) if cores else "no samples"
+
+
+def queued_by_thread(series: list[tuple[float, dict[str, float]]], start: float, end: float, top: int = 4) -> str:
+    """The trainer's threads that waited most for a core from `start` to `end`: seconds a second."""
+    inside = [(t, s) for t, s in series if start <= t <= end]
+    if len(inside) < 2:
+        return "no samples"
+    (t0, a), (t1, b) = inside[0], inside[-1]
+    rates = sorted(((b[k] - a.get(k, 0.0)) / (t1 - t0), k) for k in b)[::-1][:top]
+    return ", ".join(f"{name} {rate:.3f}" for rate, name in rates)

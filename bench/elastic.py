@@ -56,7 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cpu_roles import cores_between, describe
+from cpu_roles import cores_between, describe, queued_by_thread
 from elastic_jobs import (  # bench/, this script's folder
     DATA_TYPE,
     ROOT,
@@ -432,7 +432,10 @@ def run_cached(job, args, prices: dict, normal: dict, rows: int) -> dict:
             f"against ${fixed['usd_per_m']:.2f}; "
             f"cost_ratio {fmt(replayed['cost_ratio'])} (this run {run['cost_ratio']:.3f}; the arithmetic: "
             f"{arithmetic:.3f}), trainer_ratio {fmt(replayed['trainer_ratio'])} (this run {run['trainer_ratio']:.3f}); "
-            f"cores used at none: {describe(cores_at_zero)}; by fixed {hosts} from as far in: {describe(cores_fixed)}"
+            f"cores used at none: {describe(cores_at_zero)}; by fixed {hosts} from as far in: {describe(cores_fixed)}; "
+            f"the trainer's threads queued most at none: "
+            f"{queued_by_thread(r.get('cpu_threads', []), zero_from, r['end'])}, beside fixed {hosts}: "
+            f"{queued_by_thread(fixed.get('cpu_threads', []), fixed['first'] + zero_from - r['first'], fixed['end'])}"
         )
     )
     return {"replay": replayed, "run": run, "line": line}

@@ -229,6 +229,7 @@ def run_job(work: Path, kind: JobKind, phases: list[tuple[float, float]], timeou
             "report": report,
             "draining": draining,
             "cpu": cpu.series,
+            "cpu_threads": cpu.thread_series,
             "autoscale_lines": [x for x in lines if "autoscale: " in x and "data host" in x and " -> " in x],
             "cache_lines": [(t, x) for t, x in stamped if "cache: " in x],
         }
