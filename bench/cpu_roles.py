@@ -31,7 +31,6 @@ class CpuByRole:
         self.tmp, self.driver = cluster_tmp, driver_pid
         self.last: dict[int, float] = {}
         self.total = dict.fromkeys(KEYS, 0.0)
-        self.last_queued: dict[int, float] = {}
         self.last_thread: dict[tuple[int, int], float] = {}
         self.thread_total: dict[str, float] = {}
         self.thread_series: list[tuple[float, dict[str, float]]] = []
@@ -60,20 +59,19 @@ class CpuByRole:
             self.total[role] += max(0.0, used - self.last.get(pid, 0.0))
             self.last[pid] = used
             if role == "trainer":
-                queued = _queued_s(pid)
-                self.total[QUEUED] += max(0.0, queued - self.last_queued.get(pid, 0.0))
-                self.last_queued[pid] = queued
-                self._by_thread(pid)
+                self.total[QUEUED] += self._queued_by_thread(pid)
         self.series.append((now, dict(self.total)))
         self.thread_series.append((now, dict(self.thread_total)))
 
-    def _by_thread(self, pid: int) -> None:
-        """The trainer's queued time by thread name (`comm`: its compute, Ray Data's iterator, the
-        core worker's threads), to say which of its own threads wait."""
+    def _queued_by_thread(self, pid: int) -> float:
+        """The seconds the threads of `pid` waited, runnable, for a core since the last sample (the
+        second field of each thread's `schedstat`), added up by thread name too (`comm`: the
+        trainer's compute, Ray Data's iterator, the core worker's threads)."""
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
-            return
+            return 0.0
+        added = 0.0
         for tid in tids:
             try:
                 with open(f"/proc/{pid}/task/{tid}/comm") as f:
@@ -83,10 +81,11 @@ class CpuByRole:
             except (OSError, IndexError, ValueError):
                 continue
             key = (pid, int(tid))
-            self.thread_total[name] = self.thread_total.get(name, 0.0) + max(
-                0.0, queued - self.last_thread.get(key, 0.0)
-            )
+            waited = max(0.0, queued - self.last_thread.get(key, 0.0))
+            self.thread_total[name] = self.thread_total.get(name, 0.0) + waited
             self.last_thread[key] = queued
+            added += waited
+        return added
 
     def _role(self, pid: int, line: str, under_monitor: set[int], under_driver: set[int]) -> str | None:
         if pid == os.getpid():
@@ -112,21 +111,6 @@ def _descendants(procs: dict[int, dict], root: int) -> set[int]:
         found.update(children)
         frontier += children
     return found
-
-
-def _queued_s(pid: int) -> float:
-    """Seconds the threads of `pid` that still run have waited, runnable, for a core."""
-    total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    except OSError:
-        return 0.0
-    return total / 1e9
 
 
 def cores_between(series: list[tuple[float, dict[str, float]]], start: float, end: float) -> dict[str, float]:

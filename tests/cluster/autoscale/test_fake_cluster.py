@@ -5,7 +5,6 @@ policy) per thread."""
 import os
 import subprocess
 import sys
-import time
 
 from smlaunch.cluster.autoscale.fake_cluster import lower_priority
 
@@ -43,6 +42,5 @@ def test_every_thread_of_a_process_goes_down_not_only_its_first():
         assert lower_priority(proc.pid, 19) == 0  # cheap to call again: nothing to set
     finally:
         proc.kill()
-        proc.wait(timeout=10)
-    time.sleep(0.1)
+        proc.wait(timeout=10)  # reaped: its /proc entry is gone
     assert lower_priority(proc.pid, 19) == 0  # gone: nothing, no error
